@@ -1,3 +1,88 @@
 //! `shard`: a Redis module that puts sharding inside Redis.
+//!
+//! - `keys/`: time-sorted unique keys (layouts, base62, the generator): pure Rust.
+//! - `ring/`: where a key lives (ketama, jedis, redis-shard, cluster slots): pure Rust.
+//! - `commands/`: the glue from Redis commands to the core, every call guarded against panics.
+//! - `config`, `info`, `state`: module configurations, the INFO section, the shared state.
+
+pub mod clock;
+pub mod commands;
+pub mod config;
+pub mod info;
 pub mod keys;
 pub mod ring;
+pub mod state;
+
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{redis_module, Context, RedisString, Status};
+
+/// Logs panics to the Redis log (the handler that caught it replies an error and goes on).
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_else(|| "unknown location".into());
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        redis_module::logging::log_warning(format!("shard: panic at {location}: {message}"));
+    }));
+}
+
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    install_panic_hook();
+    let raw_args: Vec<Vec<u8>> = args.iter().map(|a| a.as_slice().to_vec()).collect();
+    if let Err(e) = config::check_module_args(&raw_args) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
+    if let Err(e) = state::lock().finish_load() {
+        ctx.log_warning(&format!("invalid configuration: {e}"));
+        return Status::Err;
+    }
+    if let Err(e) = commands::registry::register_all(ctx) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
+    Status::Ok
+}
+
+/// Redis's allocator in the module; the system's in `cargo test`, where Redis is absent.
+#[cfg(not(test))]
+type ModuleAlloc = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const MODULE_ALLOC: ModuleAlloc = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type ModuleAlloc = std::alloc::System;
+#[cfg(test)]
+const MODULE_ALLOC: ModuleAlloc = std::alloc::System;
+
+redis_module! {
+    name: "shard",
+    version: 1,
+    allocator: (ModuleAlloc, MODULE_ALLOC),
+    data_types: [],
+    init: init,
+    commands: [],
+    configurations: [
+        i64: [
+            ["node-id", &config::NODE_ID, 0, 0, 65535, ConfigurationFlags::DEFAULT, None],
+            ["node-count", &config::NODE_COUNT, 1, 1, 3844, ConfigurationFlags::DEFAULT, None],
+            ["max-drift-ms", &config::MAX_DRIFT_MS, 5000, 0, 86_400_000, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [
+            ["layout", &config::LAYOUT, "snowflake", ConfigurationFlags::DEFAULT, None],
+            ["epoch", &config::EPOCH, "", ConfigurationFlags::DEFAULT, None],
+            ["custom-layout", &config::CUSTOM_LAYOUT, "", ConfigurationFlags::DEFAULT, None],
+            ["encoding", &config::ENCODING, "decimal", ConfigurationFlags::DEFAULT, None],
+            ["types", &config::TYPES, "", ConfigurationFlags::DEFAULT, None],
+        ],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
+}

@@ -113,7 +113,20 @@ mod tests {
 
     #[test]
     fn fixed_width_text_sorts_like_numbers() {
-        let samples = [0u64, 1, 9, 10, 35, 36, 61, 62, 3843, 3844, 1 << 40, i64::MAX as u64];
+        let samples = [
+            0u64,
+            1,
+            9,
+            10,
+            35,
+            36,
+            61,
+            62,
+            3843,
+            3844,
+            1 << 40,
+            i64::MAX as u64,
+        ];
         for w in samples.windows(2) {
             assert!(fixed(w[0]) < fixed(w[1]), "{} vs {}", w[0], w[1]);
         }

@@ -80,7 +80,9 @@ impl fmt::Display for KeyError {
                 "a shardjs key has at least 5 characters: time, 2 of variant, 2 of type"
             ),
             KeyError::OutOfRange => write!(f, "the key is out of range"),
-            KeyError::WiderThanLayout => write!(f, "the key has bits set above the layout's fields"),
+            KeyError::WiderThanLayout => {
+                write!(f, "the key has bits set above the layout's fields")
+            }
             KeyError::Base62(e) => write!(f, "{e}"),
             KeyError::Layout(e) => write!(f, "{e}"),
         }
@@ -102,7 +104,10 @@ impl From<LayoutError> for KeyError {
 /// Writes the key of `fields` (already validated for `layout`).
 #[inline]
 pub fn format(layout: &Layout, encoding: Encoding, fields: &KeyFields) -> KeyText {
-    let mut text = KeyText { buf: [0; 24], len: 0 };
+    let mut text = KeyText {
+        buf: [0; 24],
+        len: 0,
+    };
     if layout.is_text() {
         let mut time = [0u8; base62::MAX_WIDTH];
         let n = base62::encode_unpadded(fields.tick, &mut time);
@@ -154,7 +159,9 @@ fn parse_decimal(text: &[u8]) -> Result<u64, KeyError> {
         return Err(KeyError::TooLong { max: 20 });
     }
     text.iter()
-        .try_fold(0u64, |acc, d| acc.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+        .try_fold(0u64, |acc, d| {
+            acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
         .ok_or(KeyError::OutOfRange)
 }
 
@@ -197,8 +204,14 @@ mod tests {
         let f = parse(&l, Encoding::Decimal, b"1jyVFw3401").unwrap();
         assert_eq!((f.tick, f.seq, f.key_type), (1_595_487_784, 190, 1));
         assert_eq!(l.time_ms(f.tick), 1_325_404_800_000 + 1_595_487_784);
-        assert_eq!(text(&l, Encoding::Decimal, &KeyFields { seq: 191, ..f }), "1jyVFw3501");
-        assert_eq!(parse(&l, Encoding::Decimal, b"1jyVFw3401-avatar").unwrap(), f);
+        assert_eq!(
+            text(&l, Encoding::Decimal, &KeyFields { seq: 191, ..f }),
+            "1jyVFw3501"
+        );
+        assert_eq!(
+            parse(&l, Encoding::Decimal, b"1jyVFw3401-avatar").unwrap(),
+            f
+        );
     }
 
     #[test]
@@ -211,7 +224,12 @@ mod tests {
     #[test]
     fn decimal_and_base62_round_trip() {
         let l = Layout::snowflake();
-        let f = KeyFields { tick: 123_456_789, node: 513, key_type: 0, seq: 4095 };
+        let f = KeyFields {
+            tick: 123_456_789,
+            node: 513,
+            key_type: 0,
+            seq: 4095,
+        };
         let dec = text(&l, Encoding::Decimal, &f);
         assert_eq!(dec, l.pack(&f).to_string());
         assert_eq!(parse(&l, Encoding::Decimal, dec.as_bytes()).unwrap(), f);
@@ -226,12 +244,30 @@ mod tests {
     fn parse_errors() {
         let l = Layout::snowflake();
         assert_eq!(parse(&l, Encoding::Decimal, b""), Err(KeyError::Empty));
-        assert_eq!(parse(&l, Encoding::Decimal, b"12a"), Err(KeyError::NotDecimal));
-        assert_eq!(parse(&l, Encoding::Decimal, b"-1"), Err(KeyError::NotDecimal));
-        assert_eq!(parse(&l, Encoding::Decimal, b"+1"), Err(KeyError::NotDecimal));
-        assert_eq!(parse(&l, Encoding::Decimal, b"18446744073709551616"), Err(KeyError::OutOfRange));
-        assert_eq!(parse(&l, Encoding::Decimal, b"9223372036854775808"), Err(KeyError::WiderThanLayout));
-        assert_eq!(parse(&l, Encoding::Decimal, &[b'1'; 40]), Err(KeyError::TooLong { max: 20 }));
+        assert_eq!(
+            parse(&l, Encoding::Decimal, b"12a"),
+            Err(KeyError::NotDecimal)
+        );
+        assert_eq!(
+            parse(&l, Encoding::Decimal, b"-1"),
+            Err(KeyError::NotDecimal)
+        );
+        assert_eq!(
+            parse(&l, Encoding::Decimal, b"+1"),
+            Err(KeyError::NotDecimal)
+        );
+        assert_eq!(
+            parse(&l, Encoding::Decimal, b"18446744073709551616"),
+            Err(KeyError::OutOfRange)
+        );
+        assert_eq!(
+            parse(&l, Encoding::Decimal, b"9223372036854775808"),
+            Err(KeyError::WiderThanLayout)
+        );
+        assert_eq!(
+            parse(&l, Encoding::Decimal, &[b'1'; 40]),
+            Err(KeyError::TooLong { max: 20 })
+        );
         assert!(parse(&l, Encoding::Base62, b"0000000000!").is_err());
         let s = Layout::shardjs(1);
         assert!(parse(&s, Encoding::Decimal, b"3401").is_err());

@@ -181,17 +181,29 @@ impl fmt::Display for LayoutError {
 impl Layout {
     /// Twitter's snowflake: 41 time, 10 node, 12 seq, 1 ms.
     pub fn snowflake() -> Layout {
-        Self::bits(LayoutKind::Snowflake, &[(Field::Time, 41), (Field::Node, 10), (Field::Seq, 12)], 1)
+        Self::bits(
+            LayoutKind::Snowflake,
+            &[(Field::Time, 41), (Field::Node, 10), (Field::Seq, 12)],
+            1,
+        )
     }
 
     /// Instagram: 41 time, 13 shard, 10 seq, 1 ms.
     pub fn instagram() -> Layout {
-        Self::bits(LayoutKind::Instagram, &[(Field::Time, 41), (Field::Node, 13), (Field::Seq, 10)], 1)
+        Self::bits(
+            LayoutKind::Instagram,
+            &[(Field::Time, 41), (Field::Node, 13), (Field::Seq, 10)],
+            1,
+        )
     }
 
     /// Sonyflake v1: 39 time, 8 seq, 16 machine, 10 ms.
     pub fn sonyflake() -> Layout {
-        Self::bits(LayoutKind::Sonyflake, &[(Field::Time, 39), (Field::Seq, 8), (Field::Node, 16)], 10)
+        Self::bits(
+            LayoutKind::Sonyflake,
+            &[(Field::Time, 39), (Field::Seq, 8), (Field::Node, 16)],
+            10,
+        )
     }
 
     /// Shardjs text keys, with `node_count` generating nodes (at least 1).
@@ -226,12 +238,16 @@ impl Layout {
                     .parse::<u64>()
                     .ok()
                     .filter(|u| (1..=MAX_UNIT_MS).contains(u))
-                    .ok_or_else(|| bad(format!("unit must be 1 to {MAX_UNIT_MS} ms, got '{value}'")))?;
+                    .ok_or_else(|| {
+                        bad(format!("unit must be 1 to {MAX_UNIT_MS} ms, got '{value}'"))
+                    })?;
                 unit = Some(u);
                 continue;
             }
             let field = Field::parse(name).ok_or_else(|| {
-                bad(format!("unknown field '{name}': expected time, node, type, seq or unit"))
+                bad(format!(
+                    "unknown field '{name}': expected time, node, type, seq or unit"
+                ))
             })?;
             if fields.iter().any(|(f, _)| *f == field) {
                 return Err(bad(format!("field '{name}' is given twice")));
@@ -368,13 +384,13 @@ impl Layout {
 
     /// The tick holding unix ms `ms`; an error when it is before the epoch or past the layout.
     pub fn tick_of(&self, ms: i64) -> Result<u64, LayoutError> {
-        let since = ms
-            .checked_sub(self.epoch_ms)
-            .filter(|d| *d >= 0)
-            .ok_or(LayoutError::BeforeEpoch {
-                time_ms: ms,
-                epoch_ms: self.epoch_ms,
-            })?;
+        let since =
+            ms.checked_sub(self.epoch_ms)
+                .filter(|d| *d >= 0)
+                .ok_or(LayoutError::BeforeEpoch {
+                    time_ms: ms,
+                    epoch_ms: self.epoch_ms,
+                })?;
         let tick = since as u64 / self.unit_ms;
         self.check("time ticks", tick, self.max_tick())?;
         Ok(tick)
@@ -493,13 +509,21 @@ mod tests {
     fn snowflake_packs_like_twitter() {
         let l = Layout::snowflake();
         // 1288834974657 + 1 ms, node 1, seq 0: (1 << 22) | (1 << 12)
-        let f = KeyFields { tick: 1, node: 1, key_type: 0, seq: 0 };
+        let f = KeyFields {
+            tick: 1,
+            node: 1,
+            key_type: 0,
+            seq: 0,
+        };
         assert_eq!(l.pack(&f), (1 << 22) | (1 << 12));
         assert_eq!(l.unpack((1 << 22) | (1 << 12) | 7).unwrap().seq, 7);
         assert_eq!(l.max_seq(), 4095);
         assert_eq!(l.max_node(), 1023);
         assert_eq!(l.max_type(), None);
-        assert!(l.unpack(1 << 63).is_none(), "64th bit is out of a 63-bit layout");
+        assert!(
+            l.unpack(1 << 63).is_none(),
+            "64th bit is out of a 63-bit layout"
+        );
     }
 
     #[test]
@@ -509,7 +533,12 @@ mod tests {
         let s = Layout::sonyflake();
         assert_eq!((s.max_node(), s.max_seq(), s.unit_ms), (65535, 255, 10));
         // Sonyflake puts the machine id in the low 16 bits, the sequence above it.
-        let f = KeyFields { tick: 3, node: 0xBEEF, key_type: 0, seq: 5 };
+        let f = KeyFields {
+            tick: 3,
+            node: 0xBEEF,
+            key_type: 0,
+            seq: 5,
+        };
         assert_eq!(s.pack(&f), (3 << 24) | (5 << 16) | 0xBEEF);
         assert_eq!(s.unpack(s.pack(&f)), Some(f));
     }
@@ -522,7 +551,12 @@ mod tests {
         assert_eq!(t.max_type(), Some(15));
         assert!(t.type_above_seq());
         assert_eq!(t.unit_ms, 10);
-        let f = KeyFields { tick: 9, node: 63, key_type: 15, seq: 1023 };
+        let f = KeyFields {
+            tick: 9,
+            node: 63,
+            key_type: 15,
+            seq: 1023,
+        };
         assert_eq!(t.unpack(t.pack(&f)), Some(f));
         let low = Layout::custom("time:41 node:10 seq:8 type:4").unwrap();
         assert!(!low.type_above_seq());
@@ -557,18 +591,36 @@ mod tests {
     fn shardjs_node_is_implied_by_time() {
         let l = Layout::shardjs(4);
         assert_eq!(l.tick_stride(3), (4, 3));
-        let f = KeyFields { tick: 11, node: 3, key_type: 1, seq: 190 };
+        let f = KeyFields {
+            tick: 11,
+            node: 3,
+            key_type: 1,
+            seq: 190,
+        };
         assert!(l.validate(&f).is_ok());
         assert!(l.validate(&KeyFields { node: 2, ..f }).is_err());
         assert!(l.validate(&KeyFields { seq: 3844, ..f }).is_err());
         assert_eq!(l.default_type(), 3843);
         assert!(l.pack(&f) < l.pack(&KeyFields { seq: 191, ..f }));
-        assert!(l.pack(&KeyFields { seq: 3843, ..f }) < l.pack(&KeyFields { tick: 12, seq: 0, ..f }));
+        assert!(
+            l.pack(&KeyFields { seq: 3843, ..f })
+                < l.pack(&KeyFields {
+                    tick: 12,
+                    seq: 0,
+                    ..f
+                })
+        );
     }
 
     #[test]
     fn layout_names_parse() {
-        assert_eq!(LayoutKind::parse(b"Sonyflake").unwrap(), LayoutKind::Sonyflake);
-        assert!(LayoutKind::parse(b"uuid").unwrap_err().to_string().contains("unknown layout 'uuid'"));
+        assert_eq!(
+            LayoutKind::parse(b"Sonyflake").unwrap(),
+            LayoutKind::Sonyflake
+        );
+        assert!(LayoutKind::parse(b"uuid")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown layout 'uuid'"));
     }
 }

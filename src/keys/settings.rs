@@ -53,6 +53,24 @@ pub struct KeySettings {
     node_count: u64,
 }
 
+impl Default for KeySettings {
+    /// The settings of the default configuration: snowflake, node 0, decimal.
+    fn default() -> Self {
+        let layout = Layout::snowflake();
+        let defaults = KeyConfig::default();
+        KeySettings {
+            shape: Shape::of(&layout, 0),
+            layout,
+            node_id: 0,
+            encoding: Encoding::Decimal,
+            types: TypeNames::default(),
+            max_drift_ms: defaults.max_drift_ms,
+            custom: None,
+            node_count: 1,
+        }
+    }
+}
+
 impl KeySettings {
     pub fn resolve(cfg: &KeyConfig) -> Result<KeySettings, String> {
         let kind = LayoutKind::parse(cfg.layout.as_bytes()).map_err(|e| e.to_string())?;
@@ -67,17 +85,22 @@ impl KeySettings {
         };
         let base = match kind {
             LayoutKind::Custom => custom.clone().ok_or_else(|| {
-                "layout custom needs custom-layout, e.g. 'time:41 node:10 type:0 seq:12 unit:1'".to_string()
+                "layout custom needs custom-layout, e.g. 'time:41 node:10 type:0 seq:12 unit:1'"
+                    .to_string()
             })?,
             other => builtin(other, node_count),
         };
-        let layout = match parse_epoch(&cfg.epoch)? {
+        let layout = match parse_epoch(&cfg.epoch).map_err(|e| format!("epoch {e}"))? {
             Some(epoch) => base.with_epoch(epoch),
             None => base,
         };
         let node_id = u64::try_from(cfg.node_id).unwrap_or(u64::MAX);
         if node_id > layout.max_node() {
-            let what = if layout.is_text() { "node-count - 1" } else { "its node field" };
+            let what = if layout.is_text() {
+                "node-count - 1"
+            } else {
+                "its node field"
+            };
             return Err(format!(
                 "node-id {} does not fit layout {} (0 to {}, {what})",
                 cfg.node_id,
@@ -85,8 +108,12 @@ impl KeySettings {
                 layout.max_node()
             ));
         }
-        let encoding = Encoding::parse(cfg.encoding.as_bytes())
-            .ok_or_else(|| format!("unknown encoding '{}': expected decimal or base62", cfg.encoding))?;
+        let encoding = Encoding::parse(cfg.encoding.as_bytes()).ok_or_else(|| {
+            format!(
+                "unknown encoding '{}': expected decimal or base62",
+                cfg.encoding
+            )
+        })?;
         let types = TypeNames::parse(&cfg.types).map_err(|e| e.to_string())?;
         if let (Some(top), Some(max)) = (types.max_number(), layout.max_type()) {
             if top > max {
@@ -97,7 +124,10 @@ impl KeySettings {
             }
         }
         if cfg.max_drift_ms < 0 {
-            return Err(format!("max-drift-ms must not be negative, got {}", cfg.max_drift_ms));
+            return Err(format!(
+                "max-drift-ms must not be negative, got {}",
+                cfg.max_drift_ms
+            ));
         }
         let shape = Shape::of(&layout, node_id);
         Ok(KeySettings {
@@ -133,19 +163,30 @@ impl KeySettings {
     /// A TYPE argument: a configured name, or a number that fits the layout's type field.
     pub fn type_number(&self, layout: &Layout, arg: &[u8]) -> Result<u64, String> {
         let max = layout.max_type().ok_or_else(|| {
-            format!("layout {} has no type field; TYPE needs a layout with one", layout.name())
+            format!(
+                "layout {} has no type field; TYPE needs a layout with one",
+                layout.name()
+            )
         })?;
         let number = match self.types.number_of(arg) {
             Some(n) => n,
             None => {
                 let text = String::from_utf8_lossy(arg);
-                text.parse::<u64>().ok().filter(|_| arg.iter().all(u8::is_ascii_digit)).ok_or_else(|| {
-                    format!("unknown type '{text}': expected a configured type name or a number")
-                })?
+                text.parse::<u64>()
+                    .ok()
+                    .filter(|_| arg.iter().all(u8::is_ascii_digit))
+                    .ok_or_else(|| {
+                        format!(
+                            "unknown type '{text}': expected a configured type name or a number"
+                        )
+                    })?
             }
         };
         if number > max {
-            return Err(format!("type {number} is out of range for layout {} (0 to {max})", layout.name()));
+            return Err(format!(
+                "type {number} is out of range for layout {} (0 to {max})",
+                layout.name()
+            ));
         }
         Ok(number)
     }
@@ -160,7 +201,8 @@ fn builtin(kind: LayoutKind, node_count: u64) -> Layout {
     }
 }
 
-/// An epoch in unix ms, or `None` for an empty text (the layout's own epoch).
+/// An epoch in unix ms, or `None` for an empty text (the layout's own epoch). The error
+/// completes a sentence that starts with the option's name.
 pub fn parse_epoch(text: &str) -> Result<Option<i64>, String> {
     let text = text.trim();
     if text.is_empty() {
@@ -170,7 +212,7 @@ pub fn parse_epoch(text: &str) -> Result<Option<i64>, String> {
         .ok()
         .filter(|e| (0..=MAX_EPOCH_MS).contains(e))
         .map(Some)
-        .ok_or_else(|| format!("epoch must be unix milliseconds from 0 to {MAX_EPOCH_MS}, got '{text}'"))
+        .ok_or_else(|| format!("must be unix milliseconds from 0 to {MAX_EPOCH_MS}, got '{text}'"))
 }
 
 #[cfg(test)]
@@ -184,15 +226,25 @@ mod tests {
     #[test]
     fn defaults_resolve_to_snowflake() {
         let s = KeySettings::resolve(&cfg()).unwrap();
+        let d = KeySettings::default();
+        assert_eq!(
+            (d.layout.clone(), d.node_id, d.max_drift_ms),
+            (s.layout.clone(), s.node_id, s.max_drift_ms)
+        );
         assert_eq!(s.layout, Layout::snowflake());
-        assert_eq!((s.node_id, s.encoding, s.max_drift_ms), (0, Encoding::Decimal, 5000));
+        assert_eq!(
+            (s.node_id, s.encoding, s.max_drift_ms),
+            (0, Encoding::Decimal, 5000)
+        );
     }
 
     #[test]
     fn node_id_is_checked_against_the_layout() {
         let mut c = cfg();
         c.node_id = 1024;
-        assert!(KeySettings::resolve(&c).unwrap_err().contains("node-id 1024 does not fit layout snowflake (0 to 1023"));
+        assert!(KeySettings::resolve(&c)
+            .unwrap_err()
+            .contains("node-id 1024 does not fit layout snowflake (0 to 1023"));
         c.layout = "sonyflake".into();
         assert!(KeySettings::resolve(&c).is_ok());
         c.layout = "shardjs".into();
@@ -211,29 +263,46 @@ mod tests {
         c.epoch = "1000".into();
         assert_eq!(KeySettings::resolve(&c).unwrap().layout.epoch_ms, 1000);
         c.epoch = "soon".into();
-        assert!(KeySettings::resolve(&c).unwrap_err().contains("epoch must be"));
+        assert!(KeySettings::resolve(&c)
+            .unwrap_err()
+            .contains("epoch must be"));
         c.epoch = String::new();
         c.layout = "custom".into();
-        assert!(KeySettings::resolve(&c).unwrap_err().contains("needs custom-layout"));
+        assert!(KeySettings::resolve(&c)
+            .unwrap_err()
+            .contains("needs custom-layout"));
         c.custom_layout = "time:41 node:6 type:4 seq:12".into();
         c.types = "user:2 group:15".into();
         let s = KeySettings::resolve(&c).unwrap();
         assert_eq!(s.type_number(&s.layout, b"group").unwrap(), 15);
         assert_eq!(s.type_number(&s.layout, b"7").unwrap(), 7);
-        assert!(s.type_number(&s.layout, b"16").unwrap_err().contains("out of range"));
-        assert!(s.type_number(&s.layout, b"admin").unwrap_err().contains("unknown type 'admin'"));
+        assert!(s
+            .type_number(&s.layout, b"16")
+            .unwrap_err()
+            .contains("out of range"));
+        assert!(s
+            .type_number(&s.layout, b"admin")
+            .unwrap_err()
+            .contains("unknown type 'admin'"));
         assert!(s.type_number(&s.layout, b"+7").is_err());
         c.types = "user:16".into();
-        assert!(KeySettings::resolve(&c).unwrap_err().contains("does not fit"));
+        assert!(KeySettings::resolve(&c)
+            .unwrap_err()
+            .contains("does not fit"));
         c.types = String::new();
         c.encoding = "hex".into();
-        assert!(KeySettings::resolve(&c).unwrap_err().contains("unknown encoding 'hex'"));
+        assert!(KeySettings::resolve(&c)
+            .unwrap_err()
+            .contains("unknown encoding 'hex'"));
     }
 
     #[test]
     fn type_on_layout_without_type_field() {
         let s = KeySettings::resolve(&cfg()).unwrap();
-        assert!(s.type_number(&s.layout, b"1").unwrap_err().contains("has no type field"));
+        assert!(s
+            .type_number(&s.layout, b"1")
+            .unwrap_err()
+            .contains("has no type field"));
     }
 
     #[test]
@@ -241,7 +310,12 @@ mod tests {
         let s = KeySettings::resolve(&cfg()).unwrap();
         let sony = s.layout_for(LayoutKind::Sonyflake, None).unwrap();
         assert_eq!(sony.epoch_ms, 1_409_529_600_000);
-        assert_eq!(s.layout_for(LayoutKind::Instagram, Some(5)).unwrap().epoch_ms, 5);
+        assert_eq!(
+            s.layout_for(LayoutKind::Instagram, Some(5))
+                .unwrap()
+                .epoch_ms,
+            5
+        );
         assert!(s.layout_for(LayoutKind::Custom, None).is_err());
     }
 }

@@ -13,7 +13,10 @@ mod tests {
 
     #[test]
     fn formats_with_milliseconds() {
-        assert_eq!(iso8601_ms(1_327_000_287_784).unwrap(), "2012-01-19T19:11:27.784Z");
+        assert_eq!(
+            iso8601_ms(1_327_000_287_784).unwrap(),
+            "2012-01-19T19:11:27.784Z"
+        );
         assert_eq!(iso8601_ms(0).unwrap(), "1970-01-01T00:00:00.000Z");
         assert!(iso8601_ms(i64::MAX).is_none());
     }

@@ -27,16 +27,20 @@ impl TypeNames {
                 .rsplit_once(':')
                 .ok_or_else(|| TypeNamesError(format!("'{item}' is not name:number")))?;
             if name.is_empty() || name.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(TypeNamesError(format!("'{item}': a type name must not be empty or a number")));
+                return Err(TypeNamesError(format!(
+                    "'{item}': a type name must not be empty or a number"
+                )));
             }
-            let number: u64 = number
-                .parse()
-                .map_err(|_| TypeNamesError(format!("'{item}': '{number}' is not a type number")))?;
+            let number: u64 = number.parse().map_err(|_| {
+                TypeNamesError(format!("'{item}': '{number}' is not a type number"))
+            })?;
             if entries.iter().any(|(n, _)| n == name) {
                 return Err(TypeNamesError(format!("type name '{name}' is given twice")));
             }
             if entries.iter().any(|(_, v)| *v == number) {
-                return Err(TypeNamesError(format!("type number {number} is given twice")));
+                return Err(TypeNamesError(format!(
+                    "type number {number} is given twice"
+                )));
             }
             entries.push((name.to_owned(), number));
         }
@@ -70,7 +74,11 @@ impl TypeNames {
 
     /// The canonical text (as `CONFIG GET` would show it).
     pub fn to_spec(&self) -> String {
-        let parts: Vec<String> = self.entries.iter().map(|(n, v)| format!("{n}:{v}")).collect();
+        let parts: Vec<String> = self
+            .entries
+            .iter()
+            .map(|(n, v)| format!("{n}:{v}"))
+            .collect();
         parts.join(" ")
     }
 }
@@ -92,7 +100,15 @@ mod tests {
 
     #[test]
     fn rejects_bad_specs() {
-        for bad in ["user", "user:x", "user:2 user:3", "a:2 b:2", ":2", "12:3", "u:-1"] {
+        for bad in [
+            "user",
+            "user:x",
+            "user:2 user:3",
+            "a:2 b:2",
+            ":2",
+            "12:3",
+            "u:-1",
+        ] {
             assert!(TypeNames::parse(bad).is_err(), "{bad}");
         }
     }

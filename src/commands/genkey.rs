@@ -1,0 +1,62 @@
+//! `SHARD.GENKEY [TYPE name|number] [COUNT n]`: issue time-sorted unique keys.
+
+use super::args::{int_in, is};
+use super::{Call, CmdError, CmdResult};
+use crate::clock;
+use crate::keys::{codec, Request};
+use crate::state;
+
+/// The most keys one call may ask for.
+pub const MAX_COUNT: i64 = 100_000;
+
+pub fn genkey(call: &Call) -> CmdResult {
+    let args = &call.args;
+    let mut type_arg: Option<&[u8]> = None;
+    let mut count: Option<u64> = None;
+    let mut cursor = args.cursor(1);
+    while let Some(arg) = cursor.next_arg() {
+        if is(arg, "TYPE") && type_arg.is_none() {
+            type_arg = Some(cursor.value_of("TYPE")?);
+        } else if is(arg, "COUNT") && count.is_none() {
+            let n = int_in(cursor.value_of("COUNT")?, "COUNT", 1, MAX_COUNT)?;
+            count = Some(n.unsigned_abs());
+        } else if is(arg, "TYPE") || is(arg, "COUNT") {
+            return Err(CmdError::err(format!(
+                "{} is given twice",
+                String::from_utf8_lossy(arg).to_ascii_uppercase()
+            )));
+        } else {
+            return Err(CmdError::unknown_option("shard.genkey", arg));
+        }
+    }
+
+    let now_ms =
+        clock::now_ms().ok_or_else(|| CmdError::err("the wall clock reads before 1970"))?;
+    let mut st = state::lock();
+    let st = &mut *st;
+    let keys = &st.keys;
+    let key_type = match type_arg {
+        Some(t) => keys.type_number(&keys.layout, t).map_err(CmdError::err)?,
+        None => keys.layout.default_type(),
+    };
+    let request = Request {
+        now_ms,
+        count: count.unwrap_or(1),
+        node: keys.node_id,
+        key_type,
+        max_drift_ms: keys.max_drift_ms,
+    };
+    let batch = st
+        .generator
+        .reserve(&keys.layout, &keys.shape, &request)
+        .map_err(CmdError::err)?;
+
+    if count.is_some() {
+        call.reply.array(batch.len());
+    }
+    for fields in batch {
+        call.reply
+            .bulk(codec::format(&keys.layout, keys.encoding, &fields).as_bytes());
+    }
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! The `shard` section of INFO.
+
+use std::os::raw::c_longlong;
+
+use redis_module::{raw, InfoContext, RedisResult};
+use redis_module_macros::info_command_handler;
+
+use crate::clock;
+use crate::state;
+
+fn int(n: u64) -> c_longlong {
+    c_longlong::try_from(n).unwrap_or(c_longlong::MAX)
+}
+
+#[info_command_handler]
+fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
+    let st = state::lock();
+    let keys = &st.keys;
+    let stats = st.generator.stats();
+    let now = clock::now_ms().unwrap_or(0);
+    let ctx = ctx.ctx;
+    raw::add_info_section(ctx, None);
+    raw::add_info_field_str(ctx, "layout", keys.layout.name());
+    raw::add_info_field_long_long(ctx, "node_id", int(keys.node_id));
+    raw::add_info_field_long_long(ctx, "epoch_ms", keys.layout.epoch_ms);
+    raw::add_info_field_long_long(ctx, "unit_ms", int(keys.layout.unit_ms));
+    raw::add_info_field_str(ctx, "encoding", keys.encoding.name());
+    raw::add_info_field_long_long(ctx, "keys_generated", int(stats.generated));
+    raw::add_info_field_long_long(ctx, "ticks_borrowed", int(stats.borrowed));
+    raw::add_info_field_long_long(ctx, "clock_backsteps", int(stats.backsteps));
+    raw::add_info_field_long_long(ctx, "genkey_refused", int(stats.refused));
+    raw::add_info_field_long_long(ctx, "drift_ms", st.generator.drift_ms(&keys.layout, now));
+    raw::add_info_field_long_long(ctx, "max_drift_ms", keys.max_drift_ms);
+    let high_water_ms = st
+        .generator
+        .last_tick()
+        .map_or(0, |t| keys.layout.time_ms(t));
+    raw::add_info_field_long_long(ctx, "high_water_ms", high_water_ms);
+    Ok(())
+}

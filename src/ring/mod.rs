@@ -1,0 +1,178 @@
+//! Rings: pure placement logic (no Redis context). A `RingSpec` (algo, hash-tag rule, nodes)
+//! builds a `Ring` whose `locate` says which node owns a key, byte for byte as the peer the
+//! algo names (uhashring/libketama, jedis, redis-shard, redis-cli cluster slots) would.
+
+mod algo;
+mod error;
+mod file;
+mod hashtag;
+mod jedis;
+mod ketama;
+mod points;
+mod redis_shard;
+mod slots;
+mod spec;
+
+pub use algo::Algo;
+pub use error::RingError;
+pub use file::parse_ring_file;
+pub use hashtag::HashTag;
+pub use jedis::{murmur_hash64a, JedisHash, JEDIS_MURMUR_SEED};
+pub use ketama::ketama_hash;
+pub use points::MAX_POINTS;
+pub use redis_shard::crc32;
+pub use slots::{crc16, key_slot, slot_of, SLOTS};
+pub use spec::{NodeSpec, RingSpec, MAX_NAME_LEN, MAX_WEIGHT};
+
+use points::Points;
+use slots::SlotMap;
+
+/// Where a key lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location<'a> {
+    /// Index of the owner in `spec().nodes`.
+    pub node: usize,
+    /// The part of the key that was hashed (after the hash-tag rule).
+    pub hashed: &'a [u8],
+    /// The ring point that decided (ketama/redis-shard: the u32 point; jedis: the i64 point),
+    /// or the slot for `slots`.
+    pub point: i64,
+    /// The key's own hash (ketama/redis-shard: u32; jedis: i64), or the slot for `slots`.
+    pub hash: i64,
+}
+
+#[derive(Debug, Clone)]
+enum Inner {
+    Ketama(Points<u32>),
+    Jedis(Points<i64>, JedisHash),
+    RedisShard(Points<u32>),
+    Slots(SlotMap),
+}
+
+/// A built ring: immutable, cheap to share behind an `Arc`.
+#[derive(Debug, Clone)]
+pub struct Ring {
+    spec: RingSpec,
+    inner: Inner,
+}
+
+impl Ring {
+    /// Builds the ring of a spec. The `cluster` algo has no ring here: it reads the live
+    /// cluster's slot map, which the glue does.
+    pub fn build(spec: &RingSpec) -> Result<Ring, RingError> {
+        if spec.nodes.is_empty() && spec.algo != Algo::Cluster {
+            return Err(RingError::new("a ring needs at least one node"));
+        }
+        let inner =
+            match spec.algo {
+                Algo::Ketama => Inner::Ketama(ketama::build(spec)?),
+                Algo::Jedis => Inner::Jedis(jedis::build(spec, JedisHash::Md5)?, JedisHash::Md5),
+                Algo::JedisMurmur => {
+                    Inner::Jedis(jedis::build(spec, JedisHash::Murmur)?, JedisHash::Murmur)
+                }
+                Algo::RedisShard => Inner::RedisShard(redis_shard::build(spec)?),
+                Algo::Slots => Inner::Slots(slots::build(spec)?),
+                Algo::Cluster => return Err(RingError::new(
+                    "the cluster algo reads the live cluster's slot map, it has no ring to build",
+                )),
+            };
+        Ok(Ring {
+            spec: spec.clone(),
+            inner,
+        })
+    }
+
+    /// The spec this ring was built from.
+    pub fn spec(&self) -> &RingSpec {
+        &self.spec
+    }
+
+    /// Where `key` lives. Allocates nothing.
+    pub fn locate<'a>(&self, key: &'a [u8]) -> Location<'a> {
+        let hashed = self.spec.hashtag.extract(key);
+        let (node, point, hash) = match &self.inner {
+            Inner::Ketama(p) => {
+                let h = ketama_hash(hashed);
+                let (pt, owner) = p.get(ketama::lookup(p, h));
+                (owner as usize, i64::from(pt), i64::from(h))
+            }
+            Inner::Jedis(p, algo) => {
+                let h = algo.hash(hashed);
+                let (pt, owner) = p.get(jedis::lookup(p, h));
+                (owner as usize, pt, h)
+            }
+            Inner::RedisShard(p) => {
+                let h = crc32(hashed);
+                let (pt, owner) = p.get(redis_shard::lookup(p, h));
+                (owner as usize, i64::from(pt), i64::from(h))
+            }
+            Inner::Slots(m) => {
+                let s = slot_of(hashed);
+                (m.owner(s), i64::from(s), i64::from(s))
+            }
+        };
+        Location {
+            node,
+            hashed,
+            point,
+            hash,
+        }
+    }
+
+    /// Index of the node that owns `key` (in `spec().nodes`).
+    pub fn owner(&self, key: &[u8]) -> usize {
+        self.locate(key).node
+    }
+
+    /// The owner's spec.
+    pub fn owner_spec(&self, key: &[u8]) -> &NodeSpec {
+        // `locate` only returns indexes of existing nodes.
+        &self.spec.nodes[self.owner(key)]
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.spec.nodes.len()
+    }
+
+    /// Number of distinct points on the ring (16384 for `slots`).
+    pub fn point_count(&self) -> usize {
+        match &self.inner {
+            Inner::Ketama(p) | Inner::RedisShard(p) => p.len(),
+            Inner::Jedis(p, _) => p.len(),
+            Inner::Slots(_) => SLOTS,
+        }
+    }
+
+    /// For `slots`: each node's inclusive slot range, in node order. `None` for other algos.
+    pub fn slot_ranges(&self) -> Option<&[(u16, u16)]> {
+        match &self.inner {
+            Inner::Slots(m) => Some(m.ranges()),
+            _ => None,
+        }
+    }
+
+    /// Number of ring points each node owns (slots for `slots`), in node order.
+    pub fn points_per_node(&self) -> Vec<usize> {
+        let mut out = vec![0usize; self.spec.nodes.len()];
+        let owners: Vec<u32> = match &self.inner {
+            Inner::Ketama(p) | Inner::RedisShard(p) => p.entries().iter().map(|e| e.1).collect(),
+            Inner::Jedis(p, _) => p.entries().iter().map(|e| e.1).collect(),
+            Inner::Slots(m) => {
+                for (c, r) in out.iter_mut().zip(m.ranges()) {
+                    *c = usize::from(r.1) - usize::from(r.0) + 1;
+                }
+                return out;
+            }
+        };
+        for o in owners {
+            if let Some(c) = out.get_mut(o as usize) {
+                *c += 1;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;
