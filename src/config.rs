@@ -8,16 +8,54 @@ use redis_module::{RedisError, RedisString};
 use crate::keys::KeyConfig;
 use crate::state;
 
+/// Every configuration value as set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    pub keys: KeyConfig,
+    pub ring: RingConfig,
+}
+
+/// Where the ring comes from at load time, and which node this server is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingConfig {
+    /// A ring file, one `name host:port weight` per line; empty for none.
+    pub file: String,
+    /// The algorithm of the ring file's ring.
+    pub algo: String,
+    /// The hash-tag rule of the ring file's ring; empty for the algorithm's own.
+    pub hashtag: String,
+    /// The name of this server's node in the ring.
+    pub self_name: String,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            file: String::new(),
+            algo: "ketama".into(),
+            hashtag: String::new(),
+            self_name: String::new(),
+        }
+    }
+}
+
+impl RingConfig {
+    /// True when the ring file's ring would be different.
+    pub fn source_differs(&self, other: &RingConfig) -> bool {
+        self.file != other.file || self.algo != other.algo || self.hashtag != other.hashtag
+    }
+}
+
 /// A text configuration: how to read and write its field.
 pub struct TextConfig {
-    get: fn(&KeyConfig) -> String,
-    set: fn(&mut KeyConfig, String),
+    get: fn(&Config) -> String,
+    set: fn(&mut Config, String),
 }
 
 /// A numeric configuration.
 pub struct IntConfig {
-    get: fn(&KeyConfig) -> i64,
-    set: fn(&mut KeyConfig, i64),
+    get: fn(&Config) -> i64,
+    set: fn(&mut Config, i64),
 }
 
 impl ConfigurationValue<RedisString> for TextConfig {
@@ -46,36 +84,53 @@ impl ConfigurationValue<i64> for IntConfig {
 }
 
 pub static LAYOUT: TextConfig = TextConfig {
-    get: |c| c.layout.clone(),
-    set: |c, v| c.layout = v,
+    get: |c| c.keys.layout.clone(),
+    set: |c, v| c.keys.layout = v,
 };
 pub static EPOCH: TextConfig = TextConfig {
-    get: |c| c.epoch.clone(),
-    set: |c, v| c.epoch = v,
+    get: |c| c.keys.epoch.clone(),
+    set: |c, v| c.keys.epoch = v,
 };
 pub static CUSTOM_LAYOUT: TextConfig = TextConfig {
-    get: |c| c.custom_layout.clone(),
-    set: |c, v| c.custom_layout = v,
+    get: |c| c.keys.custom_layout.clone(),
+    set: |c, v| c.keys.custom_layout = v,
 };
 pub static ENCODING: TextConfig = TextConfig {
-    get: |c| c.encoding.clone(),
-    set: |c, v| c.encoding = v,
+    get: |c| c.keys.encoding.clone(),
+    set: |c, v| c.keys.encoding = v,
 };
 pub static TYPES: TextConfig = TextConfig {
-    get: |c| c.types.clone(),
-    set: |c, v| c.types = v,
+    get: |c| c.keys.types.clone(),
+    set: |c, v| c.keys.types = v,
 };
 pub static NODE_ID: IntConfig = IntConfig {
-    get: |c| c.node_id,
-    set: |c, v| c.node_id = v,
+    get: |c| c.keys.node_id,
+    set: |c, v| c.keys.node_id = v,
 };
 pub static NODE_COUNT: IntConfig = IntConfig {
-    get: |c| c.node_count,
-    set: |c, v| c.node_count = v,
+    get: |c| c.keys.node_count,
+    set: |c, v| c.keys.node_count = v,
 };
 pub static MAX_DRIFT_MS: IntConfig = IntConfig {
-    get: |c| c.max_drift_ms,
-    set: |c, v| c.max_drift_ms = v,
+    get: |c| c.keys.max_drift_ms,
+    set: |c, v| c.keys.max_drift_ms = v,
+};
+
+pub static RING_FILE: TextConfig = TextConfig {
+    get: |c| c.ring.file.clone(),
+    set: |c, v| c.ring.file = v,
+};
+pub static RING_ALGO: TextConfig = TextConfig {
+    get: |c| c.ring.algo.clone(),
+    set: |c, v| c.ring.algo = v,
+};
+pub static RING_HASHTAG: TextConfig = TextConfig {
+    get: |c| c.ring.hashtag.clone(),
+    set: |c, v| c.ring.hashtag = v,
+};
+pub static SELF: TextConfig = TextConfig {
+    get: |c| c.ring.self_name.clone(),
+    set: |c, v| c.ring.self_name = v,
 };
 
 /// Every configuration name, as accepted in `loadmodule` arguments.
@@ -88,6 +143,10 @@ pub const NAMES: &[&str] = &[
     "types",
     "node-count",
     "max-drift-ms",
+    "ring-file",
+    "ring-algo",
+    "ring-hashtag",
+    "self",
 ];
 
 /// Checks `loadmodule` arguments: name/value pairs of known configurations.

@@ -6,10 +6,12 @@
 //! - `config`, `info`, `state`: module configurations, the INFO section, the shared state.
 
 pub mod clock;
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod info;
 pub mod keys;
+pub mod placement;
 pub mod ring;
 pub mod state;
 
@@ -80,6 +82,10 @@ redis_module! {
             ["custom-layout", &config::CUSTOM_LAYOUT, "", ConfigurationFlags::DEFAULT, None],
             ["encoding", &config::ENCODING, "decimal", ConfigurationFlags::DEFAULT, None],
             ["types", &config::TYPES, "", ConfigurationFlags::DEFAULT, None],
+            ["ring-file", &config::RING_FILE, "", ConfigurationFlags::DEFAULT, None],
+            ["ring-algo", &config::RING_ALGO, "ketama", ConfigurationFlags::DEFAULT, None],
+            ["ring-hashtag", &config::RING_HASHTAG, "", ConfigurationFlags::DEFAULT, None],
+            ["self", &config::SELF, "", ConfigurationFlags::DEFAULT, None],
         ],
         bool: [],
         enum: [],

@@ -7,16 +7,20 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use lazy_static::lazy_static;
 
-use crate::keys::{Generator, KeyConfig, KeySettings};
+use crate::config::Config;
+use crate::keys::{Generator, KeySettings};
+use crate::placement::{Placement, RingState};
+use crate::ring::{Algo, HashTag, RingSpec};
 
 /// Everything the module keeps between calls.
 #[derive(Default)]
 pub struct ModuleState {
     /// The configuration as set.
-    pub config: KeyConfig,
+    pub config: Config,
     /// The configuration, checked and resolved.
     pub keys: KeySettings,
     pub generator: Generator,
+    pub rings: RingState,
     /// False while Redis applies the configuration at load time: values are only stored then,
     /// and checked together once all are in.
     loaded: bool,
@@ -33,31 +37,67 @@ pub fn lock() -> MutexGuard<'static, ModuleState> {
 
 impl ModuleState {
     /// Applies a configuration change whole, or refuses it and changes nothing.
-    pub fn change_config(&mut self, change: impl FnOnce(&mut KeyConfig)) -> Result<(), String> {
+    ///
+    /// A change of `ring-file`, `ring-algo` or `ring-hashtag` while a ring file is named loads
+    /// the file again and replaces the current ring.
+    pub fn change_config(&mut self, change: impl FnOnce(&mut Config)) -> Result<(), String> {
         let mut next = self.config.clone();
         change(&mut next);
         if !self.loaded {
             self.config = next;
             return Ok(());
         }
-        let keys = KeySettings::resolve(&next)?;
-        self.install(next, keys);
+        let keys = KeySettings::resolve(&next.keys)?;
+        let ring = if next.ring.source_differs(&self.config.ring) {
+            ring_from_file(&next)?
+        } else {
+            None
+        };
+        self.install(next, keys, ring);
         Ok(())
     }
 
-    /// Checks the configuration given at load time; from now on every change is checked.
+    /// Checks the configuration given at load time and loads the ring file if one is named;
+    /// from now on every change is checked.
     pub fn finish_load(&mut self) -> Result<(), String> {
-        let keys = KeySettings::resolve(&self.config)?;
-        self.install(self.config.clone(), keys);
+        let keys = KeySettings::resolve(&self.config.keys)?;
+        let ring = ring_from_file(&self.config)?;
+        self.install(self.config.clone(), keys, ring);
         self.loaded = true;
         Ok(())
     }
 
-    fn install(&mut self, config: KeyConfig, keys: KeySettings) {
+    fn install(&mut self, config: Config, keys: KeySettings, ring: Option<Placement>) {
+        if let Some(placement) = ring {
+            self.rings.set(placement);
+        }
         if keys.layout != self.keys.layout || keys.node_id != self.keys.node_id {
             self.generator.rebase(&self.keys.layout, &keys.layout);
         }
         self.config = config;
         self.keys = keys;
     }
+}
+
+/// The ring of the configured ring file, if one is named.
+fn ring_from_file(config: &Config) -> Result<Option<Placement>, String> {
+    let rc = &config.ring;
+    let algo = Algo::parse(rc.algo.as_bytes()).map_err(|e| format!("ring-algo: {e}"))?;
+    if !rc.hashtag.is_empty() {
+        HashTag::parse(rc.hashtag.as_bytes()).map_err(|e| format!("ring-hashtag: {e}"))?;
+    }
+    if rc.file.is_empty() {
+        return Ok(None);
+    }
+    if algo == Algo::Cluster {
+        return Err(
+            "ring-algo cluster takes no ring file: the live cluster's slot map is the ring".into(),
+        );
+    }
+    let content =
+        std::fs::read(&rc.file).map_err(|e| format!("cannot read ring file {}: {e}", rc.file))?;
+    let hashtag = (!rc.hashtag.is_empty()).then_some(rc.hashtag.as_bytes());
+    let spec = RingSpec::from_file(rc.algo.as_bytes(), hashtag, &rc.file, &content)
+        .map_err(|e| e.to_string())?;
+    Placement::build(spec).map(Some).map_err(|e| e.to_string())
 }

@@ -11,6 +11,8 @@ pub mod error;
 pub mod genkey;
 pub mod registry;
 pub mod reply;
+pub mod ring;
+pub mod whereis;
 
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};

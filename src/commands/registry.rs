@@ -1,4 +1,5 @@
-//! The table of commands and their registration with Redis.
+//! The table of commands and their registration with Redis, container commands (`SHARD.RING`)
+//! with real subcommands (`shard.ring|get`), so that ACL rules can name each one.
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -7,71 +8,137 @@ use redis_module::{raw, Context};
 
 use crate::command_fn;
 
-type Entry =
-    extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+type Entry = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    c_int,
+) -> c_int;
 
-/// One command: its name, entry point, flags and key positions.
-struct CommandSpec {
+/// A command or subcommand: name, entry point and flags. No command of this module declares
+/// key positions: none takes a key of this server's keyspace as such.
+struct Spec {
     name: &'static CStr,
-    entry: Entry,
+    entry: Option<Entry>,
     flags: &'static CStr,
-    first_key: c_int,
-    last_key: c_int,
-    key_step: c_int,
+    subcommands: Vec<Spec>,
 }
 
-fn table() -> Vec<CommandSpec> {
+fn command(name: &'static CStr, entry: Entry, flags: &'static CStr) -> Spec {
+    Spec {
+        name,
+        entry: Some(entry),
+        flags,
+        subcommands: Vec::new(),
+    }
+}
+
+fn container(name: &'static CStr, subcommands: Vec<Spec>) -> Spec {
+    Spec {
+        name,
+        entry: None,
+        flags: c"",
+        subcommands,
+    }
+}
+
+fn table() -> Vec<Spec> {
+    use super::{decode, encode, genkey, ring, whereis};
     vec![
-        CommandSpec {
-            name: c"shard.genkey",
-            entry: command_fn!("shard.genkey", super::genkey::genkey),
-            flags: c"write deny-oom fast",
-            first_key: 0,
-            last_key: 0,
-            key_step: 0,
-        },
-        CommandSpec {
-            name: c"shard.decode",
-            entry: command_fn!("shard.decode", super::decode::decode),
-            flags: c"readonly fast",
-            first_key: 0,
-            last_key: 0,
-            key_step: 0,
-        },
-        CommandSpec {
-            name: c"shard.encode",
-            entry: command_fn!("shard.encode", super::encode::encode),
-            flags: c"readonly fast",
-            first_key: 0,
-            last_key: 0,
-            key_step: 0,
-        },
+        command(
+            c"shard.genkey",
+            command_fn!("shard.genkey", genkey::genkey),
+            c"write deny-oom fast",
+        ),
+        command(
+            c"shard.decode",
+            command_fn!("shard.decode", decode::decode),
+            c"readonly fast",
+        ),
+        command(
+            c"shard.encode",
+            command_fn!("shard.encode", encode::encode),
+            c"readonly fast",
+        ),
+        command(
+            c"shard.whereis",
+            command_fn!("shard.whereis", whereis::whereis),
+            c"readonly fast",
+        ),
+        command(
+            c"shard.locate",
+            command_fn!("shard.locate", whereis::locate),
+            c"readonly fast",
+        ),
+        container(
+            c"shard.ring",
+            vec![
+                command(c"set", command_fn!("shard.ring|set", ring::set), c"admin"),
+                command(
+                    c"get",
+                    command_fn!("shard.ring|get", ring::get),
+                    c"readonly fast",
+                ),
+            ],
+        ),
     ]
 }
 
-/// Registers every command; an error names the command that failed.
+/// Registers every command and subcommand; an error names the one that failed.
 pub fn register_all(ctx: &Context) -> Result<(), String> {
-    // SAFETY: called from OnLoad with the module's context; the API was initialised by then.
-    let create = unsafe { raw::RedisModule_CreateCommand }
-        .ok_or("RedisModule_CreateCommand is not available")?;
+    // SAFETY: called from OnLoad, after the module API was initialised.
+    let (create, get_command, create_sub) = unsafe {
+        (
+            raw::RedisModule_CreateCommand.ok_or("RedisModule_CreateCommand is missing")?,
+            raw::RedisModule_GetCommand.ok_or("RedisModule_GetCommand is missing")?,
+            raw::RedisModule_CreateSubcommand
+                .ok_or("RedisModule_CreateSubcommand is missing: shard needs Redis 7.0 or later")?,
+        )
+    };
+    let ok = raw::REDISMODULE_OK as c_int;
     for spec in table() {
-        // SAFETY: all pointers are valid NUL-terminated strings with 'static lifetime.
+        let name = spec.name.to_string_lossy();
+        // SAFETY: every pointer is a 'static NUL-terminated string or a valid entry point.
         let status = unsafe {
             create(
                 ctx.ctx,
                 spec.name.as_ptr(),
-                Some(spec.entry),
+                spec.entry,
                 spec.flags.as_ptr(),
-                spec.first_key,
-                spec.last_key,
-                spec.key_step,
+                0,
+                0,
+                0,
             )
         };
-        if status != raw::REDISMODULE_OK as c_int {
-            return Err(format!(
-                "failed to create command {}",
-                spec.name.to_string_lossy()
-            ));
+        if status != ok {
+            return Err(format!("failed to create command {name}"));
+        }
+        if spec.subcommands.is_empty() {
+            continue;
+        }
+        // SAFETY: the command was just created under this name.
+        let parent = unsafe { get_command(ctx.ctx, spec.name.as_ptr()) };
+        if parent.is_null() {
+            return Err(format!("failed to find command {name}"));
+        }
+        for sub in spec.subcommands {
+            // SAFETY: parent is a live command of this module; strings are 'static.
+            let status = unsafe {
+                create_sub(
+                    parent,
+                    sub.name.as_ptr(),
+                    sub.entry,
+                    sub.flags.as_ptr(),
+                    0,
+                    0,
+                    0,
+                )
+            };
+            if status != ok {
+                return Err(format!(
+                    "failed to create subcommand {name}|{}",
+                    sub.name.to_string_lossy()
+                ));
+            }
         }
     }
     Ok(())

@@ -601,7 +601,12 @@ fn big_ketama_rings_build_fast_and_small() {
         let t = std::time::Instant::now();
         let r = Ring::build(&s).unwrap();
         let took = t.elapsed().as_millis();
-        eprintln!("ketama build, {} nodes: {} ms, {} points", n, took, r.point_count());
+        eprintln!(
+            "ketama build, {} nodes: {} ms, {} points",
+            n,
+            took,
+            r.point_count()
+        );
         let bytes = r.point_count() * std::mem::size_of::<(u32, u32)>();
         assert!(bytes < 16 << 20, "{} bytes", bytes);
         assert!(r.point_count() > 160 * n - 100);

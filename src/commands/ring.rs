@@ -1,0 +1,84 @@
+//! `SHARD.RING SET|GET`: the ring held in module memory.
+
+use redis_module::ContextFlags;
+
+use super::args::is;
+use super::{Call, CmdError, CmdResult};
+use crate::placement::Placement;
+use crate::ring::{Algo, HashTag, RingSpec};
+use crate::state;
+
+/// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [...]`: replaces the ring whole.
+pub fn set(call: &Call) -> CmdResult {
+    let placement = parse_ring(call, "shard.ring|set")?;
+    state::lock().rings.set(placement);
+    call.reply.ok();
+    Ok(())
+}
+
+/// Reads `algo [HASHTAG rule] name host:port weight ...` from argument 2 on, and builds it.
+pub fn parse_ring(call: &Call, command: &str) -> Result<Placement, CmdError> {
+    let args = &call.args;
+    if args.len() < 3 {
+        return Err(CmdError::wrong_arity(command));
+    }
+    let algo = args.get(2);
+    let (hashtag, first_node) = if args.len() > 3 && is(args.get(3), "HASHTAG") {
+        if args.len() < 5 {
+            return Err(CmdError::err(
+                "HASHTAG needs a rule: cluster, jedis, greedy or none",
+            ));
+        }
+        (Some(args.get(4)), 5)
+    } else {
+        (None, 3)
+    };
+    let fields: Vec<&[u8]> = (first_node..args.len()).map(|i| args.get(i)).collect();
+    let spec = RingSpec::from_args(algo, hashtag, &fields).map_err(CmdError::err)?;
+    if spec.algo == Algo::Cluster {
+        if spec.hashtag != HashTag::Cluster {
+            return Err(CmdError::err(
+                "the cluster algo always uses the cluster hash-tag rule",
+            ));
+        }
+        if !spec.nodes.is_empty() {
+            return Err(CmdError::err(
+                "the cluster algo takes no nodes: the live cluster's slot map is the ring",
+            ));
+        }
+        if !call.ctx.get_flags().contains(ContextFlags::CLUSTER) {
+            return Err(CmdError::err(
+                "the cluster algo needs a server started with cluster-enabled yes",
+            ));
+        }
+    }
+    Placement::build(spec).map_err(CmdError::err)
+}
+
+/// `SHARD.RING GET`: algo, hashtag, epoch, digest and nodes of the current ring.
+pub fn get(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.ring|get"));
+    }
+    let st = state::lock();
+    let current = st
+        .rings
+        .current
+        .as_ref()
+        .ok_or_else(super::whereis::no_ring)?;
+    let reply = &call.reply;
+    reply.map(5);
+    reply.field_bulk("algo", current.spec.algo.name().as_bytes());
+    reply.field_bulk("hashtag", current.spec.hashtag.name().as_bytes());
+    reply.field_int("epoch", i64::try_from(st.rings.epoch).unwrap_or(i64::MAX));
+    reply.field_bulk("digest", current.digest.as_bytes());
+    reply.bulk(b"nodes");
+    reply.array(current.spec.nodes.len());
+    for node in &current.spec.nodes {
+        reply.map(3);
+        reply.field_bulk("name", node.name.as_bytes());
+        reply.field_bulk("address", node.address.as_bytes());
+        reply.field_int("weight", i64::from(node.weight));
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! `SHARD.WHEREIS key` and `SHARD.LOCATE key`: which node owns a key.
+
+use std::borrow::Cow;
+
+use super::{Call, CmdError, CmdResult};
+use crate::cluster;
+use crate::placement::Placement;
+use crate::ring::key_slot;
+use crate::state;
+
+/// The error when no ring is set.
+pub fn no_ring() -> CmdError {
+    CmdError::code(
+        "NORING",
+        "no ring is set: use SHARD.RING SET algo name host:port weight [...], or the ring-file configuration",
+    )
+}
+
+/// The owner of `key`: name, address, the hashed part and the deciding point.
+struct Owner<'p, 'k> {
+    name: Cow<'p, str>,
+    address: Cow<'p, str>,
+    hashed: &'k [u8],
+    point: i64,
+}
+
+fn owner<'p, 'k>(
+    call: &Call,
+    placement: &'p Placement,
+    key: &'k [u8],
+) -> Result<Owner<'p, 'k>, CmdError> {
+    match &placement.ring {
+        Some(ring) => {
+            let loc = ring.locate(key);
+            let node = placement
+                .spec
+                .nodes
+                .get(loc.node)
+                .ok_or_else(|| CmdError::err("the ring has no node at the located index"))?;
+            Ok(Owner {
+                name: Cow::Borrowed(&node.name),
+                address: Cow::Borrowed(&node.address),
+                hashed: loc.hashed,
+                point: loc.point,
+            })
+        }
+        None => {
+            let hashed = placement.spec.hashtag.extract(key);
+            let slot = key_slot(key);
+            let node = cluster::owner(call.ctx, slot).map_err(CmdError::err)?;
+            Ok(Owner {
+                name: Cow::Owned(node.id),
+                address: Cow::Owned(node.address),
+                hashed,
+                point: i64::from(slot),
+            })
+        }
+    }
+}
+
+pub fn whereis(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.whereis"));
+    }
+    let key = call.args.get(1);
+    let st = state::lock();
+    let current = st.rings.current.as_ref().ok_or_else(no_ring)?;
+    let found = owner(call, current, key)?;
+    call.reply.bulk(found.name.as_bytes());
+    Ok(())
+}
+
+pub fn locate(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.locate"));
+    }
+    let key = call.args.get(1);
+    let st = state::lock();
+    let current = st.rings.current.as_ref().ok_or_else(no_ring)?;
+    let found = owner(call, current, key)?;
+    let reply = &call.reply;
+    reply.map(4);
+    reply.field_bulk("node", found.name.as_bytes());
+    reply.field_bulk("address", found.address.as_bytes());
+    reply.field_bulk("hashed", found.hashed);
+    reply.field_int("point", found.point);
+    Ok(())
+}
