@@ -13,6 +13,17 @@ use crate::state;
 pub struct Config {
     pub keys: KeyConfig,
     pub ring: RingConfig,
+    /// The user shard authenticates as toward other nodes (MIGRATE); empty for `default`.
+    pub auth_user: String,
+    /// The password shard authenticates with toward other nodes; empty for none.
+    pub auth_password: String,
+}
+
+impl Config {
+    /// The credentials toward other nodes, `(user, password)`, when a password is set.
+    pub fn auth(&self) -> Option<(String, String)> {
+        (!self.auth_password.is_empty()).then(|| (self.auth_user.clone(), self.auth_password.clone()))
+    }
 }
 
 /// Where the ring comes from at load time, and which node this server is.
@@ -133,6 +144,15 @@ pub static SELF: TextConfig = TextConfig {
     set: |c, v| c.ring.self_name = v,
 };
 
+pub static AUTH_USER: TextConfig = TextConfig {
+    get: |c| c.auth_user.clone(),
+    set: |c, v| c.auth_user = v,
+};
+pub static AUTH_PASSWORD: TextConfig = TextConfig {
+    get: |c| c.auth_password.clone(),
+    set: |c, v| c.auth_password = v,
+};
+
 /// Every configuration name, as accepted in `loadmodule` arguments.
 pub const NAMES: &[&str] = &[
     "layout",
@@ -147,6 +167,8 @@ pub const NAMES: &[&str] = &[
     "ring-algo",
     "ring-hashtag",
     "self",
+    "auth-user",
+    "auth-password",
 ];
 
 /// Checks `loadmodule` arguments: name/value pairs of known configurations.

@@ -36,5 +36,21 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .last_tick()
         .map_or(0, |t| keys.layout.time_ms(t));
     raw::add_info_field_long_long(ctx, "high_water_ms", high_water_ms);
+    let rings = &st.rings;
+    raw::add_info_field_long_long(ctx, "ring_epoch", int(rings.epoch));
+    raw::add_info_field_str(ctx, "ring_algo", rings.current.as_ref().map_or("none", |c| c.spec.algo.name()));
+    raw::add_info_field_long_long(ctx, "ring_nodes", rings.current.as_ref().map_or(0, |c| int(c.spec.nodes.len() as u64)));
+    raw::add_info_field_str(ctx, "ring_digest", rings.current.as_ref().map_or("", |c| c.digest.as_str()));
+    raw::add_info_field_long_long(ctx, "resharding_open", i64::from(rings.previous.is_some()));
+    let job = &st.job;
+    raw::add_info_field_str(ctx, "reshard_state", job.state.name());
+    raw::add_info_field_long_long(ctx, "reshard_scanned", int(job.scanned));
+    raw::add_info_field_long_long(ctx, "reshard_copied", int(job.copied()));
+    raw::add_info_field_long_long(ctx, "reshard_skipped", int(job.skipped));
+    raw::add_info_field_long_long(ctx, "reshard_deleted", int(job.deleted()));
+    raw::add_info_field_long_long(ctx, "reshard_failed", int(job.failed));
+    raw::add_info_field_str(ctx, "reshard_last_error", &job.last_error);
+    raw::add_info_field_long_long(ctx, "reshard_passes", int(job.passes));
+    raw::add_info_field_long_long(ctx, "reshard_elapsed_ms", int(job.elapsed_ms));
     Ok(())
 }

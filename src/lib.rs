@@ -10,8 +10,10 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod info;
+pub mod jobs;
 pub mod keys;
 pub mod placement;
+pub mod reshard;
 pub mod ring;
 pub mod state;
 
@@ -86,6 +88,8 @@ redis_module! {
             ["ring-algo", &config::RING_ALGO, "ketama", ConfigurationFlags::DEFAULT, None],
             ["ring-hashtag", &config::RING_HASHTAG, "", ConfigurationFlags::DEFAULT, None],
             ["self", &config::SELF, "", ConfigurationFlags::DEFAULT, None],
+            ["auth-user", &config::AUTH_USER, "", ConfigurationFlags::DEFAULT, None],
+            ["auth-password", &config::AUTH_PASSWORD, "", ConfigurationFlags::SENSITIVE, None],
         ],
         bool: [],
         enum: [],

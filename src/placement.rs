@@ -35,10 +35,84 @@ pub struct RingState {
     pub epoch: u64,
 }
 
+/// Why a ring change was refused.
+pub const RESHARDING_OPEN: &str =
+    "a resharding is open: SHARD.RING COMMIT or SHARD.RING ABORT it first";
+pub const NO_RESHARDING: &str = "no resharding is open: start one with SHARD.RING BEGIN";
+
 impl RingState {
-    /// Replaces the current ring.
-    pub fn set(&mut self, placement: Placement) {
+    /// Replaces the current ring; refused while a resharding is open.
+    pub fn set(&mut self, placement: Placement) -> Result<(), &'static str> {
+        if self.previous.is_some() {
+            return Err(RESHARDING_OPEN);
+        }
         self.current = Some(Arc::new(placement));
         self.epoch += 1;
+        Ok(())
+    }
+
+    /// Opens a resharding: `placement` becomes current, the current ring previous.
+    pub fn begin(&mut self, placement: Placement) -> Result<(), &'static str> {
+        if self.previous.is_some() {
+            return Err(RESHARDING_OPEN);
+        }
+        let Some(current) = self.current.take() else {
+            return Err("no ring is set to reshard from: set one with SHARD.RING SET first");
+        };
+        self.previous = Some(current);
+        self.current = Some(Arc::new(placement));
+        self.epoch += 1;
+        Ok(())
+    }
+
+    /// Closes the resharding, dropping the previous ring.
+    pub fn commit(&mut self) -> Result<(), &'static str> {
+        self.previous.take().ok_or(NO_RESHARDING)?;
+        self.epoch += 1;
+        Ok(())
+    }
+
+    /// Closes the resharding, putting the previous ring back as current.
+    pub fn abort(&mut self) -> Result<(), &'static str> {
+        let previous = self.previous.take().ok_or(NO_RESHARDING)?;
+        self.current = Some(previous);
+        self.epoch += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placement(names: &[&str]) -> Placement {
+        let fields: Vec<String> = names
+            .iter()
+            .flat_map(|n| [n.to_string(), "127.0.0.1:1".into(), "1".into()])
+            .collect();
+        let refs: Vec<&[u8]> = fields.iter().map(|s| s.as_bytes()).collect();
+        Placement::build(RingSpec::from_args(b"ketama", None, &refs).unwrap()).unwrap()
+    }
+
+    fn names(p: &Option<Arc<Placement>>) -> Vec<String> {
+        p.as_ref().map_or(vec![], |p| p.spec.nodes.iter().map(|n| n.name.clone()).collect())
+    }
+
+    #[test]
+    fn begin_commit_abort() {
+        let mut rings = RingState::default();
+        assert_eq!(rings.begin(placement(&["a"])), Err("no ring is set to reshard from: set one with SHARD.RING SET first"));
+        rings.set(placement(&["a"])).unwrap();
+        rings.begin(placement(&["a", "b"])).unwrap();
+        assert_eq!((names(&rings.previous), names(&rings.current)), (vec!["a".to_string()], vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(rings.begin(placement(&["c"])), Err(RESHARDING_OPEN));
+        assert_eq!(rings.set(placement(&["c"])), Err(RESHARDING_OPEN));
+        rings.abort().unwrap();
+        assert_eq!((names(&rings.previous), names(&rings.current)), (vec![], vec!["a".to_string()]));
+        rings.begin(placement(&["a", "b"])).unwrap();
+        rings.commit().unwrap();
+        assert_eq!((names(&rings.previous), names(&rings.current)), (vec![], vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(rings.commit(), Err(NO_RESHARDING));
+        assert_eq!(rings.epoch, 5);
     }
 }

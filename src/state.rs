@@ -10,6 +10,7 @@ use lazy_static::lazy_static;
 use crate::config::Config;
 use crate::keys::{Generator, KeySettings};
 use crate::placement::{Placement, RingState};
+use crate::reshard::Job;
 use crate::ring::{Algo, HashTag, RingSpec};
 
 /// Everything the module keeps between calls.
@@ -21,6 +22,8 @@ pub struct ModuleState {
     pub keys: KeySettings,
     pub generator: Generator,
     pub rings: RingState,
+    /// The last or running resharding job.
+    pub job: Job,
     /// False while Redis applies the configuration at load time: values are only stored then,
     /// and checked together once all are in.
     loaded: bool,
@@ -49,6 +52,9 @@ impl ModuleState {
         }
         let keys = KeySettings::resolve(&next.keys)?;
         let ring = if next.ring.source_differs(&self.config.ring) {
+            if self.rings.previous.is_some() && !next.ring.file.is_empty() {
+                return Err(crate::placement::RESHARDING_OPEN.into());
+            }
             ring_from_file(&next)?
         } else {
             None
@@ -69,7 +75,8 @@ impl ModuleState {
 
     fn install(&mut self, config: Config, keys: KeySettings, ring: Option<Placement>) {
         if let Some(placement) = ring {
-            self.rings.set(placement);
+            // Checked by the caller: a ring file never replaces an open resharding's rings.
+            let _ = self.rings.set(placement);
         }
         if keys.layout != self.keys.layout || keys.node_id != self.keys.node_id {
             self.generator.rebase(&self.keys.layout, &keys.layout);

@@ -10,6 +10,7 @@ pub mod encode;
 pub mod error;
 pub mod genkey;
 pub mod registry;
+pub mod reshard;
 pub mod reply;
 pub mod ring;
 pub mod whereis;

@@ -6,12 +6,61 @@ use super::args::is;
 use super::{Call, CmdError, CmdResult};
 use crate::placement::Placement;
 use crate::ring::{Algo, HashTag, RingSpec};
+use crate::jobs;
 use crate::state;
 
 /// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [...]`: replaces the ring whole.
 pub fn set(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|set")?;
-    state::lock().rings.set(placement);
+    if jobs::running() {
+        return Err(CmdError::err("a resharding job is running: wait for it or SHARD.RESHARD STOP it first"));
+    }
+    state::lock().rings.set(placement).map_err(CmdError::err)?;
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.RING BEGIN algo [HASHTAG rule] name host:port weight [...]`: opens a resharding.
+pub fn begin(call: &Call) -> CmdResult {
+    let placement = parse_ring(call, "shard.ring|begin")?;
+    let current_is_cluster = state::lock().rings.current.as_ref().is_some_and(|c| c.ring.is_none());
+    if placement.ring.is_none() || current_is_cluster {
+        return Err(CmdError::err(
+            "the cluster algo is resharded by Redis Cluster itself (redis-cli --cluster reshard), not by shard",
+        ));
+    }
+    if jobs::running() {
+        return Err(CmdError::err("a resharding job is running: wait for it or SHARD.RESHARD STOP it first"));
+    }
+    state::lock().rings.begin(placement).map_err(CmdError::err)?;
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.RING COMMIT`: drops the previous ring and closes the resharding.
+pub fn commit(call: &Call) -> CmdResult {
+    change(call, "shard.ring|commit", crate::placement::RingState::commit)
+}
+
+/// `SHARD.RING ABORT`: puts the previous ring back as current.
+pub fn abort(call: &Call) -> CmdResult {
+    change(call, "shard.ring|abort", crate::placement::RingState::abort)
+}
+
+fn change(
+    call: &Call,
+    command: &str,
+    apply: fn(&mut crate::placement::RingState) -> Result<(), &'static str>,
+) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity(command));
+    }
+    if jobs::running() {
+        return Err(CmdError::err(
+            "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",
+        ));
+    }
+    apply(&mut state::lock().rings).map_err(CmdError::err)?;
     call.reply.ok();
     Ok(())
 }
@@ -67,18 +116,35 @@ pub fn get(call: &Call) -> CmdResult {
         .as_ref()
         .ok_or_else(super::whereis::no_ring)?;
     let reply = &call.reply;
-    reply.map(5);
+    reply.map(6);
     reply.field_bulk("algo", current.spec.algo.name().as_bytes());
     reply.field_bulk("hashtag", current.spec.hashtag.name().as_bytes());
     reply.field_int("epoch", i64::try_from(st.rings.epoch).unwrap_or(i64::MAX));
     reply.field_bulk("digest", current.digest.as_bytes());
     reply.bulk(b"nodes");
-    reply.array(current.spec.nodes.len());
-    for node in &current.spec.nodes {
+    reply_nodes(call, current);
+    reply.bulk(b"previous");
+    match &st.rings.previous {
+        None => reply.null(),
+        Some(previous) => {
+            reply.map(4);
+            reply.field_bulk("algo", previous.spec.algo.name().as_bytes());
+            reply.field_bulk("hashtag", previous.spec.hashtag.name().as_bytes());
+            reply.field_bulk("digest", previous.digest.as_bytes());
+            reply.bulk(b"nodes");
+            reply_nodes(call, previous);
+        }
+    }
+    Ok(())
+}
+
+fn reply_nodes(call: &Call, placement: &Placement) {
+    let reply = &call.reply;
+    reply.array(placement.spec.nodes.len());
+    for node in &placement.spec.nodes {
         reply.map(3);
         reply.field_bulk("name", node.name.as_bytes());
         reply.field_bulk("address", node.address.as_bytes());
         reply.field_int("weight", i64::from(node.weight));
     }
-    Ok(())
 }

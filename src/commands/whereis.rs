@@ -78,11 +78,17 @@ pub fn locate(call: &Call) -> CmdResult {
     let st = state::lock();
     let current = st.rings.current.as_ref().ok_or_else(no_ring)?;
     let found = owner(call, current, key)?;
+    let previous = match &st.rings.previous {
+        Some(p) => Some(owner(call, p, key)?),
+        None => None,
+    };
     let reply = &call.reply;
-    reply.map(4);
+    reply.map(6);
     reply.field_bulk("node", found.name.as_bytes());
     reply.field_bulk("address", found.address.as_bytes());
     reply.field_bulk("hashed", found.hashed);
     reply.field_int("point", found.point);
+    reply.field_opt("previous_node", previous.as_ref().map(|p| p.name.as_bytes()));
+    reply.field_opt("previous_address", previous.as_ref().map(|p| p.address.as_bytes()));
     Ok(())
 }

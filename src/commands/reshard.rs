@@ -1,0 +1,154 @@
+//! `SHARD.RESHARD COPY|CLEANUP|STATUS|STOP`: the background jobs that move keys between nodes.
+
+use std::sync::Arc;
+
+use super::args::{int_in, is};
+use super::{Call, CmdError, CmdResult};
+use crate::jobs::{self, CopyOptions};
+use crate::placement::Placement;
+use crate::reshard::{is_member, JobKind};
+use crate::state::{self, ModuleState};
+
+const DEFAULT_BATCH: i64 = 100;
+const DEFAULT_TIMEOUT_MS: i64 = 1000;
+
+/// `SHARD.RESHARD COPY [BATCH n] [TIMEOUT ms] [REPLACE]`.
+pub fn copy(call: &Call) -> CmdResult {
+    let mut options = CopyOptions {
+        batch: DEFAULT_BATCH as usize,
+        timeout_ms: DEFAULT_TIMEOUT_MS as u64,
+        replace: false,
+        auth: None,
+    };
+    let mut cursor = call.args.cursor(2);
+    while let Some(arg) = cursor.next_arg() {
+        if is(arg, "BATCH") {
+            options.batch = int_in(cursor.value_of("BATCH")?, "BATCH", 1, 10_000)?.unsigned_abs() as usize;
+        } else if is(arg, "TIMEOUT") {
+            options.timeout_ms = int_in(cursor.value_of("TIMEOUT")?, "TIMEOUT", 1, 600_000)?.unsigned_abs();
+        } else if is(arg, "REPLACE") {
+            options.replace = true;
+        } else {
+            return Err(CmdError::unknown_option("shard.reshard|copy", arg));
+        }
+    }
+    let (ring, self_name) = {
+        let st = state::lock();
+        let (ring, self_name) = job_inputs(&st)?;
+        let in_previous = st
+            .rings
+            .previous
+            .as_ref()
+            .and_then(|p| p.ring.as_ref())
+            .is_some_and(|r| is_member(r, &self_name));
+        let in_current = ring.ring.as_ref().is_some_and(|r| is_member(r, &self_name));
+        if !in_current && !in_previous {
+            return Err(CmdError::err(format!(
+                "self '{self_name}' names no node of the current or previous ring: CONFIG SET shard.self to this server's node name"
+            )));
+        }
+        options.auth = st.config.auth();
+        (ring, self_name)
+    };
+    jobs::start(call.ctx, JobKind::Copy, ring, self_name, options);
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.RESHARD CLEANUP [BATCH n]`: deletes local keys this node does not own.
+pub fn cleanup(call: &Call) -> CmdResult {
+    let mut batch = DEFAULT_BATCH;
+    let mut cursor = call.args.cursor(2);
+    while let Some(arg) = cursor.next_arg() {
+        if is(arg, "BATCH") {
+            batch = int_in(cursor.value_of("BATCH")?, "BATCH", 1, 10_000)?;
+        } else {
+            return Err(CmdError::unknown_option("shard.reshard|cleanup", arg));
+        }
+    }
+    let (ring, self_name) = {
+        let st = state::lock();
+        if st.rings.previous.is_some() {
+            return Err(CmdError::err(
+                "a resharding is open: SHARD.RING COMMIT it before CLEANUP (keys are still read from the previous owner)",
+            ));
+        }
+        let (ring, self_name) = job_inputs(&st)?;
+        if !ring.ring.as_ref().is_some_and(|r| is_member(r, &self_name)) {
+            return Err(CmdError::err(format!(
+                "self '{self_name}' names no node of the ring: cleanup would delete every key; set shard.self to this server's node name"
+            )));
+        }
+        (ring, self_name)
+    };
+    let options = CopyOptions {
+        batch: batch.unsigned_abs() as usize,
+        timeout_ms: 0,
+        replace: false,
+        auth: None,
+    };
+    jobs::start(call.ctx, JobKind::Cleanup, ring, self_name, options);
+    call.reply.ok();
+    Ok(())
+}
+
+/// The ring and the `self` name a job needs, or why it cannot start.
+fn job_inputs(st: &ModuleState) -> Result<(Arc<Placement>, String), CmdError> {
+    if jobs::running() {
+        return Err(CmdError::err(
+            "a resharding job is already running: see SHARD.RESHARD STATUS, or SHARD.RESHARD STOP it",
+        ));
+    }
+    let ring = st.rings.current.clone().ok_or_else(super::whereis::no_ring)?;
+    if ring.ring.is_none() {
+        return Err(CmdError::err("the cluster algo is resharded by Redis Cluster itself, not by shard"));
+    }
+    let self_name = st.config.ring.self_name.clone();
+    if self_name.is_empty() {
+        return Err(CmdError::err(
+            "self is not set: CONFIG SET shard.self to this server's node name in the ring",
+        ));
+    }
+    Ok((ring, self_name))
+}
+
+/// `SHARD.RESHARD STATUS`: the state and counters of the last or running job.
+pub fn status(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.reshard|status"));
+    }
+    let st = state::lock();
+    let job = &st.job;
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let reply = &call.reply;
+    reply.map(10);
+    reply.field_bulk("state", job.state.name().as_bytes());
+    reply.field_opt(
+        "job",
+        job.kind.map(|k| match k {
+            JobKind::Copy => b"copy".as_slice(),
+            JobKind::Cleanup => b"cleanup".as_slice(),
+        }),
+    );
+    reply.field_int("scanned", int(job.scanned));
+    reply.field_int("copied", int(job.copied()));
+    reply.field_int("skipped", int(job.skipped));
+    reply.field_int("deleted", int(job.deleted()));
+    reply.field_int("failed", int(job.failed));
+    reply.field_bulk("last_error", job.last_error.as_bytes());
+    reply.field_int("passes", int(job.passes));
+    reply.field_int("elapsed_ms", int(job.elapsed_ms));
+    Ok(())
+}
+
+/// `SHARD.RESHARD STOP`: stops the running job after its current batch.
+pub fn stop(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.reshard|stop"));
+    }
+    if !jobs::request_stop() {
+        return Err(CmdError::err("no resharding job is running"));
+    }
+    call.reply.ok();
+    Ok(())
+}

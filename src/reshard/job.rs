@@ -1,0 +1,208 @@
+//! The bookkeeping of a background copy or cleanup: state, counters, passes.
+
+use std::fmt;
+
+/// What a job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    Copy,
+    Cleanup,
+}
+
+/// Where a job stands (`SHARD.RESHARD STATUS`'s `state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JobState {
+    /// No job has run, or the last one was stopped.
+    #[default]
+    Idle,
+    Copying,
+    Cleaning,
+    /// The last job finished with nothing failed.
+    Done,
+    /// The last job finished and some keys failed (they stay here; run COPY again).
+    Failed,
+}
+
+impl JobState {
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Idle => "idle",
+            JobState::Copying => "copying",
+            JobState::Cleaning => "cleaning",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+        }
+    }
+
+    pub fn is_running(self) -> bool {
+        matches!(self, JobState::Copying | JobState::Cleaning)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The result of handling one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Copied to its owner (or deleted, in a cleanup).
+    Moved,
+    /// Already at the destination: left alone there.
+    Skipped,
+    /// Stays here: this node owns it, or it vanished before it was handled.
+    Kept,
+    /// Could not be copied; the reason.
+    Failed(String),
+}
+
+/// A job's state and counters; the same figures show in `INFO shard`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Job {
+    pub state: JobState,
+    pub kind: Option<JobKind>,
+    pub scanned: u64,
+    /// Keys copied (a copy) or deleted (a cleanup).
+    pub moved: u64,
+    pub skipped: u64,
+    pub failed: u64,
+    pub last_error: String,
+    pub passes: u64,
+    pub elapsed_ms: u64,
+    /// Keys moved in the pass under way.
+    pass_moved: u64,
+    /// Set by STOP: the job ends after its current batch.
+    stop_requested: bool,
+}
+
+/// What the runner does after a pass over the keyspace ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterPass {
+    Again,
+    Finished,
+}
+
+impl Job {
+    /// A new job of `kind`, replacing whatever finished before.
+    pub fn start(kind: JobKind) -> Job {
+        Job {
+            state: match kind {
+                JobKind::Copy => JobState::Copying,
+                JobKind::Cleanup => JobState::Cleaning,
+            },
+            kind: Some(kind),
+            passes: 1,
+            ..Job::default()
+        }
+    }
+
+    pub fn record(&mut self, outcome: Outcome) {
+        self.scanned += 1;
+        match outcome {
+            Outcome::Moved => {
+                self.moved += 1;
+                self.pass_moved += 1;
+            }
+            Outcome::Skipped => self.skipped += 1,
+            Outcome::Kept => {}
+            Outcome::Failed(reason) => {
+                self.failed += 1;
+                self.last_error = reason;
+            }
+        }
+    }
+
+    /// Ends a pass. A copy repeats until a pass copies nothing (keys written meanwhile are
+    /// picked up); a cleanup needs one pass.
+    pub fn end_pass(&mut self) -> AfterPass {
+        let again = self.kind == Some(JobKind::Copy) && self.pass_moved > 0;
+        self.pass_moved = 0;
+        if again && !self.stop_requested {
+            self.passes += 1;
+            AfterPass::Again
+        } else {
+            self.finish();
+            AfterPass::Finished
+        }
+    }
+
+    /// Keys copied, when the job is a copy.
+    pub fn copied(&self) -> u64 {
+        if self.kind == Some(JobKind::Copy) {
+            self.moved
+        } else {
+            0
+        }
+    }
+
+    /// Keys deleted, when the job is a cleanup.
+    pub fn deleted(&self) -> u64 {
+        if self.kind == Some(JobKind::Cleanup) {
+            self.moved
+        } else {
+            0
+        }
+    }
+
+    /// Asks the job to stop after its current batch.
+    pub fn request_stop(&mut self) {
+        self.stop_requested = true;
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.stop_requested
+    }
+
+    /// Ends the job: stopped jobs go back to idle, finished ones report done or failed.
+    pub fn finish(&mut self) {
+        self.state = if self.stop_requested {
+            JobState::Idle
+        } else if self.failed > 0 {
+            JobState::Failed
+        } else {
+            JobState::Done
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_repeats_until_a_pass_copies_nothing() {
+        let mut job = Job::start(JobKind::Copy);
+        assert_eq!(job.state, JobState::Copying);
+        job.record(Outcome::Moved);
+        job.record(Outcome::Kept);
+        assert_eq!(job.end_pass(), AfterPass::Again);
+        job.record(Outcome::Skipped);
+        assert_eq!(job.end_pass(), AfterPass::Finished);
+        assert_eq!((job.state, job.scanned, job.moved, job.skipped, job.passes), (JobState::Done, 3, 1, 1, 2));
+    }
+
+    #[test]
+    fn failures_end_in_failed_with_the_last_error() {
+        let mut job = Job::start(JobKind::Copy);
+        job.record(Outcome::Failed("IOERR a".into()));
+        job.record(Outcome::Failed("IOERR b".into()));
+        assert_eq!(job.end_pass(), AfterPass::Finished);
+        assert_eq!((job.state, job.failed, job.last_error.as_str()), (JobState::Failed, 2, "IOERR b"));
+    }
+
+    #[test]
+    fn stop_and_cleanup() {
+        let mut job = Job::start(JobKind::Copy);
+        job.record(Outcome::Moved);
+        job.request_stop();
+        assert_eq!(job.end_pass(), AfterPass::Finished);
+        assert_eq!(job.state, JobState::Idle);
+        let mut clean = Job::start(JobKind::Cleanup);
+        assert!(clean.state.is_running());
+        clean.record(Outcome::Moved);
+        assert_eq!(clean.end_pass(), AfterPass::Finished);
+        assert_eq!(clean.state, JobState::Done);
+    }
+}
