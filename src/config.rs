@@ -22,7 +22,8 @@ pub struct Config {
 impl Config {
     /// The credentials toward other nodes, `(user, password)`, when a password is set.
     pub fn auth(&self) -> Option<(String, String)> {
-        (!self.auth_password.is_empty()).then(|| (self.auth_user.clone(), self.auth_password.clone()))
+        (!self.auth_password.is_empty())
+            .then(|| (self.auth_user.clone(), self.auth_password.clone()))
     }
 }
 

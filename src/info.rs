@@ -38,9 +38,27 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_long_long(ctx, "high_water_ms", high_water_ms);
     let rings = &st.rings;
     raw::add_info_field_long_long(ctx, "ring_epoch", int(rings.epoch));
-    raw::add_info_field_str(ctx, "ring_algo", rings.current.as_ref().map_or("none", |c| c.spec.algo.name()));
-    raw::add_info_field_long_long(ctx, "ring_nodes", rings.current.as_ref().map_or(0, |c| int(c.spec.nodes.len() as u64)));
-    raw::add_info_field_str(ctx, "ring_digest", rings.current.as_ref().map_or("", |c| c.digest.as_str()));
+    raw::add_info_field_str(
+        ctx,
+        "ring_algo",
+        rings
+            .current
+            .as_ref()
+            .map_or("none", |c| c.spec.algo.name()),
+    );
+    raw::add_info_field_long_long(
+        ctx,
+        "ring_nodes",
+        rings
+            .current
+            .as_ref()
+            .map_or(0, |c| int(c.spec.nodes.len() as u64)),
+    );
+    raw::add_info_field_str(
+        ctx,
+        "ring_digest",
+        rings.current.as_ref().map_or("", |c| c.digest.as_str()),
+    );
     raw::add_info_field_long_long(ctx, "resharding_open", i64::from(rings.previous.is_some()));
     let job = &st.job;
     raw::add_info_field_str(ctx, "reshard_state", job.state.name());

@@ -56,7 +56,13 @@ pub fn running() -> bool {
 
 /// Starts a job in the background; the caller checked that none runs and that the ring and
 /// `self` allow it.
-pub fn start(ctx: &Context, kind: JobKind, ring: Arc<Placement>, self_name: String, options: CopyOptions) {
+pub fn start(
+    ctx: &Context,
+    kind: JobKind,
+    ring: Arc<Placement>,
+    self_name: String,
+    options: CopyOptions,
+) {
     state::lock().job = Job::start(kind);
     let replace_now = options.replace;
     RUNNER.with(|r| {
@@ -196,7 +202,14 @@ impl Runner {
         }
         let port = target.port.to_string();
         let timeout = self.options.timeout_ms.to_string();
-        let mut args: Vec<&[u8]> = vec![target.host.as_bytes(), port.as_bytes(), key, b"0", timeout.as_bytes(), b"COPY"];
+        let mut args: Vec<&[u8]> = vec![
+            target.host.as_bytes(),
+            port.as_bytes(),
+            key,
+            b"0",
+            timeout.as_bytes(),
+            b"COPY",
+        ];
         if self.replace_now {
             args.push(b"REPLACE");
         }
@@ -229,10 +242,16 @@ fn cleanup(ctx: &Context, ring: &Ring, self_name: &str, key: &[u8]) -> Outcome {
     if !crate::reshard::cleanup_deletes(ring, self_name, key) {
         return Outcome::Kept;
     }
-    let options = CallOptionsBuilder::new().replicate().errors_as_replies().build();
+    let options = CallOptionsBuilder::new()
+        .replicate()
+        .errors_as_replies()
+        .build();
     let result: CallResult = ctx.call_ext("UNLINK", &options, &[key]);
     match result {
         Ok(_) => Outcome::Moved,
-        Err(e) => Outcome::Failed(format!("UNLINK failed: {}", e.to_utf8_string().unwrap_or_default())),
+        Err(e) => Outcome::Failed(format!(
+            "UNLINK failed: {}",
+            e.to_utf8_string().unwrap_or_default()
+        )),
     }
 }

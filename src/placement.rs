@@ -95,23 +95,40 @@ mod tests {
     }
 
     fn names(p: &Option<Arc<Placement>>) -> Vec<String> {
-        p.as_ref().map_or(vec![], |p| p.spec.nodes.iter().map(|n| n.name.clone()).collect())
+        p.as_ref().map_or(vec![], |p| {
+            p.spec.nodes.iter().map(|n| n.name.clone()).collect()
+        })
     }
 
     #[test]
     fn begin_commit_abort() {
         let mut rings = RingState::default();
-        assert_eq!(rings.begin(placement(&["a"])), Err("no ring is set to reshard from: set one with SHARD.RING SET first"));
+        assert_eq!(
+            rings.begin(placement(&["a"])),
+            Err("no ring is set to reshard from: set one with SHARD.RING SET first")
+        );
         rings.set(placement(&["a"])).unwrap();
         rings.begin(placement(&["a", "b"])).unwrap();
-        assert_eq!((names(&rings.previous), names(&rings.current)), (vec!["a".to_string()], vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(
+            (names(&rings.previous), names(&rings.current)),
+            (
+                vec!["a".to_string()],
+                vec!["a".to_string(), "b".to_string()]
+            )
+        );
         assert_eq!(rings.begin(placement(&["c"])), Err(RESHARDING_OPEN));
         assert_eq!(rings.set(placement(&["c"])), Err(RESHARDING_OPEN));
         rings.abort().unwrap();
-        assert_eq!((names(&rings.previous), names(&rings.current)), (vec![], vec!["a".to_string()]));
+        assert_eq!(
+            (names(&rings.previous), names(&rings.current)),
+            (vec![], vec!["a".to_string()])
+        );
         rings.begin(placement(&["a", "b"])).unwrap();
         rings.commit().unwrap();
-        assert_eq!((names(&rings.previous), names(&rings.current)), (vec![], vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(
+            (names(&rings.previous), names(&rings.current)),
+            (vec![], vec!["a".to_string(), "b".to_string()])
+        );
         assert_eq!(rings.commit(), Err(NO_RESHARDING));
         assert_eq!(rings.epoch, 5);
     }

@@ -33,12 +33,15 @@ class ServerFailed(Exception):
 class RedisServer:
     """One redis-server with the module, started by `start()` and stopped by `stop()`."""
 
-    def __init__(self, workdir, module_args=(), config=(), env=None):
+    def __init__(self, workdir, module_args=(), config=(), env=None, password=None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.module_args = [str(a) for a in module_args]
         self.config = list(config)
         self.env = env
+        self.password = password
+        if password:
+            self.config.append(("requirepass", password))
         self.port = None
         self.proc = None
         self.logfile = self.workdir / "redis.log"
@@ -79,6 +82,7 @@ class RedisServer:
 
     def client(self, protocol=2, **kwargs):
         kwargs.setdefault("socket_timeout", 30)
+        kwargs.setdefault("password", self.password)
         return redis.Redis(host="127.0.0.1", port=self.port, protocol=protocol, **kwargs)
 
     def log(self):
@@ -108,8 +112,8 @@ def server_factory(tmp_path):
     """Starts servers on demand: `server_factory(module_args=..., config=...)`."""
     servers = []
 
-    def make(module_args=(), config=(), start=True, env=None):
-        s = RedisServer(tmp_path / f"server{len(servers)}", module_args, config, env)
+    def make(module_args=(), config=(), start=True, env=None, password=None):
+        s = RedisServer(tmp_path / f"server{len(servers)}", module_args, config, env, password)
         servers.append(s)
         return s.start() if start else s
 

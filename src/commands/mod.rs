@@ -10,8 +10,8 @@ pub mod encode;
 pub mod error;
 pub mod genkey;
 pub mod registry;
-pub mod reshard;
 pub mod reply;
+pub mod reshard;
 pub mod ring;
 pub mod whereis;
 

@@ -73,19 +73,51 @@ fn table() -> Vec<Spec> {
             c"shard.ring",
             vec![
                 command(c"set", command_fn!("shard.ring|set", ring::set), c"admin"),
-                command(c"get", command_fn!("shard.ring|get", ring::get), c"readonly fast"),
-                command(c"begin", command_fn!("shard.ring|begin", ring::begin), c"admin"),
-                command(c"commit", command_fn!("shard.ring|commit", ring::commit), c"admin"),
-                command(c"abort", command_fn!("shard.ring|abort", ring::abort), c"admin"),
+                command(
+                    c"get",
+                    command_fn!("shard.ring|get", ring::get),
+                    c"readonly fast",
+                ),
+                command(
+                    c"begin",
+                    command_fn!("shard.ring|begin", ring::begin),
+                    c"admin",
+                ),
+                command(
+                    c"commit",
+                    command_fn!("shard.ring|commit", ring::commit),
+                    c"admin",
+                ),
+                command(
+                    c"abort",
+                    command_fn!("shard.ring|abort", ring::abort),
+                    c"admin",
+                ),
             ],
         ),
         container(
             c"shard.reshard",
             vec![
-                command(c"copy", command_fn!("shard.reshard|copy", reshard::copy), c"admin"),
-                command(c"cleanup", command_fn!("shard.reshard|cleanup", reshard::cleanup), c"admin write"),
-                command(c"status", command_fn!("shard.reshard|status", reshard::status), c"readonly fast"),
-                command(c"stop", command_fn!("shard.reshard|stop", reshard::stop), c"admin"),
+                command(
+                    c"copy",
+                    command_fn!("shard.reshard|copy", reshard::copy),
+                    c"admin",
+                ),
+                command(
+                    c"cleanup",
+                    command_fn!("shard.reshard|cleanup", reshard::cleanup),
+                    c"admin write",
+                ),
+                command(
+                    c"status",
+                    command_fn!("shard.reshard|status", reshard::status),
+                    c"readonly fast",
+                ),
+                command(
+                    c"stop",
+                    command_fn!("shard.reshard|stop", reshard::stop),
+                    c"admin",
+                ),
             ],
         ),
     ]

@@ -23,9 +23,11 @@ pub fn copy(call: &Call) -> CmdResult {
     let mut cursor = call.args.cursor(2);
     while let Some(arg) = cursor.next_arg() {
         if is(arg, "BATCH") {
-            options.batch = int_in(cursor.value_of("BATCH")?, "BATCH", 1, 10_000)?.unsigned_abs() as usize;
+            options.batch =
+                int_in(cursor.value_of("BATCH")?, "BATCH", 1, 10_000)?.unsigned_abs() as usize;
         } else if is(arg, "TIMEOUT") {
-            options.timeout_ms = int_in(cursor.value_of("TIMEOUT")?, "TIMEOUT", 1, 600_000)?.unsigned_abs();
+            options.timeout_ms =
+                int_in(cursor.value_of("TIMEOUT")?, "TIMEOUT", 1, 600_000)?.unsigned_abs();
         } else if is(arg, "REPLACE") {
             options.replace = true;
         } else {
@@ -99,9 +101,15 @@ fn job_inputs(st: &ModuleState) -> Result<(Arc<Placement>, String), CmdError> {
             "a resharding job is already running: see SHARD.RESHARD STATUS, or SHARD.RESHARD STOP it",
         ));
     }
-    let ring = st.rings.current.clone().ok_or_else(super::whereis::no_ring)?;
+    let ring = st
+        .rings
+        .current
+        .clone()
+        .ok_or_else(super::whereis::no_ring)?;
     if ring.ring.is_none() {
-        return Err(CmdError::err("the cluster algo is resharded by Redis Cluster itself, not by shard"));
+        return Err(CmdError::err(
+            "the cluster algo is resharded by Redis Cluster itself, not by shard",
+        ));
     }
     let self_name = st.config.ring.self_name.clone();
     if self_name.is_empty() {

@@ -4,16 +4,18 @@ use redis_module::ContextFlags;
 
 use super::args::is;
 use super::{Call, CmdError, CmdResult};
+use crate::jobs;
 use crate::placement::Placement;
 use crate::ring::{Algo, HashTag, RingSpec};
-use crate::jobs;
 use crate::state;
 
 /// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [...]`: replaces the ring whole.
 pub fn set(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|set")?;
     if jobs::running() {
-        return Err(CmdError::err("a resharding job is running: wait for it or SHARD.RESHARD STOP it first"));
+        return Err(CmdError::err(
+            "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",
+        ));
     }
     state::lock().rings.set(placement).map_err(CmdError::err)?;
     call.reply.ok();
@@ -23,23 +25,36 @@ pub fn set(call: &Call) -> CmdResult {
 /// `SHARD.RING BEGIN algo [HASHTAG rule] name host:port weight [...]`: opens a resharding.
 pub fn begin(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|begin")?;
-    let current_is_cluster = state::lock().rings.current.as_ref().is_some_and(|c| c.ring.is_none());
+    let current_is_cluster = state::lock()
+        .rings
+        .current
+        .as_ref()
+        .is_some_and(|c| c.ring.is_none());
     if placement.ring.is_none() || current_is_cluster {
         return Err(CmdError::err(
             "the cluster algo is resharded by Redis Cluster itself (redis-cli --cluster reshard), not by shard",
         ));
     }
     if jobs::running() {
-        return Err(CmdError::err("a resharding job is running: wait for it or SHARD.RESHARD STOP it first"));
+        return Err(CmdError::err(
+            "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",
+        ));
     }
-    state::lock().rings.begin(placement).map_err(CmdError::err)?;
+    state::lock()
+        .rings
+        .begin(placement)
+        .map_err(CmdError::err)?;
     call.reply.ok();
     Ok(())
 }
 
 /// `SHARD.RING COMMIT`: drops the previous ring and closes the resharding.
 pub fn commit(call: &Call) -> CmdResult {
-    change(call, "shard.ring|commit", crate::placement::RingState::commit)
+    change(
+        call,
+        "shard.ring|commit",
+        crate::placement::RingState::commit,
+    )
 }
 
 /// `SHARD.RING ABORT`: puts the previous ring back as current.

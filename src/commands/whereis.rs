@@ -88,7 +88,13 @@ pub fn locate(call: &Call) -> CmdResult {
     reply.field_bulk("address", found.address.as_bytes());
     reply.field_bulk("hashed", found.hashed);
     reply.field_int("point", found.point);
-    reply.field_opt("previous_node", previous.as_ref().map(|p| p.name.as_bytes()));
-    reply.field_opt("previous_address", previous.as_ref().map(|p| p.address.as_bytes()));
+    reply.field_opt(
+        "previous_node",
+        previous.as_ref().map(|p| p.name.as_bytes()),
+    );
+    reply.field_opt(
+        "previous_address",
+        previous.as_ref().map(|p| p.address.as_bytes()),
+    );
     Ok(())
 }

@@ -180,7 +180,10 @@ mod tests {
         assert_eq!(job.end_pass(), AfterPass::Again);
         job.record(Outcome::Skipped);
         assert_eq!(job.end_pass(), AfterPass::Finished);
-        assert_eq!((job.state, job.scanned, job.moved, job.skipped, job.passes), (JobState::Done, 3, 1, 1, 2));
+        assert_eq!(
+            (job.state, job.scanned, job.moved, job.skipped, job.passes),
+            (JobState::Done, 3, 1, 1, 2)
+        );
     }
 
     #[test]
@@ -189,7 +192,10 @@ mod tests {
         job.record(Outcome::Failed("IOERR a".into()));
         job.record(Outcome::Failed("IOERR b".into()));
         assert_eq!(job.end_pass(), AfterPass::Finished);
-        assert_eq!((job.state, job.failed, job.last_error.as_str()), (JobState::Failed, 2, "IOERR b"));
+        assert_eq!(
+            (job.state, job.failed, job.last_error.as_str()),
+            (JobState::Failed, 2, "IOERR b")
+        );
     }
 
     #[test]

@@ -48,9 +48,15 @@ mod tests {
                     moved += 1;
                 }
             }
-            assert_eq!(cleanup_deletes(&after, old, key.as_bytes()), copy_target(&after, old, key.as_bytes()).is_some());
+            assert_eq!(
+                cleanup_deletes(&after, old, key.as_bytes()),
+                copy_target(&after, old, key.as_bytes()).is_some()
+            );
         }
-        assert!((1500..3500).contains(&moved), "about a quarter moves, got {moved}");
+        assert!(
+            (1500..3500).contains(&moved),
+            "about a quarter moves, got {moved}"
+        );
     }
 
     #[test]

@@ -50,7 +50,8 @@ impl SlotMap {
 ///     assign first..=last; first = last + 1; cursor += slots_per_node;
 /// ```
 ///
-/// Node i's share is `(float)(16384 * w_i) / (float) W` in single precision. Both operands are
+/// (This code clamps `last` at 16383, where redis-cli tests `> 16384`; no equal split reaches
+/// either.) Node i's share is `(float)(16384 * w_i) / (float) W` in single precision. Both operands are
 /// exact in an f32 (below 2^24), so with equal weights the correctly rounded quotient is
 /// bit-for-bit redis-cli's `16384 / (float) N`, and so is every later step.
 pub(crate) fn build(spec: &RingSpec) -> Result<SlotMap, RingError> {

@@ -18,8 +18,9 @@
 //
 // Known differences from uhashring 2.5 (and from `shard`, which follows uhashring):
 // - points per node: hashring uses Math.floor(w / W * 40 * N) in floating point, uhashring the
-//   integer floor(40 * N * w / W); they differ when the float lands just under an integer,
-//   e.g. 7 nodes of equal weight (39 hashes each instead of 40), 9 nodes with weights 1:2 ...;
+//   integer floor(40 * N * w / W); they differ when the float lands just under an integer:
+//   equal weights with N = 7, 14, 28, 49, 56, 98, 103, 112, ... nodes (39 hashes each instead
+//   of 40), or e.g. 3 nodes weighted 53:6:1 (105 hashes instead of 106 for the first);
 // - a key whose hash equals a point exactly: hashring picks that point (first point >= hash),
 //   uhashring the next one (first point > hash);
 // - two nodes with an equal point: hashring keeps the earlier node, uhashring the later;
