@@ -31,10 +31,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_long_long(ctx, "genkey_refused", int(stats.refused));
     raw::add_info_field_long_long(ctx, "drift_ms", st.generator.drift_ms(&keys.layout, now));
     raw::add_info_field_long_long(ctx, "max_drift_ms", keys.max_drift_ms);
-    let high_water_ms = st
-        .generator
-        .last_tick()
-        .map_or(0, |t| keys.layout.time_ms(t));
+    let high_water_ms = st.generator.high_water_ms(&keys.layout).unwrap_or(0);
     raw::add_info_field_long_long(ctx, "high_water_ms", high_water_ms);
     let rings = &st.rings;
     raw::add_info_field_long_long(ctx, "ring_epoch", int(rings.epoch));

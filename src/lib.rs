@@ -9,14 +9,17 @@ pub mod clock;
 pub mod cluster;
 pub mod commands;
 pub mod config;
+pub mod durability;
 pub mod info;
 pub mod jobs;
 pub mod keys;
+pub mod persist;
 pub mod placement;
 pub mod reshard;
 pub mod ring;
 pub mod state;
 
+use durability::SHARD_AUX;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
@@ -69,7 +72,7 @@ redis_module! {
     name: "shard",
     version: 1,
     allocator: (ModuleAlloc, MODULE_ALLOC),
-    data_types: [],
+    data_types: [SHARD_AUX],
     init: init,
     commands: [],
     configurations: [

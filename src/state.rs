@@ -3,12 +3,13 @@
 //! Redis calls commands, configuration callbacks and INFO on its main thread; the state sits
 //! behind a mutex that is never contended and survives a caught panic (no poisoning).
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use lazy_static::lazy_static;
 
 use crate::config::Config;
 use crate::keys::{Generator, KeySettings};
+use crate::persist::Persisted;
 use crate::placement::{Placement, RingState};
 use crate::reshard::Job;
 use crate::ring::{Algo, HashTag, RingSpec};
@@ -83,6 +84,40 @@ impl ModuleState {
         }
         self.config = config;
         self.keys = keys;
+    }
+}
+
+impl ModuleState {
+    /// What survives a restart: the high-water mark and the rings.
+    pub fn snapshot(&self) -> Persisted {
+        Persisted {
+            high_water_ms: self.generator.high_water_ms(&self.keys.layout),
+            ring_epoch: self.rings.epoch,
+            current: self.rings.current.as_ref().map(|p| p.spec.clone()),
+            previous: self.rings.previous.as_ref().map(|p| p.spec.clone()),
+        }
+    }
+
+    /// Takes the persisted state (an RDB at start, or a master's at a full sync): the
+    /// generator moves past the stored high-water mark, the rings are replaced.
+    pub fn restore(&mut self, persisted: Persisted) -> Result<(), String> {
+        let build = |spec: Option<RingSpec>| -> Result<Option<Arc<Placement>>, String> {
+            spec.map(|s| Placement::build(s).map(Arc::new).map_err(|e| e.to_string()))
+                .transpose()
+        };
+        let current = build(persisted.current)?;
+        let previous = build(persisted.previous)?;
+        if let Some(ms) = persisted.high_water_ms {
+            self.generator.advance_past_ms(&self.keys.layout, ms);
+        }
+        if current.is_some() {
+            self.rings = RingState {
+                current,
+                previous,
+                epoch: persisted.ring_epoch.max(self.rings.epoch),
+            };
+        }
+        Ok(())
     }
 }
 

@@ -3,6 +3,7 @@
 use super::args::{int_in, is};
 use super::{Call, CmdError, CmdResult};
 use crate::clock;
+use crate::durability;
 use crate::keys::{codec, Request};
 use crate::state;
 
@@ -50,6 +51,9 @@ pub fn genkey(call: &Call) -> CmdResult {
         .generator
         .reserve(&keys.layout, &keys.shape, &request)
         .map_err(CmdError::err)?;
+    if let Some(high_water) = st.generator.high_water_ms(&keys.layout) {
+        durability::propagate_high_water(call, high_water);
+    }
 
     if count.is_some() {
         call.reply.array(batch.len());

@@ -69,6 +69,11 @@ fn table() -> Vec<Spec> {
             command_fn!("shard.locate", whereis::locate),
             c"readonly fast",
         ),
+        command(
+            c"shard.advance",
+            command_fn!("shard.advance", crate::durability::advance),
+            c"write",
+        ),
         container(
             c"shard.ring",
             vec![

@@ -18,6 +18,7 @@ pub fn set(call: &Call) -> CmdResult {
         ));
     }
     state::lock().rings.set(placement).map_err(CmdError::err)?;
+    call.ctx.replicate_verbatim();
     call.reply.ok();
     Ok(())
 }
@@ -44,6 +45,7 @@ pub fn begin(call: &Call) -> CmdResult {
         .rings
         .begin(placement)
         .map_err(CmdError::err)?;
+    call.ctx.replicate_verbatim();
     call.reply.ok();
     Ok(())
 }
@@ -76,6 +78,7 @@ fn change(
         ));
     }
     apply(&mut state::lock().rings).map_err(CmdError::err)?;
+    call.ctx.replicate_verbatim();
     call.reply.ok();
     Ok(())
 }

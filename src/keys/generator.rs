@@ -305,22 +305,33 @@ impl Generator {
         }
     }
 
+    /// The last unix millisecond covered by the last tick issued (the high-water mark).
+    pub fn high_water_ms(&self, layout: &Layout) -> Option<i64> {
+        let unit = i64::try_from(layout.unit_ms).unwrap_or(i64::MAX);
+        self.last
+            .map(|l| layout.time_ms(l.tick).saturating_add(unit - 1))
+    }
+
+    /// Records that keys were issued up to unix millisecond `ms` (by this server before a
+    /// restart, or by its master): every later key is in a tick that starts after it.
+    pub fn advance_past_ms(&mut self, layout: &Layout, ms: i64) {
+        match layout.tick_of(ms) {
+            Ok(tick) => self.advance_past(tick, layout.max_seq()),
+            // Before the epoch: nothing of this layout was used yet.
+            Err(LayoutError::BeforeEpoch { .. }) => {}
+            // Past the layout's time field: every later request is refused.
+            Err(_) => self.advance_past(layout.max_tick(), layout.max_seq()),
+        }
+    }
+
     /// Carries the high-water mark over a change of layout, epoch or node: the first key of
     /// the new layout is in a tick that starts after the last millisecond already used.
     pub fn rebase(&mut self, old: &Layout, new: &Layout) {
-        let Some(last) = self.last.take() else {
+        let Some(last_ms) = self.high_water_ms(old) else {
             return;
         };
-        let last_ms = old
-            .time_ms(last.tick)
-            .saturating_add(i64::try_from(old.unit_ms).unwrap_or(i64::MAX) - 1);
-        match new.tick_of(last_ms) {
-            Ok(tick) => self.advance_past(tick, new.max_seq()),
-            // Before the new epoch: nothing of the new layout was used yet.
-            Err(LayoutError::BeforeEpoch { .. }) => {}
-            // Past the new layout's time field: every later request is refused.
-            Err(_) => self.advance_past(new.max_tick(), new.max_seq()),
-        }
+        self.last = None;
+        self.advance_past_ms(new, last_ms);
     }
 }
 
