@@ -57,7 +57,8 @@ def test_get_under_resp3_is_a_map(server):
     reply = r3.execute_command("SHARD.RING", "GET")
     assert isinstance(reply, dict) and isinstance(reply[b"nodes"][0], dict)
     loc = r3.execute_command("SHARD.LOCATE", "foo")
-    assert isinstance(loc, dict) and set(loc) == {b"node", b"address", b"hashed", b"point"}
+    assert isinstance(loc, dict)
+    assert set(loc) == {b"node", b"address", b"hashed", b"point", b"previous_node", b"previous_address"}
 
 
 def test_whereis_and_locate_agree(r):
