@@ -9,7 +9,7 @@ use crate::keys::KeyConfig;
 use crate::state;
 
 /// Every configuration value as set.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub keys: KeyConfig,
     pub ring: RingConfig,
@@ -17,6 +17,20 @@ pub struct Config {
     pub auth_user: String,
     /// The password shard authenticates with toward other nodes; empty for none.
     pub auth_password: String,
+    /// How long SHARD.CALL waits for another node.
+    pub call_timeout_ms: i64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            keys: KeyConfig::default(),
+            ring: RingConfig::default(),
+            auth_user: String::new(),
+            auth_password: String::new(),
+            call_timeout_ms: 1000,
+        }
+    }
 }
 
 impl Config {
@@ -145,6 +159,10 @@ pub static SELF: TextConfig = TextConfig {
     set: |c, v| c.ring.self_name = v,
 };
 
+pub static CALL_TIMEOUT_MS: IntConfig = IntConfig {
+    get: |c| c.call_timeout_ms,
+    set: |c, v| c.call_timeout_ms = v,
+};
 pub static AUTH_USER: TextConfig = TextConfig {
     get: |c| c.auth_user.clone(),
     set: |c, v| c.auth_user = v,
@@ -170,6 +188,7 @@ pub const NAMES: &[&str] = &[
     "self",
     "auth-user",
     "auth-password",
+    "call-timeout-ms",
 ];
 
 /// Checks `loadmodule` arguments: name/value pairs of known configurations.

@@ -6,6 +6,7 @@ use redis_module::{raw, InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::clock;
+use crate::forward;
 use crate::state;
 
 fn int(n: u64) -> c_longlong {
@@ -67,5 +68,27 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_str(ctx, "reshard_last_error", &job.last_error);
     raw::add_info_field_long_long(ctx, "reshard_passes", int(job.passes));
     raw::add_info_field_long_long(ctx, "reshard_elapsed_ms", int(job.elapsed_ms));
+    drop(st);
+    let calls = forward::stats();
+    raw::add_info_field_long_long(ctx, "call_local", int(calls.local));
+    raw::add_info_field_long_long(ctx, "call_forwarded", int(calls.forwarded));
+    raw::add_info_field_long_long(ctx, "call_fallbacks", int(calls.fallbacks));
+    raw::add_info_field_long_long(ctx, "call_copies", int(calls.copies));
+    raw::add_info_field_long_long(ctx, "call_timeouts", int(calls.timeouts));
+    raw::add_info_field_long_long(ctx, "call_errors", int(calls.errors));
+    for (node, (errors, timeouts)) in &calls.per_node {
+        let field: String = node
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        raw::add_info_field_long_long(ctx, &format!("call_errors_{field}"), int(*errors));
+        raw::add_info_field_long_long(ctx, &format!("call_timeouts_{field}"), int(*timeouts));
+    }
     Ok(())
 }

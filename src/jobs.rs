@@ -222,7 +222,7 @@ impl Runner {
         }
         match ctx.call("MIGRATE", args.as_slice()) {
             Ok(RedisValue::SimpleString(s)) if s == "NOKEY" => Outcome::Kept,
-            Ok(RedisValue::SimpleStringStatic(s)) if s == "NOKEY" => Outcome::Kept,
+            Ok(RedisValue::SimpleStringStatic("NOKEY")) => Outcome::Kept,
             Ok(_) => Outcome::Moved,
             Err(e) => {
                 let msg = e.to_string();

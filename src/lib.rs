@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod durability;
+pub mod forward;
 pub mod info;
 pub mod jobs;
 pub mod keys;
@@ -17,6 +18,7 @@ pub mod persist;
 pub mod placement;
 pub mod reshard;
 pub mod ring;
+pub mod route;
 pub mod state;
 
 use durability::SHARD_AUX;
@@ -80,6 +82,7 @@ redis_module! {
             ["node-id", &config::NODE_ID, 0, 0, 65535, ConfigurationFlags::DEFAULT, None],
             ["node-count", &config::NODE_COUNT, 1, 1, 3844, ConfigurationFlags::DEFAULT, None],
             ["max-drift-ms", &config::MAX_DRIFT_MS, 5000, 0, 86_400_000, ConfigurationFlags::DEFAULT, None],
+            ["call-timeout-ms", &config::CALL_TIMEOUT_MS, 1000, 1, 600_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [
             ["layout", &config::LAYOUT, "snowflake", ConfigurationFlags::DEFAULT, None],

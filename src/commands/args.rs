@@ -34,6 +34,11 @@ impl<'a> Args<'a> {
         self.argv.is_empty()
     }
 
+    /// The raw argument strings, as Redis passed them.
+    pub fn raw(&self) -> &'a [*mut raw::RedisModuleString] {
+        self.argv
+    }
+
     /// The bytes of argument `i` (empty when out of range).
     pub fn get(&self, i: usize) -> &'a [u8] {
         let Some(&s) = self.argv.get(i) else {

@@ -5,6 +5,7 @@
 //! Handlers compute first and reply last, so an error never follows a half-written reply.
 
 pub mod args;
+pub mod call;
 pub mod decode;
 pub mod encode;
 pub mod error;

@@ -70,6 +70,11 @@ fn table() -> Vec<Spec> {
             c"readonly fast",
         ),
         command(
+            c"shard.call",
+            command_fn!("shard.call", super::call::call),
+            c"may-replicate deny-script blocking",
+        ),
+        command(
             c"shard.advance",
             command_fn!("shard.advance", crate::durability::advance),
             c"write",

@@ -1,9 +1,11 @@
 //! Writing replies with Redis's own reply functions: no intermediate values, no allocation.
 
 use std::ffi::CString;
-use std::os::raw::{c_char, c_long};
+use std::os::raw::{c_char, c_int, c_long};
 
 use redis_module::raw;
+
+use crate::route::Resp;
 
 /// The reply channel of one call.
 #[derive(Clone, Copy)]
@@ -63,6 +65,58 @@ impl Reply {
         match value {
             Some(v) => self.bulk(v),
             None => self.null(),
+        }
+    }
+
+    /// Any reply read from another node, as it was.
+    pub fn resp(&self, r: &Resp) {
+        match r {
+            Resp::Simple(s) => match CString::new(s.clone()) {
+                Ok(c) => {
+                    raw::reply_with_simple_string(self.ctx, c.as_ptr());
+                }
+                Err(_) => self.bulk(s),
+            },
+            Resp::Error(e) => self.error(&String::from_utf8_lossy(e)),
+            Resp::Int(n) => self.int(*n),
+            Resp::Bulk(b) => self.bulk(b),
+            Resp::Null => self.null(),
+            Resp::Array(items) => {
+                self.array(items.len());
+                items.iter().for_each(|i| self.resp(i));
+            }
+            Resp::Set(items) => {
+                raw::reply_with_set(
+                    self.ctx,
+                    c_long::try_from(items.len()).unwrap_or(c_long::MAX),
+                );
+                items.iter().for_each(|i| self.resp(i));
+            }
+            Resp::Map(pairs) => {
+                self.map(pairs.len());
+                for (k, v) in pairs {
+                    self.resp(k);
+                    self.resp(v);
+                }
+            }
+            Resp::Double(d) => {
+                raw::reply_with_double(self.ctx, *d);
+            }
+            Resp::Bool(b) => {
+                raw::reply_with_bool(self.ctx, c_int::from(*b));
+            }
+            Resp::BigNumber(n) => {
+                raw::reply_with_big_number(self.ctx, n.as_ptr().cast::<c_char>(), n.len());
+            }
+            Resp::Verbatim(format, text) => {
+                let format = [format[0], format[1], format[2], 0];
+                raw::reply_with_verbatim_string(
+                    self.ctx,
+                    text.as_ptr().cast::<c_char>(),
+                    text.len(),
+                    format.as_ptr().cast::<c_char>(),
+                );
+            }
         }
     }
 

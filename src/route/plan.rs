@@ -1,0 +1,294 @@
+//! Which node runs a routed command, as Tarantool's shard module did: the current owner; while
+//! a resharding is open, reads fall back to the previous owner when the key is not at the
+//! current one, a write first copies the key from the previous owner, and a delete runs at both.
+
+use std::fmt;
+
+use super::resp::Resp;
+
+/// A node a step runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub address: String,
+    /// This server itself (the `self` configuration).
+    pub is_self: bool,
+}
+
+/// How a command is routed during a resharding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandKind {
+    /// Read-only by its flags: current owner, then previous.
+    Read,
+    /// Any other command: copy from the previous owner if needed, then current owner.
+    Write,
+    /// DEL and UNLINK: at both owners.
+    Delete,
+}
+
+impl CommandKind {
+    /// The kind of a command from its name and whether its flags say `readonly`.
+    pub fn of(name: &[u8], readonly: bool) -> CommandKind {
+        if name.eq_ignore_ascii_case(b"del") || name.eq_ignore_ascii_case(b"unlink") {
+            CommandKind::Delete
+        } else if readonly {
+            CommandKind::Read
+        } else {
+            CommandKind::Write
+        }
+    }
+}
+
+/// A routed call: the command, its key, where it goes.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub args: Vec<Vec<u8>>,
+    pub key: Vec<u8>,
+    pub kind: CommandKind,
+    pub current: Endpoint,
+    /// The previous owner, when a resharding is open and it differs from the current one.
+    pub previous: Option<Endpoint>,
+}
+
+/// A step that failed: which node, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepError {
+    pub node: String,
+    pub address: String,
+    pub message: String,
+    pub timeout: bool,
+}
+
+impl StepError {
+    pub fn new(at: &Endpoint, message: impl Into<String>, timeout: bool) -> StepError {
+        StepError {
+            node: at.name.clone(),
+            address: at.address.clone(),
+            message: message.into(),
+            timeout,
+        }
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} ({}): {}", self.node, self.address, self.message)
+    }
+}
+
+/// What runs the steps: the glue talks to Redis and the network; tests use a fake.
+pub trait Step {
+    /// Runs a command at `at` and returns its reply (an error reply is a reply, not an Err).
+    fn run(&mut self, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError>;
+    /// Copies `key` from `from` to `to`, leaving it at `from` and not replacing it at `to`.
+    fn copy(&mut self, from: &Endpoint, to: &Endpoint, key: &[u8]) -> Result<(), StepError>;
+
+    fn exists(&mut self, at: &Endpoint, key: &[u8]) -> Result<bool, StepError> {
+        let reply = self.run(at, &[b"EXISTS".to_vec(), key.to_vec()])?;
+        match reply {
+            Resp::Int(n) => Ok(n > 0),
+            other => Err(StepError::new(
+                at,
+                format!("EXISTS replied {other:?}"),
+                false,
+            )),
+        }
+    }
+}
+
+/// The reply and what it took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routed {
+    pub reply: Resp,
+    /// The previous owner answered a read.
+    pub fallback: bool,
+    /// The key was copied from the previous owner before a write.
+    pub copied: bool,
+}
+
+/// Runs a plan.
+pub fn execute<S: Step>(plan: &Plan, steps: &mut S) -> Result<Routed, StepError> {
+    let mut routed = Routed {
+        reply: Resp::Null,
+        fallback: false,
+        copied: false,
+    };
+    let Some(previous) = &plan.previous else {
+        routed.reply = steps.run(&plan.current, &plan.args)?;
+        return Ok(routed);
+    };
+    match plan.kind {
+        CommandKind::Read => {
+            if steps.exists(&plan.current, &plan.key)? {
+                routed.reply = steps.run(&plan.current, &plan.args)?;
+            } else {
+                routed.fallback = true;
+                routed.reply = steps.run(previous, &plan.args)?;
+            }
+        }
+        CommandKind::Write => {
+            if !steps.exists(&plan.current, &plan.key)? && steps.exists(previous, &plan.key)? {
+                steps.copy(previous, &plan.current, &plan.key)?;
+                routed.copied = true;
+            }
+            routed.reply = steps.run(&plan.current, &plan.args)?;
+        }
+        CommandKind::Delete => {
+            let here = steps.run(&plan.current, &plan.args)?;
+            let there = steps.run(previous, &plan.args)?;
+            routed.reply = match (here.as_int(), there.as_int()) {
+                // One key: deleted if it was deleted at either owner.
+                (Some(a), Some(b)) => Resp::Int(a.max(b)),
+                _ if here.is_error() => here,
+                _ => there,
+            };
+        }
+    }
+    Ok(routed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Two in-memory nodes holding string keys.
+    #[derive(Default)]
+    struct Fleet {
+        data: HashMap<String, HashMap<Vec<u8>, Vec<u8>>>,
+        log: Vec<String>,
+        down: Option<String>,
+    }
+
+    impl Step for Fleet {
+        fn run(&mut self, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError> {
+            if self.down.as_deref() == Some(&at.name) {
+                return Err(StepError::new(at, "connection refused", false));
+            }
+            let cmd = String::from_utf8_lossy(&args[0]).to_uppercase();
+            self.log.push(format!("{} {}", at.name, cmd));
+            let node = self.data.entry(at.name.clone()).or_default();
+            Ok(match cmd.as_str() {
+                "EXISTS" => Resp::Int(i64::from(node.contains_key(&args[1]))),
+                "GET" => node.get(&args[1]).cloned().map_or(Resp::Null, Resp::Bulk),
+                "SET" => {
+                    node.insert(args[1].clone(), args[2].clone());
+                    Resp::Simple(b"OK".to_vec())
+                }
+                "INCR" => {
+                    let v = node
+                        .get(&args[1])
+                        .map_or(0, |v| String::from_utf8_lossy(v).parse::<i64>().unwrap())
+                        + 1;
+                    node.insert(args[1].clone(), v.to_string().into_bytes());
+                    Resp::Int(v)
+                }
+                "DEL" => Resp::Int(i64::from(node.remove(&args[1]).is_some())),
+                _ => Resp::Error(b"ERR unknown".to_vec()),
+            })
+        }
+
+        fn copy(&mut self, from: &Endpoint, to: &Endpoint, key: &[u8]) -> Result<(), StepError> {
+            self.log.push(format!("copy {} {}", from.name, to.name));
+            let value = self.data[&from.name][key].clone();
+            self.data
+                .entry(to.name.clone())
+                .or_default()
+                .entry(key.to_vec())
+                .or_insert(value);
+            Ok(())
+        }
+    }
+
+    fn ep(name: &str) -> Endpoint {
+        Endpoint {
+            name: name.into(),
+            host: "h".into(),
+            port: 1,
+            address: format!("h:{name}"),
+            is_self: false,
+        }
+    }
+
+    fn plan(kind: CommandKind, args: &[&str], previous: bool) -> Plan {
+        Plan {
+            args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            key: args[1].as_bytes().to_vec(),
+            kind,
+            current: ep("new"),
+            previous: previous.then(|| ep("old")),
+        }
+    }
+
+    fn fleet_with_old_key() -> Fleet {
+        let mut f = Fleet::default();
+        f.data
+            .entry("old".into())
+            .or_default()
+            .insert(b"k".to_vec(), b"41".to_vec());
+        f
+    }
+
+    #[test]
+    fn without_resharding_runs_at_the_owner_only() {
+        let mut f = fleet_with_old_key();
+        let r = execute(&plan(CommandKind::Read, &["GET", "k"], false), &mut f).unwrap();
+        assert_eq!((r.reply, r.fallback), (Resp::Null, false));
+        assert_eq!(f.log, ["new GET"]);
+    }
+
+    #[test]
+    fn read_falls_back_to_the_previous_owner() {
+        let mut f = fleet_with_old_key();
+        let r = execute(&plan(CommandKind::Read, &["GET", "k"], true), &mut f).unwrap();
+        assert_eq!((r.reply, r.fallback), (Resp::Bulk(b"41".to_vec()), true));
+        f.data
+            .get_mut("new")
+            .unwrap()
+            .insert(b"k".to_vec(), b"new".to_vec());
+        let r = execute(&plan(CommandKind::Read, &["GET", "k"], true), &mut f).unwrap();
+        assert_eq!((r.reply, r.fallback), (Resp::Bulk(b"new".to_vec()), false));
+    }
+
+    #[test]
+    fn write_copies_first_then_continues_from_the_old_value() {
+        let mut f = fleet_with_old_key();
+        let r = execute(&plan(CommandKind::Write, &["INCR", "k"], true), &mut f).unwrap();
+        assert_eq!((r.reply, r.copied), (Resp::Int(42), true));
+        let r = execute(&plan(CommandKind::Write, &["INCR", "k"], true), &mut f).unwrap();
+        assert_eq!((r.reply, r.copied), (Resp::Int(43), false));
+        assert_eq!(
+            f.data["old"][&b"k"[..]],
+            b"41",
+            "the previous owner keeps its copy until cleanup"
+        );
+    }
+
+    #[test]
+    fn delete_runs_at_both() {
+        let mut f = fleet_with_old_key();
+        let r = execute(&plan(CommandKind::Delete, &["DEL", "k"], true), &mut f).unwrap();
+        assert_eq!(r.reply, Resp::Int(1));
+        assert!(f.data["old"].is_empty());
+        let r = execute(&plan(CommandKind::Delete, &["DEL", "k"], true), &mut f).unwrap();
+        assert_eq!(r.reply, Resp::Int(0));
+    }
+
+    #[test]
+    fn a_down_node_is_named_in_the_error() {
+        let mut f = fleet_with_old_key();
+        f.down = Some("new".into());
+        let err = execute(&plan(CommandKind::Read, &["GET", "k"], false), &mut f).unwrap_err();
+        assert_eq!(err.to_string(), "node new (h:new): connection refused");
+    }
+
+    #[test]
+    fn kinds() {
+        assert_eq!(CommandKind::of(b"UNLINK", false), CommandKind::Delete);
+        assert_eq!(CommandKind::of(b"get", true), CommandKind::Read);
+        assert_eq!(CommandKind::of(b"set", false), CommandKind::Write);
+    }
+}
