@@ -60,14 +60,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     Status::Ok
 }
 
-/// Redis's allocator in the module; the system's in `cargo test`, where Redis is absent.
-#[cfg(not(test))]
+/// Redis's allocator in the module; the system's in `cargo test` and wherever the crate runs
+/// outside Redis (benchmarks, fuzzing: the `system-alloc` feature).
+#[cfg(not(any(test, feature = "system-alloc")))]
 type ModuleAlloc = redis_module::alloc::RedisAlloc;
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "system-alloc")))]
 const MODULE_ALLOC: ModuleAlloc = redis_module::alloc::RedisAlloc;
-#[cfg(test)]
+#[cfg(any(test, feature = "system-alloc"))]
 type ModuleAlloc = std::alloc::System;
-#[cfg(test)]
+#[cfg(any(test, feature = "system-alloc"))]
 const MODULE_ALLOC: ModuleAlloc = std::alloc::System;
 
 redis_module! {

@@ -110,7 +110,9 @@ impl ModuleState {
         if let Some(ms) = persisted.high_water_ms {
             self.generator.advance_past_ms(&self.keys.layout, ms);
         }
-        if current.is_some() {
+        // The stored rings replace ours; a data set saved before any ring was set keeps the
+        // ring of the ring file, if one is configured.
+        if current.is_some() || self.config.ring.file.is_empty() {
             self.rings = RingState {
                 current,
                 previous,

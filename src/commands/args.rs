@@ -52,10 +52,17 @@ impl<'a> Args<'a> {
         // SAFETY: Redis keeps the string alive for the call; ptr/len describe its bytes.
         unsafe { slice::from_raw_parts(ptr.cast::<u8>(), len) }
     }
+}
 
-    /// Arguments from `start` on, as `(name, value)` option pairs or single flags, read by a
-    /// small cursor.
-    pub fn cursor(&self, start: usize) -> Cursor<'_, 'a> {
+/// A list of arguments: Redis's argv, or plain byte slices (tests, fuzzing). Option parsing
+/// works on this trait, so it can be exercised without a server.
+pub trait ArgList {
+    fn count(&self) -> usize;
+    /// Argument `i`, empty when out of range.
+    fn arg(&self, i: usize) -> &[u8];
+
+    /// A cursor over the arguments from `start` on.
+    fn cursor(&self, start: usize) -> Cursor<'_, Self> {
         Cursor {
             args: self,
             pos: start,
@@ -63,25 +70,45 @@ impl<'a> Args<'a> {
     }
 }
 
+impl ArgList for Args<'_> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn arg(&self, i: usize) -> &[u8] {
+        self.get(i)
+    }
+}
+
+impl ArgList for [&[u8]] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn arg(&self, i: usize) -> &[u8] {
+        self.get(i).copied().unwrap_or_default()
+    }
+}
+
 /// Walks the arguments of a command left to right.
-pub struct Cursor<'s, 'a> {
-    args: &'s Args<'a>,
+pub struct Cursor<'s, A: ArgList + ?Sized> {
+    args: &'s A,
     pos: usize,
 }
 
-impl<'a> Cursor<'_, 'a> {
+impl<'s, A: ArgList + ?Sized> Cursor<'s, A> {
     /// The next argument, if any.
-    pub fn next_arg(&mut self) -> Option<&'a [u8]> {
-        if self.pos >= self.args.len() {
+    pub fn next_arg(&mut self) -> Option<&'s [u8]> {
+        if self.pos >= self.args.count() {
             return None;
         }
-        let arg = self.args.get(self.pos);
+        let arg = self.args.arg(self.pos);
         self.pos += 1;
         Some(arg)
     }
 
     /// The value that must follow option `name`.
-    pub fn value_of(&mut self, name: &str) -> Result<&'a [u8], CmdError> {
+    pub fn value_of(&mut self, name: &str) -> Result<&'s [u8], CmdError> {
         self.next_arg()
             .ok_or_else(|| CmdError::err(format!("{name} needs a value")))
     }

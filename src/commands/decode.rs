@@ -1,6 +1,6 @@
 //! `SHARD.DECODE key [LAYOUT name] [EPOCH ms]`: take a key apart.
 
-use super::args::{is, printable};
+use super::args::{is, printable, ArgList, Cursor};
 use super::{Call, CmdError, CmdResult};
 use crate::keys::settings::parse_epoch;
 use crate::keys::{codec, time, LayoutKind};
@@ -15,7 +15,11 @@ pub struct LayoutOptions {
 
 impl LayoutOptions {
     /// Takes `arg` (and its value) if it is one of these options; `Ok(false)` otherwise.
-    pub fn take(&mut self, arg: &[u8], cursor: &mut super::args::Cursor) -> Result<bool, CmdError> {
+    pub fn take<A: ArgList + ?Sized>(
+        &mut self,
+        arg: &[u8],
+        cursor: &mut Cursor<'_, A>,
+    ) -> Result<bool, CmdError> {
         if is(arg, "LAYOUT") && self.kind.is_none() {
             let name = cursor.value_of("LAYOUT")?;
             self.kind = Some(LayoutKind::parse(name).map_err(CmdError::err)?);
@@ -41,12 +45,12 @@ impl LayoutOptions {
     }
 }
 
-pub fn decode(call: &Call) -> CmdResult {
-    let args = &call.args;
-    if args.len() < 2 {
+/// Reads `key [LAYOUT name] [EPOCH ms]`.
+pub fn parse<A: ArgList + ?Sized>(args: &A) -> Result<(&[u8], LayoutOptions), CmdError> {
+    if args.count() < 2 {
         return Err(CmdError::wrong_arity("shard.decode"));
     }
-    let key = args.get(1);
+    let key = args.arg(1);
     let mut options = LayoutOptions::default();
     let mut cursor = args.cursor(2);
     while let Some(arg) = cursor.next_arg() {
@@ -54,6 +58,11 @@ pub fn decode(call: &Call) -> CmdResult {
             return Err(CmdError::unknown_option("shard.decode", arg));
         }
     }
+    Ok((key, options))
+}
+
+pub fn decode(call: &Call) -> CmdResult {
+    let (key, options) = parse(&call.args)?;
 
     let st = state::lock();
     let keys = &st.keys;

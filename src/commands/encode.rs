@@ -1,14 +1,24 @@
 //! `SHARD.ENCODE [LAYOUT name] [EPOCH ms] TIME unix-ms [NODE n] [SEQ s] [TYPE t]`: put a key
 //! together from its fields, the inverse of DECODE.
 
-use super::args::{int_in, is, printable};
+use super::args::{int_in, is, printable, ArgList};
 use super::decode::LayoutOptions;
 use super::{Call, CmdError, CmdResult};
 use crate::keys::{codec, KeyFields};
 use crate::state;
 
-pub fn encode(call: &Call) -> CmdResult {
-    let args = &call.args;
+/// The fields and options of one ENCODE call.
+#[derive(Default)]
+pub struct EncodeOptions<'a> {
+    pub layout: LayoutOptions,
+    pub time_ms: i64,
+    pub node: Option<i64>,
+    pub seq: Option<i64>,
+    pub key_type: Option<&'a [u8]>,
+}
+
+/// Reads `[LAYOUT name] [EPOCH ms] TIME unix-ms [NODE n] [SEQ s] [TYPE t]`.
+pub fn parse<A: ArgList + ?Sized>(args: &A) -> Result<EncodeOptions<'_>, CmdError> {
     let mut options = LayoutOptions::default();
     let (mut time, mut node, mut seq, mut type_arg) = (None, None, None, None);
     let mut cursor = args.cursor(1);
@@ -36,9 +46,23 @@ pub fn encode(call: &Call) -> CmdResult {
         *slot = Some(cursor.value_of(&printable(arg).to_ascii_uppercase())?);
     }
     let time = time.ok_or_else(|| CmdError::err("TIME unix-ms is required"))?;
-    let time_ms = int_in(time, "TIME", 0, i64::MAX)?;
-    let node = node.map(|n| int_in(n, "NODE", 0, i64::MAX)).transpose()?;
-    let seq = seq.map(|s| int_in(s, "SEQ", 0, i64::MAX)).transpose()?;
+    Ok(EncodeOptions {
+        layout: options,
+        time_ms: int_in(time, "TIME", 0, i64::MAX)?,
+        node: node.map(|n| int_in(n, "NODE", 0, i64::MAX)).transpose()?,
+        seq: seq.map(|s| int_in(s, "SEQ", 0, i64::MAX)).transpose()?,
+        key_type: type_arg,
+    })
+}
+
+pub fn encode(call: &Call) -> CmdResult {
+    let EncodeOptions {
+        layout: options,
+        time_ms,
+        node,
+        seq,
+        key_type: type_arg,
+    } = parse(&call.args)?;
 
     let st = state::lock();
     let keys = &st.keys;

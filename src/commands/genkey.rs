@@ -1,6 +1,6 @@
 //! `SHARD.GENKEY [TYPE name|number] [COUNT n]`: issue time-sorted unique keys.
 
-use super::args::{int_in, is};
+use super::args::{int_in, is, ArgList};
 use super::{Call, CmdError, CmdResult};
 use crate::clock;
 use crate::durability;
@@ -10,17 +10,23 @@ use crate::state;
 /// The most keys one call may ask for.
 pub const MAX_COUNT: i64 = 100_000;
 
-pub fn genkey(call: &Call) -> CmdResult {
-    let args = &call.args;
-    let mut type_arg: Option<&[u8]> = None;
-    let mut count: Option<u64> = None;
+/// The options of one GENKEY call.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct GenkeyOptions<'a> {
+    pub key_type: Option<&'a [u8]>,
+    pub count: Option<u64>,
+}
+
+/// Reads `[TYPE name|number] [COUNT n]`.
+pub fn parse<A: ArgList + ?Sized>(args: &A) -> Result<GenkeyOptions<'_>, CmdError> {
+    let mut options = GenkeyOptions::default();
     let mut cursor = args.cursor(1);
     while let Some(arg) = cursor.next_arg() {
-        if is(arg, "TYPE") && type_arg.is_none() {
-            type_arg = Some(cursor.value_of("TYPE")?);
-        } else if is(arg, "COUNT") && count.is_none() {
+        if is(arg, "TYPE") && options.key_type.is_none() {
+            options.key_type = Some(cursor.value_of("TYPE")?);
+        } else if is(arg, "COUNT") && options.count.is_none() {
             let n = int_in(cursor.value_of("COUNT")?, "COUNT", 1, MAX_COUNT)?;
-            count = Some(n.unsigned_abs());
+            options.count = Some(n.unsigned_abs());
         } else if is(arg, "TYPE") || is(arg, "COUNT") {
             return Err(CmdError::err(format!(
                 "{} is given twice",
@@ -30,7 +36,14 @@ pub fn genkey(call: &Call) -> CmdResult {
             return Err(CmdError::unknown_option("shard.genkey", arg));
         }
     }
+    Ok(options)
+}
 
+pub fn genkey(call: &Call) -> CmdResult {
+    let GenkeyOptions {
+        key_type: type_arg,
+        count,
+    } = parse(&call.args)?;
     let now_ms =
         clock::now_ms().ok_or_else(|| CmdError::err("the wall clock reads before 1970"))?;
     let mut st = state::lock();

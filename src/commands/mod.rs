@@ -10,6 +10,8 @@ pub mod decode;
 pub mod encode;
 pub mod error;
 pub mod genkey;
+#[cfg(test)]
+mod parse_tests;
 pub mod registry;
 pub mod reply;
 pub mod reshard;

@@ -2,29 +2,30 @@
 
 use std::sync::Arc;
 
-use super::args::{int_in, is};
+use super::args::{int_in, is, ArgList};
 use super::{Call, CmdError, CmdResult};
 use crate::jobs::{self, CopyOptions};
 use crate::placement::Placement;
 use crate::reshard::{is_member, JobKind};
 use crate::state::{self, ModuleState};
 
-const DEFAULT_BATCH: i64 = 100;
-const DEFAULT_TIMEOUT_MS: i64 = 1000;
+const DEFAULT_BATCH: usize = 100;
+const MAX_BATCH: i64 = 10_000;
+const DEFAULT_TIMEOUT_MS: u64 = 1000;
 
-/// `SHARD.RESHARD COPY [BATCH n] [TIMEOUT ms] [REPLACE]`.
-pub fn copy(call: &Call) -> CmdResult {
+/// Reads `COPY [BATCH n] [TIMEOUT ms] [REPLACE]` (credentials come from the configuration).
+pub fn parse_copy<A: ArgList + ?Sized>(args: &A) -> Result<CopyOptions, CmdError> {
     let mut options = CopyOptions {
-        batch: DEFAULT_BATCH as usize,
-        timeout_ms: DEFAULT_TIMEOUT_MS as u64,
+        batch: DEFAULT_BATCH,
+        timeout_ms: DEFAULT_TIMEOUT_MS,
         replace: false,
         auth: None,
     };
-    let mut cursor = call.args.cursor(2);
+    let mut cursor = args.cursor(2);
     while let Some(arg) = cursor.next_arg() {
         if is(arg, "BATCH") {
             options.batch =
-                int_in(cursor.value_of("BATCH")?, "BATCH", 1, 10_000)?.unsigned_abs() as usize;
+                int_in(cursor.value_of("BATCH")?, "BATCH", 1, MAX_BATCH)?.unsigned_abs() as usize;
         } else if is(arg, "TIMEOUT") {
             options.timeout_ms =
                 int_in(cursor.value_of("TIMEOUT")?, "TIMEOUT", 1, 600_000)?.unsigned_abs();
@@ -34,6 +35,27 @@ pub fn copy(call: &Call) -> CmdResult {
             return Err(CmdError::unknown_option("shard.reshard|copy", arg));
         }
     }
+    Ok(options)
+}
+
+/// Reads `CLEANUP [BATCH n]`.
+pub fn parse_cleanup<A: ArgList + ?Sized>(args: &A) -> Result<usize, CmdError> {
+    let mut batch = DEFAULT_BATCH;
+    let mut cursor = args.cursor(2);
+    while let Some(arg) = cursor.next_arg() {
+        if is(arg, "BATCH") {
+            batch =
+                int_in(cursor.value_of("BATCH")?, "BATCH", 1, MAX_BATCH)?.unsigned_abs() as usize;
+        } else {
+            return Err(CmdError::unknown_option("shard.reshard|cleanup", arg));
+        }
+    }
+    Ok(batch)
+}
+
+/// `SHARD.RESHARD COPY [BATCH n] [TIMEOUT ms] [REPLACE]`.
+pub fn copy(call: &Call) -> CmdResult {
+    let mut options = parse_copy(&call.args)?;
     let (ring, self_name) = {
         let st = state::lock();
         let (ring, self_name) = job_inputs(&st)?;
@@ -59,15 +81,7 @@ pub fn copy(call: &Call) -> CmdResult {
 
 /// `SHARD.RESHARD CLEANUP [BATCH n]`: deletes local keys this node does not own.
 pub fn cleanup(call: &Call) -> CmdResult {
-    let mut batch = DEFAULT_BATCH;
-    let mut cursor = call.args.cursor(2);
-    while let Some(arg) = cursor.next_arg() {
-        if is(arg, "BATCH") {
-            batch = int_in(cursor.value_of("BATCH")?, "BATCH", 1, 10_000)?;
-        } else {
-            return Err(CmdError::unknown_option("shard.reshard|cleanup", arg));
-        }
-    }
+    let batch = parse_cleanup(&call.args)?;
     let (ring, self_name) = {
         let st = state::lock();
         if st.rings.previous.is_some() {
@@ -84,7 +98,7 @@ pub fn cleanup(call: &Call) -> CmdResult {
         (ring, self_name)
     };
     let options = CopyOptions {
-        batch: batch.unsigned_abs() as usize,
+        batch,
         timeout_ms: 0,
         replace: false,
         auth: None,

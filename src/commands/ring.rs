@@ -2,7 +2,7 @@
 
 use redis_module::ContextFlags;
 
-use super::args::is;
+use super::args::{is, ArgList};
 use super::{Call, CmdError, CmdResult};
 use crate::jobs;
 use crate::placement::Placement;
@@ -83,24 +83,23 @@ fn change(
     Ok(())
 }
 
-/// Reads `algo [HASHTAG rule] name host:port weight ...` from argument 2 on, and builds it.
-pub fn parse_ring(call: &Call, command: &str) -> Result<Placement, CmdError> {
-    let args = &call.args;
-    if args.len() < 3 {
+/// Reads `algo [HASHTAG rule] name host:port weight ...` from argument 2 on.
+pub fn parse_spec<A: ArgList + ?Sized>(args: &A, command: &str) -> Result<RingSpec, CmdError> {
+    if args.count() < 3 {
         return Err(CmdError::wrong_arity(command));
     }
-    let algo = args.get(2);
-    let (hashtag, first_node) = if args.len() > 3 && is(args.get(3), "HASHTAG") {
-        if args.len() < 5 {
+    let algo = args.arg(2);
+    let (hashtag, first_node) = if args.count() > 3 && is(args.arg(3), "HASHTAG") {
+        if args.count() < 5 {
             return Err(CmdError::err(
                 "HASHTAG needs a rule: cluster, jedis, greedy or none",
             ));
         }
-        (Some(args.get(4)), 5)
+        (Some(args.arg(4)), 5)
     } else {
         (None, 3)
     };
-    let fields: Vec<&[u8]> = (first_node..args.len()).map(|i| args.get(i)).collect();
+    let fields: Vec<&[u8]> = (first_node..args.count()).map(|i| args.arg(i)).collect();
     let spec = RingSpec::from_args(algo, hashtag, &fields).map_err(CmdError::err)?;
     if spec.algo == Algo::Cluster {
         if spec.hashtag != HashTag::Cluster {
@@ -113,11 +112,17 @@ pub fn parse_ring(call: &Call, command: &str) -> Result<Placement, CmdError> {
                 "the cluster algo takes no nodes: the live cluster's slot map is the ring",
             ));
         }
-        if !call.ctx.get_flags().contains(ContextFlags::CLUSTER) {
-            return Err(CmdError::err(
-                "the cluster algo needs a server started with cluster-enabled yes",
-            ));
-        }
+    }
+    Ok(spec)
+}
+
+/// Reads and builds the ring of a SET or BEGIN; the cluster algo needs cluster mode.
+pub fn parse_ring(call: &Call, command: &str) -> Result<Placement, CmdError> {
+    let spec = parse_spec(&call.args, command)?;
+    if spec.algo == Algo::Cluster && !call.ctx.get_flags().contains(ContextFlags::CLUSTER) {
+        return Err(CmdError::err(
+            "the cluster algo needs a server started with cluster-enabled yes",
+        ));
     }
     Placement::build(spec).map_err(CmdError::err)
 }
