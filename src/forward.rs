@@ -280,6 +280,22 @@ struct Steps<'a> {
 
 impl Steps<'_> {
     fn remote(&mut self, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError> {
+        let reply = self.remote_reply(at, args)?;
+        match &reply {
+            // The node wants credentials this module was not given: say which node.
+            Resp::Error(e) if e.starts_with(b"NOAUTH") => Err(StepError::new(
+                at,
+                format!(
+                    "{}: set shard.auth-password (and shard.auth-user)",
+                    String::from_utf8_lossy(e)
+                ),
+                false,
+            )),
+            _ => Ok(reply),
+        }
+    }
+
+    fn remote_reply(&mut self, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError> {
         let key = (at.address.clone(), self.link.resp3);
         if let Some(mut conn) = self.pool.idle.remove(&key) {
             match conn.request(at, self.link, args) {

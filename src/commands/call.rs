@@ -58,11 +58,19 @@ pub fn call(call: &Call) -> CmdResult {
         (plan, self_is_owner)
     };
 
+    // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
+    // whether the key is local or not.
+    check_acl(call, &name_text)?;
+    let command = command_flags(call, &name_text)?;
+    if command.blocking {
+        return Err(CmdError::err(format!(
+            "'{name_text}' can block: SHARD.CALL does not route blocking commands"
+        )));
+    }
     if self_is_owner {
         forward::count(|s| s.local += 1);
         return call_here(call, name);
     }
-    check_acl(call, &name_text)?;
     let flags = call.ctx.get_flags();
     if flags.contains(ContextFlags::DENY_BLOCKING) || flags.contains(ContextFlags::MULTI) {
         return Err(CmdError::err(format!(
@@ -77,10 +85,9 @@ pub fn call(call: &Call) -> CmdResult {
             "SHARD.CALL forwards to database 0 only: SELECT 0 first",
         ));
     }
-    let readonly = is_readonly(call, &name_text)?;
     let plan = Plan {
         args: (1..args.len()).map(|i| args.get(i).to_vec()).collect(),
-        kind: CommandKind::of(name, readonly),
+        kind: CommandKind::of(name, command.readonly),
         ..plan
     };
     let link = {
@@ -234,9 +241,16 @@ fn check_acl(call: &Call, name: &str) -> CmdResult {
     Ok(())
 }
 
-/// Whether a command's flags say `readonly`, from COMMAND INFO (cached per command).
-fn is_readonly(call: &Call, name: &str) -> Result<bool, CmdError> {
-    static CACHE: Mutex<Option<HashMap<String, bool>>> = Mutex::new(None);
+/// What routing needs from a command's flags.
+#[derive(Debug, Clone, Copy)]
+struct Flags {
+    readonly: bool,
+    blocking: bool,
+}
+
+/// A command's flags, from COMMAND INFO (cached per command).
+fn command_flags(call: &Call, name: &str) -> Result<Flags, CmdError> {
+    static CACHE: Mutex<Option<HashMap<String, Flags>>> = Mutex::new(None);
     if let Some(&known) = CACHE
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -249,24 +263,31 @@ fn is_readonly(call: &Call, name: &str) -> Result<bool, CmdError> {
         .ctx
         .call("COMMAND", &["INFO", name])
         .map_err(|e| CmdError::err(format!("COMMAND INFO {name} failed: {e}")))?;
-    let readonly = match info {
-        RedisValue::Array(entries) => match entries.first() {
-            Some(RedisValue::Array(fields)) => match fields.get(2) {
-                Some(RedisValue::Array(flags)) => flags.iter().any(|f| match f {
-                    RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s == "readonly",
-                    RedisValue::SimpleStringStatic(s) => *s == "readonly",
-                    _ => false,
-                }),
-                _ => false,
+    let names: Vec<String> = match info {
+        RedisValue::Array(entries) => match entries.into_iter().next() {
+            Some(RedisValue::Array(fields)) => match fields.into_iter().nth(2) {
+                Some(RedisValue::Array(flags)) => flags
+                    .into_iter()
+                    .filter_map(|f| match f {
+                        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s),
+                        RedisValue::SimpleStringStatic(s) => Some(s.to_string()),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
             },
-            _ => false,
+            _ => Vec::new(),
         },
-        _ => false,
+        _ => Vec::new(),
+    };
+    let flags = Flags {
+        readonly: names.iter().any(|f| f == "readonly"),
+        blocking: names.iter().any(|f| f == "blocking"),
     };
     CACHE
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .get_or_insert_with(HashMap::new)
-        .insert(name.to_string(), readonly);
-    Ok(readonly)
+        .insert(name.to_string(), flags);
+    Ok(flags)
 }

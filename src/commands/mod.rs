@@ -7,6 +7,7 @@
 pub mod args;
 pub mod call;
 pub mod decode;
+pub mod docs;
 pub mod encode;
 pub mod error;
 pub mod genkey;

@@ -6,6 +6,7 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context};
 
+use super::docs;
 use crate::command_fn;
 
 type Entry = unsafe extern "C" fn(
@@ -162,14 +163,13 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
         if status != ok {
             return Err(format!("failed to create command {name}"));
         }
-        if spec.subcommands.is_empty() {
-            continue;
-        }
         // SAFETY: the command was just created under this name.
         let parent = unsafe { get_command(ctx.ctx, spec.name.as_ptr()) };
         if parent.is_null() {
             return Err(format!("failed to find command {name}"));
         }
+        // SAFETY: parent is a command of this module.
+        unsafe { docs::describe(parent, &name)? };
         for sub in spec.subcommands {
             // SAFETY: parent is a live command of this module; strings are 'static.
             let status = unsafe {
@@ -183,12 +183,20 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
                     0,
                 )
             };
+            let full = format!("{name}|{}", sub.name.to_string_lossy());
             if status != ok {
-                return Err(format!(
-                    "failed to create subcommand {name}|{}",
-                    sub.name.to_string_lossy()
-                ));
+                return Err(format!("failed to create subcommand {full}"));
             }
+            // SAFETY: the parent and the subcommand's name are live; the subcommand exists now.
+            let sub_command = unsafe {
+                let full_c = std::ffi::CString::new(full.clone()).map_err(|e| e.to_string())?;
+                get_command(ctx.ctx, full_c.as_ptr())
+            };
+            if sub_command.is_null() {
+                return Err(format!("failed to find subcommand {full}"));
+            }
+            // SAFETY: sub_command is a command of this module.
+            unsafe { docs::describe(sub_command, &full)? };
         }
     }
     Ok(())

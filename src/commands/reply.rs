@@ -81,6 +81,14 @@ impl Reply {
             Resp::Int(n) => self.int(*n),
             Resp::Bulk(b) => self.bulk(b),
             Resp::Null => self.null(),
+            Resp::NullArray => {
+                // SAFETY: the reply context of this call.
+                unsafe {
+                    if let Some(f) = raw::RedisModule_ReplyWithNullArray {
+                        f(self.ctx);
+                    }
+                }
+            }
             Resp::Array(items) => {
                 self.array(items.len());
                 items.iter().for_each(|i| self.resp(i));

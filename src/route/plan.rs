@@ -129,11 +129,18 @@ pub fn execute<S: Step>(plan: &Plan, steps: &mut S) -> Result<Routed, StepError>
             }
         }
         CommandKind::Write => {
-            if !steps.exists(&plan.current, &plan.key)? && steps.exists(previous, &plan.key)? {
+            let at_previous =
+                !steps.exists(&plan.current, &plan.key)? && steps.exists(previous, &plan.key)?;
+            if at_previous {
                 steps.copy(previous, &plan.current, &plan.key)?;
                 routed.copied = true;
             }
             routed.reply = steps.run(&plan.current, &plan.args)?;
+            // A write that removed the key (GETDEL, EXPIRE 0, popping the last element) must
+            // not leave the previous owner's copy for reads to fall back to.
+            if !routed.reply.is_error() && !steps.exists(&plan.current, &plan.key)? {
+                steps.run(previous, &[b"DEL".to_vec(), plan.key.clone()])?;
+            }
         }
         CommandKind::Delete => {
             let here = steps.run(&plan.current, &plan.args)?;
@@ -187,6 +194,7 @@ mod tests {
                     Resp::Int(v)
                 }
                 "DEL" => Resp::Int(i64::from(node.remove(&args[1]).is_some())),
+                "GETDEL" => node.remove(&args[1]).map_or(Resp::Null, Resp::Bulk),
                 _ => Resp::Error(b"ERR unknown".to_vec()),
             })
         }
@@ -265,6 +273,16 @@ mod tests {
             b"41",
             "the previous owner keeps its copy until cleanup"
         );
+    }
+
+    #[test]
+    fn a_write_that_removes_the_key_removes_the_previous_copy() {
+        let mut f = fleet_with_old_key();
+        let r = execute(&plan(CommandKind::Write, &["GETDEL", "k"], true), &mut f).unwrap();
+        assert_eq!(r.reply, Resp::Bulk(b"41".to_vec()));
+        assert!(f.data["old"].is_empty() && f.data["new"].is_empty());
+        let r = execute(&plan(CommandKind::Read, &["GET", "k"], true), &mut f).unwrap();
+        assert_eq!(r.reply, Resp::Null);
     }
 
     #[test]

@@ -13,6 +13,8 @@ pub enum Resp {
     Int(i64),
     Bulk(Vec<u8>),
     Null,
+    /// RESP2's null array (`*-1`), which some commands reply instead of a null bulk string.
+    NullArray,
     Array(Vec<Resp>),
     Map(Vec<(Resp, Resp)>),
     Set(Vec<Resp>),
@@ -108,7 +110,7 @@ fn read_at<R: BufRead>(r: &mut R, depth: usize) -> Result<Resp, RespError> {
             Some(n) => Resp::Bulk(read_exact_crlf(r, n)?),
         },
         b'*' | b'~' | b'>' => match parse_len(body, MAX_ELEMENTS)? {
-            None => Resp::Null,
+            None => Resp::NullArray,
             Some(n) => {
                 let items = read_many(r, n, depth)?;
                 if *kind == b'~' {
@@ -259,7 +261,7 @@ mod tests {
             parse(b"$3\r\na\r\n\r\n").unwrap(),
             Resp::Bulk(b"a\r\n".to_vec())
         );
-        assert_eq!(parse(b"*-1\r\n").unwrap(), Resp::Null);
+        assert_eq!(parse(b"*-1\r\n").unwrap(), Resp::NullArray);
         assert_eq!(
             parse(b"*2\r\n:1\r\n*1\r\n$0\r\n\r\n").unwrap(),
             Resp::Array(vec![Resp::Int(1), Resp::Array(vec![Resp::Bulk(vec![])])])

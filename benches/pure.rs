@@ -1,0 +1,217 @@
+//! Micro-benchmarks of the pure core (no Redis): base62, each layout's text and bits, the
+//! generator's reserve, and each ring's lookup. Run with `cargo bench` (or `cargo bench -- ring`).
+//!
+//! Outside `cargo test` the crate's global allocator is Redis's (`RedisAlloc`), which calls
+//! the `RedisModule_Alloc`/`RedisModule_Free` pointers that Redis fills in when it loads the
+//! module; here nothing does, and the first allocation would abort with "the Redis Allocator
+//! isn't available". A constructor that runs before `main` points them at libc's malloc/free.
+
+use std::hint::black_box;
+use std::os::raw::c_void;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use shard::keys::{base62, codec, Encoding, Generator, KeyFields, Layout, Request, Shape};
+use shard::ring::{Ring, RingSpec};
+
+extern "C" {
+    fn malloc(size: usize) -> *mut c_void;
+    fn free(ptr: *mut c_void);
+}
+
+extern "C" fn use_libc_malloc() {
+    // SAFETY: runs once, single-threaded, before main and before any allocation; these are
+    // the pointers Redis would set, given C functions of the same signature.
+    unsafe {
+        redis_module::raw::RedisModule_Alloc = Some(malloc);
+        redis_module::raw::RedisModule_Free = Some(free);
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static USE_LIBC_MALLOC: extern "C" fn() = use_libc_malloc;
+
+/// A time in 2024, in unix ms.
+const NOW_MS: i64 = 1_717_000_000_000;
+
+fn layouts() -> Vec<(&'static str, Layout)> {
+    vec![
+        ("snowflake", Layout::snowflake()),
+        ("instagram", Layout::instagram()),
+        ("sonyflake", Layout::sonyflake()),
+        ("shardjs", Layout::shardjs(1)),
+    ]
+}
+
+/// A typical key of `layout`: now, node 1 (0 for shardjs), seq 5, the default type.
+fn sample_fields(layout: &Layout) -> KeyFields {
+    let tick = layout
+        .tick_of(NOW_MS)
+        .expect("now is after every default epoch");
+    let mut f = KeyFields {
+        tick,
+        node: 1,
+        key_type: layout.default_type(),
+        seq: 5,
+    };
+    f.node = if layout.is_text() {
+        layout.node_of(&f)
+    } else {
+        1
+    };
+    f
+}
+
+fn bench_base62(c: &mut Criterion) {
+    let mut g = c.benchmark_group("base62");
+    let n: u64 = 1_795_305_412_170 << 22;
+    g.bench_function("encode_fixed_11", |b| {
+        let mut out = [0u8; base62::KEY_WIDTH];
+        b.iter(|| base62::encode_fixed(black_box(n), &mut out))
+    });
+    g.bench_function("encode_unpadded", |b| {
+        let mut out = [0u8; base62::MAX_WIDTH];
+        b.iter(|| base62::encode_unpadded(black_box(n), &mut out))
+    });
+    let mut text = [0u8; base62::KEY_WIDTH];
+    base62::encode_fixed(n, &mut text);
+    g.bench_function("decode_11", |b| b.iter(|| base62::decode(black_box(&text))));
+    g.finish();
+}
+
+fn bench_layouts(c: &mut Criterion) {
+    let mut g = c.benchmark_group("layout");
+    for (name, layout) in layouts() {
+        let fields = sample_fields(&layout);
+        let encodings: &[Encoding] = if layout.is_text() {
+            &[Encoding::Decimal]
+        } else {
+            &[Encoding::Decimal, Encoding::Base62]
+        };
+        for &enc in encodings {
+            let label = if layout.is_text() {
+                name.to_string()
+            } else {
+                format!("{name}/{}", enc.name())
+            };
+            let text = codec::format(&layout, enc, &fields);
+            g.bench_function(format!("format/{label}"), |b| {
+                b.iter(|| codec::format(black_box(&layout), enc, black_box(&fields)))
+            });
+            g.bench_function(format!("parse/{label}"), |b| {
+                b.iter(|| codec::parse(black_box(&layout), enc, black_box(text.as_bytes())))
+            });
+        }
+        if !layout.is_text() {
+            let number = layout.pack(&fields);
+            g.bench_function(format!("pack/{name}"), |b| {
+                b.iter(|| black_box(&layout).pack(black_box(&fields)))
+            });
+            g.bench_function(format!("unpack/{name}"), |b| {
+                b.iter(|| black_box(&layout).unpack(black_box(number)))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn bench_generator(c: &mut Criterion) {
+    let mut g = c.benchmark_group("generator");
+    let layout = Layout::snowflake();
+    let shape = Shape::of(&layout, 1);
+    for count in [1u64, 1000] {
+        g.throughput(Throughput::Elements(count));
+        // The wall clock moves 1 ms per 1000 keys (a quarter of the layout's ceiling), so
+        // most single-key calls continue a tick and the generator never refuses.
+        let mut gen = Generator::new();
+        let mut k: i64 = 0;
+        let mut next_request = move || {
+            k += 1;
+            Request {
+                now_ms: NOW_MS + k * count as i64 / 1000,
+                count,
+                node: 1,
+                key_type: 0,
+                max_drift_ms: 5000,
+            }
+        };
+        g.bench_function(format!("reserve/snowflake/count={count}"), |b| {
+            b.iter(|| {
+                let req = next_request();
+                gen.reserve(&layout, &shape, black_box(&req))
+                    .map(|batch| batch.len())
+            })
+        });
+        // Reserve and format every key, as SHARD.GENKEY does before replying.
+        g.bench_function(format!("reserve+format/snowflake/count={count}"), |b| {
+            b.iter(|| {
+                let req = next_request();
+                let batch = gen
+                    .reserve(&layout, &shape, black_box(&req))
+                    .expect("never refused");
+                batch
+                    .map(|f| {
+                        codec::format(&layout, Encoding::Decimal, &f)
+                            .as_bytes()
+                            .len()
+                    })
+                    .sum::<usize>()
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The spec of a ring of `n` nodes of weight 1, as `SHARD.RING SET` parses it.
+fn spec(algo: &str, n: usize) -> RingSpec {
+    let fields: Vec<Vec<u8>> = (0..n)
+        .flat_map(|i| {
+            [
+                format!("node{i}").into_bytes(),
+                format!("10.0.{}.{}:6379", i / 250, i % 250 + 1).into_bytes(),
+                b"1".to_vec(),
+            ]
+        })
+        .collect();
+    let refs: Vec<&[u8]> = fields.iter().map(Vec::as_slice).collect();
+    RingSpec::from_args(algo.as_bytes(), None, &refs).expect("a valid ring")
+}
+
+fn bench_rings(c: &mut Criterion) {
+    let keys: Vec<Vec<u8>> = (0..1024)
+        .map(|i| format!("user:{i}").into_bytes())
+        .collect();
+    let mut g = c.benchmark_group("ring");
+    for algo in ["ketama", "jedis", "jedis-murmur", "redis-shard", "slots"] {
+        for n in [10, 1000] {
+            let r = Ring::build(&spec(algo, n)).expect("the ring builds");
+            let mut i = 0usize;
+            g.bench_function(format!("locate/{algo}/{n}"), |b| {
+                b.iter(|| {
+                    i = (i + 1) & 1023;
+                    r.locate(black_box(&keys[i])).node
+                })
+            });
+        }
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("ring_build");
+    g.sample_size(10);
+    for n in [100, 1000, 3844] {
+        let s = spec("ketama", n);
+        g.bench_function(format!("ketama/{n}"), |b| {
+            b.iter(|| Ring::build(black_box(&s)).map(|r| r.point_count()))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_base62,
+    bench_layouts,
+    bench_generator,
+    bench_rings
+);
+criterion_main!(benches);

@@ -1,0 +1,853 @@
+"""SHARD.CALL between real servers: a fleet answers like one plain server, during a
+resharding too; down, silent and restarted owners; ACL; authentication; bad input.
+
+Replies are compared as raw RESP bytes (`Raw` below), so every reply type, every error text and
+the RESP2/RESP3 shapes (maps, sets, doubles, nulls) must be exactly what a plain server sends.
+"""
+
+import random
+import re
+import selectors
+import socket
+import threading
+import time
+
+import pytest
+import redis
+
+from conftest import info_shard
+
+NAMES = ("n0", "n1", "n2")
+TIMEOUT_MS = 500
+# Far enough in the future that no key expires during a test; TTL replies may differ by a second.
+TTL_MIN, TTL_MAX = 10_000, 20_000
+
+
+# --- a raw RESP client: replies as the exact bytes the server sent ---------------------------
+
+
+def encode(args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode()
+        elif not isinstance(a, bytes):
+            a = str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Raw:
+    """One connection; `pipeline` sends commands in chunks and returns each reply's bytes."""
+
+    def __init__(self, port, protocol=2, user=None, password=None, timeout=30):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = bytearray()
+        if protocol == 3 or password:
+            hello = ["HELLO", protocol]
+            if password:
+                hello += ["AUTH", user or "default", password]
+            reply = self.execute(*hello)
+            assert not reply.startswith(b"-"), reply
+
+    def close(self):
+        self.sock.close()
+
+    def execute(self, *args):
+        return self.pipeline([args])[0]
+
+    def pipeline(self, commands, chunk=500):
+        replies = []
+        for i in range(0, len(commands), chunk):
+            part = commands[i:i + chunk]
+            self.sock.sendall(b"".join(encode(c) for c in part))
+            replies += [self.read() for _ in part]
+        return replies
+
+    def _fill(self):
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        self.buf += data
+
+    def _line(self):
+        while (end := self.buf.find(b"\r\n")) < 0:
+            self._fill()
+        line = bytes(self.buf[:end + 2])
+        del self.buf[:end + 2]
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        data = bytes(self.buf[:n])
+        del self.buf[:n]
+        return data
+
+    def read(self):
+        line = self._line()
+        kind, n = line[:1], line[1:-2]
+        if kind in b"$=!":
+            return line if int(n) < 0 else line + self._exact(int(n) + 2)
+        if kind in b"*~>":
+            return line if int(n) < 0 else line + b"".join(self.read() for _ in range(int(n)))
+        if kind == b"%":
+            return line + b"".join(self.read() for _ in range(2 * int(n)))
+        if kind == b"|":  # an attribute precedes the reply it describes
+            return line + b"".join(self.read() for _ in range(2 * int(n))) + self.read()
+        return line  # + - : _ , # (
+
+
+def call_ops(ops):
+    return [("SHARD.CALL", *op) for op in ops]
+
+
+def differences(ops, got, want, ttl_slack=2):
+    """The (op, got, want) whose replies differ; TTL replies may differ by `ttl_slack` s."""
+    bad = []
+    for op, g, w in zip(ops, got, want, strict=True):
+        if g == w:
+            continue
+        name = op[0].upper() if isinstance(op[0], str) else op[0].decode().upper()
+        if (name == "TTL" and g[:1] == w[:1] == b":" and int(g[1:-2]) >= 0
+                and int(w[1:-2]) >= 0 and abs(int(g[1:-2]) - int(w[1:-2])) <= ttl_slack):
+            continue
+        bad.append((op, g, w))
+    return bad
+
+
+def assert_same_replies(ops, got, want, what):
+    bad = differences(ops, got, want)
+    assert not bad, f"{what}: {len(bad)} of {len(ops)} replies differ from the plain server's, " \
+                    f"first (op, shard.call, plain): {bad[:5]}"
+
+
+# --- fleets ----------------------------------------------------------------------------------
+
+
+class Fleet:
+    """Named servers with the module, each with `self` set to its own name."""
+
+    def __init__(self, servers):
+        self.servers = servers
+
+    def __getitem__(self, name):
+        return self.servers[name]
+
+    def client(self, name, **kwargs):
+        return self.servers[name].client(**kwargs)
+
+    def raw(self, name, **kwargs):
+        s = self.servers[name]
+        kwargs.setdefault("password", s.password)
+        return Raw(s.port, **kwargs)
+
+    def ring_args(self, names, extra=()):
+        args = []
+        for name in names:
+            args += [name, f"127.0.0.1:{self.servers[name].port}", 1]
+        for name, port in extra:
+            args += [name, f"127.0.0.1:{port}", 1]
+        return args
+
+    def ring(self, names, verb="SET", on=None, extra=()):
+        """SHARD.RING SET (or BEGIN) on every server (or those of `on`); the digests agree."""
+        digests = set()
+        for n in on or self.servers:
+            c = self.client(n)
+            assert c.execute_command("SHARD.RING", verb, "ketama",
+                                     *self.ring_args(names, extra)) == b"OK"
+            digests.add(ring_field(c, b"digest"))
+        assert len(digests) == 1, digests
+
+    def owners(self, keys, via=None):
+        pipe = self.client(via or next(iter(self.servers))).pipeline(transaction=False)
+        for k in keys:
+            pipe.execute_command("SHARD.WHEREIS", k)
+        return [o.decode() for o in pipe.execute()]
+
+    def key_of(self, owner, prefix="key"):
+        """A key the ring gives to `owner`."""
+        for i in range(10_000):
+            key = f"{prefix}:{i}"
+            if self.owners([key])[0] == owner:
+                return key
+        raise AssertionError(f"no key for {owner}")
+
+    def calls(self, name):
+        return {k: int(v) for k, v in info_shard(self.client(name)).items()
+                if k.startswith("call_")}
+
+    def total(self, field):
+        return sum(self.calls(n).get(field, 0) for n in self.servers)
+
+
+def ring_field(client, field):
+    reply = client.execute_command("SHARD.RING", "GET")
+    return dict(zip(reply[::2], reply[1::2]))[field]
+
+
+def make_fleet(server_factory, names=NAMES, ring=None, timeout_ms=TIMEOUT_MS, args=(),
+               per_node_args=None, config=(), password=None):
+    """Starts one server per name and sets the ring of `ring` (default: all) on every one."""
+    servers = {}
+    for n in names:
+        module_args = ["self", n, "call-timeout-ms", timeout_ms, *args,
+                       *((per_node_args or {}).get(n, ()))]
+        servers[n] = server_factory(module_args=module_args, config=config, password=password)
+    fleet = Fleet(servers)
+    fleet.ring(ring or names)
+    return fleet
+
+
+def key_names(n, prefix):
+    """n distinct keys, some binary, with spaces or non-ASCII."""
+    keys = []
+    for i in range(n):
+        if i % 50 == 7:
+            keys.append(b"%s:bin:\x00\xff\r\n:%d" % (prefix.encode(), i))
+        elif i % 50 == 13:
+            keys.append(f"{prefix}:sp ace {i}")
+        elif i % 50 == 21:
+            keys.append(f"{prefix}:ünï:{i}".encode())
+        else:
+            keys.append(f"{prefix}:{i}")
+    return keys
+
+
+def random_ops(rng, n, keys, extended=False, expire_zero=True):
+    """n random single-key commands on `keys`; types collide, so some replies are errors.
+
+    The basic set is SET GET HSET HGETALL INCR LPUSH LRANGE EXPIRE TTL DEL; `extended` adds
+    sets (integers: intset order is deterministic), sorted sets (doubles, inf), LPOP with a
+    count (a null array in RESP2), ZMSCORE (doubles and nulls in one array) and more.
+    """
+
+    def value():
+        return rng.choice([str(rng.randrange(-50, 50)), f"v{rng.randrange(1000)}",
+                           "x" * rng.randrange(0, 70), "", "\r\n\x00\xff"])
+
+    basic = [
+        (12, lambda k: ("SET", k, value())),
+        (2, lambda k: ("SET", k, value(), "EX", rng.randrange(TTL_MIN, TTL_MAX))),
+        (12, lambda k: ("GET", k)),
+        (8, lambda k: ("HSET", k, f"f{rng.randrange(6)}", value(),
+                       *([f"f{rng.randrange(6)}", value()] if rng.random() < 0.3 else []))),
+        (8, lambda k: ("HGETALL", k)),
+        (10, lambda k: ("INCR", k)),
+        (8, lambda k: ("LPUSH", k, *[value() for _ in range(rng.randrange(1, 4))])),
+        (8, lambda k: ("LRANGE", k, *rng.choice([(0, -1), (0, 1), (-2, -1), (5, 2)]))),
+        (6, lambda k: ("EXPIRE", k, rng.randrange(TTL_MIN, TTL_MAX))),
+        (8, lambda k: ("TTL", k)),
+        (5, lambda k: ("DEL", k)),
+    ]
+    if expire_zero:
+        basic.append((1, lambda k: ("EXPIRE", k, 0)))  # deletes the key
+    more = [
+        (5, lambda k: ("SADD", k, *[rng.randrange(100) for _ in range(rng.randrange(1, 4))])),
+        (4, lambda k: ("SMEMBERS", k)),
+        (2, lambda k: ("SISMEMBER", k, rng.randrange(100))),
+        (5, lambda k: ("ZINCRBY", k, rng.choice([0.5, 1.25, -0.1, 3, "inf"]), f"m{rng.randrange(4)}")),
+        (4, lambda k: ("ZSCORE", k, f"m{rng.randrange(4)}")),
+        (3, lambda k: ("ZMSCORE", k, "m0", "m1", "nope")),
+        (3, lambda k: ("ZRANGE", k, 0, -1, "WITHSCORES")),
+        (3, lambda k: ("LPOP", k, 2)),
+        (2, lambda k: ("HINCRBYFLOAT", k, "fl", rng.choice([0.1, 2.5, -1]))),
+        (2, lambda k: ("HMGET", k, "f0", "nope")),
+        (2, lambda k: ("GETDEL", k)),
+        (2, lambda k: ("TYPE", k)),
+    ]
+    table = basic + (more if extended else [])
+    weights = [w for w, _ in table]
+    makers = [m for _, m in table]
+    return [rng.choices(makers, weights)[0](rng.choice(keys)) for _ in range(n)]
+
+
+def run_in_segments(fleet, names, ops, rng, protocol=2, plain=None):
+    """Sends ops through SHARD.CALL in pipelined segments, each through a random node of
+    `names` (a segment's replies arrive before the next segment starts, so the order holds
+    across nodes); returns the replies, and the plain server's for the same ops."""
+    raws = {n: fleet.raw(n, protocol=protocol) for n in names}
+    got, i = [], 0
+    while i < len(ops):
+        seg = ops[i:i + rng.randrange(1, 80)]
+        got += raws[rng.choice(names)].pipeline(call_ops(seg))
+        i += len(seg)
+    for r in raws.values():
+        r.close()
+    want = None
+    if plain is not None:
+        p = Raw(plain.port, protocol=protocol)
+        want = p.pipeline(ops)
+        p.close()
+    return got, want
+
+
+def check_placement(fleet, names, plain, keys):
+    """Every key lives only on its owner under the current ring, and equals the plain
+    server's (DUMP payload; PTTL within 10 s); the fleet holds nothing else."""
+    owners = dict(zip(keys, fleet.owners(keys, via=names[0])))
+    where = {k: [] for k in keys}
+    for n in names:
+        pipe = fleet.client(n).pipeline(transaction=False)
+        for k in keys:
+            pipe.exists(k)
+        for k, e in zip(keys, pipe.execute()):
+            if e:
+                where[k].append(n)
+    pp = plain.client().pipeline(transaction=False)
+    for k in keys:
+        pp.dump(k)
+        pp.pttl(k)
+    plain_replies = pp.execute()
+    expected = {}
+    for k, dump, pttl in zip(keys, plain_replies[::2], plain_replies[1::2]):
+        expected[k] = (dump, pttl)
+    wrong = [(k, where[k], owners[k]) for k in keys
+             if where[k] != ([owners[k]] if expected[k][0] is not None else [])]
+    assert not wrong, f"{len(wrong)} keys are not exactly on their owner " \
+                      f"(key, holders, owner): {wrong[:5]}"
+    by_owner = {}
+    for k in keys:
+        if expected[k][0] is not None:
+            by_owner.setdefault(owners[k], []).append(k)
+    differ = []
+    for n, owned in by_owner.items():
+        pipe = fleet.client(n).pipeline(transaction=False)
+        for k in owned:
+            pipe.dump(k)
+            pipe.pttl(k)
+        replies = pipe.execute()
+        for k, dump, pttl in zip(owned, replies[::2], replies[1::2]):
+            want_dump, want_pttl = expected[k]
+            same_ttl = pttl == want_pttl if min(pttl, want_pttl) < 0 \
+                else abs(pttl - want_pttl) < 10_000
+            if dump != want_dump or not same_ttl:
+                differ.append((k, n, dump, want_dump, pttl, want_pttl))
+    assert not differ, f"{len(differ)} keys differ from the plain server's " \
+                       f"(key, node, dump, plain dump, pttl, plain pttl): {differ[:3]}"
+    total = sum(fleet.client(n).dbsize() for n in names)
+    assert total == plain.client().dbsize(), "the fleet holds keys the plain server does not"
+    return by_owner
+
+
+# --- 1. a fleet answers like one plain server ------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol,count,extended", [(2, 10_000, False), (3, 2_500, True)],
+                         ids=["resp2-10000-ops", "resp3-2500-ops"])
+def test_fleet_through_one_node_equals_a_plain_server(server_factory, protocol, count, extended):
+    fleet = make_fleet(server_factory, timeout_ms=2000)
+    plain = server_factory()
+    rng = random.Random(6 + protocol)
+    keys = key_names(300, f"p{protocol}")
+    ops = random_ops(rng, count, keys, extended=extended)
+
+    client = fleet.raw("n0", protocol=protocol)
+    got = client.pipeline(call_ops(ops))
+    plain_raw = Raw(plain.port, protocol=protocol)
+    want = plain_raw.pipeline(ops)
+    assert_same_replies(ops, got, want, f"RESP{protocol} through n0")
+
+    # The replies covered the types they should have: errors, nulls, and under RESP3 maps,
+    # sets and doubles (redis-py would turn several of these into the same Python value).
+    kinds = {w[:1] for w in want}
+    assert {b"+", b"-", b":", b"$", b"*"} <= kinds, kinds
+    if protocol == 3:
+        assert {b"%", b"~", b",", b"_"} <= kinds, kinds
+    assert b"-WRONGTYPE" in b"".join(want)
+
+    calls = fleet.calls("n0")
+    assert calls["call_local"] + calls["call_forwarded"] == len(ops), calls
+    assert calls["call_local"] > len(ops) / 5 and calls["call_forwarded"] > len(ops) / 2, calls
+    assert calls["call_errors"] == 0 and calls["call_timeouts"] == 0, calls
+    assert calls["call_fallbacks"] == 0 and calls["call_copies"] == 0, calls
+
+    by_owner = check_placement(fleet, list(NAMES), plain, keys)
+    assert set(by_owner) == set(NAMES), "every node holds some of the keys"
+
+
+def test_reply_types_byte_for_byte_local_and_forwarded(server_factory):
+    """Fixed cases, each through a key of n0 (local) and of n1 (forwarded), RESP2 and RESP3."""
+    fleet = make_fleet(server_factory, timeout_ms=2000)
+    plain = server_factory()
+    differ = []
+    for owner in ("n0", "n1"):
+        k = fleet.key_of(owner, prefix=f"types-{owner}")
+        big = bytes(range(256)) * 8192 + b"\r\n"  # 2 MB, every byte value
+        ops = [
+            ("GET", k), ("LPOP", k, 2), ("HGETALL", k), ("SMEMBERS", k), ("ZSCORE", k, "a"),
+            ("ZMSCORE", k, "a", "b"), ("SET", k, big), ("GET", k), ("STRLEN", k),
+            ("SET", k, "v", "GET"), ("INCRBYFLOAT", k, 1), ("DEL", k),
+            ("HSET", k, "a", 1, "b", "two"), ("HGETALL", k), ("HLEN", k),
+            ("HINCRBYFLOAT", k, "a", 0.1), ("LPUSH", k, 1), ("DEL", k),
+            ("ZADD", k, 0.1, "a", "inf", "b"), ("ZSCORE", k, "a"), ("ZSCORE", k, "b"),
+            ("ZMSCORE", k, "a", "none", "b"), ("ZRANGE", k, 0, -1, "WITHSCORES"),
+            ("ZINCRBY", k, "-inf", "b"),
+            ("ZPOPMIN", k, 5), ("DEL", k), ("SADD", k, 3, 1, 2), ("SMEMBERS", k),
+            ("SMISMEMBER", k, 1, 9), ("RPUSH", k, "x"), ("LPOP", k, 2), ("LPOP", k, 2),
+            ("RPUSH", k, "a", "b"), ("LPOS", k, "b"), ("LPOS", k, "z"),
+            ("XADD", k, "1-1", "f", "v"), ("XRANGE", k, "-", "+"), ("XLEN", k),
+            ("EXPIRE", k, 100), ("PERSIST", k), ("TTL", k), ("OBJECT", "ENCODING", k),
+        ]
+        # OBJECT is refused (its key is not first); the plain server's reply is not compared.
+        for protocol in (2, 3):
+            got = fleet.raw("n0", protocol=protocol).pipeline(call_ops(ops))
+            want = Raw(plain.port, protocol=protocol).pipeline(ops)
+            assert got[-1].startswith(b"-ERR 'object' takes its key at another position")
+            differ += [(f"RESP{protocol}", owner, *d)
+                       for d in differences(ops[:-1], got[:-1], want[:-1])]
+    assert not differ, "replies differ from the plain server's " \
+                       f"(protocol, owner, op, shard.call, plain): {differ}"
+
+
+# --- 2. during a resharding ------------------------------------------------------------------
+
+
+def wait_job(client, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = client.execute_command("SHARD.RESHARD", "STATUS")
+        st = {k.decode(): v for k, v in zip(reply[::2], reply[1::2])}
+        if st["state"] not in (b"copying", b"cleaning"):
+            return st
+        time.sleep(0.02)
+    raise AssertionError(f"resharding job still running after {timeout}s")
+
+
+def locate(fleet, keys, via="n0"):
+    """key -> (current owner, previous owner)."""
+    pipe = fleet.client(via).pipeline(transaction=False)
+    for k in keys:
+        pipe.execute_command("SHARD.LOCATE", k)
+    out = {}
+    for k, reply in zip(keys, pipe.execute()):
+        d = dict(zip(reply[::2], reply[1::2]))
+        out[k] = (d[b"node"].decode(), d[b"previous_node"].decode())
+    return out
+
+
+def read_op(kind, key):
+    return {b"string": ("GET", key), b"hash": ("HGETALL", key),
+            b"list": ("LRANGE", key, 0, -1)}[kind]
+
+
+def test_resharding_reads_fall_back_writes_copy_deletes_everywhere(server_factory):
+    names3, names4 = ["n0", "n1", "n2"], ["n0", "n1", "n2", "n3"]
+    fleet = make_fleet(server_factory, names=names4, ring=names3, timeout_ms=2000)
+    plain = server_factory()
+    rng = random.Random(62)
+    keys = key_names(200, "r")
+    counters = [f"ctr:{i}" for i in range(80)]
+    everything = keys + counters
+
+    # Before: a fleet of three, written through every node.
+    ops = [("SET", c, i * 10) for i, c in enumerate(counters)]
+    ops += random_ops(rng, 1500, keys, expire_zero=False)
+    got, want = run_in_segments(fleet, names4, ops, rng, plain=plain)
+    assert_same_replies(ops, got, want, "before the resharding")
+
+    fleet.ring(names4, verb="BEGIN")
+    where = locate(fleet, everything)
+    moved = [k for k in everything if where[k][0] != where[k][1]]
+    assert all(where[k][0] == "n3" for k in moved), "ketama moves keys only to the new node"
+    p = plain.client()
+    kinds = dict(zip(everything, [p.type(k) for k in everything]))
+    moved_present = [k for k in moved if kinds[k] != b"none"]
+    moved_counters = [k for k in moved_present if k in counters]
+    assert len(moved_present) > 30 and len(moved_counters) >= 6, (len(moved_present), moved_counters)
+    assert fleet.client("n3").dbsize() == 0, "nothing copied yet"
+
+    # Reads through ANY node find the keys still at their previous owner.
+    reads = [read_op(kinds[k], k) for k in moved_present if kinds[k] in (b"string", b"hash", b"list")]
+    reads += [("TTL", k) for k in moved_present] + [("GET", "r:never-written")]
+    fallbacks = fleet.total("call_fallbacks")
+    want = Raw(plain.port).pipeline(reads)
+    for n in names4:
+        got = fleet.raw(n).pipeline(call_ops(reads))
+        assert_same_replies(reads, got, want, f"reads through {n} with the copy not run")
+    assert fleet.total("call_fallbacks") - fallbacks >= 4 * (len(reads) - 1), \
+        "every read of a moved key fell back to its previous owner"
+    assert fleet.client("n3").dbsize() == 0, "reads copy nothing"
+
+    # INCR continues from the old value at the new owner; the previous owner keeps its copy.
+    copies = fleet.total("call_copies")
+    for i, k in enumerate(moved_counters[:4]):
+        old = int(p.get(k))
+        via = names4[i]
+        assert fleet.client(via).execute_command("SHARD.CALL", "INCR", k) == old + 1 == p.incr(k)
+        assert fleet.client("n3").get(k) == str(old + 1).encode(), f"INCR through {via}"
+        assert fleet.client(where[k][1]).get(k) == str(old).encode(), "COPY keeps the original"
+        assert fleet.client(via).execute_command("SHARD.CALL", "INCR", k) == old + 2 == p.incr(k)
+    assert fleet.total("call_copies") - copies == 4, "one copy per key, the first write only"
+
+    # DEL removes a key everywhere: one only at its previous owner, one copied already.
+    for k, via in ((moved_counters[4], "n1"), (moved_counters[0], "n3"), (moved_counters[5], "n0")):
+        assert fleet.client(via).execute_command("SHARD.CALL", "DEL", k) == 1 == p.delete(k)
+        assert [fleet.client(n).exists(k) for n in names4] == [0] * 4, f"{k} deleted everywhere"
+        assert fleet.client(via).execute_command("SHARD.CALL", "DEL", k) == 0 == p.delete(k)
+        assert fleet.client(via).execute_command("SHARD.CALL", "GET", k) is None
+
+    # Random traffic through every node while the resharding is open.
+    fallbacks, copies = fleet.total("call_fallbacks"), fleet.total("call_copies")
+    ops = random_ops(rng, 2500, everything, expire_zero=False)
+    got, want = run_in_segments(fleet, names4, ops, rng, plain=plain)
+    assert_same_replies(ops, got, want, "during the resharding")
+    assert fleet.total("call_fallbacks") > fallbacks and fleet.total("call_copies") > copies
+
+    # COPY, COMMIT, CLEANUP everywhere: the fleet holds what the plain server holds.
+    for n in names4:
+        assert fleet.client(n).execute_command("SHARD.RESHARD", "COPY", "TIMEOUT", 2000) == b"OK"
+    for n in names4:
+        st = wait_job(fleet.client(n))
+        assert st["state"] == b"done" and st["failed"] == 0, (n, st)
+    for n in names4:
+        assert fleet.client(n).execute_command("SHARD.RING", "COMMIT") == b"OK"
+    for n in names4:
+        assert fleet.client(n).execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
+    for n in names4:
+        assert wait_job(fleet.client(n))["state"] == b"done", n
+    by_owner = check_placement(fleet, names4, plain, everything)
+    assert "n3" in by_owner
+
+
+def test_resharding_deletes_by_other_writes_do_not_resurrect(server_factory):
+    """A write that removes a key (GETDEL, EXPIRE 0, popping the last element) on a key that
+    is still at its previous owner: a plain server no longer has the key afterwards."""
+    fleet = make_fleet(server_factory, names=["a", "b"], ring=["a"], timeout_ms=2000)
+    plain = server_factory()
+    p = plain.client()
+    a = fleet.client("a")
+    cases = [("GETDEL",), ("EXPIRE", 0), ("LPOP",), ("HDEL", "f"), ("SPOP",), ("ZPOPMIN",)]
+    setups = {"GETDEL": ("SET", "v"), "EXPIRE": ("SET", "v"), "LPOP": ("RPUSH", "e"),
+              "HDEL": ("HSET", "f", "v"), "SPOP": ("SADD", "m"), "ZPOPMIN": ("ZADD", 1, "m")}
+    # Keys that move from a to b: found under the new ring, written under the old one
+    # (directly at a, as clients did before the BEGIN).
+    fleet.ring(["a", "b"], verb="BEGIN")
+    keys, i = {}, 0
+    for case in cases:
+        while fleet.owners([k := f"gone:{case[0]}:{i}"])[0] != "b":
+            i += 1
+        keys[case] = k
+        i += 1
+    for n in ("a", "b"):
+        fleet.client(n).execute_command("SHARD.RING", "ABORT")
+    for case, k in keys.items():
+        cmd, *args = setups[case[0]]
+        a.execute_command(cmd, k, *args)
+        p.execute_command(cmd, k, *args)
+    fleet.ring(["a", "b"], verb="BEGIN")
+
+    problems = []
+    for case, k in keys.items():
+        got = a.execute_command("SHARD.CALL", case[0], k, *case[1:])
+        want = p.execute_command(case[0], k, *case[1:])
+        assert got == want, (case, got, want)
+        assert p.exists(k) == 0
+        if fleet.client("a").execute_command("SHARD.CALL", "EXISTS", k) != 0:
+            problems.append(f"{' '.join(map(str, case))}: SHARD.CALL EXISTS still finds the key "
+                            f"(at its previous owner a)")
+    for step in (("RESHARD", "COPY"), ("RING", "COMMIT"), ("RESHARD", "CLEANUP")):
+        for n in ("a", "b"):
+            assert fleet.client(n).execute_command(f"SHARD.{step[0]}", step[1]) == b"OK"
+            assert wait_job(fleet.client(n))["state"] in (b"done", b"idle"), (n, step)
+    back = [k for k in keys.values() if fleet.client("b").exists(k)]
+    if back:
+        problems.append(f"after COPY/COMMIT/CLEANUP the removed keys are back at b: {back}")
+    assert not problems, "a key removed by a write during a resharding comes back from its " \
+                         "previous owner: " + "; ".join(problems)
+
+
+# --- 3. owners that are down or silent -------------------------------------------------------
+
+
+def timed_call(client, *args):
+    t0 = time.monotonic()
+    try:
+        reply = client.execute_command("SHARD.CALL", *args)
+    except redis.ResponseError as e:
+        reply = e
+    return reply, time.monotonic() - t0
+
+
+def spread_over_workers(fleet, via, key, n=24, threads=6):
+    """Calls from several clients at once, so that every worker pools a connection."""
+
+    def run():
+        c = fleet.client(via)
+        for _ in range(n // threads):
+            assert c.execute_command("SHARD.CALL", "SET", key, "x") == b"OK"
+
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=20)
+
+
+def test_down_owner_named_quickly_others_work_and_it_comes_back(server_factory):
+    fleet = make_fleet(server_factory)
+    k = {n: fleet.key_of(n) for n in NAMES}
+    c0, c2 = fleet.client("n0"), fleet.client("n2")
+    spread_over_workers(fleet, "n0", k["n1"])
+    port1 = fleet["n1"].port
+    addr1 = f"127.0.0.1:{port1}"
+
+    fleet["n1"].stop()
+    for _ in range(8):  # enough to meet every worker's stale pooled connection
+        for c in (c0, c2):
+            reply, elapsed = timed_call(c, "GET", k["n1"])
+            assert isinstance(reply, redis.ResponseError), reply
+            assert f"shard.call: node n1 ({addr1})" in str(reply), reply
+            assert elapsed < 0.25, f"a refused connection is reported at once, took {elapsed:.3f}s"
+    for n in ("n0", "n2"):
+        assert c0.execute_command("SHARD.CALL", "SET", k[n], n) == b"OK"
+        assert c2.execute_command("SHARD.CALL", "GET", k[n]) == n.encode()
+    assert fleet.calls("n0")["call_errors_n1"] >= 8
+    assert fleet.calls("n0")["call_errors"] >= 8
+
+    fleet["n1"].port = port1
+    fleet["n1"].start()
+    fleet["n1"].client().execute_command("SHARD.RING", "SET", "ketama", *fleet.ring_args(NAMES))
+    for i in range(12):
+        assert c0.execute_command("SHARD.CALL", "SET", k["n1"], i) == b"OK"
+        assert c2.execute_command("SHARD.CALL", "GET", k["n1"]) == str(i).encode()
+
+    # A restart between two calls (no call while it was down): pooled connections of every
+    # worker are stale, yet no call fails.
+    spread_over_workers(fleet, "n0", k["n1"])
+    errors = fleet.calls("n0")["call_errors_n1"]
+    fleet["n1"].stop()
+    fleet["n1"].start()
+    failed = []
+    for i in range(16):
+        try:
+            c0.execute_command("SHARD.CALL", "SET", k["n1"], i)
+        except redis.ResponseError as e:
+            failed.append(str(e))
+    assert not failed, f"calls after the owner restarted failed: {failed}"
+    assert fleet.calls("n0")["call_errors_n1"] == errors
+
+
+class SilentServer:
+    """Accepts connections and reads what they send, never answering; stops by itself after
+    `lifetime` seconds at most."""
+
+    def __init__(self, lifetime=15):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.received = bytearray()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(lifetime,), daemon=True)
+
+    def _run(self, lifetime):
+        deadline = time.monotonic() + lifetime
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ)
+        while not self.done.is_set() and time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=0.05):
+                if key.fileobj is self.sock:
+                    conn, _ = self.sock.accept()
+                    conn.setblocking(False)
+                    sel.register(conn, selectors.EVENT_READ)
+                    self.accepted += 1
+                    continue
+                try:
+                    data = key.fileobj.recv(65536)
+                except OSError:
+                    data = b""
+                self.received += data
+                if not data:
+                    sel.unregister(key.fileobj)
+                    key.fileobj.close()
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()
+        sel.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(timeout=5)
+
+
+def test_silent_owner_times_out_and_the_server_keeps_serving(server_factory):
+    fleet = make_fleet(server_factory)
+    with SilentServer() as hole:
+        fleet.ring(NAMES, extra=[("hole", hole.port)])
+        key = fleet.key_of("hole")
+        mine = fleet.key_of("n0")
+        result = {}
+
+        def blocked_call():
+            result["reply"], result["elapsed"] = timed_call(fleet.client("n0"), "GET", key)
+
+        t = threading.Thread(target=blocked_call)
+        t.start()
+        probe = fleet.client("n0")
+        pings = []
+        while t.is_alive():
+            t0 = time.monotonic()
+            assert probe.execute_command("SHARD.CALL", "SET", mine, "still here") == b"OK"
+            pings.append(time.monotonic() - t0)
+            time.sleep(0.01)
+        t.join()
+        reply, elapsed = result["reply"], result["elapsed"]
+        assert isinstance(reply, redis.ResponseError), reply
+        assert str(reply) == f"shard.call: node hole (127.0.0.1:{hole.port}): " \
+                             f"did not answer within {TIMEOUT_MS} ms", reply
+        assert TIMEOUT_MS / 1000 - 0.05 <= elapsed < TIMEOUT_MS / 1000 + 0.4, elapsed
+        assert len(pings) > 10 and max(pings) < 0.1, "n0 served others while the call waited"
+        assert hole.accepted >= 1 and b"GET" in bytes(hole.received)
+        calls = fleet.calls("n0")
+        assert calls["call_timeouts_hole"] == 1 and calls["call_timeouts"] == 1, calls
+        reply, elapsed = timed_call(fleet.client("n1"), "SET", key, "v")
+        assert "did not answer within" in str(reply) and elapsed < TIMEOUT_MS / 1000 + 0.4
+        assert fleet.calls("n1")["call_timeouts_hole"] == 1
+
+
+def test_a_late_answer_never_reaches_the_next_call(server_factory):
+    """An owner that answers after the timeout (paused): the late reply is dropped with its
+    connection, and the next call gets its own reply."""
+    fleet = make_fleet(server_factory)
+    a, b = fleet.key_of("n1", "late-a"), fleet.key_of("n1", "late-b")
+    c0 = fleet.client("n0")
+    c0.execute_command("SHARD.CALL", "SET", a, "value of a")
+    c0.execute_command("SHARD.CALL", "SET", b, "value of b")
+    fleet.client("n1").execute_command("CLIENT", "PAUSE", 800, "ALL")
+    reply, elapsed = timed_call(c0, "GET", a)
+    assert "did not answer within" in str(reply) and elapsed < 0.9, (reply, elapsed)
+    time.sleep(0.5)  # n1 resumes and answers the GET of a on the abandoned connection
+    for _ in range(8):
+        assert c0.execute_command("SHARD.CALL", "GET", b) == b"value of b"
+        assert c0.execute_command("SHARD.CALL", "GET", a) == b"value of a"
+
+
+# --- 4. ACL ----------------------------------------------------------------------------------
+
+
+def test_acl_applies_to_local_and_forwarded_calls(server_factory):
+    fleet = make_fleet(server_factory)
+    for n in NAMES:
+        c = fleet.client(n)
+        c.execute_command("ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-set")
+        c.execute_command("ACL", "SETUSER", "narrow", "on", ">pw", "~ok:*", "+@all")
+    local, remote = fleet.key_of("n0"), fleet.key_of("n1")
+    admin = fleet.client("n0")
+    for k in (local, remote):
+        admin.execute_command("SHARD.CALL", "SET", k, "before")
+    app = fleet.client("n0", username="app", password="pw")
+    narrow = fleet.client("n0", username="narrow", password="pw")
+    denied = {}  # what -> the error reply's raw bytes
+    for k, where in ((remote, "forwarded to n1"), (local, "owned by n0")):
+        denied[f"SET by app, key {where}"] = fleet.raw("n0", user="app", password="pw").execute(
+            "SHARD.CALL", "SET", k, "after")
+        assert app.execute_command("SHARD.CALL", "GET", k) == b"before", where
+        assert admin.execute_command("SHARD.CALL", "GET", k) == b"before", "nothing was written"
+        assert app.execute_command("SHARD.CALL", "INCRBY", k + ":n", 2) == 2, where
+    # Key patterns: the user may only touch ok:*.
+    for owner in ("n1", "n0"):
+        ok, other = fleet.key_of(owner, "ok"), fleet.key_of(owner, "secret")
+        assert narrow.execute_command("SHARD.CALL", "SET", ok, 1) == b"OK"
+        assert narrow.execute_command("SHARD.CALL", "GET", ok) == b"1"
+        denied[f"GET of secret:* by narrow, key of {owner}"] = fleet.raw(
+            "n0", user="narrow", password="pw").execute("SHARD.CALL", "GET", other)
+    assert all(r.startswith(b"-") for r in denied.values()), denied
+    not_noperm = {what: r for what, r in denied.items() if not r.startswith(b"-NOPERM ")}
+    assert not not_noperm, f"denied calls must reply NOPERM, like the plain commands: {not_noperm}"
+
+
+# --- 5. authentication between nodes ---------------------------------------------------------
+
+
+def test_nodes_authenticate_with_auth_user_and_password(server_factory):
+    names = ["n0", "n1", "n2"]
+    fleet = make_fleet(
+        server_factory, names=names, password="adminpw",
+        per_node_args={
+            "n0": ["auth-user", "shard", "auth-password", "wrong-secret"],
+            "n1": ["auth-password", "adminpw"],  # the default user
+            "n2": ["auth-user", "shard", "auth-password", "s3cret"],
+        })
+    for n in names:
+        fleet.client(n).execute_command("ACL", "SETUSER", "shard", "on", ">s3cret", "~*", "+@all")
+    k = {n: fleet.key_of(n) for n in names}
+    for via, target in (("n1", "n0"), ("n1", "n2"), ("n2", "n0"), ("n2", "n1")):
+        c = fleet.client(via)
+        assert c.execute_command("SHARD.CALL", "SET", k[target], via) == b"OK"
+        assert c.execute_command("SHARD.CALL", "GET", k[target]) == via.encode()
+        assert fleet.client(via, protocol=3).execute_command("SHARD.CALL", "HGETALL", k[target] + "h") == {}
+    c0 = fleet.client("n0")
+    for target in ("n1", "n2"):
+        with pytest.raises(redis.ResponseError) as e:
+            c0.execute_command("SHARD.CALL", "GET", k[target])
+        msg = str(e.value)
+        assert f"node {target} (127.0.0.1:{fleet[target].port})" in msg, msg
+        assert "WRONGPASS" in msg, msg
+        assert "wrong-secret" not in msg, "the password is never shown"
+    assert c0.execute_command("SHARD.CALL", "GET", k["n0"]) == b"n2", "local calls need no auth"
+    assert fleet.calls("n0")["call_errors_n1"] == 1
+    # Fixing the password takes effect at once: failed handshakes keep no connection.
+    c0.config_set("shard.auth-password", "s3cret")
+    assert c0.execute_command("SHARD.CALL", "GET", k["n1"]) == b"n2"
+    assert c0.execute_command("SHARD.CALL", "GET", k["n2"]) == b"n1"
+
+
+# --- 6. bad input ----------------------------------------------------------------------------
+
+
+def test_bad_input_gets_clear_errors(server_factory):
+    lone = server_factory(module_args=["self", "n0"])
+    with pytest.raises(redis.ResponseError, match="^NORING no ring is set"):
+        lone.client().execute_command("SHARD.CALL", "GET", "k")
+
+    fleet = make_fleet(server_factory)
+    c = fleet.client("n0")
+    # The module's own message, or Redis's when the command is registered with arity -3.
+    too_short = "(SHARD.CALL needs a command and its key|wrong number of arguments for 'shard.call')"
+    for owner in ("n0", "n1"):
+        k = fleet.key_of(owner)
+        cases = [
+            ((), too_short),
+            (("GET",), too_short),
+            (("SET", k), "wrong number of arguments for 'set' command"),
+            (("GET", k, "extra"), "wrong number of arguments for 'get' command"),
+            (("PING", k), "'ping' has no key"),
+            (("MSET", k, 1, "other", 2), "'mset' has 2 keys here"),
+            (("MGET", k, "other"), "'mget' has 2 keys here"),
+            (("NOSUCHCMD", k), "unknown command 'nosuchcmd'"),
+            (("OBJECT", "ENCODING", k), "'object' takes its key at another position"),
+            (("EVAL", "return 1", 1, k), "'eval' takes its key at another position"),
+            (("SHARD.CALL", "GET", k), "'shard.call' has no key"),
+        ]
+        for args, message in cases:
+            raw = fleet.raw("n0").execute("SHARD.CALL", *args)
+            assert raw.startswith(b"-ERR "), (args, raw)
+            assert re.search(message.encode(), raw), (owner, args, raw)
+        assert c.exists(k) == 0 and fleet.client(owner).dbsize() == 0, "nothing ran"
+
+    local, remote = fleet.key_of("n0"), fleet.key_of("n1")
+    # MULTI: the local call runs, the forwarded one errors, and the server goes on.
+    pipe = c.pipeline(transaction=True)
+    pipe.execute_command("SHARD.CALL", "SET", local, "in multi")
+    pipe.execute_command("SHARD.CALL", "GET", remote)
+    pipe.execute_command("SHARD.CALL", "GET", local)
+    replies = pipe.execute(raise_on_error=False)
+    assert replies[0] == b"OK" and replies[2] == b"in multi", replies
+    assert isinstance(replies[1], redis.ResponseError), replies
+    assert f"cannot wait for node n1 (127.0.0.1:{fleet['n1'].port}) inside MULTI" in str(replies[1])
+    with pytest.raises(redis.ResponseError, match="not allowed from script"):
+        c.eval("return redis.call('SHARD.CALL', 'GET', KEYS[1])", 1, remote)
+    with pytest.raises(redis.ResponseError, match="forwards to database 0 only"):
+        fleet.client("n0", db=1).execute_command("SHARD.CALL", "SET", remote, 1)
+    assert c.ping()
+    assert c.execute_command("SHARD.CALL", "SET", remote, "after") == b"OK"
+    assert fleet.client("n1").get(remote) == b"after"
+    assert c.execute_command("SHARD.CALL", "GET", local) == b"in multi"
+    calls = fleet.calls("n0")
+    assert calls["call_errors"] == 0 and calls["call_timeouts"] == 0, calls
