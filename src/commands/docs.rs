@@ -198,6 +198,13 @@ pub fn doc(name: &str) -> Option<Doc> {
             ADVANCE,
             c"write",
         ),
+        "shard.debug" => d(
+            c"Debugging: PANIC proves the panic guard (needs enable-debug-command)",
+            c"O(1)",
+            2,
+            &[],
+            c"admin",
+        ),
         "shard.ring" => d(
             c"Manages the ring of nodes held in module memory",
             c"Depends on the subcommand",

@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod call;
+pub mod debug;
 pub mod decode;
 pub mod docs;
 pub mod encode;

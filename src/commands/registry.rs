@@ -76,6 +76,11 @@ fn table() -> Vec<Spec> {
             c"may-replicate deny-script blocking",
         ),
         command(
+            c"shard.debug",
+            command_fn!("shard.debug", super::debug::debug),
+            c"admin",
+        ),
+        command(
             c"shard.advance",
             command_fn!("shard.advance", crate::durability::advance),
             c"write",
