@@ -36,11 +36,7 @@ pub fn call(call: &Call) -> CmdResult {
 
     let (plan, self_is_owner) = {
         let st = state::lock();
-        let current = st
-            .rings
-            .current
-            .as_ref()
-            .ok_or_else(super::whereis::no_ring)?;
+        let current = super::whereis::current_ring(&st)?;
         let self_name = st.config.ring.self_name.as_str();
         let owner = endpoint(current, key, self_name)?;
         let previous = match &st.rings.previous {

@@ -115,11 +115,7 @@ fn job_inputs(st: &ModuleState) -> Result<(Arc<Placement>, String), CmdError> {
             "a resharding job is already running: see SHARD.RESHARD STATUS, or SHARD.RESHARD STOP it",
         ));
     }
-    let ring = st
-        .rings
-        .current
-        .clone()
-        .ok_or_else(super::whereis::no_ring)?;
+    let ring = Arc::clone(super::whereis::current_ring(st)?);
     if ring.ring.is_none() {
         return Err(CmdError::err(
             "the cluster algo is resharded by Redis Cluster itself, not by shard",

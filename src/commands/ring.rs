@@ -133,11 +133,7 @@ pub fn get(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.ring|get"));
     }
     let st = state::lock();
-    let current = st
-        .rings
-        .current
-        .as_ref()
-        .ok_or_else(super::whereis::no_ring)?;
+    let current = super::whereis::current_ring(&st)?;
     let reply = &call.reply;
     reply.map(6);
     reply.field_bulk("algo", current.spec.algo.name().as_bytes());

@@ -1,15 +1,21 @@
 //! `SHARD.WHEREIS key` and `SHARD.LOCATE key`: which node owns a key.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use super::{Call, CmdError, CmdResult};
 use crate::cluster;
 use crate::placement::Placement;
 use crate::ring::key_slot;
-use crate::state;
+use crate::state::{self, ModuleState};
+
+/// The current ring, or the error that says how to set one.
+pub fn current_ring(st: &ModuleState) -> Result<&Arc<Placement>, CmdError> {
+    st.rings.current.as_ref().ok_or_else(no_ring)
+}
 
 /// The error when no ring is set.
-pub fn no_ring() -> CmdError {
+fn no_ring() -> CmdError {
     CmdError::code(
         "NORING",
         "no ring is set: use SHARD.RING SET algo name host:port weight [...], or the ring-file configuration",
@@ -64,7 +70,7 @@ pub fn whereis(call: &Call) -> CmdResult {
     }
     let key = call.args.get(1);
     let st = state::lock();
-    let current = st.rings.current.as_ref().ok_or_else(no_ring)?;
+    let current = current_ring(&st)?;
     let found = owner(call, current, key)?;
     call.reply.bulk(found.name.as_bytes());
     Ok(())
@@ -76,7 +82,7 @@ pub fn locate(call: &Call) -> CmdResult {
     }
     let key = call.args.get(1);
     let st = state::lock();
-    let current = st.rings.current.as_ref().ok_or_else(no_ring)?;
+    let current = current_ring(&st)?;
     let found = owner(call, current, key)?;
     let previous = match &st.rings.previous {
         Some(p) => Some(owner(call, p, key)?),
