@@ -25,6 +25,9 @@ pub struct ModuleState {
     pub rings: RingState,
     /// The last or running resharding job.
     pub job: Job,
+    /// The high-water mark last propagated as SHARD.ADVANCE: the mark only moves when the tick
+    /// does, so replicas and the AOF get it once per tick, not once per call.
+    pub propagated_high_water: Option<i64>,
     /// False while Redis applies the configuration at load time: values are only stored then,
     /// and checked together once all are in.
     loaded: bool,

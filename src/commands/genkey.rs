@@ -64,8 +64,14 @@ pub fn genkey(call: &Call) -> CmdResult {
         .generator
         .reserve(&keys.layout, &keys.shape, &request)
         .map_err(CmdError::err)?;
-    if let Some(high_water) = st.generator.high_water_ms(&keys.layout) {
-        durability::propagate_high_water(call, high_water);
+    // Replicas and the AOF need the mark once per tick, not once per call.
+    let moved = st
+        .generator
+        .high_water_ms(&keys.layout)
+        .filter(|m| Some(*m) != st.propagated_high_water);
+    if let Some(mark) = moved {
+        durability::propagate_high_water(call, mark);
+        st.propagated_high_water = Some(mark);
     }
 
     if count.is_some() {
