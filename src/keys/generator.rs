@@ -189,19 +189,19 @@ impl Generator {
         let result = self.plan(layout, shape, req);
         if let Some(w) = self.last_wall_ms {
             if req.now_ms < w {
-                self.stats.backsteps += 1;
+                self.stats.backsteps = self.stats.backsteps.saturating_add(1);
             }
         }
         self.last_wall_ms = Some(req.now_ms);
         match result {
             Ok((batch, end, borrowed)) => {
                 self.last = Some(end);
-                self.stats.generated += req.count;
-                self.stats.borrowed += borrowed;
+                self.stats.generated = self.stats.generated.saturating_add(req.count.max(1));
+                self.stats.borrowed = self.stats.borrowed.saturating_add(borrowed);
                 Ok(batch)
             }
             Err(e) => {
-                self.stats.refused += 1;
+                self.stats.refused = self.stats.refused.saturating_add(1);
                 Err(e)
             }
         }
@@ -532,6 +532,15 @@ mod tests {
             Err(GenError::Exhausted)
         ));
         assert!(rig.ask(EPOCH, u64::MAX / 2, 0, 1000).is_err());
+    }
+
+    #[test]
+    fn counters_saturate_instead_of_overflowing() {
+        // Found by the `generator` fuzz target: a huge count overflowed `generated`.
+        let mut rig = Rig::new(Layout::custom("time:62 seq:0").unwrap().with_epoch(0), 0);
+        rig.generator.stats.generated = u64::MAX - 1;
+        assert_eq!(rig.ask(5, 3, 0, i64::MAX).unwrap().len(), 3);
+        assert_eq!(rig.generator.stats().generated, u64::MAX);
     }
 
     #[test]
