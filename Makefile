@@ -10,7 +10,7 @@ APT_PACKAGES := redis-server redis-tools libclang-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build run test unit integration bench fmt lint clean
+.PHONY: help deps build run test unit integration bench fuzz fmt lint clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -45,8 +45,24 @@ unit: ## Run only the Rust unit tests
 integration: build $(VENV)/.installed ## Run only the Python integration tests
 	$(PY) -m pytest tests
 
-bench: build ## Benchmarks (side by side with baselines): arrive with issue 7
-	@echo "make bench: not written yet (issue 7); nothing was measured" >&2; exit 1
+bench: build ## Benchmarks side by side with Redis's own commands; writes bench/results.md
+	python3 bench/run.py --micro
+
+# Fuzzing (issue 8): every target runs FUZZ_SECONDS; FUZZ_TARGETS picks some, e.g.
+# `make fuzz FUZZ_TARGETS=resp FUZZ_SECONDS=600`. Crashes land in fuzz/artifacts/<target>/.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= key_codec base62 layout_config generator ring_file ring_args persist resp command_args
+FUZZ_SANITIZER ?= address
+
+fuzz: deps ## Run each fuzz target (cargo-fuzz, libFuzzer) for FUZZ_SECONDS (default 60)
+	@$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p fuzz/corpus/$$t fuzz/seeds/$$t; \
+	  dict=""; [ -f fuzz/dicts/$$t.dict ] && dict="-dict=fuzz/dicts/$$t.dict"; \
+	  echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run --sanitizer $(FUZZ_SANITIZER) $$t fuzz/corpus/$$t fuzz/seeds/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$dict; \
+	done
 
 fmt: ## Format the Rust code
 	$(CARGO) fmt

@@ -1,0 +1,75 @@
+"""COMMAND INFO and COMMAND DOCS describe every command and subcommand like a native one."""
+
+import pytest
+
+COMMANDS = {
+    "shard.genkey": (-1, {"write", "denyoom", "fast"}),
+    "shard.decode": (-2, {"readonly", "fast"}),
+    "shard.encode": (-1, {"readonly", "fast"}),
+    "shard.whereis": (2, {"readonly", "fast"}),
+    "shard.locate": (2, {"readonly", "fast"}),
+    "shard.call": (-3, {"noscript", "blocking"}),
+}
+SUBCOMMANDS = {
+    "shard.ring": {"set": (-3, {"admin"}), "get": (2, {"readonly", "fast"}), "begin": (-3, {"admin"}),
+                   "commit": (2, {"admin"}), "abort": (2, {"admin"})},
+    "shard.reshard": {"copy": (-2, {"admin"}), "cleanup": (-2, {"admin", "write"}),
+                      "status": (2, {"readonly", "fast"}), "stop": (2, {"admin"})},
+}
+
+
+def raw(client, *args):
+    """The reply as sent, without redis-py's own post-processing of COMMAND replies."""
+    conn = client.connection_pool.get_connection(args[0])
+    try:
+        conn.send_command(*args)
+        return conn.read_response()
+    finally:
+        client.connection_pool.release(conn)
+
+
+def info(client, name):
+    return raw(client, "COMMAND", "INFO", name)[0]
+
+
+def flags_of(entry):
+    return {f.decode() if isinstance(f, bytes) else f for f in entry[2]}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_command_info_arity_and_flags(r, name):
+    arity, flags = COMMANDS[name]
+    entry = info(r, name)
+    assert entry[1] == arity
+    assert flags <= flags_of(entry), flags_of(entry)
+    assert (entry[3], entry[4], entry[5]) == (0, 0, 0), "no key positions: no CROSSSLOT in cluster mode"
+
+
+def test_subcommands_are_real(r):
+    for parent, subs in SUBCOMMANDS.items():
+        entry = info(r, parent)
+        listed = {e[0].decode() for e in entry[9]}
+        assert listed == {f"{parent}|{s}" for s in subs}
+        for sub in entry[9]:
+            arity, flags = subs[sub[0].decode().split("|")[1]]
+            assert sub[1] == arity and flags <= flags_of(sub), sub
+
+
+def test_command_docs_summary_and_arguments(r):
+    docs = raw(r, "COMMAND", "DOCS", "shard.genkey", "shard.encode", "shard.ring")
+    docs = dict(zip(docs[::2], docs[1::2]))
+    genkey = dict(zip(docs[b"shard.genkey"][::2], docs[b"shard.genkey"][1::2]))
+    assert b"time-sorted unique keys" in genkey[b"summary"]
+    assert genkey[b"module"] == b"shard"
+    args = [dict(zip(a[::2], a[1::2])) for a in genkey[b"arguments"]]
+    assert [(a[b"name"], a[b"token"], a[b"type"]) for a in args] == [
+        (b"type", b"TYPE", b"string"), (b"count", b"COUNT", b"integer")]
+    assert all(b"optional" in a[b"flags"] for a in args)
+    encode = dict(zip(docs[b"shard.encode"][::2], docs[b"shard.encode"][1::2]))
+    names = [dict(zip(a[::2], a[1::2]))[b"name"] for a in encode[b"arguments"]]
+    assert names == [b"layout", b"epoch", b"time", b"node", b"seq", b"type"]
+    ring = dict(zip(docs[b"shard.ring"][::2], docs[b"shard.ring"][1::2]))
+    subs = ring[b"subcommands"]
+    subs = dict(zip(subs[::2], subs[1::2]))
+    assert set(subs) == {b"shard.ring|set", b"shard.ring|get", b"shard.ring|begin",
+                         b"shard.ring|commit", b"shard.ring|abort"}
