@@ -1,35 +1,14 @@
 //! Micro-benchmarks of the pure core (no Redis): base62, each layout's text and bits, the
 //! generator's reserve, and each ring's lookup. Run with `cargo bench` (or `cargo bench -- ring`).
 //!
-//! Outside `cargo test` the crate's global allocator is Redis's (`RedisAlloc`), which calls
-//! the `RedisModule_Alloc`/`RedisModule_Free` pointers that Redis fills in when it loads the
-//! module; here nothing does, and the first allocation would abort with "the Redis Allocator
-//! isn't available". A constructor that runs before `main` points them at libc's malloc/free.
+//! The crate is built with its `system-alloc` feature here (see `required-features` in
+//! Cargo.toml): outside Redis, Redis's allocator is not available.
 
 use std::hint::black_box;
-use std::os::raw::c_void;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use shard::keys::{base62, codec, Encoding, Generator, KeyFields, Layout, Request, Shape};
 use shard::ring::{Ring, RingSpec};
-
-extern "C" {
-    fn malloc(size: usize) -> *mut c_void;
-    fn free(ptr: *mut c_void);
-}
-
-extern "C" fn use_libc_malloc() {
-    // SAFETY: runs once, single-threaded, before main and before any allocation; these are
-    // the pointers Redis would set, given C functions of the same signature.
-    unsafe {
-        redis_module::raw::RedisModule_Alloc = Some(malloc);
-        redis_module::raw::RedisModule_Free = Some(free);
-    }
-}
-
-#[used]
-#[link_section = ".init_array"]
-static USE_LIBC_MALLOC: extern "C" fn() = use_libc_malloc;
 
 /// A time in 2024, in unix ms.
 const NOW_MS: i64 = 1_717_000_000_000;
@@ -116,16 +95,13 @@ fn bench_layouts(c: &mut Criterion) {
 }
 
 fn bench_generator(c: &mut Criterion) {
-    let mut g = c.benchmark_group("generator");
     let layout = Layout::snowflake();
     let shape = Shape::of(&layout, 1);
-    for count in [1u64, 1000] {
-        g.throughput(Throughput::Elements(count));
-        // The wall clock moves 1 ms per 1000 keys (a quarter of the layout's ceiling), so
-        // most single-key calls continue a tick and the generator never refuses.
-        let mut gen = Generator::new();
+    // The wall clock moves 1 ms per 1000 keys (a quarter of the layout's ceiling), so most
+    // single-key calls continue a tick and the generator never refuses.
+    let requests = |count: u64| {
         let mut k: i64 = 0;
-        let mut next_request = move || {
+        move || {
             k += 1;
             Request {
                 now_ms: NOW_MS + k * count as i64 / 1000,
@@ -134,18 +110,31 @@ fn bench_generator(c: &mut Criterion) {
                 key_type: 0,
                 max_drift_ms: 5000,
             }
-        };
+        }
+    };
+    let mut g = c.benchmark_group("generator");
+    for count in [1u64, 1000] {
+        let mut gen = Generator::new();
+        let mut next = requests(count);
         g.bench_function(format!("reserve/snowflake/count={count}"), |b| {
             b.iter(|| {
-                let req = next_request();
+                let req = next();
                 gen.reserve(&layout, &shape, black_box(&req))
                     .map(|batch| batch.len())
             })
         });
-        // Reserve and format every key, as SHARD.GENKEY does before replying.
+    }
+    g.finish();
+
+    // Reserve and format every key, as SHARD.GENKEY does before replying.
+    let mut g = c.benchmark_group("generator_keys");
+    for count in [1u64, 1000] {
+        g.throughput(Throughput::Elements(count));
+        let mut gen = Generator::new();
+        let mut next = requests(count);
         g.bench_function(format!("reserve+format/snowflake/count={count}"), |b| {
             b.iter(|| {
-                let req = next_request();
+                let req = next();
                 let batch = gen
                     .reserve(&layout, &shape, black_box(&req))
                     .expect("never refused");

@@ -1,0 +1,583 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of the shard module against Redis's own commands (issue 7).
+
+Starts its own redis-server (loopback, a free port, target/release/libshard.so loaded, pinned
+to CPU 0), runs redis-benchmark (pinned to CPU 1) for every row and its baseline in the same
+round, several rounds interleaved, and writes one table (figures, ratios, targets, PASS/MISS)
+to bench/results.md with the machine and the versions used. Standard library only.
+`make bench` builds the module and runs this; `python3 bench/run.py --help` lists the knobs;
+SHARD_MODULE=/path/to/libshard.so measures another build of the module.
+"""
+
+import argparse
+import csv
+import io
+import os
+import re
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = Path(os.environ.get("SHARD_MODULE", ROOT / "target" / "release" / "libshard.so"))
+TMP = ROOT / "bench" / "tmp"
+FINDINGS = ROOT / "bench" / "findings.md"
+HZ = os.sysconf("SC_CLK_TCK")
+
+# The snowflake script as Redis users write it (run as EVALSHA sha 0 after SET node_id 1).
+LUA_SNOWFLAKE = """\
+local epoch = 1288834974657
+local seq = tonumber(redis.call('INCR', 'sequence')) % 4096
+local node = tonumber(redis.call('GET', 'node_id')) % 1024
+local time = redis.call('TIME')
+local time41 = ((tonumber(time[1]) * 1000) + (tonumber(time[2]) / 1000)) - epoch
+return (time41 * (2 ^ 22)) + (node * (2 ^ 12)) + seq
+"""
+
+SNOWFLAKE_CEILING = 4096 * 1000  # keys/s: 4096 sequence numbers per millisecond
+RING_SIZES = [10, 100, 1000, 3844]  # 3844 = 62 * 62, Shardjs's most shards
+GET_KEY = "user:1000"
+
+
+# --------------------------------------------------------------------------- a tiny client
+
+
+class RedisError(Exception):
+    pass
+
+
+class Client:
+    """Just enough RESP2 for setup and checks."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.file = self.sock.makefile("rb")
+
+    def close(self):
+        self.file.close()
+        self.sock.close()
+
+    def call(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.sock.sendall(b"".join(out))
+        return self._read()
+
+    def _read(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RedisError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.file.read(n + 2)[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read() for _ in range(n)]
+        raise RedisError(f"unexpected reply {line!r}")
+
+    def info(self, section):
+        text = self.call("INFO", section).decode()
+        return dict(l.split(":", 1) for l in text.splitlines() if ":" in l and not l.startswith("#"))
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pinned(cpu, argv):
+    """argv run on one CPU when asked and there are at least two."""
+    if cpu is None or shutil.which("taskset") is None or (os.cpu_count() or 1) < 2:
+        return argv
+    return ["taskset", "-c", str(cpu)] + argv
+
+
+class Server:
+    def __init__(self, pin):
+        TMP.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        argv = [
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", str(TMP),
+            "--logfile", str(TMP / "redis.log"), "--slowlog-log-slower-than", "-1",
+            "--loadmodule", str(MODULE), "node-id", "1",
+        ]
+        self.proc = subprocess.Popen(pinned(0 if pin else None, argv))  # taskset execs: same pid
+        for _ in range(100):
+            try:
+                self.client = Client(self.port)
+                self.client.call("PING")
+                return
+            except (OSError, RedisError):
+                time.sleep(0.05)
+        self.stop()
+        sys.exit(f"redis-server did not start; see {TMP / 'redis.log'}")
+
+    def cpu_ticks(self):
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class CpuMeter:
+    """Over one run: the CPU of the server and of redis-benchmark (each as a fraction of one
+    core), and the share of both CPUs used by other processes (other work on the machine makes
+    every figure lower and the ratios noisier)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.start = self._sample()
+
+    def _sample(self):
+        cpu = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        me, children = (resource.getrusage(who) for who in
+                        (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+        return (sum(cpu), sum(cpu) - cpu[3] - cpu[4], self.server.cpu_ticks(),
+                (children.ru_utime + children.ru_stime) * HZ, (me.ru_utime + me.ru_stime) * HZ)
+
+    def stop(self):
+        total, busy, srv, client, me = (b - a for a, b in zip(self.start, self._sample()))
+        core = total / (os.cpu_count() or 1)
+        return srv / core, client / core, max(0.0, (busy - srv - client - me) / total)
+
+
+def wait_for_quiet(limit_s, threshold=0.10):
+    """Waits (at most limit_s) until other processes use under `threshold` of the CPUs, so
+    that a round starts on a quiet machine when it can; returns the share last seen."""
+    deadline = time.time() + limit_s
+    while True:
+        a = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        time.sleep(0.5)
+        b = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        d = [y - x for x, y in zip(a, b)]
+        busy = 1 - (d[3] + d[4]) / max(1, sum(d))
+        if busy < threshold or time.time() >= deadline:
+            return busy
+
+
+# --------------------------------------------------------------------------- redis-benchmark
+
+
+def redis_benchmark(port, pin, command, n, clients, pipeline):
+    """Requests per second of one redis-benchmark run (CSV output)."""
+    argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
+            "-n", str(n), "-P", str(pipeline), "--csv"] + [str(c) for c in command]
+    run = subprocess.run(pinned(1 if pin else None, argv), capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {run.stderr.strip() or run.stdout.strip()}"
+                           f" (redis-server's log: {TMP / 'redis.log'})")
+    out = run.stdout
+    data = [r for r in csv.reader(io.StringIO(out)) if len(r) > 1 and r[0] != "test"]
+    if not data:
+        raise RuntimeError(f"no figure in redis-benchmark output: {out!r}")
+    return float(data[-1][1])
+
+
+class Row:
+    """One command measured in every round: per round its rate, the server's CPU and the
+    background load."""
+
+    def __init__(self, label, command, pipeline, clients=50, unit="req/s", per_request=1):
+        self.label, self.command = label, command
+        self.pipeline, self.clients = pipeline, clients
+        self.unit, self.per_request = unit, per_request
+        self.n = 0
+        self.rates, self.server_cpu, self.client_cpu, self.background = [], [], [], []
+
+    def calibrate(self, server, pin, seconds):
+        """Sizes -n so that one run lasts about `seconds`, from a probe of at least 0.25 s."""
+        step = self.clients * self.pipeline
+        n = 50 * step
+        while True:
+            rps = redis_benchmark(server.port, pin, self.command, n, self.clients, self.pipeline)
+            if n / rps >= 0.25:
+                break
+            n *= 4
+        self.n = max(step, int(rps * seconds) // step * step)
+
+    def run(self, server, pin):
+        meter = CpuMeter(server)
+        rps = redis_benchmark(server.port, pin, self.command, self.n, self.clients, self.pipeline)
+        self.record(rps * self.per_request, meter)
+        return rps
+
+    def record(self, rate, meter):
+        server, client, background = meter.stop()
+        self.rates.append(rate)
+        self.server_cpu.append(server)
+        self.client_cpu.append(client)
+        self.background.append(background)
+
+    def per_server_cpu(self):
+        """Rate per CPU-second of the server (what one saturated server core would do)."""
+        return statistics.median(r / max(c, 1e-9) for r, c in zip(self.rates, self.server_cpu))
+
+
+# --------------------------------------------------------------------------- rings
+
+
+def ring_args(algo, nodes):
+    args = ["SHARD.RING", "SET", algo]
+    for i in range(nodes):
+        args += [f"node{i}", f"10.0.{i // 250}.{i % 250 + 1}:6379", "1"]
+    return args
+
+
+def set_ring(port, algo, nodes):
+    """SHARD.RING SET on a connection of its own, closed after (its query buffer goes with it).
+    Returns the round-trip latency in ms."""
+    c = Client(port)
+    try:
+        args = ring_args(algo, nodes)
+        start = time.perf_counter()
+        c.call(*args)
+        return (time.perf_counter() - start) * 1000
+    finally:
+        c.close()
+
+
+def ring_build(server, nodes, runs):
+    """Best round trip and best server time (INFO commandstats) of one SHARD.RING SET ketama of
+    `nodes` nodes, and the median used_memory delta against a 1-node ring."""
+    c = server.client
+
+    def usec():
+        stats = c.info("commandstats").get("cmdstat_shard.ring|set", "usec=0")
+        return int(re.search(r"usec=(\d+)", stats).group(1))
+
+    latencies, server_ms, deltas = [], [], []
+    for _ in range(runs):
+        set_ring(server.port, "ketama", 1)
+        time.sleep(0.05)
+        before, usec0 = int(c.info("memory")["used_memory"]), usec()
+        latencies.append(set_ring(server.port, "ketama", nodes))
+        time.sleep(0.05)
+        server_ms.append((usec() - usec0) / 1000)
+        deltas.append(int(c.info("memory")["used_memory"]) - before)
+    return min(latencies), min(server_ms), statistics.median(deltas)
+
+
+# --------------------------------------------------------------------------- GENKEY COUNT 1000
+
+
+class Sampler(threading.Thread):
+    """While COUNT 1000 runs: draws keys on its own connection, checks they strictly increase
+    (so never repeat), and watches shard_drift_ms."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.client = Client(port)
+        self.stop_flag = threading.Event()
+        self.keys = self.violations = self.max_drift = 0
+        self.last = -1
+
+    def run(self):
+        while not self.stop_flag.is_set():
+            try:
+                batch = [int(k) for k in self.client.call("SHARD.GENKEY", "COUNT", 1000)]
+            except RedisError:
+                batch = []  # refused (drift): the server counts it
+            for k in batch:
+                self.violations += k <= self.last
+                self.last = k
+            self.keys += len(batch)
+            self.max_drift = max(self.max_drift, int(self.client.info("shard")["shard_drift_ms"]))
+            time.sleep(0.02)
+
+
+def genkey_count_round(server, pin, row):
+    """One COUNT 1000 run; its rate is the keys actually issued per second."""
+    c = server.client
+    for _ in range(60):  # start with the logical clock back on the wall clock
+        if int(c.info("shard")["shard_drift_ms"]) == 0:
+            break
+        time.sleep(0.1)
+    before = c.info("shard")
+    sampler = Sampler(server.port)
+    sampler.start()
+    meter = CpuMeter(server)
+    rps = redis_benchmark(server.port, pin, row.command, row.n, row.clients, row.pipeline)
+    row.record(0, meter)
+    sampler.stop_flag.set()
+    sampler.join()
+    sampler.client.close()
+    after = c.info("shard")
+
+    def delta(field):
+        return int(after[field]) - int(before[field])
+
+    issued = delta("shard_keys_generated") - sampler.keys
+    row.rates[-1] = issued * rps / row.n  # keys over the run's length (n / rps seconds)
+    return {"issued": issued, "refused": delta("shard_genkey_refused"),
+            "borrowed": delta("shard_ticks_borrowed"), "sampled": sampler.keys,
+            "violations": sampler.violations,
+            "max_drift": max(sampler.max_drift, int(after["shard_drift_ms"]))}
+
+
+# --------------------------------------------------------------------------- criterion
+
+
+def micro_benchmarks():
+    """Runs the criterion benches (benches/pure.rs) briefly; returns (name, time, throughput)."""
+    argv = ["cargo", "bench", "--features", "system-alloc", "--bench", "pure", "--", "--warm-up-time", "0.5",
+            "--measurement-time", "1", "--noplot"]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    results, name = [], ""
+    for line in out.splitlines():
+        for field in ("time:", "thrpt:"):
+            head, found, tail = line.partition(field)
+            values = tail.strip(" []").split()
+            if not found or len(values) != 6 or "%" in tail:
+                continue
+            name = head.strip() or name
+            if field == "time:":
+                results.append([name, f"{values[2]} {values[3]}", ""])
+            elif results:
+                results[-1][2] = f"{values[2]} {values[3]}"
+            break
+        else:
+            if line.strip() and not line.startswith((" ", "Found", "Benchmarking")):
+                name = line.strip()
+    return results
+
+
+# --------------------------------------------------------------------------- report
+
+
+def first_line(argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True).stdout.strip().splitlines()[0]
+    except (OSError, IndexError):
+        return "unknown"
+
+
+def machine():
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    commit = first_line(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"])
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"],
+                           capture_output=True, text=True).stdout
+    return [
+        ("CPU", f"{cpu}, {os.cpu_count()} cores"),
+        ("rustc", first_line(["rustc", "--version"])),
+        ("redis-server", first_line(["redis-server", "--version"])),
+        ("redis-benchmark", first_line(["redis-benchmark", "--version"])),
+        ("module commit", commit + (" with uncommitted changes in src/" if dirty else "")),
+    ] + ([("module", f"{MODULE} (SHARD_MODULE)")] if "SHARD_MODULE" in os.environ else [])
+
+
+def rate(x):
+    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.0f} k"
+
+
+def pct(x):
+    return f"{100 * x:.0f}%"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    ap.add_argument("--seconds", type=float, default=2.0, help="length of one run (default 2)")
+    ap.add_argument("--ring-runs", type=int, default=5, help="SHARD.RING SET runs per size")
+    ap.add_argument("--quiet-wait", type=float, default=20,
+                    help="before each round, wait up to this many seconds for other processes "
+                         "to leave the CPUs idle (default 20)")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin server and client to CPUs")
+    ap.add_argument("--micro", action="store_true",
+                    help="also run the criterion micro-benchmarks briefly (cargo bench)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
+    opts = ap.parse_args()
+    pin = not opts.no_pin
+    if not MODULE.exists():
+        sys.exit(f"{MODULE} is missing: run `make bench` (it builds first)")
+    started = time.time()
+    micro = []
+    if opts.micro:
+        print("criterion micro-benchmarks (cargo bench --bench pure) ...", flush=True)
+        micro = micro_benchmarks()
+
+    server = Server(pin)
+    try:
+        c = server.client
+        c.call("SET", "node_id", 1)
+        c.call("SET", GET_KEY, "x" * 16)
+        sha = c.call("SCRIPT", "LOAD", LUA_SNOWFLAKE).decode()
+        rows = {
+            "incr1": Row("INCR", ["INCR", "counter"], 1),
+            "genkey1": Row("SHARD.GENKEY", ["SHARD.GENKEY"], 1),
+            "incr32": Row("INCR", ["INCR", "counter"], 32),
+            "genkey32": Row("SHARD.GENKEY", ["SHARD.GENKEY"], 32),
+            "lua32": Row("EVALSHA (snowflake Lua)", ["EVALSHA", sha, 0], 32),
+            "get32": Row("GET", ["GET", GET_KEY], 32),
+            "whereis_ketama": Row("SHARD.WHEREIS, ketama 1000 nodes",
+                                  ["SHARD.WHEREIS", GET_KEY], 32),
+            "whereis_slots": Row("SHARD.WHEREIS, slots 1000 nodes",
+                                 ["SHARD.WHEREIS", GET_KEY], 32),
+            "count1000": Row("SHARD.GENKEY COUNT 1000", ["SHARD.GENKEY", "COUNT", 1000], 2,
+                             clients=4, unit="keys/s", per_request=1000),
+        }
+        print(f"redis-server on 127.0.0.1:{server.port}; sizing runs of ~{opts.seconds:g} s",
+              flush=True)
+        set_ring(server.port, "ketama", 1000)
+        for key, row in rows.items():
+            if key == "whereis_slots":
+                set_ring(server.port, "slots", 1000)
+            row.calibrate(server, pin, opts.seconds)
+        # redis-benchmark stops at the first error reply, so a COUNT 1000 run must not reach
+        # max-drift-ms: it asks for at most (max-drift-ms - 1.5 s) worth of the layout's keys,
+        # which even an infinitely fast server cannot run further ahead than that.
+        max_drift_limit = int(c.info("shard")["shard_max_drift_ms"])
+        count = rows["count1000"]
+        count.n = max(count.clients * count.pipeline, min(
+            count.n, int((max_drift_limit / 1000 - 1.5) * SNOWFLAKE_CEILING / 1000)))
+
+        checks = []
+        for r in range(1, opts.rounds + 1):
+            busy = wait_for_quiet(opts.quiet_wait)
+            if busy >= 0.10:
+                print(f"other processes still use {pct(busy)} of the CPUs; measuring anyway",
+                      flush=True)
+            for key in ["incr1", "genkey1", "incr32", "genkey32", "lua32"]:
+                rows[key].run(server, pin)
+            set_ring(server.port, "ketama", 1000)
+            rows["get32"].run(server, pin)
+            rows["whereis_ketama"].run(server, pin)
+            set_ring(server.port, "slots", 1000)
+            rows["whereis_slots"].run(server, pin)
+            checks.append(genkey_count_round(server, pin, rows["count1000"]))
+            print(f"round {r}/{opts.rounds}: " + "  ".join(
+                f"{k}={rate(row.rates[-1])}" for k, row in rows.items()), flush=True)
+
+        print("ring builds ...", flush=True)
+        builds = {n: ring_build(server, n, opts.ring_runs) for n in RING_SIZES}
+    finally:
+        server.stop()
+
+    # ------------------------------------------------------------------ the table
+    median = {k: statistics.median(row.rates) for k, row in rows.items()}
+    table = []
+
+    def ratio_row(key, base, target):
+        row, base_row = rows[key], rows[base]
+        ratio = statistics.median(a / b for a, b in zip(row.rates, base_row.rates))
+        per_cpu = row.per_server_cpu() / base_row.per_server_cpu()
+        table.append((f"{row.label}, -c {row.clients} -P {row.pipeline}",
+                      f"{rate(median[key])} {row.unit}", base_row.label,
+                      f"{rate(median[base])} {base_row.unit}", f"{ratio:.2f}", f"{per_cpu:.2f}",
+                      f"≥ {target:g}", "PASS" if ratio >= target else "MISS"))
+
+    ratio_row("genkey1", "incr1", 0.9)
+    ratio_row("genkey32", "incr32", 0.9)
+    ratio_row("genkey32", "lua32", 5)
+    ratio_row("whereis_slots", "get32", 0.9)
+    ratio_row("whereis_ketama", "get32", 0.6)
+
+    sums = {f: sum(ch[f] for ch in checks)
+            for f in ["issued", "refused", "borrowed", "sampled", "violations"]}
+    max_drift = max(ch["max_drift"] for ch in checks)
+    keys = median["count1000"]
+    keys_ok = keys >= 3.5e6 and sums["violations"] == 0 and max_drift < max_drift_limit
+    table.append((f"SHARD.GENKEY COUNT 1000, -c 4 -P 2: keys issued (duplicates: "
+                  f"{sums['violations']}, largest drift {max_drift} ms)",
+                  f"{rate(keys)} keys/s", "snowflake ceiling, 4096 keys per ms",
+                  f"{rate(SNOWFLAKE_CEILING)} keys/s", f"{keys / SNOWFLAKE_CEILING:.2f}", "",
+                  f"≥ 3.5 M keys/s, no duplicate, drift < {max_drift_limit} ms",
+                  "PASS" if keys_ok else "MISS"))
+    for n, (ms, _, size) in builds.items():
+        if n == 3844:
+            target = "< 100 ms, < 16 MB"
+            result = "PASS" if ms < 100 and size < 16e6 else "MISS"
+        else:
+            target = result = ""
+        table.append((f"ketama ring of {n} nodes: SHARD.RING SET round trip (best of "
+                      f"{opts.ring_runs}), used_memory delta", f"{ms:.1f} ms, {size / 1e6:.2f} MB",
+                      "", "", "", "", target, result))
+
+    background = [b for row in rows.values() for b in row.background]
+    busy_runs = sum(b > 0.10 for b in background)
+    elapsed = time.time() - started
+    lines = [
+        "# Benchmark results (issue 7)", "",
+        f"Written by `make bench` (bench/run.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"in {elapsed:.0f} s. redis-server (no persistence, loopback, a free port) runs pinned "
+        "to CPU 0 and redis-benchmark to CPU 1. Every row and its baseline were measured in "
+        f"the same run, in {opts.rounds} interleaved rounds of runs of about {opts.seconds:g} s "
+        "(a row runs right after its baseline). Figures are the medians over the rounds; a "
+        "ratio is the median of the rounds' ratios, and the targets apply to it. The ratio per "
+        "server CPU-second divides each rate by the CPU the server used, so it shows the "
+        "server's own cost when the load generator, not the server, is the bottleneck.", ""]
+    lines += [f"- {k}: {v}" for k, v in machine()]
+    lines += [f"- CPU used by other processes during the runs: median {pct(statistics.median(background))}, "
+              f"largest {pct(max(background))}; {busy_runs} of {len(background)} runs above 10%"
+              + (" (figures from a busy machine: ratios are noisier)" if busy_runs else "")]
+    lines += ["", "| what | measured | baseline | baseline figure | ratio | ratio per server "
+              "CPU-second | target | result |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(t) + " |" for t in table]
+    lines += ["", "## Every run", "",
+              "Rates per round. CPU: the share of one core redis-server and redis-benchmark each "
+              "used over the run (a server near 100% is the bottleneck; below that, the load "
+              "generator or other work is), and the share of both CPUs other processes used.", "",
+              "| row | -c | -P | -n | rate per round | median | CPU: server, "
+              "redis-benchmark, other processes (medians) |", "|---|---|---|---|---|---|---|"]
+    for row in rows.values():
+        lines.append(f"| {row.label} | {row.clients} | {row.pipeline} | {row.n} | "
+                     f"{', '.join(rate(x) for x in row.rates)} | "
+                     f"{rate(statistics.median(row.rates))} {row.unit} | "
+                     f"{pct(statistics.median(row.server_cpu))}, "
+                     f"{pct(statistics.median(row.client_cpu))}, "
+                     f"{pct(statistics.median(row.background))} |")
+    lines += ["", "## SHARD.GENKEY COUNT 1000 checks", "",
+              f"- keys issued to redis-benchmark: {sums['issued']} (INFO shard_keys_generated "
+              f"delta less the sampler's keys); refused requests: {sums['refused']} "
+              f"(shard_genkey_refused delta); ticks borrowed: {sums['borrowed']}",
+              f"- a second client drew {sums['sampled']} keys during the runs: "
+              f"{sums['violations']} were not above the key before (a duplicate or a step back)",
+              f"- largest shard_drift_ms seen: {max_drift} (max-drift-ms {max_drift_limit})",
+              "", "## Ring build (ketama, SHARD.RING SET)", "",
+              "| nodes | round trip, best (ms) | server time, best (ms, INFO commandstats) | "
+              "used_memory delta vs a 1-node ring |", "|---|---|---|---|"]
+    for n, (ms, sms, size) in builds.items():
+        lines.append(f"| {n} | {ms:.2f} | {sms:.2f} | {size / 1e6:.3f} MB ({size:.0f} bytes) |")
+    if micro:
+        lines += ["", "## Micro-benchmarks of the pure functions (criterion, `cargo bench`)", "",
+                  "Brief runs (0.5 s warm-up, 1 s measurement); the median estimate.", "",
+                  "| benchmark | time | throughput |", "|---|---|---|"]
+        lines += [f"| {n} | {t} | {tp} |" for n, t, tp in micro]
+    if FINDINGS.exists():
+        lines += ["", FINDINGS.read_text().rstrip()]
+    report = "\n".join(lines) + "\n"
+    Path(opts.out).write_text(report)
+    print("\n" + report)
+    misses = sum(t[-1] == "MISS" for t in table)
+    print(f"{sum(t[-1] == 'PASS' for t in table)} targets pass, {misses} miss; "
+          f"written to {opts.out}")
+
+
+if __name__ == "__main__":
+    main()
