@@ -109,68 +109,37 @@ impl ConfigurationValue<i64> for IntConfig {
     }
 }
 
-pub static LAYOUT: TextConfig = TextConfig {
-    get: |c| c.keys.layout.clone(),
-    set: |c, v| c.keys.layout = v,
-};
-pub static EPOCH: TextConfig = TextConfig {
-    get: |c| c.keys.epoch.clone(),
-    set: |c, v| c.keys.epoch = v,
-};
-pub static CUSTOM_LAYOUT: TextConfig = TextConfig {
-    get: |c| c.keys.custom_layout.clone(),
-    set: |c, v| c.keys.custom_layout = v,
-};
-pub static ENCODING: TextConfig = TextConfig {
-    get: |c| c.keys.encoding.clone(),
-    set: |c, v| c.keys.encoding = v,
-};
-pub static TYPES: TextConfig = TextConfig {
-    get: |c| c.keys.types.clone(),
-    set: |c, v| c.keys.types = v,
-};
-pub static NODE_ID: IntConfig = IntConfig {
-    get: |c| c.keys.node_id,
-    set: |c, v| c.keys.node_id = v,
-};
-pub static NODE_COUNT: IntConfig = IntConfig {
-    get: |c| c.keys.node_count,
-    set: |c, v| c.keys.node_count = v,
-};
-pub static MAX_DRIFT_MS: IntConfig = IntConfig {
-    get: |c| c.keys.max_drift_ms,
-    set: |c, v| c.keys.max_drift_ms = v,
-};
+/// A configuration bound to one field of `Config`.
+macro_rules! config_field {
+    ($name:ident: TextConfig => $($field:ident).+) => {
+        pub static $name: TextConfig = TextConfig {
+            get: |c| c.$($field).+.clone(),
+            set: |c, v| c.$($field).+ = v,
+        };
+    };
+    ($name:ident: IntConfig => $($field:ident).+) => {
+        pub static $name: IntConfig = IntConfig {
+            get: |c| c.$($field).+,
+            set: |c, v| c.$($field).+ = v,
+        };
+    };
+}
 
-pub static RING_FILE: TextConfig = TextConfig {
-    get: |c| c.ring.file.clone(),
-    set: |c, v| c.ring.file = v,
-};
-pub static RING_ALGO: TextConfig = TextConfig {
-    get: |c| c.ring.algo.clone(),
-    set: |c, v| c.ring.algo = v,
-};
-pub static RING_HASHTAG: TextConfig = TextConfig {
-    get: |c| c.ring.hashtag.clone(),
-    set: |c, v| c.ring.hashtag = v,
-};
-pub static SELF: TextConfig = TextConfig {
-    get: |c| c.ring.self_name.clone(),
-    set: |c, v| c.ring.self_name = v,
-};
-
-pub static CALL_TIMEOUT_MS: IntConfig = IntConfig {
-    get: |c| c.call_timeout_ms,
-    set: |c, v| c.call_timeout_ms = v,
-};
-pub static AUTH_USER: TextConfig = TextConfig {
-    get: |c| c.auth_user.clone(),
-    set: |c, v| c.auth_user = v,
-};
-pub static AUTH_PASSWORD: TextConfig = TextConfig {
-    get: |c| c.auth_password.clone(),
-    set: |c, v| c.auth_password = v,
-};
+config_field!(LAYOUT: TextConfig => keys.layout);
+config_field!(EPOCH: TextConfig => keys.epoch);
+config_field!(CUSTOM_LAYOUT: TextConfig => keys.custom_layout);
+config_field!(ENCODING: TextConfig => keys.encoding);
+config_field!(TYPES: TextConfig => keys.types);
+config_field!(NODE_ID: IntConfig => keys.node_id);
+config_field!(NODE_COUNT: IntConfig => keys.node_count);
+config_field!(MAX_DRIFT_MS: IntConfig => keys.max_drift_ms);
+config_field!(RING_FILE: TextConfig => ring.file);
+config_field!(RING_ALGO: TextConfig => ring.algo);
+config_field!(RING_HASHTAG: TextConfig => ring.hashtag);
+config_field!(SELF: TextConfig => ring.self_name);
+config_field!(CALL_TIMEOUT_MS: IntConfig => call_timeout_ms);
+config_field!(AUTH_USER: TextConfig => auth_user);
+config_field!(AUTH_PASSWORD: TextConfig => auth_password);
 
 /// Every configuration name, as accepted in `loadmodule` arguments.
 pub const NAMES: &[&str] = &[

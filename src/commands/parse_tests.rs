@@ -1,3 +1,4 @@
+// Compiled only under #[cfg(test)], as declared in mod.rs.
 //! Option parsing of every command, on plain byte slices (no server needed).
 
 use super::args::ArgList;

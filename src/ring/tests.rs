@@ -1,3 +1,4 @@
+// Compiled only under #[cfg(test)], as declared in mod.rs.
 //! Cross-module ring tests: peer vectors (uhashring 2.5, redis-shard 0.3.7, the jedis oracle,
 //! redis-cli 7.0 `--cluster create`), spec/build errors, size and speed limits.
 
