@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the pure core (no Redis): base62, each layout's text and bits, the
-//! generator's reserve, and each ring's lookup. Run with `cargo bench` (or `cargo bench -- ring`).
+//! generator's reserve, and each ring's lookup. Run with `cargo bench --features system-alloc`
+//! (or `cargo bench --features system-alloc -- ring` for some).
 //!
 //! The crate is built with its `system-alloc` feature here (see `required-features` in
 //! Cargo.toml): outside Redis, Redis's allocator is not available.

@@ -71,8 +71,18 @@ pub fn whereis(call: &Call) -> CmdResult {
     let key = call.args.get(1);
     let st = state::lock();
     let current = current_ring(&st)?;
-    let found = owner(call, current, key)?;
-    call.reply.bulk(found.name.as_bytes());
+    match &current.ring {
+        // The hot path: only the owner's name, nothing built for the reply.
+        Some(ring) => {
+            let node = ring
+                .spec()
+                .nodes
+                .get(ring.owner(key))
+                .ok_or_else(|| CmdError::err("the ring has no node at the located index"))?;
+            call.reply.bulk(node.name.as_bytes());
+        }
+        None => call.reply.bulk(owner(call, current, key)?.name.as_bytes()),
+    }
     Ok(())
 }
 
