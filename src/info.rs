@@ -68,6 +68,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_str(ctx, "reshard_last_error", &job.last_error);
     raw::add_info_field_long_long(ctx, "reshard_passes", int(job.passes));
     raw::add_info_field_long_long(ctx, "reshard_elapsed_ms", int(job.elapsed_ms));
+    raw::add_info_field_long_long(ctx, "reshard_max_step_us", int(job.max_step_us));
     drop(st);
     let calls = forward::stats();
     raw::add_info_field_long_long(ctx, "call_local", int(calls.local));

@@ -3,7 +3,7 @@
 //! once its time budget is spent. Everything runs on Redis's main thread.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +43,10 @@ struct Runner {
     down: HashMap<String, String>,
     /// REPLACE applies to the first pass; later passes only pick up new keys.
     replace_now: bool,
+    /// Keys scanned and not handled yet.
+    pending: VecDeque<Vec<u8>>,
+    /// The scan of this pass has reached its end.
+    scan_over: bool,
 }
 
 thread_local! {
@@ -75,6 +79,8 @@ pub fn start(
             started: Instant::now(),
             down: HashMap::new(),
             replace_now,
+            pending: VecDeque::new(),
+            scan_over: false,
         })
     });
     schedule(ctx);
@@ -96,7 +102,10 @@ fn schedule(ctx: &Context) {
 }
 
 fn on_timer(ctx: &Context) {
+    let started = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(|| step(ctx)));
+    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    state::lock().job.record_step(micros);
     match outcome {
         Ok(true) => schedule(ctx),
         Ok(false) => {}
@@ -125,24 +134,30 @@ fn step(ctx: &Context) -> bool {
                 *slot = None;
                 return false;
             }
-            let (keys, pass_over) = scan_batch(ctx, runner);
-            for key in &keys {
-                let outcome = runner.handle(ctx, key);
-                state::lock().job.record(outcome);
+            if runner.pending.is_empty() {
+                if runner.scan_over {
+                    // The pass is over: another one, or the end. (The lock is released before
+                    // `finish` takes it again.)
+                    let after = state::lock().job.end_pass();
+                    match after {
+                        AfterPass::Again => runner.new_pass(),
+                        AfterPass::Finished => {
+                            finish(runner);
+                            *slot = None;
+                            return false;
+                        }
+                    }
+                }
+                let (keys, over) = scan_batch(ctx, runner);
+                runner.pending.extend(keys);
+                runner.scan_over = over;
             }
-            if pass_over {
-                let after = state::lock().job.end_pass();
-                match after {
-                    AfterPass::Again => {
-                        runner.cursor.restart();
-                        runner.down.clear();
-                        runner.replace_now = false;
-                    }
-                    AfterPass::Finished => {
-                        finish(runner);
-                        *slot = None;
-                        return false;
-                    }
+            // One key at a time, so that the time budget holds however slow a MIGRATE is.
+            while let Some(key) = runner.pending.pop_front() {
+                let outcome = runner.handle(ctx, &key);
+                state::lock().job.record(outcome);
+                if Instant::now() >= deadline {
+                    break;
                 }
             }
             if Instant::now() >= deadline {
@@ -182,6 +197,14 @@ fn scan_batch(ctx: &Context, runner: &Runner) -> (Vec<Vec<u8>>, bool) {
 }
 
 impl Runner {
+    /// Starts another pass over the keyspace.
+    fn new_pass(&mut self) {
+        self.cursor.restart();
+        self.down.clear();
+        self.replace_now = false;
+        self.scan_over = false;
+    }
+
     fn handle(&mut self, ctx: &Context, key: &[u8]) -> Outcome {
         let placement = Arc::clone(&self.ring);
         let Some(ring) = placement.ring.as_ref() else {

@@ -25,7 +25,7 @@ import pytest
 from redis_shard.shard import RedisShardAPI
 from uhashring import HashRing
 
-from conftest import ROOT, RedisServer
+from conftest import ROOT, RedisServer, free_port
 
 KEY_COUNT = 10000
 NODE_COUNTS = (1, 2, 5, 64, 500)
@@ -201,7 +201,9 @@ def rc(module_server):
 def cluster_enabled_server(tmp_path_factory):
     s = RedisServer(
         tmp_path_factory.mktemp("ring-peers-cluster"),
-        config=[("cluster-enabled", "yes"), ("cluster-config-file", "nodes.conf")],
+        # A free port above 55535 leaves no room for the default bus port (port + 10000).
+        config=[("cluster-enabled", "yes"), ("cluster-config-file", "nodes.conf"),
+                ("cluster-port", free_port())],
     ).start()
     yield s
     s.stop()

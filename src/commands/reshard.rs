@@ -139,7 +139,7 @@ pub fn status(call: &Call) -> CmdResult {
     let job = &st.job;
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let reply = &call.reply;
-    reply.map(10);
+    reply.map(11);
     reply.field_bulk("state", job.state.name().as_bytes());
     reply.field_opt(
         "job",
@@ -156,6 +156,7 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_bulk("last_error", job.last_error.as_bytes());
     reply.field_int("passes", int(job.passes));
     reply.field_int("elapsed_ms", int(job.elapsed_ms));
+    reply.field_int("max_step_us", int(job.max_step_us));
     Ok(())
 }
 

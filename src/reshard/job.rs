@@ -71,6 +71,8 @@ pub struct Job {
     pub last_error: String,
     pub passes: u64,
     pub elapsed_ms: u64,
+    /// The longest single step, in microseconds: how long the job held the server at once.
+    pub max_step_us: u64,
     /// Keys moved in the pass under way.
     pass_moved: u64,
     /// Set by STOP: the job ends after its current batch.
@@ -144,6 +146,11 @@ impl Job {
         } else {
             0
         }
+    }
+
+    /// Records how long one step held the server.
+    pub fn record_step(&mut self, micros: u64) {
+        self.max_step_us = self.max_step_us.max(micros);
     }
 
     /// Asks the job to stop after its current batch.
