@@ -14,6 +14,7 @@ use std::time::Duration;
 use redis_module::raw;
 
 use crate::commands::Reply;
+use crate::reshard::migrate;
 use crate::route::{
     encode_command, execute, read_reply, Endpoint, Plan, Resp, Routed, Step, StepError,
 };
@@ -338,26 +339,16 @@ impl Step for Steps<'_> {
     }
 
     fn copy(&mut self, from: &Endpoint, to: &Endpoint, key: &[u8]) -> Result<(), StepError> {
-        let mut args: Vec<Vec<u8>> = vec![
-            b"MIGRATE".to_vec(),
-            to.host.as_bytes().to_vec(),
-            to.port.to_string().into_bytes(),
-            key.to_vec(),
-            b"0".to_vec(),
-            self.link.timeout.as_millis().to_string().into_bytes(),
-            b"COPY".to_vec(),
-        ];
-        if let Some((user, password)) = &self.link.auth {
-            if user.is_empty() {
-                args.extend([b"AUTH".to_vec(), password.as_bytes().to_vec()]);
-            } else {
-                args.extend([
-                    b"AUTH2".to_vec(),
-                    user.as_bytes().to_vec(),
-                    password.as_bytes().to_vec(),
-                ]);
-            }
-        }
+        let timeout_ms = u64::try_from(self.link.timeout.as_millis()).unwrap_or(u64::MAX);
+        let mut args = vec![b"MIGRATE".to_vec()];
+        args.extend(migrate::copy_args(
+            &to.host,
+            to.port,
+            key,
+            timeout_ms,
+            false,
+            self.link.auth.as_ref(),
+        ));
         match self.run(from, &args)? {
             Resp::Error(e) if !e.windows(7).any(|w| w == b"BUSYKEY") => Err(StepError::new(
                 from,

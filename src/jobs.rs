@@ -13,7 +13,7 @@ use redis_module::{CallOptionsBuilder, CallResult, Context, KeysCursor, RedisStr
 
 use crate::placement::Placement;
 use crate::reshard::job::AfterPass;
-use crate::reshard::{copy_target, Job, JobKind, Outcome};
+use crate::reshard::{copy_target, migrate, Job, JobKind, Outcome};
 use crate::ring::{NodeSpec, Ring};
 use crate::state;
 
@@ -223,26 +223,15 @@ impl Runner {
         if let Some(err) = self.down.get(&target.address) {
             return Outcome::Failed(err.clone());
         }
-        let port = target.port.to_string();
-        let timeout = self.options.timeout_ms.to_string();
-        let mut args: Vec<&[u8]> = vec![
-            target.host.as_bytes(),
-            port.as_bytes(),
+        let args = migrate::copy_args(
+            &target.host,
+            target.port,
             key,
-            b"0",
-            timeout.as_bytes(),
-            b"COPY",
-        ];
-        if self.replace_now {
-            args.push(b"REPLACE");
-        }
-        if let Some((user, password)) = &self.options.auth {
-            if user.is_empty() {
-                args.extend([b"AUTH".as_slice(), password.as_bytes()]);
-            } else {
-                args.extend([b"AUTH2".as_slice(), user.as_bytes(), password.as_bytes()]);
-            }
-        }
+            self.options.timeout_ms,
+            self.replace_now,
+            self.options.auth.as_ref(),
+        );
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         match ctx.call("MIGRATE", args.as_slice()) {
             Ok(RedisValue::SimpleString(s)) if s == "NOKEY" => Outcome::Kept,
             Ok(RedisValue::SimpleStringStatic("NOKEY")) => Outcome::Kept,

@@ -35,10 +35,7 @@ impl LayoutOptions {
             }
             Ok(true)
         } else if is(arg, "LAYOUT") || is(arg, "EPOCH") {
-            Err(CmdError::err(format!(
-                "{} is given twice",
-                printable(arg).to_ascii_uppercase()
-            )))
+            Err(CmdError::given_twice(arg))
         } else {
             Ok(false)
         }

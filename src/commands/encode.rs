@@ -38,10 +38,7 @@ pub fn parse<A: ArgList + ?Sized>(args: &A) -> Result<EncodeOptions<'_>, CmdErro
             return Err(CmdError::unknown_option("shard.encode", arg));
         };
         if slot.is_some() {
-            return Err(CmdError::err(format!(
-                "{} is given twice",
-                printable(arg).to_ascii_uppercase()
-            )));
+            return Err(CmdError::given_twice(arg));
         }
         *slot = Some(cursor.value_of(&printable(arg).to_ascii_uppercase())?);
     }

@@ -29,6 +29,14 @@ impl CmdError {
         ))
     }
 
+    /// An option that may be given once was given again.
+    pub fn given_twice(option: &[u8]) -> CmdError {
+        CmdError::err(format!(
+            "{} is given twice",
+            super::args::printable(option).to_ascii_uppercase()
+        ))
+    }
+
     pub fn message(&self) -> &str {
         &self.0
     }

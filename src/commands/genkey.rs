@@ -28,10 +28,7 @@ pub fn parse<A: ArgList + ?Sized>(args: &A) -> Result<GenkeyOptions<'_>, CmdErro
             let n = int_in(cursor.value_of("COUNT")?, "COUNT", 1, MAX_COUNT)?;
             options.count = Some(n.unsigned_abs());
         } else if is(arg, "TYPE") || is(arg, "COUNT") {
-            return Err(CmdError::err(format!(
-                "{} is given twice",
-                String::from_utf8_lossy(arg).to_ascii_uppercase()
-            )));
+            return Err(CmdError::given_twice(arg));
         } else {
             return Err(CmdError::unknown_option("shard.genkey", arg));
         }

@@ -4,6 +4,7 @@
 //! node no longer owns. Pure Rust: the decisions and the job's bookkeeping; the glue runs it.
 
 pub mod job;
+pub mod migrate;
 pub mod plan;
 
 pub use job::{Job, JobKind, JobState, Outcome};
