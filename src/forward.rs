@@ -17,6 +17,7 @@ use crate::commands::Reply;
 use crate::reshard::migrate;
 use crate::route::{
     encode_command, execute, read_reply, Endpoint, Plan, Resp, Routed, Step, StepError,
+    StepErrorKind,
 };
 
 /// Worker threads that wait on other nodes.
@@ -149,7 +150,7 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
             Ok(Err(e)) => {
                 count(|s| {
                     let node = s.per_node.entry(e.node.clone()).or_default();
-                    if e.timeout {
+                    if e.kind == StepErrorKind::Timeout {
                         node.1 += 1;
                         s.timeouts += 1;
                     } else {
@@ -204,7 +205,7 @@ impl Conn {
             .to_socket_addrs()
             .map_err(fail)?
             .next()
-            .ok_or_else(|| StepError::new(at, "the address does not resolve", false))?;
+            .ok_or_else(|| StepError::new(at, "the address does not resolve"))?;
         let stream = TcpStream::connect_timeout(&addr, link.timeout).map_err(fail)?;
         stream.set_read_timeout(Some(link.timeout)).map_err(fail)?;
         stream.set_write_timeout(Some(link.timeout)).map_err(fail)?;
@@ -236,7 +237,6 @@ impl Conn {
                 return Err(StepError::new(
                     at,
                     format!("handshake refused: {}", String::from_utf8_lossy(&e)),
-                    false,
                 ));
             }
         }
@@ -251,24 +251,24 @@ impl Conn {
             .map_err(|e| step_error(at, "cannot send", &e, link))?;
         read_reply(&mut self.reader).map_err(|e| match e {
             crate::route::RespError::Io(io) => step_error(at, "no reply", &io, link),
-            other => StepError::new(at, other.to_string(), false),
+            other => StepError::new(at, other.to_string()),
         })
     }
 }
 
 fn step_error(at: &Endpoint, what: &str, e: &io::Error, link: &Link) -> StepError {
-    let timeout = matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    );
-    if timeout {
-        StepError::new(
+    use io::ErrorKind::*;
+    match e.kind() {
+        WouldBlock | TimedOut => StepError::of_kind(
             at,
             format!("did not answer within {} ms", link.timeout.as_millis()),
-            true,
-        )
-    } else {
-        StepError::new(at, format!("{what}: {e}"), false)
+            StepErrorKind::Timeout,
+        ),
+        // The node closed the connection: a request it never read is safe to send again.
+        UnexpectedEof | ConnectionReset | BrokenPipe => {
+            StepError::of_kind(at, format!("{what}: {e}"), StepErrorKind::Stale)
+        }
+        _ => StepError::new(at, format!("{what}: {e}")),
     }
 }
 
@@ -290,7 +290,6 @@ impl Steps<'_> {
                     "{}: set shard.auth-password (and shard.auth-user)",
                     String::from_utf8_lossy(e)
                 ),
-                false,
             )),
             _ => Ok(reply),
         }
@@ -304,12 +303,9 @@ impl Steps<'_> {
                     self.pool.idle.insert(key, conn);
                     return Ok(reply);
                 }
-                // A reused connection the node closed meanwhile (a restart): the request did
-                // not reach it, so send it again on a new connection.
-                Err(e)
-                    if !e.timeout
-                        && (e.message.starts_with("cannot send")
-                            || e.message.contains("connection closed")) => {}
+                // A reused connection the node closed meanwhile (a restart, or its idle
+                // `timeout`): the request did not reach it, so send it on a new connection.
+                Err(e) if e.kind == StepErrorKind::Stale => {}
                 Err(e) => return Err(e),
             }
         }
@@ -325,7 +321,7 @@ impl Steps<'_> {
         // SAFETY: the thread-safe context is bound to the live blocked client; every string
         // created is freed before the context is unlocked and freed.
         unsafe { call_locally(self.client.0, args, flags) }
-            .map_err(|e| StepError::new(at, e, false))
+            .map_err(|e| StepError::new(at, e))
     }
 }
 
@@ -357,7 +353,6 @@ impl Step for Steps<'_> {
                     to.name,
                     String::from_utf8_lossy(&e)
                 ),
-                false,
             )),
             _ => Ok(()),
         }
@@ -425,4 +420,40 @@ unsafe fn call_locally(
 /// Timeout of forwarded calls from the configuration.
 pub fn link_timeout(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms.max(1)).unwrap_or(1000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_map_to_the_kind_that_decides_a_resend() {
+        let at = Endpoint {
+            name: "n1".into(),
+            host: "127.0.0.1".into(),
+            port: 6379,
+            address: "127.0.0.1:6379".into(),
+            is_self: false,
+        };
+        let link = Link {
+            timeout: Duration::from_millis(250),
+            auth: None,
+            resp3: false,
+        };
+        let kind = |k: io::ErrorKind| step_error(&at, "no reply", &io::Error::from(k), &link);
+        let timeout = kind(io::ErrorKind::TimedOut);
+        assert_eq!(timeout.kind, StepErrorKind::Timeout);
+        assert_eq!(timeout.message, "did not answer within 250 ms");
+        assert_eq!(kind(io::ErrorKind::WouldBlock).kind, StepErrorKind::Timeout);
+        for closed in [
+            io::ErrorKind::UnexpectedEof,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::BrokenPipe,
+        ] {
+            assert_eq!(kind(closed).kind, StepErrorKind::Stale, "{closed:?}");
+        }
+        let refused = kind(io::ErrorKind::ConnectionRefused);
+        assert_eq!(refused.kind, StepErrorKind::Failed);
+        assert!(refused.message.starts_with("no reply: "), "{}", refused.message);
+    }
 }

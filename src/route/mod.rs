@@ -4,5 +4,5 @@
 pub mod plan;
 pub mod resp;
 
-pub use plan::{execute, CommandKind, Endpoint, Plan, Routed, Step, StepError};
+pub use plan::{execute, CommandKind, Endpoint, Plan, Routed, Step, StepError, StepErrorKind};
 pub use resp::{encode_command, read_reply, Resp, RespError};

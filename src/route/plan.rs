@@ -52,22 +52,39 @@ pub struct Plan {
     pub previous: Option<Endpoint>,
 }
 
+/// Why a step failed, as far as what the caller does next is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepErrorKind {
+    /// The node did not answer within the call timeout.
+    Timeout,
+    /// A reused connection turned out closed before the request reached the node (the node
+    /// restarted, or closed an idle client): sending it again on a new connection is safe.
+    Stale,
+    /// Anything else: refused connections, handshake and protocol errors, error replies.
+    Failed,
+}
+
 /// A step that failed: which node, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepError {
     pub node: String,
     pub address: String,
     pub message: String,
-    pub timeout: bool,
+    pub kind: StepErrorKind,
 }
 
 impl StepError {
-    pub fn new(at: &Endpoint, message: impl Into<String>, timeout: bool) -> StepError {
+    /// A failure of kind [`StepErrorKind::Failed`].
+    pub fn new(at: &Endpoint, message: impl Into<String>) -> StepError {
+        StepError::of_kind(at, message, StepErrorKind::Failed)
+    }
+
+    pub fn of_kind(at: &Endpoint, message: impl Into<String>, kind: StepErrorKind) -> StepError {
         StepError {
             node: at.name.clone(),
             address: at.address.clone(),
             message: message.into(),
-            timeout,
+            kind,
         }
     }
 }
@@ -89,11 +106,7 @@ pub trait Step {
         let reply = self.run(at, &[b"EXISTS".to_vec(), key.to_vec()])?;
         match reply {
             Resp::Int(n) => Ok(n > 0),
-            other => Err(StepError::new(
-                at,
-                format!("EXISTS replied {other:?}"),
-                false,
-            )),
+            other => Err(StepError::new(at, format!("EXISTS replied {other:?}"))),
         }
     }
 }
@@ -173,7 +186,7 @@ mod tests {
     impl Step for Fleet {
         fn run(&mut self, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError> {
             if self.down.as_deref() == Some(&at.name) {
-                return Err(StepError::new(at, "connection refused", false));
+                return Err(StepError::new(at, "connection refused"));
             }
             let cmd = String::from_utf8_lossy(&args[0]).to_uppercase();
             self.log.push(format!("{} {}", at.name, cmd));
