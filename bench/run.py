@@ -400,6 +400,12 @@ def pct(x):
     return f"{100 * x:.0f}%"
 
 
+# The runs of one round, each row next to its baseline, and the ring a WHEREIS row needs.
+RUN_ORDER = ["incr1", "genkey1", "incr32", "genkey32", "lua32",
+             "whereis_ketama", "get32", "whereis_slots"]
+RING_OF = {"whereis_ketama": "ketama", "whereis_slots": "slots"}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
@@ -463,13 +469,15 @@ def main():
             if busy >= 0.10:
                 print(f"other processes still use {pct(busy)} of the CPUs; measuring anyway",
                       flush=True)
-            for key in ["incr1", "genkey1", "incr32", "genkey32", "lua32"]:
+            # Each row sits next to its baseline; every other round runs the sequence backwards
+            # (A B, then B A), so a machine that speeds up or slows down during a round does
+            # not favour whichever of a pair runs first.
+            order = RUN_ORDER if r % 2 else RUN_ORDER[::-1]
+            for key in order:
+                algo = RING_OF.get(key)
+                if algo:
+                    set_ring(server.port, algo, 1000)
                 rows[key].run(server, pin)
-            set_ring(server.port, "ketama", 1000)
-            rows["get32"].run(server, pin)
-            rows["whereis_ketama"].run(server, pin)
-            set_ring(server.port, "slots", 1000)
-            rows["whereis_slots"].run(server, pin)
             checks.append(genkey_count_round(server, pin, rows["count1000"]))
             print(f"round {r}/{opts.rounds}: " + "  ".join(
                 f"{k}={rate(row.rates[-1])}" for k, row in rows.items()), flush=True)
@@ -528,7 +536,7 @@ def main():
         f"in {elapsed:.0f} s. redis-server (no persistence, loopback, a free port) runs pinned "
         "to CPU 0 and redis-benchmark to CPU 1. Every row and its baseline were measured in "
         f"the same run, in {opts.rounds} interleaved rounds of runs of about {opts.seconds:g} s "
-        "(a row runs right after its baseline). Figures are the medians over the rounds; a "
+        "(a row runs next to its baseline, after it in odd rounds and before it in even ones). Figures are the medians over the rounds; a "
         "ratio is the median of the rounds' ratios, and the targets apply to it. The ratio per "
         "server CPU-second divides each rate by the CPU the server used, so it shows the "
         "server's own cost when the load generator, not the server, is the bottleneck.", ""]

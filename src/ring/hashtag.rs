@@ -64,9 +64,9 @@ impl HashTag {
 }
 
 fn cluster_tag(key: &[u8]) -> &[u8] {
-    if let Some(s) = key.iter().position(|&b| b == b'{') {
+    if let Some(s) = memchr::arch::all::memchr::One::new(b'{').find(key) {
         let rest = &key[s + 1..];
-        if let Some(e) = rest.iter().position(|&b| b == b'}') {
+        if let Some(e) = memchr::arch::all::memchr::One::new(b'}').find(rest) {
             if e > 0 {
                 return &rest[..e];
             }

@@ -121,7 +121,13 @@ impl Ring {
 
     /// Index of the node that owns `key` (in `spec().nodes`).
     pub fn owner(&self, key: &[u8]) -> usize {
-        self.locate(key).node
+        let hashed = self.spec.hashtag.extract(key);
+        match &self.inner {
+            Inner::Ketama(p) => p.get(ketama::lookup(p, ketama_hash(hashed))).1 as usize,
+            Inner::Jedis(p, algo) => p.get(jedis::lookup(p, algo.hash(hashed))).1 as usize,
+            Inner::RedisShard(p) => p.get(redis_shard::lookup(p, crc32(hashed))).1 as usize,
+            Inner::Slots(m) => m.owner(slot_of(hashed)),
+        }
     }
 
     /// The owner's spec.
