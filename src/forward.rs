@@ -320,8 +320,7 @@ impl Steps<'_> {
         let flags: &[u8] = if self.link.resp3 { b"v!E3\0" } else { b"v!E\0" };
         // SAFETY: the thread-safe context is bound to the live blocked client; every string
         // created is freed before the context is unlocked and freed.
-        unsafe { call_locally(self.client.0, args, flags) }
-            .map_err(|e| StepError::new(at, e))
+        unsafe { call_locally(self.client.0, args, flags) }.map_err(|e| StepError::new(at, e))
     }
 }
 
@@ -454,6 +453,10 @@ mod tests {
         }
         let refused = kind(io::ErrorKind::ConnectionRefused);
         assert_eq!(refused.kind, StepErrorKind::Failed);
-        assert!(refused.message.starts_with("no reply: "), "{}", refused.message);
+        assert!(
+            refused.message.starts_with("no reply: "),
+            "{}",
+            refused.message
+        );
     }
 }
