@@ -4,7 +4,7 @@ use super::args::{int_in, is, ArgList};
 use super::{Call, CmdError, CmdResult};
 use crate::clock;
 use crate::durability;
-use crate::keys::{codec, Request};
+use crate::keys::{KeyFormatter, Request};
 use crate::state;
 
 /// The most keys one call may ask for.
@@ -74,9 +74,10 @@ pub fn genkey(call: &Call) -> CmdResult {
     if count.is_some() {
         call.reply.array(batch.len());
     }
+    let mut formatter = KeyFormatter::new();
     for fields in batch {
         call.reply
-            .bulk(codec::format(&keys.layout, keys.encoding, &fields).as_bytes());
+            .bulk(formatter.format(&keys.layout, keys.encoding, &fields));
     }
     Ok(())
 }

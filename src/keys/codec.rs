@@ -1,6 +1,7 @@
 //! The text of a key: decimal or fixed-width base62 for bit layouts, Shardjs's own text form.
 //!
-//! Formatting writes into a small stack buffer (`KeyText`), so issuing a key allocates nothing.
+//! Formatting writes into small stack buffers (`KeyFormatter`, or the `KeyText` that `format`
+//! returns), so issuing a key allocates nothing.
 //! Parsing checks every character and range and says what was wrong.
 
 use std::fmt;
@@ -101,36 +102,51 @@ impl From<LayoutError> for KeyError {
     }
 }
 
-/// Writes the key of `fields` (already validated for `layout`).
-#[inline]
+/// Formats keys in its own buffers and lends out the text, so a caller that replies at once
+/// (GENKEY) copies nothing: the decimal digits are replied from where `itoa` wrote them.
+#[derive(Default)]
+pub struct KeyFormatter {
+    digits: itoa::Buffer,
+    text: [u8; 24],
+}
+
+impl KeyFormatter {
+    pub fn new() -> KeyFormatter {
+        KeyFormatter::default()
+    }
+
+    /// The text of the key of `fields` (already validated for `layout`).
+    #[inline]
+    pub fn format(&mut self, layout: &Layout, encoding: Encoding, fields: &KeyFields) -> &[u8] {
+        if layout.is_text() {
+            let mut time = [0u8; base62::MAX_WIDTH];
+            let n = base62::encode_unpadded(fields.tick, &mut time);
+            self.text[..n].copy_from_slice(&time[..n]);
+            // Variant and type are at most 3843 once validated: two characters always hold them.
+            base62::encode_fixed(fields.seq, &mut self.text[n..n + 2]);
+            base62::encode_fixed(fields.key_type, &mut self.text[n + 2..n + 4]);
+            return &self.text[..n + 4];
+        }
+        let number = layout.pack(fields);
+        match encoding {
+            Encoding::Decimal => self.digits.format(number).as_bytes(),
+            Encoding::Base62 => {
+                base62::encode_fixed(number, &mut self.text[..base62::KEY_WIDTH]);
+                &self.text[..base62::KEY_WIDTH]
+            }
+        }
+    }
+}
+
+/// The key of `fields` (already validated for `layout`), as a value of its own.
 pub fn format(layout: &Layout, encoding: Encoding, fields: &KeyFields) -> KeyText {
+    let mut formatter = KeyFormatter::new();
+    let bytes = formatter.format(layout, encoding, fields);
     let mut text = KeyText {
         buf: [0; 24],
-        len: 0,
+        len: bytes.len(),
     };
-    if layout.is_text() {
-        let mut time = [0u8; base62::MAX_WIDTH];
-        let n = base62::encode_unpadded(fields.tick, &mut time);
-        text.buf[..n].copy_from_slice(&time[..n]);
-        // Variant and type are at most 3843 once validated, so two characters always hold them.
-        base62::encode_fixed(fields.seq, &mut text.buf[n..n + 2]);
-        base62::encode_fixed(fields.key_type, &mut text.buf[n + 2..n + 4]);
-        text.len = n + 4;
-        return text;
-    }
-    let number = layout.pack(fields);
-    match encoding {
-        Encoding::Decimal => {
-            let mut itoa = itoa::Buffer::new();
-            let digits = itoa.format(number).as_bytes();
-            text.buf[..digits.len()].copy_from_slice(digits);
-            text.len = digits.len();
-        }
-        Encoding::Base62 => {
-            base62::encode_fixed(number, &mut text.buf[..base62::KEY_WIDTH]);
-            text.len = base62::KEY_WIDTH;
-        }
-    }
+    text.buf[..bytes.len()].copy_from_slice(bytes);
     text
 }
 

@@ -85,7 +85,11 @@ impl Shape {
 
     /// The latest usable tick at or below `t`.
     fn own_at_or_below(&self, t: u64) -> Option<u64> {
-        t.checked_sub(self.offset).map(|d| t - d % self.stride)
+        match self.stride {
+            // Every tick is usable (all layouts but Shardjs): no division.
+            1 => (t >= self.offset).then_some(t),
+            stride => t.checked_sub(self.offset).map(|d| t - d % stride),
+        }
     }
 
     /// The first usable tick above `t`.

@@ -391,7 +391,11 @@ impl Layout {
                     time_ms: ms,
                     epoch_ms: self.epoch_ms,
                 })?;
-        let tick = since as u64 / self.unit_ms;
+        // Millisecond layouts skip the division: a 64-bit `div` is a large part of a GENKEY.
+        let tick = match self.unit_ms {
+            1 => since as u64,
+            unit => since as u64 / unit,
+        };
         self.check("time ticks", tick, self.max_tick())?;
         Ok(tick)
     }

@@ -10,7 +10,7 @@ pub mod settings;
 pub mod time;
 pub mod types;
 
-pub use codec::{Encoding, KeyText};
+pub use codec::{Encoding, KeyFormatter, KeyText};
 pub use generator::{Batch, GenError, GenStats, Generator, Request, Shape};
 pub use layout::{KeyFields, Layout, LayoutKind};
 pub use settings::{KeyConfig, KeySettings};
