@@ -2,6 +2,7 @@
 
 import pytest
 import redis
+from uhashring import HashRing
 
 from conftest import RedisServer, ServerFailed
 
@@ -64,6 +65,9 @@ def test_get_under_resp3_is_a_map(server):
 def test_whereis_and_locate_agree(r):
     r.execute_command("SHARD.RING", "SET", "ketama", *THREE)
     addresses = {b"a": b"127.0.0.1:7001", b"b": b"127.0.0.1:7002", b"c": b"127.0.0.1:7003"}
+    # The deciding point and its node, as uhashring (the ketama peer) places them.
+    peer = HashRing(nodes={"a": {"weight": 1}, "b": {"weight": 2}, "c": {"weight": 1}},
+                    hash_fn="ketama")
     seen = set()
     for i in range(500):
         key = f"key:{i}"
@@ -71,7 +75,8 @@ def test_whereis_and_locate_agree(r):
         loc = as_dict(r.execute_command("SHARD.LOCATE", key))
         assert loc["node"] == node and loc["address"] == addresses[node]
         assert loc["hashed"] == key.encode()
-        assert 0 <= loc["point"] < 2**32
+        point, peer_node = peer.get_server(key)
+        assert (loc["point"], node) == (point, peer_node.encode()), key
         seen.add(node)
     assert seen == {b"a", b"b", b"c"}
 
