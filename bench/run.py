@@ -109,15 +109,24 @@ def pinned(cpu, argv):
     return ["taskset", "-c", str(cpu)] + argv
 
 
+def version_key(path):
+    """Sorts `.../redis-module-2.0.10/...` after `.../redis-module-2.0.8/...`."""
+    found = re.search(r"redis-module-(\d+)\.(\d+)\.(\d+)", str(path))
+    return tuple(int(x) for x in found.groups()) if found else (0, 0, 0)
+
+
 def build_floor_module():
     """Compiles bench/floor/floor.c (a C module command that only replies) against the
     redismodule.h that the redis-module crate ships; None, with a note, if that fails."""
-    headers = sorted(Path.home().glob(".cargo/registry/src/*/redis-module-*/src/include"))
+    cargo_home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
+    headers = sorted(cargo_home.glob("registry/src/*/redis-module-*/src/include"),
+                     key=version_key)
+    cc = os.environ.get("CC", "gcc")
     out = TMP / "floor.so"
-    if not headers or not shutil.which("gcc"):
-        print("no redismodule.h or gcc: the floor row is skipped", flush=True)
+    if not headers or not shutil.which(cc):
+        print(f"no redismodule.h or no {cc}: the floor row is skipped", flush=True)
         return None
-    done = subprocess.run(["gcc", "-O2", "-fPIC", "-shared", f"-I{headers[-1]}", "-o", str(out),
+    done = subprocess.run([cc, "-O2", "-fPIC", "-shared", f"-I{headers[-1]}", "-o", str(out),
                            str(ROOT / "bench" / "floor" / "floor.c")], capture_output=True)
     if done.returncode != 0:
         print(f"floor module did not build, the row is skipped: {done.stderr.decode()}",
@@ -429,17 +438,18 @@ def pct(x):
 
 # The runs of one round, each row next to its baseline, and the ring a WHEREIS row needs.
 RUN_ORDER = ["incr1", "genkey1", "incr32", "genkey32", "lua32",
-             "whereis_ketama", "get32", "whereis_slots", "floor"]
+             "whereis_ketama", "floor", "get32", "whereis_slots"]
 RING_OF = {"whereis_ketama": "ketama", "whereis_slots": "slots"}
 ROUND_RETRIES = 2  # per round
-MAX_REDONE = 5  # in all, so that a busy machine still finishes within ten minutes
+MAX_REMEASURED = 5  # in all, so that a busy machine still finishes within ten minutes
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # Throughput on a shared VM swings by ±20% from one second to the next: many short pairs
     # give a steadier median ratio than a few long ones in the same time.
-    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
+    # An even number, so that each order of a pair runs equally often.
+    ap.add_argument("--rounds", type=int, default=16, help="interleaved rounds (default 16)")
     ap.add_argument("--seconds", type=float, default=1.0, help="length of one run (default 1)")
     ap.add_argument("--ring-runs", type=int, default=5, help="SHARD.RING SET runs per size")
     ap.add_argument("--quiet-wait", type=float, default=20,
@@ -501,7 +511,8 @@ def main():
             count.n, int((max_drift_limit / 1000 - 1.5) * SNOWFLAKE_CEILING / 1000)))
 
         checks = []
-        redone = 0
+        redone = remeasured = 0  # rounds measured again, and the extra measurements in all
+        ring_now = "slots"  # the last calibration's ring
         for r in range(1, opts.rounds + 1):
             # A round during which other work took more than 10% of the CPUs (other processes,
             # or the hypervisor's steal time, which /proc/stat counts as busy) is measured
@@ -520,15 +531,18 @@ def main():
                     if key not in rows:
                         continue
                     algo = RING_OF.get(key)
-                    if algo:
+                    if algo and algo != ring_now:
                         set_ring(server.port, algo, 1000)
+                        ring_now = algo
                     rows[key].run(server, pin)
                 worst = max(rows[k].background[-1] for k in order if k in rows)
-                if worst <= 0.10 or attempt == ROUND_RETRIES or redone == MAX_REDONE:
+                if worst <= 0.10 or attempt == ROUND_RETRIES or remeasured == MAX_REMEASURED:
                     break
                 print(f"round {r}: other work took {pct(worst)} of the CPUs; measuring it again",
                       flush=True)
-                redone += 1
+                if attempt == 0:
+                    redone += 1
+                remeasured += 1
                 for k, row in rows.items():
                     row.rewind(marks[k])
             checks.append(genkey_count_round(server, pin, rows["count1000"]))
@@ -595,14 +609,15 @@ def main():
         f"in {elapsed:.0f} s. redis-server (no persistence, loopback, a free port) runs pinned "
         "to CPU 0 and redis-benchmark to CPU 1. Every row and its baseline were measured in "
         f"the same run, in {opts.rounds} interleaved rounds of runs of about {opts.seconds:g} s "
-        "(a row runs next to its baseline, after it in odd rounds and before it in even ones). Figures are the medians over the rounds; a "
+        "(a row runs next to its baseline; every pair runs in one order in odd rounds and in the reverse order in even ones). Figures are the medians over the rounds; a "
         "ratio is the median of the rounds' ratios, and the targets apply to it. The ratio per "
         "server CPU-second divides each rate by the CPU the server used, so it shows the "
         "server's own cost when the load generator, not the server, is the bottleneck.", ""]
     lines += [f"- {k}: {v}" for k, v in machine()]
     lines += [f"- CPU used by other processes during the runs: median {pct(statistics.median(background))}, "
-              f"largest {pct(max(background))}; {busy_runs} of {len(background)} runs above 10%; "
-              f"{redone} round(s) measured again because of it (at most {MAX_REDONE})"
+              f"largest {pct(max(background))}; {busy_runs} of the {len(background)} runs kept above "
+              f"10%; {redone} round(s) measured again because of it ({remeasured} extra "
+              f"measurement(s), at most {MAX_REMEASURED})"
               + (" (figures from a busy machine: ratios are noisier)" if busy_runs else "")]
     lines += ["", "| what | measured | baseline | baseline figure | ratio | ratio per server "
               "CPU-second | target | result |", "|---|---|---|---|---|---|---|---|"]

@@ -8,7 +8,9 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use shard::keys::{base62, codec, Encoding, Generator, KeyFields, Layout, Request, Shape};
+use shard::keys::{
+    base62, codec, Encoding, Generator, KeyFields, KeyFormatter, Layout, Request, Shape,
+};
 use shard::ring::{Ring, RingSpec};
 
 /// A time in 2024, in unix ms.
@@ -77,6 +79,17 @@ fn bench_layouts(c: &mut Criterion) {
             let text = codec::format(&layout, enc, &fields);
             g.bench_function(format!("format/{label}"), |b| {
                 b.iter(|| codec::format(black_box(&layout), enc, black_box(&fields)))
+            });
+            // What GENKEY does: the text lent from a reused formatter, no copy.
+            let mut formatter = KeyFormatter::new();
+            g.bench_function(format!("formatter/{label}"), |b| {
+                b.iter(|| {
+                    black_box(
+                        formatter
+                            .format(black_box(&layout), enc, black_box(&fields))
+                            .len(),
+                    )
+                })
             });
             g.bench_function(format!("parse/{label}"), |b| {
                 b.iter(|| codec::parse(black_box(&layout), enc, black_box(text.as_bytes())))

@@ -5,8 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
-use std::io::{self, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -200,7 +201,7 @@ struct Conn {
 
 impl Conn {
     fn open(at: &Endpoint, link: &Link) -> Result<Conn, StepError> {
-        let fail = |e: io::Error| step_error(at, "cannot connect", &e, link);
+        let fail = |e: io::Error| io_error(at, "cannot connect", &e, link, Unanswered::Yes);
         let addr = (at.host.as_str(), at.port)
             .to_socket_addrs()
             .map_err(fail)?
@@ -243,20 +244,65 @@ impl Conn {
         Ok(conn)
     }
 
+    /// Whether an idle pooled connection can no longer be used: the node closed it (a restart,
+    /// or its `timeout` for idle clients), or something arrived unasked. One non-blocking peek.
+    fn closed_while_idle(&self) -> bool {
+        if !self.reader.buffer().is_empty() {
+            return true;
+        }
+        let mut byte = 0u8;
+        // SAFETY: a valid socket and a one-byte buffer that outlives the call.
+        let n = unsafe {
+            libc::recv(
+                self.reader.get_ref().as_raw_fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        // -1 with EAGAIN: open and quiet. 0: closed. > 0: unasked data. Other errors: unusable.
+        n != -1 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
+    }
+
     fn request(&mut self, at: &Endpoint, link: &Link, args: &[Vec<u8>]) -> Result<Resp, StepError> {
         let bytes = encode_command(args);
         self.reader
             .get_mut()
             .write_all(&bytes)
-            .map_err(|e| step_error(at, "cannot send", &e, link))?;
+            .map_err(|e| io_error(at, "cannot send", &e, link, Unanswered::Yes))?;
+        // Until the first byte of the reply arrives, a closed connection means the node did not
+        // answer at all; once some of it has, the command ran and must never be sent again.
+        match self.reader.fill_buf() {
+            Ok([]) => {
+                let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
+                return Err(io_error(at, "no reply", &eof, link, Unanswered::Yes));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(io_error(at, "no reply", &e, link, Unanswered::Yes)),
+        }
         read_reply(&mut self.reader).map_err(|e| match e {
-            crate::route::RespError::Io(io) => step_error(at, "no reply", &io, link),
+            crate::route::RespError::Io(io) => {
+                io_error(at, "reply cut short", &io, link, Unanswered::No)
+            }
             other => StepError::new(at, other.to_string()),
         })
     }
 }
 
-fn step_error(at: &Endpoint, what: &str, e: &io::Error, link: &Link) -> StepError {
+/// Whether an I/O error came before any byte of the reply.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unanswered {
+    Yes,
+    No,
+}
+
+fn io_error(
+    at: &Endpoint,
+    what: &str,
+    e: &io::Error,
+    link: &Link,
+    unanswered: Unanswered,
+) -> StepError {
     use io::ErrorKind::*;
     match e.kind() {
         WouldBlock | TimedOut => StepError::of_kind(
@@ -264,9 +310,8 @@ fn step_error(at: &Endpoint, what: &str, e: &io::Error, link: &Link) -> StepErro
             format!("did not answer within {} ms", link.timeout.as_millis()),
             StepErrorKind::Timeout,
         ),
-        // The node closed the connection: a request it never read is safe to send again.
-        UnexpectedEof | ConnectionReset | BrokenPipe => {
-            StepError::of_kind(at, format!("{what}: {e}"), StepErrorKind::Stale)
+        UnexpectedEof | ConnectionReset | BrokenPipe if unanswered == Unanswered::Yes => {
+            StepError::of_kind(at, format!("{what}: {e}"), StepErrorKind::Closed)
         }
         _ => StepError::new(at, format!("{what}: {e}")),
     }
@@ -297,15 +342,21 @@ impl Steps<'_> {
 
     fn remote_reply(&mut self, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError> {
         let key = (at.address.clone(), self.link.resp3);
-        if let Some(mut conn) = self.pool.idle.remove(&key) {
+        // A pooled connection the node closed while it was idle is dropped, not tried.
+        let pooled = self
+            .pool
+            .idle
+            .remove(&key)
+            .filter(|conn| !conn.closed_while_idle());
+        if let Some(mut conn) = pooled {
             match conn.request(at, self.link, args) {
                 Ok(reply) => {
                     self.pool.idle.insert(key, conn);
                     return Ok(reply);
                 }
-                // A reused connection the node closed meanwhile (a restart, or its idle
-                // `timeout`): the request did not reach it, so send it on a new connection.
-                Err(e) if e.kind == StepErrorKind::Stale => {}
+                // The node closed it between that check and the request, without answering a
+                // byte (the race of an idle timeout): send once more on a new connection.
+                Err(e) if e.kind == StepErrorKind::Closed => {}
                 Err(e) => return Err(e),
             }
         }
@@ -425,38 +476,138 @@ pub fn link_timeout(ms: i64) -> Duration {
 mod tests {
     use super::*;
 
-    #[test]
-    fn io_errors_map_to_the_kind_that_decides_a_resend() {
-        let at = Endpoint {
+    fn endpoint(port: u16) -> Endpoint {
+        Endpoint {
             name: "n1".into(),
             host: "127.0.0.1".into(),
-            port: 6379,
-            address: "127.0.0.1:6379".into(),
+            port,
+            address: format!("127.0.0.1:{port}"),
             is_self: false,
-        };
-        let link = Link {
+        }
+    }
+
+    fn link() -> Link {
+        Link {
             timeout: Duration::from_millis(250),
             auth: None,
             resp3: false,
+        }
+    }
+
+    #[test]
+    fn io_errors_map_to_the_kind_that_decides_a_resend() {
+        let (at, link) = (endpoint(6379), link());
+        let kind = |k: io::ErrorKind, unanswered| {
+            io_error(&at, "no reply", &io::Error::from(k), &link, unanswered)
         };
-        let kind = |k: io::ErrorKind| step_error(&at, "no reply", &io::Error::from(k), &link);
-        let timeout = kind(io::ErrorKind::TimedOut);
+        let timeout = kind(io::ErrorKind::TimedOut, Unanswered::Yes);
         assert_eq!(timeout.kind, StepErrorKind::Timeout);
         assert_eq!(timeout.message, "did not answer within 250 ms");
-        assert_eq!(kind(io::ErrorKind::WouldBlock).kind, StepErrorKind::Timeout);
+        assert_eq!(
+            kind(io::ErrorKind::WouldBlock, Unanswered::No).kind,
+            StepErrorKind::Timeout
+        );
         for closed in [
             io::ErrorKind::UnexpectedEof,
             io::ErrorKind::ConnectionReset,
             io::ErrorKind::BrokenPipe,
         ] {
-            assert_eq!(kind(closed).kind, StepErrorKind::Stale, "{closed:?}");
+            assert_eq!(
+                kind(closed, Unanswered::Yes).kind,
+                StepErrorKind::Closed,
+                "{closed:?}"
+            );
+            // Once part of the reply arrived, the command ran: never a resend.
+            assert_eq!(
+                kind(closed, Unanswered::No).kind,
+                StepErrorKind::Failed,
+                "{closed:?}"
+            );
         }
-        let refused = kind(io::ErrorKind::ConnectionRefused);
+        let refused = kind(io::ErrorKind::ConnectionRefused, Unanswered::Yes);
         assert_eq!(refused.kind, StepErrorKind::Failed);
         assert!(
             refused.message.starts_with("no reply: "),
             "{}",
             refused.message
         );
+    }
+
+    /// A node on a local listener: accepts connections and runs `serve` on each, counting them.
+    fn fake_node(
+        serve: impl Fn(TcpStream) + Send + 'static,
+    ) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(4).flatten() {
+                counter.fetch_add(1, Ordering::SeqCst);
+                serve(stream);
+            }
+        });
+        (port, accepted)
+    }
+
+    fn read_request(stream: &mut TcpStream) {
+        let mut reader = BufReader::new(stream);
+        // Tests send one `*1\r\n$4\r\nPING\r\n`: three lines.
+        for _ in 0..3 {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("request");
+        }
+    }
+
+    #[test]
+    fn a_connection_closed_while_idle_is_seen_before_reuse() {
+        use std::sync::atomic::Ordering;
+        let (port, accepted) = fake_node(|mut s| {
+            read_request(&mut s);
+            s.write_all(b"+PONG\r\n").expect("reply");
+            // Then close, as a node does with an idle client after `timeout`.
+        });
+        let (at, link) = (endpoint(port), link());
+        let mut conn = Conn::open(&at, &link).expect("connect");
+        assert!(!conn.closed_while_idle(), "a fresh connection is open");
+        let reply = conn
+            .request(&at, &link, &[b"PING".to_vec()])
+            .expect("reply");
+        assert_eq!(reply, Resp::Simple(b"PONG".to_vec()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !conn.closed_while_idle() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the close was never seen"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_reply_cut_short_is_a_failure_never_a_resend() {
+        let (port, _) = fake_node(|mut s| {
+            read_request(&mut s);
+            s.write_all(b"$10\r\nhalf").expect("reply");
+        });
+        let (at, link) = (endpoint(port), link());
+        let mut conn = Conn::open(&at, &link).expect("connect");
+        let err = conn
+            .request(&at, &link, &[b"PING".to_vec()])
+            .expect_err("cut short");
+        assert_eq!(err.kind, StepErrorKind::Failed, "{err}");
+    }
+
+    #[test]
+    fn a_close_before_any_reply_byte_may_be_resent() {
+        let (port, _) = fake_node(|mut s| read_request(&mut s));
+        let (at, link) = (endpoint(port), link());
+        let mut conn = Conn::open(&at, &link).expect("connect");
+        let err = conn
+            .request(&at, &link, &[b"PING".to_vec()])
+            .expect_err("closed");
+        assert_eq!(err.kind, StepErrorKind::Closed, "{err}");
     }
 }

@@ -41,8 +41,8 @@ pub fn genkey(call: &Call) -> CmdResult {
         key_type: type_arg,
         count,
     } = parse(&call.args)?;
-    let now_ms =
-        clock::now_ms().ok_or_else(|| CmdError::err("the wall clock reads before 1970"))?;
+    let now_ms = clock::now_ms()
+        .ok_or_else(|| CmdError::err("the wall clock cannot be read, or reads before 1970"))?;
     let mut st = state::lock();
     let st = &mut *st;
     let keys = &st.keys;

@@ -132,7 +132,7 @@ impl Ring {
 
     /// The owner's spec.
     pub fn owner_spec(&self, key: &[u8]) -> &NodeSpec {
-        // `locate` only returns indexes of existing nodes.
+        // `owner` only returns indexes of existing nodes.
         &self.spec.nodes[self.owner(key)]
     }
 

@@ -57,9 +57,10 @@ pub struct Plan {
 pub enum StepErrorKind {
     /// The node did not answer within the call timeout.
     Timeout,
-    /// A reused connection turned out closed before the request reached the node (the node
-    /// restarted, or closed an idle client): sending it again on a new connection is safe.
-    Stale,
+    /// The node closed or reset the connection without answering a byte. On a pooled
+    /// connection that is, nearly always, the node closing an idle client just as the request
+    /// went out; the caller may send the request once more on a new connection.
+    Closed,
     /// Anything else: refused connections, handshake and protocol errors, error replies.
     Failed,
 }
