@@ -88,6 +88,7 @@ impl Ring {
     }
 
     /// Where `key` lives. Allocates nothing.
+    #[inline]
     pub fn locate<'a>(&self, key: &'a [u8]) -> Location<'a> {
         let hashed = self.spec.hashtag.extract(key);
         let (node, point, hash) = match &self.inner {
@@ -121,13 +122,7 @@ impl Ring {
 
     /// Index of the node that owns `key` (in `spec().nodes`).
     pub fn owner(&self, key: &[u8]) -> usize {
-        let hashed = self.spec.hashtag.extract(key);
-        match &self.inner {
-            Inner::Ketama(p) => p.get(ketama::lookup(p, ketama_hash(hashed))).1 as usize,
-            Inner::Jedis(p, algo) => p.get(jedis::lookup(p, algo.hash(hashed))).1 as usize,
-            Inner::RedisShard(p) => p.get(redis_shard::lookup(p, crc32(hashed))).1 as usize,
-            Inner::Slots(m) => m.owner(slot_of(hashed)),
-        }
+        self.locate(key).node
     }
 
     /// The owner's spec.
