@@ -14,7 +14,6 @@ use super::args::printable;
 use super::{Call, CmdError, CmdResult};
 use crate::forward::{self, Link};
 use crate::placement::Placement;
-use crate::ring::NodeSpec;
 use crate::route::{CommandKind, Endpoint, Plan};
 use crate::state;
 
@@ -105,11 +104,7 @@ fn endpoint(placement: &Placement, key: &[u8], self_name: &str) -> Result<Endpoi
             "SHARD.CALL needs a ring of shard's own; with the cluster algo use a cluster client",
         )
     })?;
-    let node: &NodeSpec = ring
-        .spec()
-        .nodes
-        .get(ring.owner(key))
-        .ok_or_else(|| CmdError::err("the ring has no node at the located index"))?;
+    let node = ring.owner_spec(key);
     Ok(Endpoint {
         name: node.name.clone(),
         host: node.host.clone(),

@@ -73,14 +73,7 @@ pub fn whereis(call: &Call) -> CmdResult {
     let current = current_ring(&st)?;
     match &current.ring {
         // The hot path: only the owner's name, nothing built for the reply.
-        Some(ring) => {
-            let node = ring
-                .spec()
-                .nodes
-                .get(ring.owner(key))
-                .ok_or_else(|| CmdError::err("the ring has no node at the located index"))?;
-            call.reply.bulk(node.name.as_bytes());
-        }
+        Some(ring) => call.reply.bulk(ring.owner_spec(key).name.as_bytes()),
         None => call.reply.bulk(owner(call, current, key)?.name.as_bytes()),
     }
     Ok(())

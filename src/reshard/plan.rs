@@ -4,7 +4,7 @@ use crate::ring::{NodeSpec, Ring};
 
 /// The node a key must be copied to: its owner under `current` when that is not `self_name`.
 pub fn copy_target<'r>(current: &'r Ring, self_name: &str, key: &[u8]) -> Option<&'r NodeSpec> {
-    let owner = current.spec().nodes.get(current.owner(key))?;
+    let owner = current.owner_spec(key);
     (owner.name != self_name).then_some(owner)
 }
 
