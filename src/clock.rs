@@ -2,6 +2,40 @@
 //!
 //! It reads `clock_gettime` directly: GENKEY asks on every call, and `SystemTime`'s checked
 //! `duration_since` and `u128` milliseconds cost more than the read itself.
+//!
+//! The function is the one the server's executable sees (looked up once, from the main
+//! program's handle, `dlopen(NULL)`), not the module's own link to libc: Valkey loads modules
+//! with `RTLD_DEEPBIND`, under which a module's calls (and even `dlsym(RTLD_DEFAULT)` from it)
+//! bypass an `LD_PRELOAD` time interposer (a test's clock shim, libfaketime) that the server
+//! itself obeys. So the module's clock is always the server's clock. Without an interposer the
+//! symbol is libc's `clock_gettime`, and the call costs what a PLT call does.
+
+use std::sync::OnceLock;
+
+type ClockGettime = unsafe extern "C" fn(libc::clockid_t, *mut libc::timespec) -> libc::c_int;
+
+/// `clock_gettime` as the process resolves it (an interposer first), else libc's.
+fn clock_gettime() -> ClockGettime {
+    static RESOLVED: OnceLock<ClockGettime> = OnceLock::new();
+    *RESOLVED.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name; a non-null result for this name is a
+        // function with clock_gettime's signature (whoever defines it must honour it).
+        unsafe {
+            let main_program = libc::dlopen(std::ptr::null(), libc::RTLD_NOW);
+            let sym = if main_program.is_null() {
+                std::ptr::null_mut()
+            } else {
+                // The main program stays loaded: its handle is never closed.
+                libc::dlsym(main_program, c"clock_gettime".as_ptr())
+            };
+            if sym.is_null() {
+                libc::clock_gettime as ClockGettime
+            } else {
+                std::mem::transmute::<*mut libc::c_void, ClockGettime>(sym)
+            }
+        }
+    })
+}
 
 /// Now, in unix ms; `None` if the clock cannot be read or reads before 1970.
 #[inline]
@@ -13,7 +47,7 @@ pub fn now_ms() -> Option<i64> {
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) } != 0 {
+    if unsafe { clock_gettime()(libc::CLOCK_REALTIME, &mut ts) } != 0 {
         return None;
     }
     let secs = i64::from(ts.tv_sec);

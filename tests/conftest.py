@@ -5,6 +5,7 @@ then SIGKILL) when the test ends, however it ends.
 """
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,25 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULE = ROOT / "target" / "release" / "libshard.so"
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 START_TIMEOUT = 10.0
+
+
+def _server_identity():
+    """("redis" or "valkey", (major, minor, patch)) of the REDIS_SERVER binary."""
+    out = subprocess.run([REDIS_SERVER, "--version"], capture_output=True, text=True,
+                         timeout=10).stdout
+    match = re.search(r"^(\w+) server v=(\d+)\.(\d+)\.(\d+)", out)
+    if not match:
+        raise RuntimeError(f"cannot tell which server {REDIS_SERVER} is: {out!r}")
+    return match.group(1).lower(), tuple(int(x) for x in match.groups()[1:])
+
+
+SERVER_NAME, SERVER_VERSION = _server_identity()
+# Redis 7.2 and Valkey let a module give its commands ACL categories; Redis 7.0 gives none.
+MODULE_ACL_CATEGORIES = SERVER_NAME == "valkey" or SERVER_VERSION >= (7, 2, 0)
+
+
+def pytest_report_header(config):
+    return f"server under test: {REDIS_SERVER} ({SERVER_NAME} {'.'.join(map(str, SERVER_VERSION))})"
 
 
 def free_port():

@@ -1,10 +1,14 @@
 """Access control: the README's ACL recipes, by command and subcommand name (Redis 7.0 gives
-module commands no ACL categories), and secrets that never show."""
+module commands no ACL categories), the categories the module gives its commands where the
+server has them (Valkey, Redis 7.2+), and secrets that never show."""
 
 import time
 
 import pytest
 import redis
+
+from conftest import MODULE_ACL_CATEGORIES
+from test_command_docs import raw
 
 # The recipes, exactly as the README gives them.
 APP = ("on >app-pw ~* &* +@read +@write +@connection +shard.genkey +shard.decode +shard.encode "
@@ -102,3 +106,117 @@ def test_secrets_never_show(server_factory):
     assert st[1] == b"failed" and b"127.0.0.1:2" in st[st.index(b"last_error") + 1]
     assert b"topsecret-42" not in b"".join(x for x in st if isinstance(x, bytes))
     assert "topsecret-42" not in s.log()
+
+
+# ---------------------------------------------------------------------------------------------
+# Every admin command and subcommand, found in the server's command table (so a new one is
+# tried without changing this file), against the recipes and the common category rules.
+# ---------------------------------------------------------------------------------------------
+
+
+def command_entries(client):
+    """(full name, arity, flags, categories) of every shard command and subcommand."""
+    names = raw(client, "COMMAND", "LIST", "FILTERBY", "MODULE", "shard")
+    out = []
+
+    def walk(entry):
+        name, arity, flags, categories = entry[0], entry[1], entry[2], entry[6]
+        out.append((name.decode().lower(), arity, {f.decode() for f in flags},
+                    {c.decode() for c in categories}))
+        for sub in entry[9] if len(entry) > 9 else []:
+            walk(sub)
+    for entry in raw(client, "COMMAND", "INFO", *names):
+        walk(entry)
+    return out
+
+
+def admin_commands(client):
+    """Whatever changes rings, runs or stops a job, debugs, or moves the generator: every
+    command or subcommand flagged admin, and SHARD.ADVANCE (internal)."""
+    found = [(n, a) for n, a, flags, _ in command_entries(client)
+             if "admin" in flags or n == "shard.advance"]
+    names = {n for n, _ in found}
+    # The table really is read: these must be among them.
+    assert {"shard.ring|set", "shard.ring|begin", "shard.ring|commit", "shard.ring|abort",
+            "shard.reshard|copy", "shard.reshard|cleanup", "shard.reshard|stop",
+            "shard.advance", "shard.debug"} <= names, names
+    return found
+
+
+def argv_for(name, arity):
+    """The command's words padded with placeholders to a valid arity: the ACL check comes
+    after the arity check and before the command runs, so placeholders are enough."""
+    words = name.split("|")
+    return words + ["x"] * max(0, abs(arity) - len(words))
+
+
+def test_application_recipe_reaches_no_admin_command(fleet):
+    app = as_user(fleet, "app", "app-pw")
+    for name, arity in admin_commands(fleet.client()):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            app.execute_command(*argv_for(name, arity))
+    # ... and the recipe still does its job.
+    assert app.execute_command("SHARD.GENKEY")
+
+
+def test_read_only_recipe_reaches_no_admin_command(fleet):
+    reader = as_user(fleet, "reader", "reader-pw")
+    for name, arity in admin_commands(fleet.client()):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            reader.execute_command(*argv_for(name, arity))
+
+
+CATEGORIES = {
+    "shard.genkey": {"write", "fast"},
+    "shard.decode": {"read", "fast"},
+    "shard.encode": {"read", "fast"},
+    "shard.whereis": {"read", "fast"},
+    "shard.locate": {"read", "fast"},
+    "shard.ring|get": {"read", "fast"},
+    "shard.reshard|status": {"read", "fast"},
+}
+
+
+def test_command_categories_as_the_readme_says(server):
+    c = server.client()
+    entries = command_entries(c)
+    if not MODULE_ACL_CATEGORIES:
+        # Redis 7.0 has no RedisModule_SetCommandACLCategories: module commands are in no
+        # category, so the README's recipes grant them by name.
+        assert all(not cats for _, _, _, cats in entries), entries
+        return
+    admin = {n for n, _ in admin_commands(c)}
+    for name, _, _, cats in entries:
+        cats = {x.lstrip("@") for x in cats}
+        if name in admin:
+            assert cats == {"admin", "dangerous", "slow"}, (name, cats)
+        elif name in CATEGORIES:
+            assert cats == CATEGORIES[name], (name, cats)
+    listed = {x.decode().lower() for x in raw(c, "ACL", "CAT", "dangerous")}
+    assert admin <= listed, admin - listed
+
+
+COMMON_RULES = [
+    ("readwrite", "+@read +@write +@connection"),
+    ("all-but-admin", "+@all -@admin"),
+    ("all-but-dangerous", "+@all -@dangerous"),
+    ("fast", "+@fast +@connection"),
+]
+
+
+@pytest.mark.skipif(not MODULE_ACL_CATEGORIES, reason=(
+    "Redis 7.0 gives module commands no ACL categories: a category rule neither grants nor "
+    "denies them (test_command_categories_as_the_readme_says pins that); grant by name there"))
+@pytest.mark.parametrize("rule", [r for _, r in COMMON_RULES], ids=[n for n, _ in COMMON_RULES])
+def test_common_category_rules_never_reach_admin_commands(fleet, rule):
+    admin = fleet.client()
+    admin.execute_command("ACL", "SETUSER", "u", "reset", "on", ">u-pw", "~*", "&*", *rule.split())
+    u = as_user(fleet, "u", "u-pw")
+    for name, arity in admin_commands(admin):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            u.execute_command(*argv_for(name, arity))
+    # The categories still grant what they should: generation is a write, lookups reads.
+    if "@write" in rule or "@all" in rule:
+        assert u.execute_command("SHARD.GENKEY")
+    if "@read" in rule or "@all" in rule or "@fast" in rule:
+        assert u.execute_command("SHARD.WHEREIS", "k") == b"a"

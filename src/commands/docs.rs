@@ -71,7 +71,12 @@ pub struct Doc {
     pub complexity: &'static CStr,
     pub arity: c_int,
     pub args: &'static [Arg],
-    /// ACL categories where Redis can set them for module commands (7.2 and later).
+    /// ACL categories where the server can set them for module commands (Redis 7.2 and later,
+    /// Valkey). Chosen so that the common rules mean what a Redis user expects: whatever changes
+    /// rings, runs or stops a resharding job, or moves the generator (`SHARD.ADVANCE`) is
+    /// `admin dangerous slow` and nothing else, so `+@read`/`+@write` never reach it and
+    /// `-@admin`/`-@dangerous` take it away. Servers give a module command only the categories
+    /// set here (not those of its flags: `write` on CLEANUP puts it in no `@write`).
     pub acl: &'static CStr,
 }
 
@@ -196,14 +201,14 @@ pub fn doc(name: &str) -> Option<Doc> {
             c"O(1)",
             2,
             ADVANCE,
-            c"write",
+            c"admin dangerous slow",
         ),
         "shard.debug" => d(
             c"Debugging: PANIC proves the panic guard (needs enable-debug-command)",
             c"O(1)",
             2,
             &[],
-            c"admin",
+            c"admin dangerous slow",
         ),
         "shard.ring" => d(
             c"Manages the ring of nodes held in module memory",
@@ -217,7 +222,7 @@ pub fn doc(name: &str) -> Option<Doc> {
             c"O(N log N) with N the points of the ring",
             -3,
             RING_ARGS,
-            c"admin",
+            c"admin dangerous slow",
         ),
         "shard.ring|get" => d(
             c"Shows the ring, its epoch and digest",
@@ -231,21 +236,21 @@ pub fn doc(name: &str) -> Option<Doc> {
             c"O(N log N) with N the points of the ring",
             -3,
             RING_ARGS,
-            c"admin",
+            c"admin dangerous slow",
         ),
         "shard.ring|commit" => d(
             c"Closes the resharding, dropping the previous ring",
             c"O(1)",
             2,
             &[],
-            c"admin",
+            c"admin dangerous slow",
         ),
         "shard.ring|abort" => d(
             c"Closes the resharding, putting the previous ring back",
             c"O(1)",
             2,
             &[],
-            c"admin",
+            c"admin dangerous slow",
         ),
         "shard.reshard" => d(
             c"Runs the background jobs that move keys between nodes",
@@ -259,14 +264,14 @@ pub fn doc(name: &str) -> Option<Doc> {
             c"O(1) to start; the job is O(N) with N the keys",
             -2,
             COPY,
-            c"admin",
+            c"admin dangerous slow",
         ),
         "shard.reshard|cleanup" => d(
             c"Deletes, in the background, the local keys that belong to other nodes",
             c"O(1) to start; the job is O(N) with N the keys",
             -2,
             CLEANUP,
-            c"admin write",
+            c"admin dangerous slow",
         ),
         "shard.reshard|status" => d(
             c"Shows the state and counters of the resharding job",
@@ -280,7 +285,7 @@ pub fn doc(name: &str) -> Option<Doc> {
             c"O(1)",
             2,
             &[],
-            c"admin",
+            c"admin dangerous slow",
         ),
         _ => None,
     }
