@@ -6,7 +6,7 @@ use redis_module::{raw, InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::clock;
-use crate::forward;
+use crate::route::{conn, forward};
 use crate::state;
 
 fn int(n: u64) -> c_longlong {
@@ -77,6 +77,9 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_long_long(ctx, "call_copies", int(calls.copies));
     raw::add_info_field_long_long(ctx, "call_timeouts", int(calls.timeouts));
     raw::add_info_field_long_long(ctx, "call_errors", int(calls.errors));
+    let (connections, in_flight) = conn::counts();
+    raw::add_info_field_long_long(ctx, "call_connections", int(connections as u64));
+    raw::add_info_field_long_long(ctx, "call_in_flight", int(in_flight as u64));
     for (node, (errors, timeouts)) in &calls.per_node {
         let field: String = node
             .chars()

@@ -10,7 +10,6 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod durability;
-pub mod forward;
 pub mod info;
 pub mod jobs;
 pub mod keys;
@@ -54,6 +53,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     if let Err(e) = commands::registry::register_all(ctx) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
+    // SAFETY: OnLoad's own context.
+    if let Err(e) = unsafe { route::register(ctx.ctx) } {
         ctx.log_warning(&e);
         return Status::Err;
     }

@@ -1,76 +1,115 @@
-//! `SHARD.CALL command key [arg ...]`: runs a single-key command on the key's owner. Locally
-//! (as the calling user, replicated like the command itself) when this server owns the key;
-//! otherwise the client is blocked and a worker forwards the command (see `forward`).
+//! `SHARD.CALL command arg ...`: runs a command on the owner of its keys.
+//!
+//! The keys are found as the server finds them (its command table and key specs), so any
+//! keyed command routes: `GET`, `EVAL ... numkeys`, `XREAD ... STREAMS`, `OBJECT ENCODING`.
+//! Keys all here, no resharding step pending: the command filter (`route::filter`) has already
+//! made it the plain command, unless this is the first call of that command or its keys move
+//! with its arguments; then it runs here through RedisModule_Call, as the calling user.
+//! One other owner: the client is blocked and the command forwarded whole. `MGET`, `MSET`,
+//! `DEL`, `UNLINK`, `EXISTS`, `TOUCH` over several owners, or with keys that move in a
+//! resharding: split into parts, sent at once, merged (`route::split`). A single key during a
+//! resharding: the plan of fallbacks and copies (`route::plan`). Anything else with keys on
+//! several nodes is refused, naming them.
 
-use std::collections::HashMap;
+use std::collections::BTreeSet;
 use std::ffi::CString;
 use std::io;
 use std::os::raw::c_int;
-use std::sync::{Mutex, PoisonError};
 
 use redis_module::{raw, ContextFlags, RedisValue};
 
 use super::args::printable;
 use super::{Call, CmdError, CmdResult};
-use crate::forward::{self, Link};
 use crate::placement::Placement;
-use crate::route::{CommandKind, Endpoint, Plan};
+use crate::route::command::{self, CommandMeta};
+use crate::route::conn::{link_timeout, Link};
+use crate::route::forward::{self, CallReply, NetSteps};
+use crate::route::split::{self, Part, Splittable};
+use crate::route::{execute, CommandKind, Endpoint, Plan, Resp};
 use crate::state;
 
 /// errno values RedisModule_GetCommandKeys sets (Linux).
 const ENOENT: i32 = 2;
 const EINVAL: i32 = 22;
 
+/// Where one key of the call lives.
+struct Placed {
+    current: Endpoint,
+    /// The previous owner, when a resharding is open and moves this key.
+    previous: Option<Endpoint>,
+}
+
 pub fn call(call: &Call) -> CmdResult {
     let args = &call.args;
-    if args.len() < 3 {
+    if args.len() < 2 {
         return Err(CmdError::err(
             "SHARD.CALL needs a command and its key: SHARD.CALL command key [arg ...]",
         ));
     }
     let name = args.get(1);
     let name_text = printable(name).to_ascii_lowercase();
-    check_single_key(call, &name_text)?;
-    let key = args.get(2);
-
-    let (plan, self_is_owner) = {
-        let st = state::lock();
-        let current = super::whereis::current_ring(&st)?;
-        let self_name = st.config.ring.self_name.as_str();
-        let owner = endpoint(current, key, self_name)?;
-        let previous = match &st.rings.previous {
-            Some(p) => Some(endpoint(p, key, self_name)?).filter(|e| e.name != owner.name),
-            None => None,
-        };
-        let self_is_owner = owner.is_self && previous.is_none();
-        let plan = Plan {
-            args: Vec::new(),
-            key: key.to_vec(),
-            kind: CommandKind::Write,
-            current: owner,
-            previous,
-        };
-        (plan, self_is_owner)
-    };
-
-    // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
-    // whether the key is local or not.
-    check_acl(call, &name_text)?;
-    let command = command_flags(call, &name_text)?;
-    if command.blocking {
+    let meta = command_meta(call, name, &name_text)?;
+    let positions = key_positions(call, &name_text)?;
+    if meta.blocking {
         return Err(CmdError::err(format!(
             "'{name_text}' can block: SHARD.CALL does not route blocking commands"
         )));
     }
-    if self_is_owner {
+
+    // Where each key lives, from one look at the rings.
+    let (mut placed, link) = {
+        let st = state::lock();
+        let current = super::whereis::current_ring(&st)?;
+        let self_name = st.config.ring.self_name.as_str();
+        let mut placed = Vec::with_capacity(positions.len());
+        for &pos in &positions {
+            let key = args.get(pos + 1);
+            let owner = endpoint(current, key, self_name)?;
+            let previous = match &st.rings.previous {
+                Some(p) => Some(endpoint(p, key, self_name)?).filter(|e| e.name != owner.name),
+                None => None,
+            };
+            placed.push(Placed {
+                current: owner,
+                previous,
+            });
+        }
+        let link = Link {
+            timeout: link_timeout(st.config.call_timeout_ms),
+            auth: st.config.auth(),
+            resp3: call.ctx.get_flags().contains(ContextFlags::FLAGS_RESP3),
+        };
+        (placed, link)
+    };
+
+    // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
+    // whether the keys are local or not.
+    check_acl(call, &name_text)?;
+    let moving = placed.iter().any(|p| p.previous.is_some());
+    let owners: BTreeSet<&str> = placed.iter().map(|p| p.current.name.as_str()).collect();
+    let single_owner = owners.len() == 1;
+    if !moving && single_owner && placed[0].current.is_self {
         forward::count(|s| s.local += 1);
         return call_here(call, name);
     }
+    let splittable = split::splittable(name);
+    if !single_owner && splittable.is_none() {
+        return Err(CmdError::err(format!(
+            "the keys of '{name_text}' live on different nodes ({}): SHARD.CALL splits only MGET, MSET, DEL, UNLINK, EXISTS and TOUCH; give the keys one hash tag to keep them together",
+            owners.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    if moving && placed.len() > 1 && splittable.is_none() {
+        return Err(CmdError::err(format!(
+            "the keys of '{name_text}' are moving between nodes in a resharding: SHARD.CALL runs commands with several keys then only if they split by key (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH)"
+        )));
+    }
     let flags = call.ctx.get_flags();
     if flags.contains(ContextFlags::DENY_BLOCKING) || flags.contains(ContextFlags::MULTI) {
+        let at = &placed[0].current;
         return Err(CmdError::err(format!(
             "SHARD.CALL cannot wait for node {} ({}) inside MULTI or a script",
-            plan.current.name, plan.current.address
+            at.name, at.address
         )));
     }
     // SAFETY: the context of this call.
@@ -80,21 +119,116 @@ pub fn call(call: &Call) -> CmdResult {
             "SHARD.CALL forwards to database 0 only: SELECT 0 first",
         ));
     }
-    let plan = Plan {
-        args: (1..args.len()).map(|i| args.get(i).to_vec()).collect(),
-        kind: CommandKind::of(name, command.readonly),
-        ..plan
+    let inner: Vec<&[u8]> = (1..args.len()).map(|i| args.get(i)).collect();
+    let kind = CommandKind::of(name, meta.readonly);
+    let ctx = call.ctx.ctx;
+    let started = if !moving && single_owner {
+        // One other node runs it whole.
+        // SAFETY: the context of this call.
+        unsafe { forward::forward(ctx, &placed[0].current, &link, &inner) }
+    } else if let Some(how) = splittable.filter(|_| placed.len() > 1) {
+        let parts = parts_of(&inner, how, kind, &placed, moving);
+        // SAFETY: the context of this call.
+        unsafe { forward::run(ctx, link, move |steps| run_parts(steps, parts, how)) }
+    } else {
+        let Placed { current, previous } = placed.swap_remove(0);
+        let plan = Plan {
+            args: inner.iter().map(|a| a.to_vec()).collect(),
+            key: args.get(positions[0] + 1).to_vec(),
+            kind,
+            current,
+            previous,
+        };
+        // SAFETY: the context of this call.
+        unsafe { forward::run(ctx, link, move |steps| run_plan(steps, plan)) }
     };
-    let link = {
-        let st = state::lock();
-        Link {
-            timeout: forward::link_timeout(st.config.call_timeout_ms),
-            auth: st.config.auth(),
-            resp3: flags.contains(ContextFlags::FLAGS_RESP3),
+    started.map_err(CmdError::err)
+}
+
+/// One part of a split command: a plan of its own (a key that moves runs by the single-key
+/// rules), and where its keys go in the merged reply.
+struct PlannedPart {
+    plan: Plan,
+    part: Part,
+}
+
+/// The parts of a splittable command: by owner when no key moves, else one per key.
+fn parts_of(
+    inner: &[&[u8]],
+    how: Splittable,
+    kind: CommandKind,
+    placed: &[Placed],
+    moving: bool,
+) -> Vec<PlannedPart> {
+    let mut owners: Vec<&Endpoint> = Vec::new();
+    let index: Vec<usize> = placed
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if moving {
+                owners.push(&p.current);
+                return i;
+            }
+            match owners.iter().position(|o| o.name == p.current.name) {
+                Some(at) => at,
+                None => {
+                    owners.push(&p.current);
+                    owners.len() - 1
+                }
+            }
+        })
+        .collect();
+    split::split(inner, how, &index)
+        .into_iter()
+        .map(|part| {
+            let first = part.positions[0];
+            let place = &placed[first];
+            let plan = Plan {
+                args: part.args.clone(),
+                key: part.args.get(1).cloned().unwrap_or_default(),
+                kind,
+                current: owners[part.owner].clone(),
+                previous: if moving { place.previous.clone() } else { None },
+            };
+            PlannedPart { plan, part }
+        })
+        .collect()
+}
+
+async fn run_plan(steps: NetSteps, plan: Plan) -> CallReply {
+    match execute(&plan, &steps).await {
+        Ok(routed) => {
+            forward::count(|s| {
+                s.forwarded += 1;
+                s.fallbacks += u64::from(routed.fallback);
+                s.copies += u64::from(routed.copied);
+            });
+            CallReply::Reply(routed.reply)
         }
-    };
-    // SAFETY: the context of this call.
-    unsafe { forward::submit(call.ctx.ctx, plan, link) }.map_err(CmdError::err)
+        Err(e) => CallReply::failed(&e),
+    }
+}
+
+async fn run_parts(steps: NetSteps, parts: Vec<PlannedPart>, how: Splittable) -> CallReply {
+    let keys: usize = parts.iter().map(|p| p.part.positions.len()).sum();
+    let runs = parts.iter().map(|p| execute(&p.plan, &steps));
+    let outcomes = futures_util::future::join_all(runs).await;
+    let mut replies: Vec<Resp> = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        match outcome {
+            Ok(routed) => {
+                forward::count(|s| {
+                    s.fallbacks += u64::from(routed.fallback);
+                    s.copies += u64::from(routed.copied);
+                });
+                replies.push(routed.reply);
+            }
+            Err(e) => return CallReply::failed(&e),
+        }
+    }
+    forward::count(|s| s.forwarded += 1);
+    let parts: Vec<Part> = parts.into_iter().map(|p| p.part).collect();
+    CallReply::Reply(split::merge(how.merge, &parts, replies, keys))
 }
 
 /// The node that owns `key` in `placement`, as a place to run commands.
@@ -114,16 +248,28 @@ fn endpoint(placement: &Placement, key: &[u8], self_name: &str) -> Result<Endpoi
     })
 }
 
-/// Refuses commands that do not have exactly one key, right after the command name.
-fn check_single_key(call: &Call, name: &str) -> CmdResult {
+/// The positions of the call's keys among the inner command's arguments (0 is its name), as
+/// the server's command table and key specs give them.
+fn key_positions(call: &Call, name: &str) -> Result<Vec<usize>, CmdError> {
     let argv = &call.args.raw()[1..];
     let argc = c_int::try_from(argv.len()).map_err(|_| CmdError::err("too many arguments"))?;
     let mut num_keys: c_int = 0;
     // SAFETY: argv are the live argument strings of this call; the result is freed below.
     let (positions, errno) = unsafe {
-        let get = raw::RedisModule_GetCommandKeys
-            .ok_or_else(|| CmdError::err("RedisModule_GetCommandKeys is missing"))?;
-        let p = get(call.ctx.ctx, argv.as_ptr().cast_mut(), argc, &mut num_keys);
+        let p = match raw::RedisModule_GetCommandKeysWithFlags {
+            Some(get) => get(
+                call.ctx.ctx,
+                argv.as_ptr().cast_mut(),
+                argc,
+                &mut num_keys,
+                std::ptr::null_mut(),
+            ),
+            None => {
+                let get = raw::RedisModule_GetCommandKeys
+                    .ok_or_else(|| CmdError::err("RedisModule_GetCommandKeys is missing"))?;
+                get(call.ctx.ctx, argv.as_ptr().cast_mut(), argc, &mut num_keys)
+            }
+        };
         (p, io::Error::last_os_error().raw_os_error())
     };
     if positions.is_null() {
@@ -131,30 +277,30 @@ fn check_single_key(call: &Call, name: &str) -> CmdResult {
             Some(ENOENT) => CmdError::err(format!("unknown command '{name}'")),
             Some(EINVAL) => CmdError::wrong_arity(name),
             _ => CmdError::err(format!(
-                "'{name}' has no key: SHARD.CALL routes commands by their key"
+                "'{name}' has no key here: SHARD.CALL routes commands by their keys"
             )),
         });
     }
     // SAFETY: Redis returned num_keys positions; RedisModule_Free releases the array.
-    let keys: Vec<c_int> = unsafe {
-        let v =
-            std::slice::from_raw_parts(positions, usize::try_from(num_keys).unwrap_or(0)).to_vec();
+    let keys: Vec<usize> = unsafe {
+        let n = usize::try_from(num_keys).unwrap_or(0);
+        let v = std::slice::from_raw_parts(positions, n)
+            .iter()
+            .filter_map(|&p| usize::try_from(p).ok())
+            .collect();
         if let Some(free) = raw::RedisModule_Free {
             free(positions.cast());
         }
         v
     };
-    match keys.as_slice() {
-        [1] => Ok(()),
-        [] => Err(CmdError::err(format!("'{name}' has no key: SHARD.CALL routes commands by their key"))),
-        [_] => Err(CmdError::err(format!(
-            "'{name}' takes its key at another position: SHARD.CALL routes commands whose key follows the command name"
-        ))),
-        many => Err(CmdError::err(format!(
-            "'{name}' has {} keys here; SHARD.CALL routes commands with exactly one key, since several keys may live on different nodes",
-            many.len()
-        ))),
+    if keys.is_empty() {
+        return Err(CmdError::err(format!(
+            "'{name}' has no key here: SHARD.CALL routes commands by their keys"
+        )));
     }
+    // The positions count from the inner command's name (the call's arguments count from
+    // SHARD.CALL: a key at position p is argument p + 1 of the call).
+    Ok(keys)
 }
 
 /// Runs the command here, as the calling user, replicated like the command itself.
@@ -232,53 +378,45 @@ fn check_acl(call: &Call, name: &str) -> CmdResult {
     Ok(())
 }
 
-/// What routing needs from a command's flags.
-#[derive(Debug, Clone, Copy)]
-struct Flags {
-    readonly: bool,
-    blocking: bool,
-}
-
-/// A command's flags, from COMMAND INFO (cached per command).
-fn command_flags(call: &Call, name: &str) -> Result<Flags, CmdError> {
-    static CACHE: Mutex<Option<HashMap<String, Flags>>> = Mutex::new(None);
-    if let Some(&known) = CACHE
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get_or_insert_with(HashMap::new)
-        .get(name)
-    {
+/// A command's entry in the server's table (`COMMAND INFO`), learnt once per name.
+fn command_meta(call: &Call, name: &[u8], name_text: &str) -> Result<CommandMeta, CmdError> {
+    if let Some(known) = command::known(name) {
         return Ok(known);
     }
     let info = call
         .ctx
-        .call("COMMAND", &["INFO", name])
-        .map_err(|e| CmdError::err(format!("COMMAND INFO {name} failed: {e}")))?;
-    let names: Vec<String> = match info {
-        RedisValue::Array(entries) => match entries.into_iter().next() {
-            Some(RedisValue::Array(fields)) => match fields.into_iter().nth(2) {
-                Some(RedisValue::Array(flags)) => flags
-                    .into_iter()
-                    .filter_map(|f| match f {
-                        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s),
-                        RedisValue::SimpleStringStatic(s) => Some(s.to_string()),
-                        _ => None,
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            },
-            _ => Vec::new(),
-        },
+        .call("COMMAND", &["INFO", name_text])
+        .map_err(|e| CmdError::err(format!("COMMAND INFO {name_text} failed: {e}")))?;
+    let entry = match info {
+        RedisValue::Array(entries) => entries.into_iter().next(),
+        _ => None,
+    };
+    let Some(RedisValue::Array(fields)) = entry else {
+        return Err(CmdError::err(format!("unknown command '{name_text}'")));
+    };
+    let int = |v: Option<&RedisValue>| match v {
+        Some(RedisValue::Integer(n)) => *n,
+        _ => 0,
+    };
+    let flags: Vec<String> = match fields.get(2) {
+        Some(RedisValue::Array(flags)) => flags
+            .iter()
+            .filter_map(|f| match f {
+                RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s.clone()),
+                RedisValue::SimpleStringStatic(s) => Some(s.to_string()),
+                _ => None,
+            })
+            .collect(),
         _ => Vec::new(),
     };
-    let flags = Flags {
-        readonly: names.iter().any(|f| f == "readonly"),
-        blocking: names.iter().any(|f| f == "blocking"),
-    };
-    CACHE
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get_or_insert_with(HashMap::new)
-        .insert(name.to_string(), flags);
-    Ok(flags)
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let meta = command::meta_from_info(
+        int(fields.get(1)),
+        &flag_refs,
+        int(fields.get(3)),
+        int(fields.get(4)),
+        int(fields.get(5)),
+    );
+    command::learn(name, meta);
+    Ok(meta)
 }

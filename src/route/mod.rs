@@ -1,8 +1,58 @@
-//! Routed commands (`SHARD.CALL`): the RESP wire format spoken to other nodes, and the plan of
-//! which node runs what while a resharding may be open. Pure Rust; the glue runs the plan.
+//! Routed commands (`SHARD.CALL`): which node runs what, and the network that gets it there.
+//!
+//! Pure parts: the RESP wire format (`resp`, `frame`), the plan of a call while a resharding
+//! may be open (`plan`), the split of multi-key commands over owners (`split`), the key
+//! positions of a command from the server's table (`command`). Glue: the pipelined
+//! connections to other nodes (`conn`), the calls in flight (`forward`), and the command
+//! filter that turns a call whose keys are all here into the plain command (`filter`).
 
+pub mod command;
+pub mod conn;
+pub mod filter;
+pub mod forward;
+pub mod frame;
 pub mod plan;
 pub mod resp;
+pub mod split;
 
 pub use plan::{execute, CommandKind, Endpoint, Plan, Routed, Step, StepError, StepErrorKind};
 pub use resp::{encode_command, read_reply, Resp, RespError};
+
+/// Hooks routing into the server: the command filter of local calls, and the event-loop events
+/// that flush the connections' queued requests and expire late ones.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<(), String> {
+    use redis_module::raw;
+    // SAFETY: as the caller promises.
+    unsafe { filter::register(ctx)? };
+    extern "C" fn on_event_loop(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        subevent: u64,
+        _data: *mut std::os::raw::c_void,
+    ) {
+        let _ = std::panic::catch_unwind(|| {
+            if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
+                conn::before_sleep();
+            } else {
+                conn::after_sleep();
+            }
+        });
+    }
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_EVENTLOOP,
+        dataver: 1,
+    };
+    // SAFETY: OnLoad's context; the callback lives as long as the module.
+    let subscribed = unsafe {
+        let subscribe = raw::RedisModule_SubscribeToServerEvent
+            .ok_or("RedisModule_SubscribeToServerEvent is missing")?;
+        subscribe(ctx, event, Some(on_event_loop))
+    };
+    if subscribed != raw::REDISMODULE_OK as std::os::raw::c_int {
+        return Err("cannot subscribe to the event loop events (Redis 7.0 or later needed)".into());
+    }
+    Ok(())
+}

@@ -3,6 +3,7 @@
 //! current one, a write first copies the key from the previous owner, and a delete runs at both.
 
 use std::fmt;
+use std::future::Future;
 
 use super::resp::Resp;
 
@@ -96,18 +97,31 @@ impl fmt::Display for StepError {
     }
 }
 
-/// What runs the steps: the glue talks to Redis and the network; tests use a fake.
+/// What runs the steps: the glue sends them over its connections; tests use a fake. Steps are
+/// futures, so that the glue can send a step, go on serving, and resume the plan when the
+/// reply arrives; several plans (the parts of a split command) run at once.
 pub trait Step {
     /// Runs a command at `at` and returns its reply (an error reply is a reply, not an Err).
-    fn run(&mut self, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError>;
+    fn run(
+        &self,
+        at: &Endpoint,
+        args: Vec<Vec<u8>>,
+    ) -> impl Future<Output = Result<Resp, StepError>>;
     /// Copies `key` from `from` to `to`, leaving it at `from` and not replacing it at `to`.
-    fn copy(&mut self, from: &Endpoint, to: &Endpoint, key: &[u8]) -> Result<(), StepError>;
+    fn copy(
+        &self,
+        from: &Endpoint,
+        to: &Endpoint,
+        key: &[u8],
+    ) -> impl Future<Output = Result<(), StepError>>;
 
-    fn exists(&mut self, at: &Endpoint, key: &[u8]) -> Result<bool, StepError> {
-        let reply = self.run(at, &[b"EXISTS".to_vec(), key.to_vec()])?;
-        match reply {
-            Resp::Int(n) => Ok(n > 0),
-            other => Err(StepError::new(at, format!("EXISTS replied {other:?}"))),
+    fn exists(&self, at: &Endpoint, key: &[u8]) -> impl Future<Output = Result<bool, StepError>> {
+        let request = vec![b"EXISTS".to_vec(), key.to_vec()];
+        async move {
+            match self.run(at, request).await? {
+                Resp::Int(n) => Ok(n > 0),
+                other => Err(StepError::new(at, format!("EXISTS replied {other:?}"))),
+            }
         }
     }
 }
@@ -123,42 +137,49 @@ pub struct Routed {
 }
 
 /// Runs a plan.
-pub fn execute<S: Step>(plan: &Plan, steps: &mut S) -> Result<Routed, StepError> {
+pub async fn execute<S: Step>(plan: &Plan, steps: &S) -> Result<Routed, StepError> {
     let mut routed = Routed {
         reply: Resp::Null,
         fallback: false,
         copied: false,
     };
     let Some(previous) = &plan.previous else {
-        routed.reply = steps.run(&plan.current, &plan.args)?;
+        routed.reply = steps.run(&plan.current, plan.args.clone()).await?;
         return Ok(routed);
     };
     match plan.kind {
         CommandKind::Read => {
-            if steps.exists(&plan.current, &plan.key)? {
-                routed.reply = steps.run(&plan.current, &plan.args)?;
+            if steps.exists(&plan.current, &plan.key).await? {
+                routed.reply = steps.run(&plan.current, plan.args.clone()).await?;
             } else {
                 routed.fallback = true;
-                routed.reply = steps.run(previous, &plan.args)?;
+                routed.reply = steps.run(previous, plan.args.clone()).await?;
             }
         }
         CommandKind::Write => {
-            let at_previous =
-                !steps.exists(&plan.current, &plan.key)? && steps.exists(previous, &plan.key)?;
+            let at_previous = !steps.exists(&plan.current, &plan.key).await?
+                && steps.exists(previous, &plan.key).await?;
             if at_previous {
-                steps.copy(previous, &plan.current, &plan.key)?;
+                steps.copy(previous, &plan.current, &plan.key).await?;
                 routed.copied = true;
             }
-            routed.reply = steps.run(&plan.current, &plan.args)?;
+            routed.reply = steps.run(&plan.current, plan.args.clone()).await?;
             // A write that removed the key (GETDEL, EXPIRE 0, popping the last element) must
             // not leave the previous owner's copy for reads to fall back to.
-            if !routed.reply.is_error() && !steps.exists(&plan.current, &plan.key)? {
-                steps.run(previous, &[b"DEL".to_vec(), plan.key.clone()])?;
+            if !routed.reply.is_error() && !steps.exists(&plan.current, &plan.key).await? {
+                steps
+                    .run(previous, vec![b"DEL".to_vec(), plan.key.clone()])
+                    .await?;
             }
         }
         CommandKind::Delete => {
-            let here = steps.run(&plan.current, &plan.args)?;
-            let there = steps.run(previous, &plan.args)?;
+            // Both at once: neither depends on the other.
+            let (here, there) = futures_util::future::join(
+                steps.run(&plan.current, plan.args.clone()),
+                steps.run(previous, plan.args.clone()),
+            )
+            .await;
+            let (here, there) = (here?, there?);
             routed.reply = match (here.as_int(), there.as_int()) {
                 // One key: deleted if it was deleted at either owner.
                 (Some(a), Some(b)) => Resp::Int(a.max(b)),
@@ -172,9 +193,50 @@ pub fn execute<S: Step>(plan: &Plan, steps: &mut S) -> Result<Routed, StepError>
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
     use std::collections::HashMap;
+    use std::future::{ready, Future};
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
 
     use super::*;
+
+    /// Runs a future whose steps are all ready at once (the fake fleet answers in place).
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let mut f = pin!(f);
+        match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(out) => out,
+            Poll::Pending => panic!("a fake step never waits"),
+        }
+    }
+
+    fn execute(plan: &Plan, fleet: &mut Fleet) -> Result<Routed, StepError> {
+        let shared = Shared(RefCell::new(std::mem::take(fleet)));
+        let out = block_on(super::execute(plan, &shared));
+        *fleet = shared.0.into_inner();
+        out
+    }
+
+    struct Shared(RefCell<Fleet>);
+
+    impl Step for Shared {
+        fn run(
+            &self,
+            at: &Endpoint,
+            args: Vec<Vec<u8>>,
+        ) -> impl Future<Output = Result<Resp, StepError>> {
+            ready(self.0.borrow_mut().run(at, &args))
+        }
+
+        fn copy(
+            &self,
+            from: &Endpoint,
+            to: &Endpoint,
+            key: &[u8],
+        ) -> impl Future<Output = Result<(), StepError>> {
+            ready(self.0.borrow_mut().copy(from, to, key))
+        }
+    }
 
     /// Two in-memory nodes holding string keys.
     #[derive(Default)]
@@ -184,7 +246,7 @@ mod tests {
         down: Option<String>,
     }
 
-    impl Step for Fleet {
+    impl Fleet {
         fn run(&mut self, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError> {
             if self.down.as_deref() == Some(&at.name) {
                 return Err(StepError::new(at, "connection refused"));

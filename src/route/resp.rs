@@ -61,13 +61,13 @@ impl From<io::Error> for RespError {
 }
 
 /// Largest bulk string accepted (Redis's own proto-max-bulk-len default).
-const MAX_BULK: usize = 512 * 1024 * 1024;
+pub(super) const MAX_BULK: usize = 512 * 1024 * 1024;
 /// Longest status, error or length line accepted.
-const MAX_LINE: usize = 64 * 1024 * 1024;
+pub(super) const MAX_LINE: usize = 64 * 1024 * 1024;
 /// Largest aggregate accepted.
-const MAX_ELEMENTS: usize = 1 << 24;
+pub(super) const MAX_ELEMENTS: usize = 1 << 24;
 /// Deepest nesting accepted.
-const MAX_DEPTH: usize = 64;
+pub(super) const MAX_DEPTH: usize = 64;
 
 /// A command as RESP: an array of bulk strings.
 pub fn encode_command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {

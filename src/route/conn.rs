@@ -1,0 +1,779 @@
+//! Pipelined connections to other nodes, driven by the server's own event loop on its main
+//! thread: the one connection layer every routed call goes through.
+//!
+//! Per node (and per RESP version of the callers) one long-lived non-blocking connection.
+//! Requests are queued on it and written back to back: everything queued during one turn of
+//! the event loop leaves in one `write`, just before the server sleeps (the `BEFORE_SLEEP`
+//! event); a request queued after that point (a client unblocked in the same turn sends its
+//! next call) asks for the socket's writable event, so it leaves at the next turn without a
+//! wake-up pipe. Replies are matched to requests in order; each waiter is told as soon as its
+//! reply is whole, so nothing waits for a batch.
+//!
+//! Why the event loop and not threads: the main thread decides every call anyway (ring, ACL,
+//! blocking the client) and must unblock the client on the main thread; with the sockets on
+//! the same thread there is no hand-over, no lock and no wake-up per request. The
+//! measurements that decided it are in `bench/findings.md` ("Where a forwarded call's time
+//! goes"). The old design (four blocking worker threads, one round trip each at a time)
+//! capped a node at four forwarded commands in flight.
+//!
+//! What the old design guaranteed still holds: authentication (`HELLO` with `AUTH`, answered
+//! before any request is written), reconnection after a failure, a timeout per request that
+//! names the node, and at-most-once: a request is sent again on a new connection only when the
+//! node closed a connection that had been idle, before a single byte of a reply to the requests
+//! written after that idle time (the race of a server's `timeout` closing idle clients).
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::os::raw::c_int;
+use std::time::{Duration, Instant};
+
+use redis_module::raw;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::frame::FrameScanner;
+use super::plan::{Endpoint, StepError, StepErrorKind};
+use super::resp::{encode_command, read_reply, Resp};
+
+/// How the module reaches other nodes: the call timeout, the credentials, the RESP version.
+#[derive(Debug, Clone)]
+pub struct Link {
+    pub timeout: Duration,
+    pub auth: Option<(String, String)>,
+    pub resp3: bool,
+}
+
+/// Timeout of forwarded calls from the configuration.
+pub fn link_timeout(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms.max(1)).unwrap_or(1000))
+}
+
+/// Who gets a reply: an opaque number the caller chose (see `forward`).
+pub type Waiter = u64;
+
+/// What a request came to.
+pub type Outcome = Result<Resp, StepError>;
+
+/// The largest read per `read` call, and how much a buffer keeps when idle.
+const READ_CHUNK: usize = 64 * 1024;
+
+type ConnId = usize;
+
+struct Pending {
+    /// `None`: the connection's own handshake.
+    waiter: Option<Waiter>,
+    request: Vec<u8>,
+    deadline: Instant,
+    /// Already sent once on a connection that closed unanswered: never sent a third time.
+    resent: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Waiting for the address of a host name (a resolver thread).
+    Resolving,
+    /// A non-blocking connect under way.
+    Connecting,
+    /// Connected; the handshake's reply not yet in.
+    Handshaking,
+    Ready,
+}
+
+struct Conn {
+    id: ConnId,
+    at: Endpoint,
+    link: Link,
+    state: State,
+    stream: Option<TcpStream>,
+    /// Requests not yet written (in order), then those written and unanswered.
+    unsent: VecDeque<Pending>,
+    in_flight: VecDeque<Pending>,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Bytes read: `inbuf[..filled]`; the rest is room for the next read.
+    inbuf: Vec<u8>,
+    filled: usize,
+    scanner: FrameScanner,
+    /// Events registered with the event loop.
+    readable: bool,
+    writable: bool,
+    /// Bytes of replies received since the connection last had nothing in flight, and
+    /// whether it had been idle (used, then quiet) before that: together they decide whether
+    /// a close may be answered by sending the requests again.
+    reply_bytes_since_idle: usize,
+    was_idle: bool,
+    used: bool,
+}
+
+/// Every connection, the main thread's only.
+#[derive(Default)]
+struct Net {
+    conns: HashMap<ConnId, Conn>,
+    by_node: HashMap<(String, bool), ConnId>,
+    next_id: ConnId,
+    /// Connections with requests to write at the next flush.
+    dirty: Vec<ConnId>,
+    /// The server has passed its `BEFORE_SLEEP` in this turn of the loop: requests queued now
+    /// ask for the writable event instead.
+    after_flush: bool,
+    /// The earliest deadline of any request in flight.
+    next_deadline: Option<Instant>,
+}
+
+thread_local! {
+    static NET: RefCell<Net> = RefCell::new(Net::default());
+}
+
+/// What the event handlers found for the waiters: delivered after `NET` is released, since a
+/// waiter may queue its next request at once.
+type Deliveries = Vec<(Waiter, Outcome)>;
+
+/// Queues `args` for the node `at`; `deliver` is later called with `waiter` and the reply or
+/// the error (never from inside this function).
+pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Waiter) {
+    let bytes = encode_command(args);
+    let mut failed: Deliveries = Vec::new();
+    NET.with(|net| {
+        let mut net = net.borrow_mut();
+        let id = match net.connection(at, link) {
+            Ok(id) => id,
+            Err(e) => {
+                failed.push((waiter, Err(e)));
+                return;
+            }
+        };
+        let deadline = Instant::now() + link.timeout;
+        net.next_deadline = Some(net.next_deadline.map_or(deadline, |d| d.min(deadline)));
+        let after_flush = net.after_flush;
+        let Some(conn) = net.conns.get_mut(&id) else {
+            return;
+        };
+        conn.unsent.push_back(Pending {
+            waiter: Some(waiter),
+            request: bytes,
+            deadline,
+            resent: false,
+        });
+        if conn.state != State::Ready {
+            return;
+        }
+        if after_flush {
+            conn.want_writable();
+        } else if conn.unsent.len() == 1 {
+            net.dirty.push(id);
+        }
+    });
+    super::forward::deliver_all(failed);
+}
+
+/// Writes what every connection has queued: at `BEFORE_SLEEP`, once per turn of the loop.
+pub fn before_sleep() {
+    let mut failed: Deliveries = Vec::new();
+    NET.with(|net| {
+        let mut net = net.borrow_mut();
+        net.after_flush = true;
+        let dirty = std::mem::take(&mut net.dirty);
+        for id in dirty {
+            net.flush(id, &mut failed);
+        }
+        if net.next_deadline.is_some_and(|d| Instant::now() >= d) {
+            net.expire(&mut failed);
+        }
+    });
+    super::forward::deliver_all(failed);
+}
+
+/// The loop woke up: requests queued from now on go out at the next `BEFORE_SLEEP`.
+pub fn after_sleep() {
+    NET.with(|net| net.borrow_mut().after_flush = false);
+}
+
+/// Connections open, and requests in flight or queued (for INFO).
+pub fn counts() -> (usize, usize) {
+    NET.with(|net| {
+        let net = net.borrow();
+        let pending = net
+            .conns
+            .values()
+            .map(|c| c.unsent.len() + c.in_flight.len())
+            .sum();
+        (net.conns.len(), pending)
+    })
+}
+
+impl Net {
+    /// The connection to `at` for `link`'s RESP version, opened if there is none.
+    fn connection(&mut self, at: &Endpoint, link: &Link) -> Result<ConnId, StepError> {
+        let key = (at.address.clone(), link.resp3);
+        if let Some(&id) = self.by_node.get(&key) {
+            return Ok(id);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_node.insert(key, id);
+        let mut conn = Conn {
+            id,
+            at: at.clone(),
+            link: link.clone(),
+            state: State::Resolving,
+            stream: None,
+            unsent: VecDeque::new(),
+            in_flight: VecDeque::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            inbuf: Vec::new(),
+            filled: 0,
+            scanner: FrameScanner::default(),
+            readable: false,
+            writable: false,
+            reply_bytes_since_idle: 0,
+            was_idle: false,
+            used: false,
+        };
+        match at.host.parse::<IpAddr>() {
+            Ok(ip) => {
+                if let Err(e) = conn.connect(SocketAddr::new(ip, at.port)) {
+                    conn.unregister();
+                    self.by_node.remove(&(at.address.clone(), link.resp3));
+                    return Err(e);
+                }
+                self.conns.insert(id, conn);
+            }
+            Err(_) => {
+                self.conns.insert(id, conn);
+                resolve_in_background(id, at.host.clone(), at.port);
+            }
+        }
+        Ok(id)
+    }
+
+    /// Writes the queued requests of a ready connection.
+    fn flush(&mut self, id: ConnId, failed: &mut Deliveries) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if conn.state != State::Ready {
+            return;
+        }
+        if conn.in_flight.is_empty() {
+            conn.was_idle = conn.used;
+            conn.reply_bytes_since_idle = 0;
+        }
+        while let Some(p) = conn.unsent.pop_front() {
+            conn.out.extend_from_slice(&p.request);
+            conn.in_flight.push_back(p);
+            conn.used = true;
+        }
+        if let Err(e) = conn.write_out() {
+            let e = conn.io_error("cannot send", &e);
+            self.fail(id, &e, failed);
+        }
+    }
+
+    /// Fails the requests of every connection with an expired request, and closes those
+    /// connections: their replies can no longer be matched to anything later.
+    fn expire(&mut self, failed: &mut Deliveries) {
+        let now = Instant::now();
+        let expired: Vec<(ConnId, StepError)> = self
+            .conns
+            .values()
+            .filter(|c| {
+                c.in_flight
+                    .front()
+                    .or(c.unsent.front())
+                    .is_some_and(|p| p.deadline <= now)
+            })
+            .map(|c| {
+                let e = StepError::of_kind(
+                    &c.at,
+                    format!("did not answer within {} ms", c.link.timeout.as_millis()),
+                    StepErrorKind::Timeout,
+                );
+                (c.id, e)
+            })
+            .collect();
+        for (id, e) in expired {
+            self.fail(id, &e, failed);
+        }
+        self.next_deadline = self
+            .conns
+            .values()
+            .filter_map(|c| c.in_flight.front().or(c.unsent.front()).map(|p| p.deadline))
+            .min();
+    }
+
+    /// Closes a connection and fails everything it carried with `e`.
+    fn fail(&mut self, id: ConnId, e: &StepError, failed: &mut Deliveries) {
+        let Some(mut conn) = self.remove(id) else {
+            return;
+        };
+        for p in conn.in_flight.drain(..).chain(conn.unsent.drain(..)) {
+            if let Some(w) = p.waiter {
+                failed.push((w, Err(e.clone())));
+            }
+        }
+    }
+
+    fn remove(&mut self, id: ConnId) -> Option<Conn> {
+        let mut conn = self.conns.remove(&id)?;
+        let key = (conn.at.address.clone(), conn.link.resp3);
+        if self.by_node.get(&key) == Some(&id) {
+            self.by_node.remove(&key);
+        }
+        conn.unregister();
+        Some(conn)
+    }
+
+    /// The node closed the connection: its requests are sent again on a new one when that is
+    /// safe (see the module comment), else failed.
+    fn closed(&mut self, id: ConnId, cause: io::Error, failed: &mut Deliveries) {
+        let Some(mut conn) = self.remove(id) else {
+            return;
+        };
+        if conn
+            .in_flight
+            .iter()
+            .chain(&conn.unsent)
+            .all(|p| p.waiter.is_none())
+        {
+            return; // closed while idle (or in its handshake): nothing to tell anyone
+        }
+        let unanswered = conn.reply_bytes_since_idle == 0 && conn.scanner_empty();
+        let resend = conn.was_idle && unanswered && conn.in_flight.iter().all(|p| !p.resent);
+        if resend {
+            let (at, link) = (conn.at.clone(), conn.link.clone());
+            let mut requeue: Vec<Pending> = conn.in_flight.drain(..).collect();
+            requeue.extend(conn.unsent.drain(..));
+            let id = match self.connection(&at, &link) {
+                Ok(id) => id,
+                Err(e) => {
+                    failed.extend(
+                        requeue
+                            .into_iter()
+                            .filter_map(|p| p.waiter)
+                            .map(|w| (w, Err(e.clone()))),
+                    );
+                    return;
+                }
+            };
+            for p in &mut requeue {
+                p.resent = p.waiter.is_some();
+            }
+            let ready = match self.conns.get_mut(&id) {
+                Some(new) => {
+                    new.unsent
+                        .extend(requeue.into_iter().filter(|p| p.waiter.is_some()));
+                    new.state == State::Ready
+                }
+                None => false,
+            };
+            if ready {
+                self.dirty.push(id);
+            }
+            return;
+        }
+        let what = if conn.reply_bytes_since_idle == 0 && conn.scanner_empty() {
+            "closed the connection without answering"
+        } else {
+            "closed the connection in the middle of a reply"
+        };
+        let e = StepError::new(&conn.at, format!("{what}: {cause}"));
+        for p in conn.in_flight.drain(..).chain(conn.unsent.drain(..)) {
+            if let Some(w) = p.waiter {
+                failed.push((w, Err(e.clone())));
+            }
+        }
+    }
+
+    /// The socket of `id` can be read, written, or finished connecting.
+    fn on_event(&mut self, id: ConnId, mask: c_int, failed: &mut Deliveries) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if conn.state == State::Connecting {
+            match conn.connected() {
+                Ok(()) => {}
+                Err(e) => {
+                    let e = conn.io_error("cannot connect", &e);
+                    self.fail(id, &e, failed);
+                    return;
+                }
+            }
+            if conn.state == State::Ready {
+                self.flush(id, failed);
+            }
+            return;
+        }
+        if mask & raw::REDISMODULE_EVENTLOOP_WRITABLE as c_int != 0 {
+            if conn.out_pos < conn.out.len() {
+                if let Err(e) = conn.write_out() {
+                    let e = conn.io_error("cannot send", &e);
+                    self.fail(id, &e, failed);
+                    return;
+                }
+            } else {
+                conn.stop_writable();
+                self.flush(id, failed);
+            }
+        }
+        if mask & raw::REDISMODULE_EVENTLOOP_READABLE as c_int != 0 {
+            self.read(id, failed);
+        }
+    }
+
+    fn read(&mut self, id: ConnId, failed: &mut Deliveries) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let closed = match conn.read_in() {
+            Ok(true) => None,
+            Ok(false) => Some(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            Err(e) => Some(e),
+        };
+        // Whole replies first: a node may answer and then close.
+        let became_ready = match conn.take_replies(failed) {
+            Ok(ready) => ready,
+            Err(e) => {
+                self.fail(id, &e, failed);
+                return;
+            }
+        };
+        if let Some(cause) = closed {
+            self.closed(id, cause, failed);
+            return;
+        }
+        if became_ready {
+            self.flush(id, failed);
+        }
+    }
+}
+
+impl Conn {
+    fn connect(&mut self, addr: SocketAddr) -> Result<(), StepError> {
+        let at = self.at.clone();
+        let fail = |e: io::Error| StepError::new(&at, format!("cannot connect: {e}"));
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(fail)?;
+        socket.set_nonblocking(true).map_err(fail)?;
+        socket.set_nodelay(true).map_err(fail)?;
+        let started = socket.connect(&SockAddr::from(addr));
+        let in_progress = match started {
+            Ok(()) => false,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => true,
+            Err(e) => return Err(fail(e)),
+        };
+        self.stream = Some(TcpStream::from(socket));
+        if in_progress {
+            self.state = State::Connecting;
+            self.want_writable();
+            Ok(())
+        } else {
+            self.connected().map_err(fail)
+        }
+    }
+
+    /// The connect finished (or failed): start the handshake.
+    fn connected(&mut self) -> io::Result<()> {
+        let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?;
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+        // Not yet connected (a spurious wake-up): wait for the next event.
+        if self.state == State::Connecting && stream.peer_addr().is_err() {
+            return Ok(());
+        }
+        self.stop_writable();
+        self.register(raw::REDISMODULE_EVENTLOOP_READABLE as c_int)?;
+        self.readable = true;
+        match self.handshake() {
+            Some(hello) => {
+                self.state = State::Handshaking;
+                self.out.extend_from_slice(&encode_command(&hello));
+                self.in_flight.push_front(Pending {
+                    waiter: None,
+                    request: Vec::new(),
+                    deadline: Instant::now() + self.link.timeout,
+                    resent: false,
+                });
+                self.write_out()
+            }
+            None => {
+                self.state = State::Ready;
+                Ok(())
+            }
+        }
+    }
+
+    /// `HELLO` for RESP3 or credentials; nothing for a plain RESP2 connection.
+    fn handshake(&self) -> Option<Vec<Vec<u8>>> {
+        if !self.link.resp3 && self.link.auth.is_none() {
+            return None;
+        }
+        let mut hello = vec![
+            b"HELLO".to_vec(),
+            if self.link.resp3 { b"3" } else { b"2" }.to_vec(),
+        ];
+        if let Some((user, password)) = &self.link.auth {
+            let user = if user.is_empty() { "default" } else { user };
+            hello.extend([
+                b"AUTH".to_vec(),
+                user.as_bytes().to_vec(),
+                password.as_bytes().to_vec(),
+            ]);
+        }
+        Some(hello)
+    }
+
+    /// Writes as much of `out` as the socket takes; asks for the writable event for the rest.
+    fn write_out(&mut self) -> io::Result<()> {
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        while self.out_pos < self.out.len() {
+            match stream.write(&self.out[self.out_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.want_writable();
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        if self.out.capacity() > READ_CHUNK {
+            self.out.shrink_to(READ_CHUNK);
+        }
+        Ok(())
+    }
+
+    /// Reads what the socket has. `Ok(false)`: the node closed the connection.
+    fn read_in(&mut self) -> io::Result<bool> {
+        let Some(stream) = self.stream.as_mut() else {
+            return Ok(false);
+        };
+        loop {
+            if self.inbuf.len() - self.filled < READ_CHUNK / 4 {
+                let grown = (self.inbuf.len() * 2).max(READ_CHUNK);
+                self.inbuf.resize(grown, 0);
+            }
+            match stream.read(&mut self.inbuf[self.filled..]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.filled += n;
+                    self.reply_bytes_since_idle += n;
+                    if self.filled < self.inbuf.len() {
+                        return Ok(true);
+                    }
+                }
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(true),
+                    io::ErrorKind::Interrupted => {}
+                    _ => return Err(e),
+                },
+            }
+        }
+    }
+
+    /// Hands every whole reply to its waiter. `Ok(true)` when the handshake just succeeded.
+    fn take_replies(&mut self, out: &mut Deliveries) -> Result<bool, StepError> {
+        let mut consumed = 0;
+        let mut became_ready = false;
+        loop {
+            let frame = self
+                .scanner
+                .scan(&self.inbuf[consumed..self.filled])
+                .map_err(|e| StepError::new(&self.at, e.to_string()))?;
+            let Some(len) = frame else {
+                break;
+            };
+            let bytes = &self.inbuf[consumed..consumed + len];
+            let reply =
+                read_reply(&mut &bytes[..]).map_err(|e| StepError::new(&self.at, e.to_string()))?;
+            consumed += len;
+            self.scanner.reset();
+            let Some(p) = self.in_flight.pop_front() else {
+                return Err(StepError::new(&self.at, "a reply nobody asked for"));
+            };
+            match p.waiter {
+                Some(w) => out.push((w, Ok(reply))),
+                None => {
+                    if let Resp::Error(e) = reply {
+                        return Err(StepError::new(
+                            &self.at,
+                            format!("handshake refused: {}", String::from_utf8_lossy(&e)),
+                        ));
+                    }
+                    self.state = State::Ready;
+                    became_ready = true;
+                }
+            }
+        }
+        self.inbuf.copy_within(consumed..self.filled, 0);
+        self.filled -= consumed;
+        if self.filled == 0 && self.inbuf.len() > 4 * READ_CHUNK {
+            self.inbuf = Vec::new();
+        }
+        if self.in_flight.is_empty() {
+            self.reply_bytes_since_idle = 0;
+        }
+        Ok(became_ready)
+    }
+
+    fn scanner_empty(&self) -> bool {
+        self.filled == 0
+    }
+
+    fn io_error(&self, what: &str, e: &io::Error) -> StepError {
+        match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => StepError::of_kind(
+                &self.at,
+                format!("did not answer within {} ms", self.link.timeout.as_millis()),
+                StepErrorKind::Timeout,
+            ),
+            _ => StepError::new(&self.at, format!("{what}: {e}")),
+        }
+    }
+
+    fn fd(&self) -> Option<c_int> {
+        self.stream.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    fn register(&self, mask: c_int) -> io::Result<()> {
+        let fd = self.fd().ok_or(io::ErrorKind::NotConnected)?;
+        // SAFETY: a live socket of this module; the callback finds the connection by the id
+        // carried in `user_data` and ignores ids that are gone.
+        let ok = unsafe {
+            let add = raw::RedisModule_EventLoopAdd.ok_or(io::ErrorKind::Unsupported)?;
+            add(fd, mask, Some(on_socket_event), self.id as *mut c_void)
+        };
+        if ok == raw::REDISMODULE_OK as c_int {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    fn want_writable(&mut self) {
+        if !self.writable
+            && self
+                .register(raw::REDISMODULE_EVENTLOOP_WRITABLE as c_int)
+                .is_ok()
+        {
+            self.writable = true;
+        }
+    }
+
+    fn stop_writable(&mut self) {
+        if self.writable {
+            // SAFETY: reading the API table Redis filled at load; a live socket of this module.
+            unsafe {
+                if let (Some(fd), Some(del)) = (self.fd(), raw::RedisModule_EventLoopDel) {
+                    del(fd, raw::REDISMODULE_EVENTLOOP_WRITABLE as c_int);
+                }
+            }
+            self.writable = false;
+        }
+    }
+
+    /// Removes the socket from the event loop (before it is closed, so a reused fd is safe).
+    fn unregister(&mut self) {
+        let mask =
+            (raw::REDISMODULE_EVENTLOOP_READABLE | raw::REDISMODULE_EVENTLOOP_WRITABLE) as c_int;
+        if self.readable || self.writable {
+            // SAFETY: reading the API table Redis filled at load; a live socket of this module.
+            unsafe {
+                if let (Some(fd), Some(del)) = (self.fd(), raw::RedisModule_EventLoopDel) {
+                    del(fd, mask);
+                }
+            }
+        }
+        self.readable = false;
+        self.writable = false;
+    }
+}
+
+extern "C" fn on_socket_event(_fd: c_int, user_data: *mut c_void, mask: c_int) {
+    let id = user_data as ConnId;
+    let mut failed: Deliveries = Vec::new();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        NET.with(|net| net.borrow_mut().on_event(id, mask, &mut failed));
+    }));
+    if outcome.is_err() {
+        redis_module::logging::log_warning(
+            "shard: internal error in a routed connection; it was dropped",
+        );
+        NET.with(|net| {
+            if let Ok(mut net) = net.try_borrow_mut() {
+                if let Some(at) = net.conns.get(&id).map(|c| c.at.clone()) {
+                    let e = StepError::new(&at, "internal error; see the Redis log");
+                    net.fail(id, &e, &mut failed);
+                }
+            }
+        });
+    }
+    super::forward::deliver_all(failed);
+}
+
+/// Looks a host name up on a thread of its own (a DNS query must never hold the server), then
+/// carries the answer back to the main thread.
+fn resolve_in_background(id: ConnId, host: String, port: u16) {
+    struct Resolved {
+        id: ConnId,
+        addr: io::Result<SocketAddr>,
+    }
+    extern "C" fn back_on_main_thread(data: *mut c_void) {
+        // SAFETY: made by Box::into_raw below, handed over exactly once.
+        let resolved = unsafe { Box::from_raw(data.cast::<Resolved>()) };
+        let mut failed: Deliveries = Vec::new();
+        NET.with(|net| {
+            let mut net = net.borrow_mut();
+            let Some(conn) = net.conns.get_mut(&resolved.id) else {
+                return;
+            };
+            if conn.state != State::Resolving {
+                return;
+            }
+            let result = match resolved.addr {
+                Ok(addr) => conn.connect(addr),
+                Err(e) => Err(StepError::new(
+                    &conn.at,
+                    format!("the address does not resolve: {e}"),
+                )),
+            };
+            match result {
+                Err(e) => net.fail(resolved.id, &e, &mut failed),
+                Ok(()) => {
+                    if net.conns.get(&resolved.id).map(|c| c.state) == Some(State::Ready) {
+                        net.flush(resolved.id, &mut failed);
+                    }
+                }
+            }
+        });
+        super::forward::deliver_all(failed);
+    }
+    let spawned = std::thread::Builder::new()
+        .name("shard-resolve".into())
+        .spawn(move || {
+            let addr = (host.as_str(), port).to_socket_addrs().and_then(|mut a| {
+                a.next()
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))
+            });
+            let data = Box::into_raw(Box::new(Resolved { id, addr }));
+            // SAFETY: the one-shot runs `back_on_main_thread` once on the main thread, which
+            // takes the box back.
+            unsafe {
+                if let Some(add) = raw::RedisModule_EventLoopAddOneShot {
+                    add(Some(back_on_main_thread), data.cast());
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        redis_module::logging::log_warning(format!("shard: cannot start a resolver: {e}"));
+    }
+}

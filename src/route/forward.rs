@@ -1,0 +1,433 @@
+//! Routed calls in flight: the client blocked on each, what it waits for, and its reply.
+//!
+//! A call whose command goes to one other node whole (the common case) waits for that one
+//! reply, which becomes the client's reply as it is. A call with several steps (a resharding's
+//! fallbacks and copies, or the parts of a split multi-key command) runs as a future over the
+//! steps (`plan::execute`, `split`); each reply wakes it, on the main thread, and it sends its
+//! next step or finishes. The client is unblocked the moment its reply is whole, and the reply
+//! is written by the blocked client's reply callback, so no thread-safe context is needed.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::os::raw::c_int;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use redis_module::raw;
+
+use super::conn::{self, Link, Outcome, Waiter};
+use super::plan::{Endpoint, Step, StepError, StepErrorKind};
+use super::resp::Resp;
+use crate::commands::Reply;
+use crate::reshard::migrate;
+
+/// Counters shown in `INFO shard`.
+#[derive(Debug, Default, Clone)]
+pub struct RouteStats {
+    pub local: u64,
+    pub forwarded: u64,
+    pub fallbacks: u64,
+    pub copies: u64,
+    pub timeouts: u64,
+    pub errors: u64,
+    /// Per node: (errors, timeouts).
+    pub per_node: BTreeMap<String, (u64, u64)>,
+}
+
+static STATS: Mutex<Option<RouteStats>> = Mutex::new(None);
+
+pub fn stats() -> RouteStats {
+    let mut stats = STATS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+        .unwrap_or_default();
+    stats.local += super::filter::REWRITTEN.load(std::sync::atomic::Ordering::Relaxed);
+    stats
+}
+
+pub fn count(update: impl FnOnce(&mut RouteStats)) {
+    let mut guard = STATS.lock().unwrap_or_else(PoisonError::into_inner);
+    update(guard.get_or_insert_with(RouteStats::default));
+}
+
+/// What the client gets.
+pub enum CallReply {
+    Reply(Resp),
+    Error(String),
+}
+
+impl CallReply {
+    /// A failed step as the client sees it: an error naming the node.
+    pub fn failed(e: &StepError) -> CallReply {
+        CallReply::Error(format!("ERR shard.call: {e}"))
+    }
+}
+
+type CallFuture = Pin<Box<dyn Future<Output = CallReply>>>;
+
+/// The steps of one call: the reply once it has come, else who to wake when it does (a join of
+/// many parts polls only the parts that were woken).
+#[derive(Default)]
+struct Slot {
+    outcome: Option<Outcome>,
+    waker: Option<Waker>,
+}
+
+type Slots = RefCell<HashMap<Waiter, Slot>>;
+
+struct Blocked(*mut raw::RedisModuleBlockedClient);
+
+enum Waiting {
+    /// The client's reply is this one reply.
+    Direct(Blocked),
+    /// A step of the call with this id.
+    Step(u64),
+}
+
+struct Call {
+    client: Blocked,
+    /// `None` while it is being polled.
+    future: Option<CallFuture>,
+    slots: Rc<Slots>,
+}
+
+#[derive(Default)]
+struct Calls {
+    next: u64,
+    waiting: HashMap<Waiter, Waiting>,
+    calls: HashMap<u64, Call>,
+}
+
+impl Calls {
+    fn id(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+}
+
+thread_local! {
+    static CALLS: RefCell<Calls> = RefCell::new(Calls::default());
+}
+
+/// Blocks the client and sends `args` to `at`; its reply will be the client's reply.
+///
+/// # Safety
+/// `ctx` must be the live context of the command being run.
+pub unsafe fn forward(
+    ctx: *mut raw::RedisModuleCtx,
+    at: &Endpoint,
+    link: &Link,
+    args: &[&[u8]],
+) -> Result<(), String> {
+    // SAFETY: as the caller promises.
+    let client = unsafe { block(ctx)? };
+    let waiter = CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let id = calls.id();
+        calls.waiting.insert(id, Waiting::Direct(client));
+        id
+    });
+    conn::request(at, link, args, waiter);
+    Ok(())
+}
+
+/// Blocks the client and runs the future `make` builds over the network steps; its output is
+/// the client's reply.
+///
+/// # Safety
+/// `ctx` must be the live context of the command being run.
+pub unsafe fn run<F, Fut>(ctx: *mut raw::RedisModuleCtx, link: Link, make: F) -> Result<(), String>
+where
+    F: FnOnce(NetSteps) -> Fut,
+    Fut: Future<Output = CallReply> + 'static,
+{
+    // SAFETY: as the caller promises.
+    let client = unsafe { block(ctx)? };
+    let slots: Rc<Slots> = Rc::default();
+    let id = CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let id = calls.id();
+        calls.calls.insert(
+            id,
+            Call {
+                client,
+                future: None,
+                slots: Rc::clone(&slots),
+            },
+        );
+        id
+    });
+    let steps = NetSteps {
+        call: id,
+        slots,
+        link,
+    };
+    poll_call(id, Some(Box::pin(make(steps))));
+    Ok(())
+}
+
+/// Hands replies (or errors) to their waiters.
+pub fn deliver_all(outcomes: Vec<(Waiter, Outcome)>) {
+    for (waiter, outcome) in outcomes {
+        deliver(waiter, outcome);
+    }
+}
+
+fn deliver(waiter: Waiter, outcome: Outcome) {
+    if let Err(e) = &outcome {
+        count(|s| {
+            let node = s.per_node.entry(e.node.clone()).or_default();
+            if e.kind == StepErrorKind::Timeout {
+                node.1 += 1;
+                s.timeouts += 1;
+            } else {
+                node.0 += 1;
+                s.errors += 1;
+            }
+        });
+    }
+    let Some(waiting) = CALLS.with(|c| c.borrow_mut().waiting.remove(&waiter)) else {
+        return;
+    };
+    match waiting {
+        Waiting::Direct(client) => {
+            let reply = match outcome {
+                Ok(reply) => {
+                    count(|s| s.forwarded += 1);
+                    CallReply::Reply(reply)
+                }
+                Err(e) => CallReply::failed(&e),
+            };
+            unblock(client, reply);
+        }
+        Waiting::Step(call) => {
+            let slots = CALLS.with(|c| c.borrow().calls.get(&call).map(|c| Rc::clone(&c.slots)));
+            if let Some(slots) = slots {
+                let waker = {
+                    let mut slots = slots.borrow_mut();
+                    let slot = slots.entry(waiter).or_default();
+                    slot.outcome = Some(outcome);
+                    slot.waker.take()
+                };
+                if let Some(waker) = waker {
+                    waker.wake();
+                }
+                poll_call(call, None);
+            }
+        }
+    }
+}
+
+/// Polls a call's future (the one given, or the one it left); finishes the call when done.
+/// A call being polled already (a step failed at once, while it sent it) is left alone: the
+/// poll under way sees the reply.
+fn poll_call(id: u64, first: Option<CallFuture>) {
+    let future = first.or_else(|| {
+        CALLS.with(|c| {
+            c.borrow_mut()
+                .calls
+                .get_mut(&id)
+                .and_then(|call| call.future.take())
+        })
+    });
+    let Some(mut future) = future else {
+        return;
+    };
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        future
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+    }));
+    let done = match polled {
+        Ok(Poll::Pending) => {
+            CALLS.with(|c| {
+                if let Some(call) = c.borrow_mut().calls.get_mut(&id) {
+                    call.future = Some(future);
+                }
+            });
+            return;
+        }
+        Ok(Poll::Ready(reply)) => reply,
+        Err(_) => CallReply::Error(
+            "ERR shard.call: internal error; nothing more was sent for this call, see the Redis log"
+                .into(),
+        ),
+    };
+    let call = CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let call = calls.calls.remove(&id);
+        calls
+            .waiting
+            .retain(|_, w| !matches!(w, Waiting::Step(c) if *c == id));
+        call
+    });
+    if let Some(call) = call {
+        unblock(call.client, done);
+    }
+}
+
+/// The steps of one call, sent over the module's connections.
+pub struct NetSteps {
+    call: u64,
+    slots: Rc<Slots>,
+    link: Link,
+}
+
+/// The reply to one step, once it has come.
+struct StepReply {
+    waiter: Waiter,
+    slots: Rc<Slots>,
+}
+
+impl Future for StepReply {
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let mut slots = self.slots.borrow_mut();
+        let slot = slots.entry(self.waiter).or_default();
+        match slot.outcome.take() {
+            Some(outcome) => {
+                slots.remove(&self.waiter);
+                Poll::Ready(outcome)
+            }
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl NetSteps {
+    /// Sends `args` to `at`; the future resolves with the reply.
+    fn send(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
+        let waiter = CALLS.with(|c| {
+            let mut calls = c.borrow_mut();
+            let id = calls.id();
+            calls.waiting.insert(id, Waiting::Step(self.call));
+            id
+        });
+        conn::request(at, &self.link, args, waiter);
+        StepReply {
+            waiter,
+            slots: Rc::clone(&self.slots),
+        }
+    }
+}
+
+impl Step for NetSteps {
+    fn run(
+        &self,
+        at: &Endpoint,
+        args: Vec<Vec<u8>>,
+    ) -> impl Future<Output = Result<Resp, StepError>> {
+        let reply = self.send(at, &args);
+        let at = at.clone();
+        async move {
+            match reply.await? {
+                // The node wants credentials this module was not given: say which node.
+                Resp::Error(e) if e.starts_with(b"NOAUTH") => Err(StepError::new(
+                    &at,
+                    format!(
+                        "{}: set shard.auth-password (and shard.auth-user)",
+                        String::from_utf8_lossy(&e)
+                    ),
+                )),
+                reply => Ok(reply),
+            }
+        }
+    }
+
+    fn copy(
+        &self,
+        from: &Endpoint,
+        to: &Endpoint,
+        key: &[u8],
+    ) -> impl Future<Output = Result<(), StepError>> {
+        let timeout_ms = u64::try_from(self.link.timeout.as_millis()).unwrap_or(u64::MAX);
+        let mut args = vec![b"MIGRATE".to_vec()];
+        args.extend(migrate::copy_args(
+            &to.host,
+            to.port,
+            key,
+            timeout_ms,
+            false,
+            self.link.auth.as_ref(),
+        ));
+        let reply = self.run(from, args);
+        let (from, to_name) = (from.clone(), to.name.clone());
+        async move {
+            match reply.await? {
+                Resp::Error(e) if !e.windows(7).any(|w| w == b"BUSYKEY") => Err(StepError::new(
+                    &from,
+                    format!(
+                        "copying the key to {to_name} failed: {}",
+                        String::from_utf8_lossy(&e)
+                    ),
+                )),
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+/// Blocks the calling client; its reply callback writes the reply it is unblocked with.
+unsafe fn block(ctx: *mut raw::RedisModuleCtx) -> Result<Blocked, String> {
+    // SAFETY: ctx is the live context of a command.
+    let bc = unsafe {
+        let block = raw::RedisModule_BlockClient.ok_or("RedisModule_BlockClient is missing")?;
+        block(ctx, Some(reply_callback), None, Some(free_reply), 0)
+    };
+    if bc.is_null() {
+        return Err("the client cannot be blocked".into());
+    }
+    Ok(Blocked(bc))
+}
+
+fn unblock(client: Blocked, reply: CallReply) {
+    let data = Box::into_raw(Box::new(reply));
+    // SAFETY: the blocked client is live until unblocked, which happens once, here; the reply
+    // callback reads `data` and `free_reply` frees it.
+    unsafe {
+        if let Some(unblock) = raw::RedisModule_UnblockClient {
+            unblock(client.0, data.cast());
+        } else {
+            drop(Box::from_raw(data));
+        }
+    }
+}
+
+extern "C" fn reply_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the private data is the CallReply given to UnblockClient, alive until
+    // `free_reply` runs after this callback.
+    let reply = unsafe {
+        raw::RedisModule_GetBlockedClientPrivateData
+            .map(|get| get(ctx).cast::<CallReply>())
+            .filter(|p| !p.is_null())
+            .map(|p| &*p)
+    };
+    let out = Reply::new(ctx);
+    // Writing a parsed reply does not panic; if it ever did, the server must go on (the
+    // panic hook has logged it).
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match reply {
+        Some(CallReply::Reply(resp)) => out.resp(resp),
+        Some(CallReply::Error(message)) => out.error(message),
+        None => out.error("ERR shard.call: the reply was lost"),
+    }));
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut std::os::raw::c_void) {
+    if !data.is_null() {
+        // SAFETY: made by Box::into_raw in `unblock`, freed once, here.
+        drop(unsafe { Box::from_raw(data.cast::<CallReply>()) });
+    }
+}
