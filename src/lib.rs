@@ -56,6 +56,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&e);
         return Status::Err;
     }
+    if let Err(e) = commands::call::learn_all(ctx) {
+        ctx.log_warning(&format!(
+            "shard: {e}; SHARD.CALL learns each command at its first call"
+        ));
+    }
     // SAFETY: OnLoad's own context.
     if let Err(e) = unsafe { route::register(ctx.ctx) } {
         ctx.log_warning(&e);

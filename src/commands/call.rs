@@ -49,8 +49,13 @@ pub fn call(call: &Call) -> CmdResult {
     let name = args.get(1);
     let name_text = printable(name).to_ascii_lowercase();
     let meta = command_meta(call, name, &name_text)?;
-    let positions = key_positions(call, &name_text)?;
-    if meta.blocking {
+    // Keys at positions the command table fixes are read from it; the others (EVAL's
+    // numkeys, XREAD's STREAMS, a wrong arity) are asked of the server's key specs.
+    let positions = match meta.fixed_keys(args.len() - 1) {
+        Some(range) => range.collect(),
+        None => key_positions(call, &name_text)?,
+    };
+    if meta.blocking && blocks(name, args) {
         return Err(CmdError::err(format!(
             "'{name_text}' can block: SHARD.CALL does not route blocking commands"
         )));
@@ -143,6 +148,15 @@ pub fn call(call: &Call) -> CmdResult {
         unsafe { forward::run(ctx, link, move |steps| run_plan(steps, plan)) }
     };
     started.map_err(CmdError::err)
+}
+
+/// Whether a command flagged `blocking` would block: always, except `XREAD` and `XREADGROUP`
+/// without `BLOCK`. A blocking command would hold the connection every call to its node
+/// shares, and the client until its timeout.
+fn blocks(name: &[u8], args: &super::Args) -> bool {
+    let reads_streams =
+        name.eq_ignore_ascii_case(b"xread") || name.eq_ignore_ascii_case(b"xreadgroup");
+    !reads_streams || (2..args.len()).any(|i| args.get(i).eq_ignore_ascii_case(b"block"))
 }
 
 /// One part of a split command: a plan of its own (a key that moves runs by the single-key
@@ -391,22 +405,45 @@ fn command_meta(call: &Call, name: &[u8], name_text: &str) -> Result<CommandMeta
         RedisValue::Array(entries) => entries.into_iter().next(),
         _ => None,
     };
-    let Some(RedisValue::Array(fields)) = entry else {
-        return Err(CmdError::err(format!("unknown command '{name_text}'")));
+    entry
+        .as_ref()
+        .and_then(learn_entry)
+        .ok_or_else(|| CmdError::err(format!("unknown command '{name_text}'")))
+}
+
+/// Learns every command the server has now (at load, so that the command filter rewrites
+/// even the first local call of each); commands added later are learnt when first called.
+pub fn learn_all(ctx: &redis_module::Context) -> Result<(), String> {
+    match ctx.call("COMMAND", &["INFO"]) {
+        Ok(RedisValue::Array(entries)) => {
+            entries.iter().for_each(|e| {
+                learn_entry(e);
+            });
+            Ok(())
+        }
+        Ok(_) => Err("COMMAND INFO replied something else than an array".into()),
+        Err(e) => Err(format!("COMMAND INFO failed: {e}")),
+    }
+}
+
+/// Learns one entry of `COMMAND INFO` (name, arity, flags, first, last, step, ...).
+fn learn_entry(entry: &RedisValue) -> Option<CommandMeta> {
+    let RedisValue::Array(fields) = entry else {
+        return None;
     };
+    let text = |v: &RedisValue| match v {
+        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s.clone()),
+        RedisValue::SimpleStringStatic(s) => Some(s.to_string()),
+        RedisValue::BulkRedisString(s) => Some(s.to_string_lossy()),
+        _ => None,
+    };
+    let name = fields.first().and_then(text)?;
     let int = |v: Option<&RedisValue>| match v {
         Some(RedisValue::Integer(n)) => *n,
         _ => 0,
     };
     let flags: Vec<String> = match fields.get(2) {
-        Some(RedisValue::Array(flags)) => flags
-            .iter()
-            .filter_map(|f| match f {
-                RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s.clone()),
-                RedisValue::SimpleStringStatic(s) => Some(s.to_string()),
-                _ => None,
-            })
-            .collect(),
+        Some(RedisValue::Array(flags)) => flags.iter().filter_map(text).collect(),
         _ => Vec::new(),
     };
     let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -417,6 +454,6 @@ fn command_meta(call: &Call, name: &[u8], name_text: &str) -> Result<CommandMeta
         int(fields.get(4)),
         int(fields.get(5)),
     );
-    command::learn(name, meta);
-    Ok(meta)
+    command::learn(name.as_bytes(), meta);
+    Some(meta)
 }

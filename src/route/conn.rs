@@ -112,7 +112,8 @@ struct Conn {
 #[derive(Default)]
 struct Net {
     conns: HashMap<ConnId, Conn>,
-    by_node: HashMap<(String, bool), ConnId>,
+    /// By node address, for RESP2 callers (`[0]`) and RESP3 ones (`[1]`).
+    by_node: [HashMap<String, ConnId>; 2],
     next_id: ConnId,
     /// Connections with requests to write at the next flush.
     dirty: Vec<ConnId>,
@@ -207,13 +208,13 @@ pub fn counts() -> (usize, usize) {
 impl Net {
     /// The connection to `at` for `link`'s RESP version, opened if there is none.
     fn connection(&mut self, at: &Endpoint, link: &Link) -> Result<ConnId, StepError> {
-        let key = (at.address.clone(), link.resp3);
-        if let Some(&id) = self.by_node.get(&key) {
+        let by_node = &mut self.by_node[usize::from(link.resp3)];
+        if let Some(&id) = by_node.get(at.address.as_str()) {
             return Ok(id);
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.by_node.insert(key, id);
+        by_node.insert(at.address.clone(), id);
         let mut conn = Conn {
             id,
             at: at.clone(),
@@ -237,7 +238,7 @@ impl Net {
             Ok(ip) => {
                 if let Err(e) = conn.connect(SocketAddr::new(ip, at.port)) {
                     conn.unregister();
-                    self.by_node.remove(&(at.address.clone(), link.resp3));
+                    self.by_node[usize::from(link.resp3)].remove(at.address.as_str());
                     return Err(e);
                 }
                 self.conns.insert(id, conn);
@@ -319,9 +320,9 @@ impl Net {
 
     fn remove(&mut self, id: ConnId) -> Option<Conn> {
         let mut conn = self.conns.remove(&id)?;
-        let key = (conn.at.address.clone(), conn.link.resp3);
-        if self.by_node.get(&key) == Some(&id) {
-            self.by_node.remove(&key);
+        let by_node = &mut self.by_node[usize::from(conn.link.resp3)];
+        if by_node.get(conn.at.address.as_str()) == Some(&id) {
+            by_node.remove(conn.at.address.as_str());
         }
         conn.unregister();
         Some(conn)
