@@ -25,7 +25,7 @@ use crate::route::command::{self, CommandMeta};
 use crate::route::conn::{link_timeout, Link};
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::split::{self, Part, Splittable};
-use crate::route::{execute, CommandKind, Endpoint, Plan, Resp};
+use crate::route::{execute, read_reply, CommandKind, Endpoint, Plan, Resp, Routed, StepError};
 use crate::state;
 
 /// errno values RedisModule_GetCommandKeys sets (Linux).
@@ -133,8 +133,20 @@ pub fn call(call: &Call) -> CmdResult {
         unsafe { forward::forward(ctx, &placed[0].current, &link, &inner) }
     } else if let Some(how) = splittable.filter(|_| placed.len() > 1) {
         let parts = parts_of(&inner, how, kind, &placed, moving);
+        // This node's part runs here at once, without a hop to itself, unless it stores its
+        // arguments (MSET: values stored through RedisModule_Call keep no integer encoding,
+        // so it goes the way a client's MSET goes, over a connection).
+        let mut local = Vec::with_capacity(parts.len());
+        for p in &parts {
+            let here = p.plan.current.is_self && p.plan.previous.is_none();
+            local.push(if here && how.merge != split::Merge::AllOk {
+                Some(run_here(call, &p.plan.args)?)
+            } else {
+                None
+            });
+        }
         // SAFETY: the context of this call.
-        unsafe { forward::run(ctx, link, move |steps| run_parts(steps, parts, how)) }
+        unsafe { forward::run(ctx, link, move |steps| run_parts(steps, parts, local, how)) }
     } else {
         let Placed { current, previous } = placed.swap_remove(0);
         let plan = Plan {
@@ -223,9 +235,33 @@ async fn run_plan(steps: NetSteps, plan: Plan) -> CallReply {
     }
 }
 
-async fn run_parts(steps: NetSteps, parts: Vec<PlannedPart>, how: Splittable) -> CallReply {
+/// A part's reply: the one it got here already, else its plan's.
+async fn part_reply(
+    steps: &NetSteps,
+    plan: &Plan,
+    here: Option<Resp>,
+) -> Result<Routed, StepError> {
+    match here {
+        Some(reply) => Ok(Routed {
+            reply,
+            fallback: false,
+            copied: false,
+        }),
+        None => execute(plan, steps).await,
+    }
+}
+
+async fn run_parts(
+    steps: NetSteps,
+    parts: Vec<PlannedPart>,
+    local: Vec<Option<Resp>>,
+    how: Splittable,
+) -> CallReply {
     let keys: usize = parts.iter().map(|p| p.part.positions.len()).sum();
-    let runs = parts.iter().map(|p| execute(&p.plan, &steps));
+    let runs = parts
+        .iter()
+        .zip(local)
+        .map(|(p, here)| part_reply(&steps, &p.plan, here));
     let outcomes = futures_util::future::join_all(runs).await;
     let mut replies: Vec<Resp> = Vec::with_capacity(outcomes.len());
     for outcome in outcomes {
@@ -347,6 +383,58 @@ fn call_here(call: &Call, name: &[u8]) -> CmdResult {
         free(reply);
     }
     Ok(())
+}
+
+/// Runs `args` here, as the calling user, replicated like the command itself, and returns the
+/// reply (an error reply is a reply).
+fn run_here(call: &Call, args: &[Vec<u8>]) -> Result<Resp, CmdError> {
+    let missing = || CmdError::err("a Redis module API function is missing");
+    let (name, rest) = args
+        .split_first()
+        .ok_or_else(|| CmdError::err("no command"))?;
+    let name = CString::new(name.as_slice())
+        .map_err(|_| CmdError::err("a command name with a NUL byte"))?;
+    // SAFETY: every string created is freed before returning; the reply is freed after use.
+    unsafe {
+        let rm_call = raw::RedisModule_Call.ok_or_else(missing)?;
+        let create = raw::RedisModule_CreateString.ok_or_else(missing)?;
+        let free_string = raw::RedisModule_FreeString.ok_or_else(missing)?;
+        let proto = raw::RedisModule_CallReplyProto.ok_or_else(missing)?;
+        let free_reply = raw::RedisModule_FreeCallReply.ok_or_else(missing)?;
+        let ctx = call.ctx.ctx;
+        let mut argv: Vec<*mut raw::RedisModuleString> = rest
+            .iter()
+            .map(|a| create(ctx, a.as_ptr().cast(), a.len()))
+            .collect();
+        let reply = rm_call(
+            ctx,
+            name.as_ptr(),
+            c"vCE!0M".as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        );
+        let result = if reply.is_null() {
+            Err(CmdError::err(format!(
+                "the command could not run: {}",
+                io::Error::last_os_error()
+            )))
+        } else {
+            let mut len = 0usize;
+            let ptr = proto(reply, &mut len);
+            let bytes = if ptr.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+            };
+            let parsed = read_reply(&mut &bytes[..]).map_err(|e| CmdError::err(e.to_string()));
+            free_reply(reply);
+            parsed
+        };
+        for s in argv {
+            free_string(ctx, s);
+        }
+        result
+    }
 }
 
 /// Checks the calling user's ACL for the command as if the client had sent it itself.

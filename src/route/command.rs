@@ -6,10 +6,12 @@
 //!
 //! The table is learnt per command name the first time `SHARD.CALL` meets it (the command
 //! handler has a context to ask `COMMAND INFO`) and kept for the life of the server; the
-//! command filter, which has no context, only reads it.
+//! command filter, which has no context, only reads it. Looked up on every routed call, with
+//! a fast non-cryptographic hash (rustc-hash): the names come from the server's own table.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 
 /// A command as the server's table describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +99,7 @@ pub fn meta_from_info(arity: i64, flags: &[&str], first: i64, last: i64, step: i
 
 thread_local! {
     /// Learnt entries, by lower-case command name. The main thread's only.
-    static TABLE: RefCell<HashMap<Vec<u8>, CommandMeta>> = RefCell::new(HashMap::new());
+    static TABLE: RefCell<FxHashMap<Vec<u8>, CommandMeta>> = RefCell::new(FxHashMap::default());
 }
 
 /// The learnt entry of a command, by name in any case.
