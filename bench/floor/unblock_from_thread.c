@@ -1,5 +1,8 @@
-/* The floor of a forwarding design with an I/O thread: the client is blocked on the main
- * thread, handed to another thread, and unblocked from there (no network at all). */
+/* The floor of a forwarding design with an I/O thread (bench/findings.md, issue 19): the client
+ * is blocked on the main thread, handed to another thread, and unblocked from there, with no
+ * network at all. Compare BLK.THREAD with block.c's BLOCK.NOW on one server:
+ *   gcc -O2 -fPIC -shared -I<redismodule.h dir> -o /tmp/t.so bench/floor/unblock_from_thread.c
+ *   redis-server --loadmodule /tmp/t.so ... ; redis-benchmark -c 50 -P 16 BLK.THREAD */
 #include "redismodule.h"
 #include <pthread.h>
 #define QN 65536

@@ -23,6 +23,7 @@ use super::{Call, CmdError, CmdResult};
 use crate::placement::Placement;
 use crate::route::command::{self, CommandMeta};
 use crate::route::conn::{link_timeout, Link};
+use crate::route::filter;
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::split::{self, Part, Splittable};
 use crate::route::{execute, read_reply, CommandKind, Endpoint, Plan, Resp, Routed, StepError};
@@ -288,7 +289,13 @@ fn endpoint(placement: &Placement, key: &[u8], self_name: &str) -> Result<Endpoi
             "SHARD.CALL needs a ring of shard's own; with the cluster algo use a cluster client",
         )
     })?;
-    let node = ring.owner_spec(key);
+    // The command filter placed this very key a moment ago (it found it was not local).
+    let owner = filter::owner_found(key, placement).unwrap_or_else(|| ring.owner(key));
+    let node = ring
+        .spec()
+        .nodes
+        .get(owner)
+        .ok_or_else(|| CmdError::err("internal error: an owner outside the ring"))?;
     Ok(Endpoint {
         name: node.name.clone(),
         host: node.host.clone(),

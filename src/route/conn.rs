@@ -122,6 +122,9 @@ struct Net {
     after_flush: bool,
     /// The earliest deadline of any request in flight.
     next_deadline: Option<Instant>,
+    /// When the event loop last woke up: deadlines count from there (one clock read per turn
+    /// of the loop, not per request).
+    woke: Option<Instant>,
 }
 
 thread_local! {
@@ -146,7 +149,7 @@ pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Wa
                 return;
             }
         };
-        let deadline = Instant::now() + link.timeout;
+        let deadline = net.woke.unwrap_or_else(Instant::now) + link.timeout;
         net.next_deadline = Some(net.next_deadline.map_or(deadline, |d| d.min(deadline)));
         let after_flush = net.after_flush;
         let Some(conn) = net.conns.get_mut(&id) else {
@@ -189,7 +192,11 @@ pub fn before_sleep() {
 
 /// The loop woke up: requests queued from now on go out at the next `BEFORE_SLEEP`.
 pub fn after_sleep() {
-    NET.with(|net| net.borrow_mut().after_flush = false);
+    NET.with(|net| {
+        let mut net = net.borrow_mut();
+        net.after_flush = false;
+        net.woke = Some(Instant::now());
+    });
 }
 
 /// Connections open, and requests in flight or queued (for INFO).

@@ -14,16 +14,45 @@
 //! What it costs other commands: one length and one case-insensitive comparison of the first
 //! argument (`bench/results.md`, "plain GET with the filter").
 
+use std::cell::Cell;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::raw;
 
 use super::command;
+use crate::placement::Placement;
 use crate::state;
 
 /// Calls the filter turned into plain local commands.
 pub static REWRITTEN: AtomicU64 = AtomicU64::new(0);
+
+/// What the filter found for the first key of the `SHARD.CALL` it let through: the command
+/// handler, which runs right after it for the same arguments, need not hash the key again.
+#[derive(Clone, Copy)]
+struct Verdict {
+    /// The key's bytes (the argument object the handler gets too) and the ring they were
+    /// placed on.
+    key: *const u8,
+    len: usize,
+    ring: *const Placement,
+    owner: usize,
+}
+
+thread_local! {
+    /// Valid for the command just filtered only: every command through the filter resets it.
+    static LAST: Cell<Option<Verdict>> = const { Cell::new(None) };
+}
+
+/// The owner (index in `ring`) the filter computed for `key`, if it just did, for this very
+/// argument and ring.
+pub fn owner_found(key: &[u8], ring: &Placement) -> Option<usize> {
+    LAST.with(|last| {
+        last.get()
+            .filter(|v| v.key == key.as_ptr() && v.len == key.len() && std::ptr::eq(v.ring, ring))
+    })
+    .map(|v| v.owner)
+}
 
 /// Registers the filter.
 ///
@@ -49,6 +78,7 @@ pub unsafe fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // A panic here would reach Redis: on one, the command passes untouched.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        LAST.with(|last| last.set(None));
         // SAFETY: Redis passes a live filter context for the duration of this callback.
         if unsafe { local_call(fctx) } {
             // SAFETY: as above; position 0 exists (local_call checked the count).
@@ -114,7 +144,10 @@ unsafe fn local_call(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
     if self_name.is_empty() {
         return false;
     }
-    let Some(current) = st.rings.current.as_ref().and_then(|p| p.ring.as_ref()) else {
+    let Some(placement) = st.rings.current.as_ref() else {
+        return false;
+    };
+    let Some(current) = placement.ring.as_ref() else {
         return false;
     };
     let previous = st.rings.previous.as_ref().map(|p| p.ring.as_ref());
@@ -127,7 +160,18 @@ unsafe fn local_call(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
         let Some(key) = (unsafe { arg(fctx, pos) }) else {
             return false;
         };
-        if current.owner_spec(key).name != self_name {
+        let owner = current.owner(key);
+        if current.spec().nodes.get(owner).map(|n| n.name.as_str()) != Some(self_name) {
+            if !any {
+                LAST.with(|last| {
+                    last.set(Some(Verdict {
+                        key: key.as_ptr(),
+                        len: key.len(),
+                        ring: std::sync::Arc::as_ptr(placement),
+                        owner,
+                    }))
+                });
+            }
             return false;
         }
         match previous {

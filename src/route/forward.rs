@@ -8,7 +8,7 @@
 //! is written by the blocked client's reply callback, so no thread-safe context is needed.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::os::raw::c_int;
 use std::pin::Pin;
@@ -17,6 +17,7 @@ use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use redis_module::raw;
+use rustc_hash::FxHashMap;
 
 use super::conn::{self, Link, Outcome, Waiter};
 use super::plan::{Endpoint, Step, StepError, StepErrorKind};
@@ -77,7 +78,7 @@ struct Slot {
     waker: Option<Waker>,
 }
 
-type Slots = RefCell<HashMap<Waiter, Slot>>;
+type Slots = RefCell<FxHashMap<Waiter, Slot>>;
 
 struct Blocked(*mut raw::RedisModuleBlockedClient);
 
@@ -98,8 +99,8 @@ struct Call {
 #[derive(Default)]
 struct Calls {
     next: u64,
-    waiting: HashMap<Waiter, Waiting>,
-    calls: HashMap<u64, Call>,
+    waiting: FxHashMap<Waiter, Waiting>,
+    calls: FxHashMap<u64, Call>,
 }
 
 impl Calls {
