@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""SHARD.CALL on a fleet (issue 19): routed calls side by side with twemproxy, the blocked-client
-ceiling and the plain commands, in interleaved rounds, as ratios.
+"""A fleet (issues 19 and 22): SHARD.CALL side by side with twemproxy, the blocked-client ceiling
+and the plain commands; cluster clients (`redis-benchmark --cluster`) over a fleet with the
+cluster protocol, against twemproxy and a real Redis Cluster; in interleaved rounds, as ratios.
 
 Starts three servers with the module (n0 n1 n2, a ketama ring of the three, 100 000 keys
 `key:000000000000`... each on its owner), Debian's `nutcracker` in front of the same three with the
@@ -14,7 +15,12 @@ CPU placement: none by default (five busy processes on two cores: the scheduler 
 as on a user's machine; the issue's figures were taken that way). `--pin` puts the router (n0
 or nutcracker) and the single servers on CPU 0, redis-benchmark and n1, n2 on CPU 1.
 
-Writes the section "SHARD.CALL on a fleet" into bench/results.md (replacing an older one);
+A second fleet of three with a `slots` ring and `shard.cluster-protocol yes`, and a real Redis
+Cluster of three cluster-mode servers (`redis-cli --cluster create`), serve the cluster-client
+rows; `-t get`/`-t set` name their own keys. Two single servers with a slots ring of themselves,
+the protocol on and off, measure what the protocol costs a local GET.
+
+Writes the section "A fleet" into bench/results.md (replacing an older one);
 `python3 bench/fleet.py --help` lists the knobs. Standard library only.
 """
 
@@ -32,9 +38,10 @@ import run as base  # noqa: E402  (the side-by-side helpers: servers, pinning, t
 
 ROOT = base.ROOT
 RESULTS = ROOT / "bench" / "results.md"
-SECTION = "## SHARD.CALL on a fleet (issue 19)"
+SECTION = "## A fleet: SHARD.CALL and cluster clients (issues 19 and 22)"
 KEYS = 100_000
 PIN = False
+NAMES = ("n0", "n1", "n2")
 MGET10 = ["MGET"] + ["key:__rand_int__"] * 10
 
 
@@ -82,16 +89,48 @@ class Proc:
             self.proc.kill()
 
 
-def server(name, cpu, module=True, extra=()):
-    port = base.free_port()
+def low_port():
+    """A free port a cluster-mode server can use (its bus port is 10000 higher)."""
+    while True:
+        port = base.free_port()
+        if port <= 55535:
+            return port
+
+
+def server(name, cpu, module=True, extra=(), cluster_port=False, config=(), self_name=None):
+    port = low_port() if cluster_port else base.free_port()
     log = base.TMP / f"fleet-{name}.log"
     argv = [base.REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", str(base.TMP), "--logfile", str(log)]
     if module:
-        argv += ["--loadmodule", str(base.MODULE), "self", name]
+        argv += ["--loadmodule", str(base.MODULE), "self", self_name or name]
     for m in extra:
         argv += ["--loadmodule", str(m)]
+    argv += list(config)
     return Proc(argv, port, cpu if PIN else None, log)
+
+
+def real_cluster(procs):
+    """Three cluster-mode servers (no module) joined by `redis-cli --cluster create`; returns
+    the first one's port."""
+    members = []
+    for i in range(3):
+        conf = base.TMP / f"real-cluster-{i}.conf"
+        conf.unlink(missing_ok=True)
+        s = server(f"real{i}", 0 if i == 0 else 1, module=False, cluster_port=True,
+                   config=["--cluster-enabled", "yes", "--cluster-config-file", str(conf)])
+        procs.append(s)
+        members.append(s)
+    made = subprocess.run(["redis-cli", "--cluster", "create",
+                           *[f"127.0.0.1:{s.port}" for s in members], "--cluster-yes"],
+                          capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        sys.exit(f"redis-cli --cluster create failed: {made.stdout}{made.stderr}")
+    for _ in range(200):
+        if all(b"cluster_state:ok" in s.client().call("CLUSTER", "INFO") for s in members):
+            return members[0].port
+        time.sleep(0.05)
+    sys.exit("the real cluster did not reach cluster_state:ok")
 
 
 def nutcracker(nodes, cpu):
@@ -106,7 +145,8 @@ def nutcracker(nodes, cpu):
 
 
 def benchmark(port, command, n, pipeline, clients=50):
-    """(requests/s, p50 ms, p99 ms) of one redis-benchmark run, or an error text."""
+    """(requests/s, p50 ms, p99 ms) of one redis-benchmark run, or an error text. A command
+    starting with an option (`--cluster -t get`) is passed as options, not as a command."""
     argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
             "-n", str(n), "-P", str(pipeline), "-r", str(KEYS), "--csv"] + [str(c) for c in command]
     run = subprocess.run(base.pinned(1 if PIN else None, argv), capture_output=True, text=True)
@@ -209,6 +249,30 @@ def main():
                     args += [b"key:%012d" % k, b"xxxxxxxx"]
                 c.call(*args)
             c.close()
+        # Issue 22: the same three nodes on a slots ring with the cluster protocol on would
+        # change the rows above; a second fleet of three, and a real Redis Cluster of three
+        # cluster-mode servers, measured with redis-benchmark --cluster.
+        proto = {n: server(f"c{n}", 0 if n == "n0" else 1, self_name=n) for n in NAMES}
+        procs += proto.values()
+        slots = ["SHARD.RING", "SET", "slots"]
+        for n, s in proto.items():
+            slots += [n, f"127.0.0.1:{s.port}", 1]
+        for s in proto.values():
+            c = s.client()
+            c.call(*slots)
+            c.call("CONFIG", "SET", "shard.cluster-protocol", "yes")
+        real = real_cluster(procs)
+        on, off = server("on", 0), server("off", 0)
+        procs += [on, off]
+        for s, mode in ((on, "yes"), (off, "no")):
+            c = s.client()
+            c.call("SHARD.RING", "SET", "slots", "n0", f"127.0.0.1:{s.port}", 1)
+            c.call("CONFIG", "SET", "shard.cluster-protocol", mode)
+            for i in range(0, KEYS, 1000):
+                args = ["MSET"]
+                for k in range(i, i + 1000):
+                    args += [b"key:%012d" % k, b"xxxxxxxx"]
+                c.call(*args)
         n0, tw = nodes["n0"].port, twem.port
         get, set_ = ["GET", "key:__rand_int__"], ["SET", "key:__rand_int__", "xxxxxxxx"]
         call = ["SHARD.CALL"]
@@ -235,6 +299,20 @@ def main():
             "plain_mod16": Row("GET on the same server (module loaded, ring set), -P 16",
                                local.port, get, 16),
             "plain16": Row("GET on a server without the module, -P 16", plain.port, get, 16),
+            "proto_get16": Row("redis-benchmark --cluster GET over the fleet (cluster protocol), -P 16",
+                               proto["n0"].port, ["--cluster", "-t", "get"], 16),
+            "real_get16": Row("redis-benchmark --cluster GET on a real 3-node Redis Cluster, -P 16",
+                              real, ["--cluster", "-t", "get"], 16),
+            "twem_tget16": Row("redis-benchmark -t get through twemproxy, -P 16", tw,
+                               ["-t", "get"], 16),
+            "proto_set16": Row("redis-benchmark --cluster SET over the fleet (cluster protocol), -P 16",
+                               proto["n0"].port, ["--cluster", "-t", "set"], 16),
+            "real_set16": Row("redis-benchmark --cluster SET on a real 3-node Redis Cluster, -P 16",
+                              real, ["--cluster", "-t", "set"], 16),
+            "twem_tset16": Row("redis-benchmark -t set through twemproxy, -P 16", tw,
+                               ["-t", "set"], 16),
+            "on16": Row("GET of local keys, cluster protocol on, -P 16", on.port, get, 16),
+            "off16": Row("GET of local keys, cluster protocol off, -P 16", off.port, get, 16),
         }
         print(f"fleet: n0..n2 hold {spread}; sizing runs of ~{opts.seconds:g} s", flush=True)
         for row in rows.values():
@@ -281,6 +359,11 @@ def main():
     ratio("call_mget1", "twem_mget1", 1.0)
     ratio("call_mget16", "twem_mget16")
     ratio("twem_get16", "ceil16")
+    ratio("proto_get16", "twem_tget16", 2.0, also="real_get16")
+    ratio("proto_get16", "real_get16", 0.95)
+    ratio("proto_set16", "twem_tset16", 2.0, also="real_set16")
+    ratio("proto_set16", "real_set16", 0.95)
+    ratio("on16", "off16", 0.9)
 
     lines = [SECTION, "",
              f"Written by `make bench` (bench/fleet.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "

@@ -19,6 +19,9 @@ pub struct Config {
     pub auth_password: String,
     /// How long SHARD.CALL waits for another node.
     pub call_timeout_ms: i64,
+    /// `yes`: the node answers the cluster commands from its `slots` ring and redirects keyed
+    /// commands for other nodes' slots (`route::cluster_glue`); `no` (the default): plain.
+    pub cluster_protocol: String,
 }
 
 impl Default for Config {
@@ -29,6 +32,7 @@ impl Default for Config {
             auth_user: String::new(),
             auth_password: String::new(),
             call_timeout_ms: 1000,
+            cluster_protocol: "no".into(),
         }
     }
 }
@@ -140,6 +144,7 @@ config_field!(SELF: TextConfig => ring.self_name);
 config_field!(CALL_TIMEOUT_MS: IntConfig => call_timeout_ms);
 config_field!(AUTH_USER: TextConfig => auth_user);
 config_field!(AUTH_PASSWORD: TextConfig => auth_password);
+config_field!(CLUSTER_PROTOCOL: TextConfig => cluster_protocol);
 
 /// Every configuration name, as accepted in `loadmodule` arguments.
 pub const NAMES: &[&str] = &[
@@ -158,6 +163,7 @@ pub const NAMES: &[&str] = &[
     "auth-user",
     "auth-password",
     "call-timeout-ms",
+    "cluster-protocol",
 ];
 
 /// Checks `loadmodule` arguments: name/value pairs of known configurations.

@@ -106,6 +106,7 @@ redis_module! {
             ["self", &config::SELF, "", ConfigurationFlags::DEFAULT, None],
             ["auth-user", &config::AUTH_USER, "", ConfigurationFlags::DEFAULT, None],
             ["auth-password", &config::AUTH_PASSWORD, "", ConfigurationFlags::SENSITIVE, None],
+            ["cluster-protocol", &config::CLUSTER_PROTOCOL, "no", ConfigurationFlags::DEFAULT, None],
         ],
         bool: [],
         enum: [],

@@ -55,6 +55,7 @@ impl ModuleState {
             return Ok(());
         }
         let keys = KeySettings::resolve(&next.keys)?;
+        crate::route::cluster_glue::check_config(&next, self.rings.current.as_deref())?;
         let ring = if next.ring.source_differs(&self.config.ring) {
             if self.rings.previous.is_some() && !next.ring.file.is_empty() {
                 return Err(crate::placement::RESHARDING_OPEN.into());
@@ -85,6 +86,7 @@ impl ModuleState {
         if keys.layout != self.keys.layout || keys.node_id != self.keys.node_id {
             self.generator.rebase(&self.keys.layout, &keys.layout);
         }
+        crate::route::cluster_glue::set_enabled(config.cluster_protocol == "yes");
         self.config = config;
         self.keys = keys;
     }

@@ -16,7 +16,8 @@ import pytest
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULE = ROOT / "target" / "release" / "libshard.so"
+# SHARD_MODULE tests another build of the module (as bench/run.py does).
+MODULE = Path(os.environ.get("SHARD_MODULE", ROOT / "target" / "release" / "libshard.so"))
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 START_TIMEOUT = 10.0
 

@@ -50,12 +50,7 @@ pub fn call(call: &Call) -> CmdResult {
     let name = args.get(1);
     let name_text = printable(name).to_ascii_lowercase();
     let meta = command_meta(call, name, &name_text)?;
-    // Keys at positions the command table fixes are read from it; the others (EVAL's
-    // numkeys, XREAD's STREAMS, a wrong arity) are asked of the server's key specs.
-    let positions = match meta.fixed_keys(args.len() - 1) {
-        Some(range) => range.collect(),
-        None => key_positions(call, &name_text)?,
-    };
+    let positions = positions_of(call, meta, &name_text)?;
     if meta.blocking && blocks(name, args) {
         return Err(CmdError::err(format!(
             "'{name_text}' can block: SHARD.CALL does not route blocking commands"
@@ -305,9 +300,27 @@ fn endpoint(placement: &Placement, key: &[u8], self_name: &str) -> Result<Endpoi
     })
 }
 
+/// The positions of the keys of the command `call` carries after its own name (`SHARD.CALL
+/// cmd ...`, `SHARD.REDIRECT cmd ...`), counted from that command's name.
+pub fn key_positions(call: &Call) -> Result<Vec<usize>, CmdError> {
+    let name = call.args.get(1);
+    let name_text = printable(name).to_ascii_lowercase();
+    let meta = command_meta(call, name, &name_text)?;
+    positions_of(call, meta, &name_text)
+}
+
+/// Keys at positions the command table fixes are read from it; the others (EVAL's numkeys,
+/// XREAD's STREAMS, a wrong arity) are asked of the server's key specs.
+fn positions_of(call: &Call, meta: CommandMeta, name: &str) -> Result<Vec<usize>, CmdError> {
+    match meta.fixed_keys(call.args.len() - 1) {
+        Some(range) => Ok(range.collect()),
+        None => key_spec_positions(call, name),
+    }
+}
+
 /// The positions of the call's keys among the inner command's arguments (0 is its name), as
-/// the server's command table and key specs give them.
-fn key_positions(call: &Call, name: &str) -> Result<Vec<usize>, CmdError> {
+/// the server's key specs give them.
+fn key_spec_positions(call: &Call, name: &str) -> Result<Vec<usize>, CmdError> {
     let argv = &call.args.raw()[1..];
     let argc = c_int::try_from(argv.len()).map_err(|_| CmdError::err("too many arguments"))?;
     let mut num_keys: c_int = 0;

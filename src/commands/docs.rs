@@ -138,6 +138,28 @@ pub fn doc(name: &str) -> Option<Doc> {
         },
     ];
     static ADVANCE: &[Arg] = &[arg(c"high-water-ms", Kind::UnixTime)];
+    static CLUSTER: &[Arg] = &[
+        arg(c"subcommand", Kind::Str),
+        Arg {
+            name: c"arg",
+            kind: Kind::Str,
+            token: None,
+            optional: true,
+            multiple: true,
+            subargs: &[],
+        },
+    ];
+    static REDIRECT: &[Arg] = &[
+        arg(c"command", Kind::Str),
+        Arg {
+            name: c"arg",
+            kind: Kind::Str,
+            token: None,
+            optional: true,
+            multiple: true,
+            subargs: &[],
+        },
+    ];
     static COPY: &[Arg] = &[
         opt(c"batch", c"BATCH", Kind::Int),
         opt(c"timeout", c"TIMEOUT", Kind::Int),
@@ -190,11 +212,25 @@ pub fn doc(name: &str) -> Option<Doc> {
             c"read fast",
         ),
         "shard.call" => d(
-            c"Runs a single-key command on the key's owner",
+            c"Runs a command on the owner of its keys (multi-key commands split by owner)",
             c"Depends on the command",
             -3,
             CALL,
             c"",
+        ),
+        "shard.cluster" => d(
+            c"What CLUSTER, READONLY, READWRITE and ASKING answer when shard.cluster-protocol is yes",
+            c"O(N) with N the nodes; COUNTKEYSINSLOT and GETKEYSINSLOT O(N) with N the keys",
+            -2,
+            CLUSTER,
+            c"connection slow",
+        ),
+        "shard.redirect" => d(
+            c"A keyed command for another node's slot, when shard.cluster-protocol is yes: MOVED, ASK, CROSSSLOT or run here",
+            c"Depends on the command",
+            -2,
+            REDIRECT,
+            c"read write slow",
         ),
         "shard.advance" => d(
             c"Internal: carries the generator's high-water mark to replicas and the AOF",

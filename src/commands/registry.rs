@@ -76,6 +76,16 @@ fn table() -> Vec<Spec> {
             c"may-replicate deny-script blocking",
         ),
         command(
+            c"shard.cluster",
+            command_fn!("shard.cluster", crate::route::cluster_glue::cluster),
+            c"fast allow-stale allow-loading",
+        ),
+        command(
+            c"shard.redirect",
+            command_fn!("shard.redirect", crate::route::cluster_glue::redirect),
+            c"may-replicate deny-script blocking",
+        ),
+        command(
             c"shard.debug",
             command_fn!("shard.debug", super::debug::debug),
             c"admin",

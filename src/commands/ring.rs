@@ -12,6 +12,7 @@ use crate::state;
 /// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [...]`: replaces the ring whole.
 pub fn set(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|set")?;
+    crate::route::cluster_glue::check_ring_change(call, &placement)?;
     if jobs::running() {
         return Err(CmdError::err(
             "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",
@@ -26,6 +27,7 @@ pub fn set(call: &Call) -> CmdResult {
 /// `SHARD.RING BEGIN algo [HASHTAG rule] name host:port weight [...]`: opens a resharding.
 pub fn begin(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|begin")?;
+    crate::route::cluster_glue::check_ring_change(call, &placement)?;
     let current_is_cluster = state::lock()
         .rings
         .current
@@ -61,6 +63,10 @@ pub fn commit(call: &Call) -> CmdResult {
 
 /// `SHARD.RING ABORT`: puts the previous ring back as current.
 pub fn abort(call: &Call) -> CmdResult {
+    let previous = state::lock().rings.previous.clone();
+    if let Some(previous) = previous {
+        crate::route::cluster_glue::check_ring_change(call, &previous)?;
+    }
     change(call, "shard.ring|abort", crate::placement::RingState::abort)
 }
 

@@ -69,6 +69,9 @@ struct Pending {
     deadline: Instant,
     /// Already sent once on a connection that closed unanswered: never sent a third time.
     resent: bool,
+    /// A handshake step whose error reply does not matter (`SHARD.CLUSTER INTERNAL` to a node
+    /// of an older version).
+    tolerant: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +163,7 @@ pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Wa
             request: bytes,
             deadline,
             resent: false,
+            tolerant: false,
         });
         if conn.state != State::Ready {
             return;
@@ -496,43 +500,49 @@ impl Conn {
         self.stop_writable();
         self.register(raw::REDISMODULE_EVENTLOOP_READABLE as c_int)?;
         self.readable = true;
-        match self.handshake() {
-            Some(hello) => {
-                self.state = State::Handshaking;
-                self.out.extend_from_slice(&encode_command(&hello));
-                self.in_flight.push_front(Pending {
-                    waiter: None,
-                    request: Vec::new(),
-                    deadline: Instant::now() + self.link.timeout,
-                    resent: false,
-                });
-                self.write_out()
-            }
-            None => {
-                self.state = State::Ready;
-                Ok(())
-            }
+        let steps = self.handshake();
+        // Requests wait for the steps whose failure refuses the connection (credentials); the
+        // others are answered in turn, ahead of the first requests.
+        self.state = if steps.iter().any(|(_, tolerant)| !tolerant) {
+            State::Handshaking
+        } else {
+            State::Ready
+        };
+        for (step, tolerant) in steps {
+            self.out.extend_from_slice(&encode_command(&step));
+            self.in_flight.push_back(Pending {
+                waiter: None,
+                request: Vec::new(),
+                deadline: Instant::now() + self.link.timeout,
+                resent: false,
+                tolerant,
+            });
         }
+        self.write_out()
     }
 
-    /// `HELLO` for RESP3 or credentials; nothing for a plain RESP2 connection.
-    fn handshake(&self) -> Option<Vec<Vec<u8>>> {
-        if !self.link.resp3 && self.link.auth.is_none() {
-            return None;
+    /// What a new connection says first: `HELLO` for RESP3 or credentials (its error refuses
+    /// the connection), then `SHARD.CLUSTER INTERNAL`, so that a node with the cluster
+    /// protocol on never redirects this module's own requests (an error there is ignored).
+    fn handshake(&self) -> Vec<(Vec<Vec<u8>>, bool)> {
+        let mut steps = Vec::new();
+        if self.link.resp3 || self.link.auth.is_some() {
+            let mut hello = vec![
+                b"HELLO".to_vec(),
+                if self.link.resp3 { b"3" } else { b"2" }.to_vec(),
+            ];
+            if let Some((user, password)) = &self.link.auth {
+                let user = if user.is_empty() { "default" } else { user };
+                hello.extend([
+                    b"AUTH".to_vec(),
+                    user.as_bytes().to_vec(),
+                    password.as_bytes().to_vec(),
+                ]);
+            }
+            steps.push((hello, false));
         }
-        let mut hello = vec![
-            b"HELLO".to_vec(),
-            if self.link.resp3 { b"3" } else { b"2" }.to_vec(),
-        ];
-        if let Some((user, password)) = &self.link.auth {
-            let user = if user.is_empty() { "default" } else { user };
-            hello.extend([
-                b"AUTH".to_vec(),
-                user.as_bytes().to_vec(),
-                password.as_bytes().to_vec(),
-            ]);
-        }
-        Some(hello)
+        steps.push((vec![b"SHARD.CLUSTER".to_vec(), b"INTERNAL".to_vec()], true));
+        steps
     }
 
     /// Writes as much of `out` as the socket takes; asks for the writable event for the rest.
@@ -609,16 +619,26 @@ impl Conn {
                 return Err(StepError::new(&self.at, "a reply nobody asked for"));
             };
             match p.waiter {
-                Some(w) => out.push((w, Ok(reply))),
+                // The node wants credentials this module was not given: say which node.
+                Some(w) => out.push((w, self.authenticated(reply))),
                 None => {
-                    if let Resp::Error(e) = reply {
-                        return Err(StepError::new(
-                            &self.at,
-                            format!("handshake refused: {}", String::from_utf8_lossy(&e)),
-                        ));
+                    match reply {
+                        Resp::Error(e) if !p.tolerant => {
+                            return Err(StepError::new(
+                                &self.at,
+                                format!("handshake refused: {}", String::from_utf8_lossy(&e)),
+                            ));
+                        }
+                        _ => {}
                     }
-                    self.state = State::Ready;
-                    became_ready = true;
+                    let waiting = self
+                        .in_flight
+                        .iter()
+                        .any(|next| next.waiter.is_none() && !next.tolerant);
+                    if self.state == State::Handshaking && !waiting {
+                        self.state = State::Ready;
+                        became_ready = true;
+                    }
                 }
             }
         }
@@ -631,6 +651,20 @@ impl Conn {
             self.reply_bytes_since_idle = 0;
         }
         Ok(became_ready)
+    }
+
+    /// A reply, or the error naming the node when the node asks for credentials.
+    fn authenticated(&self, reply: Resp) -> Outcome {
+        match reply {
+            Resp::Error(e) if e.starts_with(b"NOAUTH") => Err(StepError::new(
+                &self.at,
+                format!(
+                    "{}: set shard.auth-password (and shard.auth-user)",
+                    String::from_utf8_lossy(&e)
+                ),
+            )),
+            reply => Ok(reply),
+        }
     }
 
     fn scanner_empty(&self) -> bool {

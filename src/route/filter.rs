@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::raw;
 
+use super::cluster_glue::{self, Rewrite};
 use super::command;
 use crate::placement::Placement;
 use crate::state;
@@ -79,6 +80,10 @@ extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // A panic here would reach Redis: on one, the command passes untouched.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         LAST.with(|last| last.set(None));
+        if cluster_glue::enabled() {
+            // SAFETY: Redis passes a live filter context for the duration of this callback.
+            unsafe { cluster_rewrite(fctx) };
+        }
         // SAFETY: Redis passes a live filter context for the duration of this callback.
         if unsafe { local_call(fctx) } {
             // SAFETY: as above; position 0 exists (local_call checked the count).
@@ -91,6 +96,49 @@ extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
             }
         }
     }));
+}
+
+/// The cluster protocol's rewrites (`cluster_glue`): `CLUSTER ...` and the connection commands
+/// to `SHARD.CLUSTER`, keyed commands for other slots to `SHARD.REDIRECT`.
+unsafe fn cluster_rewrite(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    // SAFETY: the filter context is live for this callback.
+    let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(fctx)) };
+    let Ok(count) = usize::try_from(argc) else {
+        return;
+    };
+    let args = |i: usize| {
+        let pos = c_int::try_from(i).ok().filter(|p| *p < argc)?;
+        // SAFETY: pos < argc.
+        unsafe { arg(fctx, pos) }
+    };
+    let insert: &[u8] = match cluster_glue::decide(count, args) {
+        Rewrite::None => return,
+        Rewrite::Cluster => {
+            // SAFETY: position 0 exists; the filter owns the replacement string.
+            unsafe {
+                if let (Some(create), Some(replace)) = (
+                    raw::RedisModule_CreateString,
+                    raw::RedisModule_CommandFilterArgReplace,
+                ) {
+                    let s = create(std::ptr::null_mut(), c"shard.cluster".as_ptr(), 13);
+                    replace(fctx, 0, s);
+                }
+            }
+            return;
+        }
+        Rewrite::Connection => b"shard.cluster",
+        Rewrite::Redirect => b"shard.redirect",
+    };
+    // SAFETY: inserting at 0 is always valid; the filter owns the new string.
+    unsafe {
+        if let (Some(create), Some(insert_at)) = (
+            raw::RedisModule_CreateString,
+            raw::RedisModule_CommandFilterArgInsert,
+        ) {
+            let s = create(std::ptr::null_mut(), insert.as_ptr().cast(), insert.len());
+            insert_at(fctx, 0, s);
+        }
+    }
 }
 
 /// The bytes of argument `pos` of the filtered command.

@@ -6,6 +6,8 @@
 //! connections to other nodes (`conn`), the calls in flight (`forward`), and the command
 //! filter that turns a call whose keys are all here into the plain command (`filter`).
 
+pub mod cluster_glue;
+pub mod cluster_view;
 pub mod command;
 pub mod conn;
 pub mod filter;

@@ -1,0 +1,414 @@
+//! The cluster protocol on a fleet of plain servers (`shard.cluster-protocol yes`): every Redis
+//! Cluster client library can then route itself over the fleet.
+//!
+//! - The command filter turns `CLUSTER ...`, `READONLY`, `READWRITE` and `ASKING` into
+//!   `SHARD.CLUSTER ...`, answered from the `slots` ring (`cluster_view`).
+//! - A keyed command whose keys are in a slot this node owns, with no resharding step pending
+//!   for it, passes untouched: the server runs it as always. Any other keyed command becomes
+//!   `SHARD.REDIRECT command ...`, whose handler has the context the filter lacks (who sent
+//!   it, whether the key is here) and replies `-MOVED slot host:port`, `-ASK slot host:port`
+//!   or `-CROSSSLOT`, or runs it here: for the primary's replication stream, the AOF, the
+//!   module's own connections between nodes, an `ASKING` client at the previous owner, or a
+//!   key the current owner already holds. A write of a key not yet copied in a resharding is
+//!   made safe by SHARD.CALL's copy-before-write plan.
+//! - Keyless commands and the module's own commands are never redirected.
+//!
+//! Redis 7.0's command filters cannot tell which client sent a command, so the `ASKING` flag is
+//! kept per client by `SHARD.CLUSTER ASKING` and used by that client's next redirected command
+//! (not by its next command of any kind, as in cluster mode).
+
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use redis_module::{raw, ContextFlags};
+
+use super::cluster_view::ClusterView;
+use super::command;
+use super::resp::Resp;
+use crate::commands::{Call, CmdError, CmdResult};
+use crate::config::Config;
+use crate::placement::Placement;
+use crate::ring::{key_slot, HashTag};
+use crate::state;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Client ids of the module's own connections from other nodes, and of clients that sent
+/// `ASKING` and have not used it yet.
+static INTERNAL: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+static ASKING: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether the protocol is on (and so the filter must look at every command).
+#[inline]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// A ring cluster clients can follow: 16384 slots, CRC16, Redis Cluster's hash tags.
+pub fn eligible(p: &Placement) -> bool {
+    p.ring
+        .as_ref()
+        .is_some_and(|r| r.slot_ranges().is_some() && r.spec().hashtag == HashTag::Cluster)
+}
+
+/// Checks `cluster-protocol` against the current ring (`None`: at load, before any ring).
+pub fn check_config(next: &Config, current: Option<&Placement>) -> Result<(), String> {
+    match next.cluster_protocol.as_str() {
+        "no" => Ok(()),
+        "yes" => match current {
+            Some(p) if eligible(p) => Ok(()),
+            _ => Err("cluster-protocol yes needs a current ring of the slots algo with the cluster hash-tag rule (SHARD.RING SET slots name host:port weight ...)".into()),
+        },
+        other => Err(format!("cluster-protocol is yes or no, not '{other}'")),
+    }
+}
+
+/// Refuses a ring change that would leave the protocol on over a ring clients cannot follow.
+pub fn check_ring_change(call: &Call, next_current: &Placement) -> CmdResult {
+    let replicated = call.ctx.get_flags().contains(ContextFlags::REPLICATED);
+    if enabled() && !replicated && !eligible(next_current) {
+        return Err(CmdError::err(
+            "cluster-protocol is yes: the current ring must stay a slots ring with the cluster hash-tag rule; CONFIG SET shard.cluster-protocol no first",
+        ));
+    }
+    Ok(())
+}
+
+/// What the filter does with a command while the protocol is on.
+pub enum Rewrite {
+    None,
+    /// `CLUSTER sub ...` → `SHARD.CLUSTER sub ...`.
+    Cluster,
+    /// `READONLY` → `SHARD.CLUSTER READONLY` (and READWRITE, ASKING).
+    Connection,
+    /// Anything that needs the redirect handler: `SHARD.REDIRECT command ...`.
+    Redirect,
+}
+
+/// The filter's decision for `args` (`args(i)` the i-th argument, `argc` of them).
+pub fn decide<'a>(argc: usize, args: impl Fn(usize) -> Option<&'a [u8]>) -> Rewrite {
+    let Some(name) = args(0) else {
+        return Rewrite::None;
+    };
+    if name.eq_ignore_ascii_case(b"cluster") {
+        return Rewrite::Cluster;
+    }
+    if name.eq_ignore_ascii_case(b"readonly")
+        || name.eq_ignore_ascii_case(b"readwrite")
+        || name.eq_ignore_ascii_case(b"asking")
+    {
+        return Rewrite::Connection;
+    }
+    if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard.") {
+        return Rewrite::None;
+    }
+    let Some(meta) = command::known(name) else {
+        return Rewrite::None;
+    };
+    let positions = match meta.fixed_keys(argc) {
+        Some(range) => range,
+        // Keys that move with the arguments (EVAL, XREAD, ...): the handler finds them.
+        None if meta.movable => return Rewrite::Redirect,
+        None => return Rewrite::None,
+    };
+    let st = state::lock();
+    let Some(current) = st.rings.current.as_ref() else {
+        return Rewrite::None;
+    };
+    let Some(ring) = current.ring.as_ref().filter(|_| eligible(current)) else {
+        return Rewrite::None;
+    };
+    let self_name = st.config.ring.self_name.as_str();
+    let previous = st.rings.previous.as_ref().and_then(|p| p.ring.as_ref());
+    let mut slot = None;
+    for pos in positions {
+        let Some(key) = args(pos) else {
+            return Rewrite::Redirect;
+        };
+        let s = key_slot(key);
+        if slot.is_some_and(|x| x != s) {
+            return Rewrite::Redirect; // CROSSSLOT
+        }
+        if slot.is_none() {
+            let here = ring
+                .spec()
+                .nodes
+                .get(ring.owner(key))
+                .map(|n| n.name.as_str());
+            let before =
+                previous.map(|p| p.spec().nodes.get(p.owner(key)).map(|n| n.name.as_str()));
+            let pending = before.is_some_and(|b| b != here);
+            if here != Some(self_name) || pending {
+                return Rewrite::Redirect;
+            }
+        }
+        slot = Some(s);
+    }
+    Rewrite::None
+}
+
+/// The view of the current ring, for SHARD.CLUSTER.
+fn view() -> Result<ClusterView, CmdError> {
+    let st = state::lock();
+    let current = st
+        .rings
+        .current
+        .as_ref()
+        .filter(|p| eligible(p))
+        .ok_or_else(|| CmdError::err("cluster-protocol needs a slots ring"))?;
+    let ring = current
+        .ring
+        .as_ref()
+        .ok_or_else(|| CmdError::err("cluster-protocol needs a slots ring"))?;
+    ClusterView::of(ring, &st.config.ring.self_name, st.rings.epoch)
+        .ok_or_else(|| CmdError::err("cluster-protocol needs a slots ring"))
+}
+
+fn client_id(call: &Call) -> u64 {
+    // SAFETY: the context of this call.
+    unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(call.ctx.ctx)) }
+}
+
+fn mark(set: &Mutex<Option<HashSet<u64>>>, id: u64) {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get_or_insert_with(HashSet::new)
+        .insert(id);
+}
+
+fn take(set: &Mutex<Option<HashSet<u64>>>, id: u64) -> bool {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_mut()
+        .is_some_and(|s| s.remove(&id))
+}
+
+fn contains(set: &Mutex<Option<HashSet<u64>>>, id: u64) -> bool {
+    set.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+        .is_some_and(|s| s.contains(&id))
+}
+
+/// `SHARD.CLUSTER sub ...`: what a cluster node answers to `CLUSTER sub ...`, `READONLY`,
+/// `READWRITE` and `ASKING`.
+pub fn cluster(call: &Call) -> CmdResult {
+    let args = &call.args;
+    if args.len() < 2 {
+        return Err(CmdError::wrong_arity("shard.cluster"));
+    }
+    let sub = String::from_utf8_lossy(args.get(1)).to_ascii_lowercase();
+    let reply = call.reply;
+    match sub.as_str() {
+        // The module's own connections say who they are; they are never redirected.
+        "internal" => {
+            mark(&INTERNAL, client_id(call));
+            reply.ok();
+        }
+        "asking" => {
+            mark(&ASKING, client_id(call));
+            reply.ok();
+        }
+        "readonly" | "readwrite" => reply.ok(),
+        "keyslot" if args.len() == 3 => reply.int(i64::from(key_slot(args.get(2)))),
+        "myid" => reply.bulk(view()?.myself().map_or("", |n| n.id.as_str()).as_bytes()),
+        "slots" => reply.resp(&view()?.slots()),
+        "shards" => reply.resp(&view()?.shards()),
+        // Verbatim text under RESP3, a bulk string under RESP2, as cluster mode replies.
+        "nodes" => reply.resp(&Resp::Verbatim(*b"txt", view()?.nodes_text().into_bytes())),
+        "info" => reply.resp(&Resp::Verbatim(*b"txt", view()?.info_text().into_bytes())),
+        "countkeysinslot" if args.len() == 3 => {
+            let slot = slot_arg(args.get(2))?;
+            reply.int(
+                i64::try_from(keys_in_slot(call, slot, usize::MAX)?.len()).unwrap_or(i64::MAX),
+            );
+        }
+        "getkeysinslot" if args.len() == 4 => {
+            let slot = slot_arg(args.get(2))?;
+            let count = std::str::from_utf8(args.get(3))
+                .ok()
+                .and_then(|s| s.parse::<usize>().ok())
+                .ok_or_else(|| CmdError::err("Invalid number of keys"))?;
+            let keys = keys_in_slot(call, slot, count)?;
+            reply.array(keys.len());
+            for k in keys {
+                reply.bulk(&k);
+            }
+        }
+        _ => {
+            return Err(CmdError::err(format!(
+                "unknown subcommand or wrong number of arguments for '{sub}'. Try CLUSTER HELP."
+            )))
+        }
+    }
+    Ok(())
+}
+
+fn slot_arg(arg: &[u8]) -> Result<u16, CmdError> {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|s| s.parse::<u16>().ok())
+        .filter(|s| *s < 16384)
+        .ok_or_else(|| CmdError::err("Invalid or out of range slot"))
+}
+
+/// Keys of database 0 in `slot` (up to `max`): a plain server keeps no index by slot, so this
+/// walks the keyspace (`SCAN`): O(N), like `KEYS`.
+fn keys_in_slot(call: &Call, slot: u16, max: usize) -> Result<Vec<Vec<u8>>, CmdError> {
+    let mut out = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let reply = call
+            .ctx
+            .call("SCAN", &[cursor.as_str(), "COUNT", "1000"])
+            .map_err(|e| CmdError::err(format!("SCAN failed: {e}")))?;
+        let redis_module::RedisValue::Array(parts) = reply else {
+            return Err(CmdError::err("SCAN replied something else"));
+        };
+        let mut parts = parts.into_iter();
+        cursor = match parts.next() {
+            Some(redis_module::RedisValue::BulkString(s)) => s,
+            Some(redis_module::RedisValue::SimpleString(s)) => s,
+            Some(redis_module::RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
+            _ => return Err(CmdError::err("SCAN replied no cursor")),
+        };
+        if let Some(redis_module::RedisValue::Array(keys)) = parts.next() {
+            for k in keys {
+                let bytes = match k {
+                    redis_module::RedisValue::BulkRedisString(s) => s.as_slice().to_vec(),
+                    redis_module::RedisValue::StringBuffer(b) => b,
+                    redis_module::RedisValue::BulkString(s) => s.into_bytes(),
+                    _ => continue,
+                };
+                if key_slot(&bytes) == slot && out.len() < max {
+                    out.push(bytes);
+                }
+            }
+        }
+        if cursor == "0" || out.len() >= max {
+            return Ok(out);
+        }
+    }
+}
+
+/// `SHARD.REDIRECT command arg ...`: a keyed command the filter could not let through.
+pub fn redirect(call: &Call) -> CmdResult {
+    let args = &call.args;
+    if args.len() < 2 {
+        return Err(CmdError::wrong_arity("shard.redirect"));
+    }
+    let flags = call.ctx.get_flags();
+    let id = client_id(call);
+    let obey = flags.contains(ContextFlags::REPLICATED)
+        || flags.contains(ContextFlags::LOADING)
+        || contains(&INTERNAL, id);
+    if obey {
+        return run_here(call);
+    }
+    let asking = take(&ASKING, id);
+    let positions = crate::commands::call::key_positions(call)?;
+    let keys: Vec<&[u8]> = positions.iter().map(|&p| args.get(p + 1)).collect();
+    let Some(first) = keys.first() else {
+        return run_here(call);
+    };
+    let slot = key_slot(first);
+    if keys.iter().any(|k| key_slot(k) != slot) {
+        return Err(CmdError::code(
+            "CROSSSLOT",
+            "Keys in request don't hash to the same slot",
+        ));
+    }
+    let (current, previous, self_name) = {
+        let st = state::lock();
+        let owner = |p: &Placement| {
+            p.ring
+                .as_ref()
+                .and_then(|r| r.spec().nodes.get(r.owner(first)).cloned())
+        };
+        let current = st.rings.current.as_deref().and_then(owner);
+        let previous = st.rings.previous.as_deref().and_then(owner);
+        (current, previous, st.config.ring.self_name.clone())
+    };
+    let Some(current) = current else {
+        return run_here(call);
+    };
+    let previous = previous.filter(|p| p.name != current.name);
+    if current.name != self_name {
+        // A read of a key still at its previous owner, asked for after an ASK.
+        let readonly = command::known(args.get(1)).is_some_and(|m| m.readonly);
+        if asking && readonly && previous.as_ref().is_some_and(|p| p.name == self_name) {
+            return run_here(call);
+        }
+        return Err(CmdError::code(
+            "MOVED",
+            format!("{slot} {}:{}", current.host, current.port),
+        ));
+    }
+    let Some(previous) = previous else {
+        return run_here(call);
+    };
+    // This node is the new owner of a slot being moved here. It holds the key already, or
+    // this is the copy arriving (MIGRATE's RESTORE from the previous owner).
+    let name = args.get(1);
+    let restore =
+        name.eq_ignore_ascii_case(b"restore") || name.eq_ignore_ascii_case(b"restore-asking");
+    if restore || keys.iter().all(|k| exists(call, k)) {
+        return run_here(call);
+    }
+    let readonly = command::known(args.get(1)).is_some_and(|m| m.readonly);
+    if readonly {
+        return Err(CmdError::code(
+            "ASK",
+            format!("{slot} {}:{}", previous.host, previous.port),
+        ));
+    }
+    // A write of a key not copied yet: SHARD.CALL's copy-before-write, then the write here.
+    crate::commands::call::call(call)
+}
+
+fn exists(call: &Call, key: &[u8]) -> bool {
+    let key = call.ctx.create_string(key);
+    matches!(
+        call.ctx.call("EXISTS", &[&key]),
+        Ok(redis_module::RedisValue::Integer(1))
+    )
+}
+
+/// Runs the redirected command itself here, as the calling user, replicated like itself.
+fn run_here(call: &Call) -> CmdResult {
+    let name = CString::new(call.args.get(1))
+        .map_err(|_| CmdError::err("a command name with a NUL byte"))?;
+    let argv = &call.args.raw()[2..];
+    // SAFETY: the strings are the live arguments of this call; the reply is freed after use.
+    unsafe {
+        let (Some(rm_call), Some(reply_with), Some(free)) = (
+            raw::RedisModule_Call,
+            raw::RedisModule_ReplyWithCallReply,
+            raw::RedisModule_FreeCallReply,
+        ) else {
+            return Err(CmdError::err("a Redis module API function is missing"));
+        };
+        let reply = rm_call(
+            call.ctx.ctx,
+            name.as_ptr(),
+            c"vCE!0M".as_ptr(),
+            argv.as_ptr().cast_mut(),
+            argv.len(),
+        );
+        if reply.is_null() {
+            return Err(CmdError::err(format!(
+                "the command could not run: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        reply_with(call.ctx.ctx, reply);
+        free(reply);
+    }
+    Ok(())
+}

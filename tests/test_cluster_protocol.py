@@ -1,0 +1,183 @@
+"""Cluster clients on a fleet of plain servers (issue 22): with `shard.cluster-protocol yes` on a
+`slots` ring, the nodes answer the CLUSTER commands and redirect keyed commands, so redis-py's
+RedisCluster, `redis-cli -c` and `redis-benchmark --cluster` route themselves over the fleet,
+through a resharding too."""
+
+import hashlib
+import random
+import subprocess
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from test_call import key_names, random_ops
+
+NAMES = ("n0", "n1", "n2")
+
+
+def slots_ring(servers, names):
+    args = ["slots"]
+    for n in names:
+        args += [n, f"127.0.0.1:{servers[n].port}", 1]
+    return args
+
+
+@pytest.fixture
+def fleet(server_factory):
+    servers = {n: server_factory(module_args=["self", n]) for n in NAMES}
+    for s in servers.values():
+        c = s.client()
+        assert c.execute_command("SHARD.RING", "SET", *slots_ring(servers, NAMES)) == b"OK"
+        assert c.config_set("shard.cluster-protocol", "yes")
+    return servers
+
+
+def cluster_client(servers, **kwargs):
+    s = servers["n0"]
+    return RedisCluster(host="127.0.0.1", port=s.port, socket_timeout=10, **kwargs)
+
+
+def test_only_a_slots_ring_takes_the_protocol_and_off_is_plain_at_once(server_factory):
+    s = server_factory(module_args=["self", "a"])
+    c = s.client()
+    with pytest.raises(redis.ResponseError, match="needs a current ring of the slots algo"):
+        c.config_set("shard.cluster-protocol", "yes")
+    c.execute_command("SHARD.RING", "SET", "ketama", "a", f"127.0.0.1:{s.port}", 1)
+    with pytest.raises(redis.ResponseError, match="needs a current ring of the slots algo"):
+        c.config_set("shard.cluster-protocol", "yes")
+    c.execute_command("SHARD.RING", "SET", "slots", "HASHTAG", "none", "a", f"127.0.0.1:{s.port}", 1)
+    with pytest.raises(redis.ResponseError, match="cluster hash-tag rule"):
+        c.config_set("shard.cluster-protocol", "yes")
+    with pytest.raises(redis.ResponseError, match="yes or no"):
+        c.config_set("shard.cluster-protocol", "maybe")
+    c.execute_command("SHARD.RING", "SET", "slots", "a", f"127.0.0.1:{s.port}", 1)
+    assert c.config_set("shard.cluster-protocol", "yes")
+    assert c.execute_command("CLUSTER", "MYID") == hashlib.sha1(b"a").hexdigest().encode()
+    # While it is on, the ring stays one that cluster clients can follow.
+    with pytest.raises(redis.ResponseError, match="cluster-protocol is yes"):
+        c.execute_command("SHARD.RING", "SET", "ketama", "a", f"127.0.0.1:{s.port}", 1)
+    assert c.config_set("shard.cluster-protocol", "no")
+    with pytest.raises(redis.ResponseError, match="cluster support disabled"):
+        c.execute_command("CLUSTER", "MYID")
+
+
+def test_every_node_reports_the_same_map(fleet):
+    maps = set()
+    for n, s in fleet.items():
+        c = s.client()
+        raw = c.execute_command("CLUSTER", "NODES").decode()
+        lines = sorted(raw.strip().splitlines())
+        assert len(lines) == 3
+        mine = [l for l in lines if "myself" in l]
+        assert len(mine) == 1 and mine[0].startswith(hashlib.sha1(n.encode()).hexdigest())
+        maps.add(tuple(l.replace("myself,", "") for l in lines))
+        info = c.execute_command("CLUSTER", "INFO").decode()
+        assert "cluster_state:ok" in info and "cluster_slots_assigned:16384" in info
+        assert "cluster_known_nodes:3" in info
+        assert c.execute_command("CLUSTER", "KEYSLOT", "somekey") == 11058
+        assert c.execute_command("CLUSTER", "KEYSLOT", "foo{hash_tag}") == 2515
+        assert c.execute_command("READONLY") is True and c.execute_command("READWRITE") is True
+    assert len(maps) == 1
+    slots = fleet["n1"].client().execute_command("CLUSTER", "SLOTS")
+    ranges = sorted((s[0], s[1], s[2][1]) for s in slots)
+    assert ranges == [(0, 5460, fleet["n0"].port), (5461, 10922, fleet["n1"].port),
+                      (10923, 16383, fleet["n2"].port)]
+
+
+def test_moved_crossslot_and_local_keys(fleet):
+    c = fleet["n0"].client()
+    slot_of = {f"k{i}": c.execute_command("CLUSTER", "KEYSLOT", f"k{i}") for i in range(1000)}
+    local = next(k for k, s in slot_of.items() if s <= 5460)
+    foreign = next(k for k, s in slot_of.items() if s > 5460)
+    assert c.set(local, "here")
+    slot = c.execute_command("CLUSTER", "KEYSLOT", foreign)
+    owner = fleet["n1"] if slot <= 10922 else fleet["n2"]
+    with pytest.raises(redis.ResponseError, match=rf"^MOVED {slot} 127\.0\.0\.1:{owner.port}$"):
+        c.set(foreign, "x")
+    with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
+        c.mget(local, foreign)
+    # Keyless and module commands are never redirected.
+    assert c.ping() and c.dbsize() == 1
+    assert c.execute_command("SHARD.WHEREIS", foreign) == (b"n1" if slot <= 10922 else b"n2")
+
+
+def test_redis_py_cluster_client_equals_a_plain_server(fleet, server_factory):
+    plain = server_factory().client()
+    rc = cluster_client(fleet)
+    rng = random.Random(22)
+    keys = [k for k in key_names(150, "rc") if isinstance(k, str)]
+    ops = random_ops(rng, 3000, keys)
+    differ = []
+    for op in ops:
+        got = want = None
+        try:
+            got = rc.execute_command(*op)
+        except redis.ResponseError as e:
+            got = ("error", str(e))
+        try:
+            want = plain.execute_command(*op)
+        except redis.ResponseError as e:
+            want = ("error", str(e))
+        if got != want and not (op[0] == "TTL" and abs(got - want) <= 2):
+            differ.append((op, got, want))
+    assert not differ, differ[:5]
+    # Every key is on the node that owns its slot, and only there.
+    total = sum(s.client().dbsize() for s in fleet.values())
+    assert total == plain.dbsize()
+    for n, s in fleet.items():
+        c = s.client()
+        for k in c.keys("*"):
+            assert c.execute_command("SHARD.WHEREIS", k).decode() == n
+
+
+def test_redis_cli_follows_redirects(fleet):
+    port = fleet["n0"].port
+    for i in range(30):
+        out = subprocess.run(["redis-cli", "-c", "-p", str(port), "SET", f"cli:{i}", f"v{i}"],
+                             capture_output=True, text=True, timeout=10)
+        assert out.stdout.strip() == "OK", out
+        out = subprocess.run(["redis-cli", "-c", "-p", str(port), "GET", f"cli:{i}"],
+                             capture_output=True, text=True, timeout=10)
+        assert out.stdout.strip() == f"v{i}", out
+    assert sum(s.client().dbsize() for s in fleet.values()) == 30
+    assert all(s.client().dbsize() > 0 for s in fleet.values())
+
+
+def test_redis_benchmark_cluster_runs_over_the_fleet(fleet):
+    out = subprocess.run(["redis-benchmark", "--cluster", "-h", "127.0.0.1", "-p",
+                          str(fleet["n0"].port), "-n", "3000", "-c", "10", "-r", "1000",
+                          "-t", "set,get", "--csv"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr + out.stdout
+    rows = [l for l in out.stdout.splitlines() if l.startswith('"SET"') or l.startswith('"GET"')]
+    assert len(rows) == 2, out.stdout
+    assert all(s.client().dbsize() > 0 for s in fleet.values())
+
+
+def test_a_resharding_redirects_with_ask_and_loses_nothing(fleet, server_factory):
+    rc = cluster_client(fleet)
+    keys = [f"move:{i}" for i in range(300)]
+    for k in keys:
+        rc.set(k, f"v-{k}")
+        rc.incr(f"{k}:n")
+    joining = server_factory(module_args=["self", "n3"])
+    servers = dict(fleet, n3=joining)
+    ring = slots_ring(servers, ("n0", "n1", "n2", "n3"))
+    old = slots_ring(fleet, NAMES)
+    joining.client().execute_command("SHARD.RING", "SET", *old)
+    joining.client().config_set("shard.cluster-protocol", "yes")
+    for s in servers.values():
+        assert s.client().execute_command("SHARD.RING", "BEGIN", *ring) == b"OK"
+    # Nothing copied yet: every read finds its key (ASK to the previous owner), every write
+    # continues from the old value (copy before write at the new owner).
+    rc = cluster_client(servers)
+    for k in keys:
+        assert rc.get(k) == f"v-{k}".encode(), k
+        assert rc.incr(f"{k}:n") == 2, k
+    n3 = joining.client()
+    moved = [f"{k}:n" for k in keys if n3.execute_command("SHARD.WHEREIS", f"{k}:n") == b"n3"]
+    assert moved, "some keys belong to the new node"
+    # The counters written during the resharding are at their new owner, continued from the
+    # old value; the values only read are still at the previous owner (no COPY ran).
+    assert [n3.get(k) for k in moved] == [b"2"] * len(moved)
+    assert all(rc.get(k) == b"2" for k in moved)
