@@ -262,17 +262,19 @@ def main():
             c.call(*slots)
             c.call("CONFIG", "SET", "shard.cluster-protocol", "yes")
         real = real_cluster(procs)
-        on, off = server("on", 0), server("off", 0)
+        on, off = server("on", 0, self_name="n0"), server("off", 0, self_name="n0")
         procs += [on, off]
         for s, mode in ((on, "yes"), (off, "no")):
             c = s.client()
             c.call("SHARD.RING", "SET", "slots", "n0", f"127.0.0.1:{s.port}", 1)
             c.call("CONFIG", "SET", "shard.cluster-protocol", mode)
+            # One SET per key (an MSET of keys of several slots is CROSSSLOT with the
+            # protocol on, as in cluster mode).
             for i in range(0, KEYS, 1000):
-                args = ["MSET"]
-                for k in range(i, i + 1000):
-                    args += [b"key:%012d" % k, b"xxxxxxxx"]
-                c.call(*args)
+                c.sock.sendall(b"".join(b"*3\r\n$3\r\nSET\r\n$16\r\nkey:%012d\r\n$8\r\nxxxxxxxx\r\n" % k
+                                        for k in range(i, i + 1000)))
+                for _ in range(1000):
+                    c._read()
         n0, tw = nodes["n0"].port, twem.port
         get, set_ = ["GET", "key:__rand_int__"], ["SET", "key:__rand_int__", "xxxxxxxx"]
         call = ["SHARD.CALL"]
