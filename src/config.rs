@@ -22,6 +22,10 @@ pub struct Config {
     /// `yes`: the node answers the cluster commands from its `slots` ring and redirects keyed
     /// commands for other nodes' slots (`route::cluster_glue`); `no` (the default): plain.
     pub cluster_protocol: String,
+    /// Shardjs's special keys: `name:offset:type ...` (`SHARD.SPECIALKEY name`).
+    pub special_keys: String,
+    /// Shardjs's field-name dictionary: `long:short ...` (hash commands through SHARD.CALL).
+    pub fields: String,
 }
 
 impl Default for Config {
@@ -33,6 +37,8 @@ impl Default for Config {
             auth_password: String::new(),
             call_timeout_ms: 1000,
             cluster_protocol: "no".into(),
+            special_keys: String::new(),
+            fields: String::new(),
         }
     }
 }
@@ -145,6 +151,8 @@ config_field!(CALL_TIMEOUT_MS: IntConfig => call_timeout_ms);
 config_field!(AUTH_USER: TextConfig => auth_user);
 config_field!(AUTH_PASSWORD: TextConfig => auth_password);
 config_field!(CLUSTER_PROTOCOL: TextConfig => cluster_protocol);
+config_field!(SPECIAL_KEYS: TextConfig => special_keys);
+config_field!(FIELDS: TextConfig => fields);
 
 /// Every configuration name, as accepted in `loadmodule` arguments.
 pub const NAMES: &[&str] = &[
@@ -164,6 +172,8 @@ pub const NAMES: &[&str] = &[
     "auth-password",
     "call-timeout-ms",
     "cluster-protocol",
+    "special-keys",
+    "fields",
 ];
 
 /// Checks `loadmodule` arguments: name/value pairs of known configurations.

@@ -107,6 +107,8 @@ redis_module! {
             ["auth-user", &config::AUTH_USER, "", ConfigurationFlags::DEFAULT, None],
             ["auth-password", &config::AUTH_PASSWORD, "", ConfigurationFlags::SENSITIVE, None],
             ["cluster-protocol", &config::CLUSTER_PROTOCOL, "no", ConfigurationFlags::DEFAULT, None],
+            ["special-keys", &config::SPECIAL_KEYS, "", ConfigurationFlags::DEFAULT, None],
+            ["fields", &config::FIELDS, "", ConfigurationFlags::DEFAULT, None],
         ],
         bool: [],
         enum: [],

@@ -56,6 +56,7 @@ impl ModuleState {
         }
         let keys = KeySettings::resolve(&next.keys)?;
         crate::route::cluster_glue::check_config(&next, self.rings.current.as_deref())?;
+        check_shardjs_config(&next, &keys)?;
         let ring = if next.ring.source_differs(&self.config.ring) {
             if self.rings.previous.is_some() && !next.ring.file.is_empty() {
                 return Err(crate::placement::RESHARDING_OPEN.into());
@@ -72,6 +73,7 @@ impl ModuleState {
     /// from now on every change is checked.
     pub fn finish_load(&mut self) -> Result<(), String> {
         let keys = KeySettings::resolve(&self.config.keys)?;
+        check_shardjs_config(&self.config, &keys)?;
         let ring = ring_from_file(&self.config)?;
         self.install(self.config.clone(), keys, ring);
         self.loaded = true;
@@ -87,6 +89,10 @@ impl ModuleState {
             self.generator.rebase(&self.keys.layout, &keys.layout);
         }
         crate::route::cluster_glue::set_enabled(config.cluster_protocol == "yes");
+        // Checked before: the dictionary parses.
+        crate::route::fields::install(
+            crate::route::fields::FieldDict::parse(&config.fields).unwrap_or_default(),
+        );
         self.config = config;
         self.keys = keys;
     }
@@ -129,6 +135,31 @@ impl ModuleState {
 }
 
 /// The ring of the configured ring file, if one is named.
+/// Checks the special keys (each type known to the configured `types`, or a number a Shardjs
+/// type holds) and the field dictionary.
+fn check_shardjs_config(config: &Config, keys: &KeySettings) -> Result<(), String> {
+    for k in crate::keys::shardjs::parse_special_keys(&config.special_keys)
+        .map_err(|e| format!("special-keys: {e}"))?
+    {
+        special_key_type(keys, &k.key_type).map_err(|e| format!("special-keys: {e}"))?;
+    }
+    crate::route::fields::FieldDict::parse(&config.fields).map_err(|e| format!("fields: {e}"))?;
+    Ok(())
+}
+
+/// A special key's type: a configured type name, or a number of 0..=3843.
+pub fn special_key_type(keys: &KeySettings, name: &str) -> Result<u64, String> {
+    if let Some(n) = keys.types.number_of(name.as_bytes()) {
+        return Ok(n);
+    }
+    match name.parse::<u64>() {
+        Ok(n) if n <= crate::keys::layout::SHARDJS_FIELD_MAX => Ok(n),
+        _ => Err(format!(
+            "type '{name}' is neither a configured type name (types) nor a number of 0..3843"
+        )),
+    }
+}
+
 fn ring_from_file(config: &Config) -> Result<Option<Placement>, String> {
     let rc = &config.ring;
     let algo = Algo::parse(rc.algo.as_bytes()).map_err(|e| format!("ring-algo: {e}"))?;
@@ -146,7 +177,10 @@ fn ring_from_file(config: &Config) -> Result<Option<Placement>, String> {
     let content =
         std::fs::read(&rc.file).map_err(|e| format!("cannot read ring file {}: {e}", rc.file))?;
     let hashtag = (!rc.hashtag.is_empty()).then_some(rc.hashtag.as_bytes());
-    let spec = RingSpec::from_file(rc.algo.as_bytes(), hashtag, &rc.file, &content)
+    let mut spec = RingSpec::from_file(rc.algo.as_bytes(), hashtag, &rc.file, &content)
         .map_err(|e| e.to_string())?;
+    if hashtag.is_none() && config.keys.layout.eq_ignore_ascii_case("shardjs") {
+        spec = crate::commands::ring::with_shardjs_default(spec).map_err(|e| e.to_string())?;
+    }
     Placement::build(spec).map(Some).map_err(|e| e.to_string())
 }

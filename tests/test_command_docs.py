@@ -67,7 +67,7 @@ def test_command_docs_summary_and_arguments(r):
     assert all(b"optional" in a[b"flags"] for a in args)
     encode = dict(zip(docs[b"shard.encode"][::2], docs[b"shard.encode"][1::2]))
     names = [dict(zip(a[::2], a[1::2]))[b"name"] for a in encode[b"arguments"]]
-    assert names == [b"layout", b"epoch", b"time", b"node", b"seq", b"type"]
+    assert names == [b"layout", b"epoch", b"when", b"node", b"seq", b"type", b"suffix"]
     ring = dict(zip(docs[b"shard.ring"][::2], docs[b"shard.ring"][1::2]))
     subs = ring[b"subcommands"]
     subs = dict(zip(subs[::2], subs[1::2]))

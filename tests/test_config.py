@@ -14,7 +14,7 @@ def test_defaults_are_visible_in_config_get(r):
         "shard.node-count": "1", "shard.max-drift-ms": "5000", "shard.ring-file": "",
         "shard.ring-algo": "ketama", "shard.ring-hashtag": "", "shard.self": "",
         "shard.auth-user": "", "shard.auth-password": "", "shard.call-timeout-ms": "1000",
-        "shard.cluster-protocol": "no",
+        "shard.cluster-protocol": "no", "shard.special-keys": "", "shard.fields": "",
     }
 
 

@@ -94,7 +94,7 @@ def test_shardjs_readme_example(r):
     assert d == {
         "layout": b"shardjs", "time_ms": SHARDJS_EPOCH + 1595487784,
         "time": iso(SHARDJS_EPOCH + 1595487784).encode(), "node": 0, "seq": 190, "type": 1,
-        "type_name": None,
+        "type_name": None, "decimal": b"159548778401900001", "suffix": None,
     }
     nxt = encode(r, "LAYOUT", "shardjs", "TIME", SHARDJS_EPOCH + 1595487784, "SEQ", 191, "TYPE", 1)
     assert nxt == b"1jyVFw3501"
@@ -107,7 +107,9 @@ def test_decode_under_resp3_is_a_map(server):
     key = r3.execute_command("SHARD.GENKEY")
     reply = r3.execute_command("SHARD.DECODE", key)
     assert isinstance(reply, dict)
-    assert set(reply) == {b"layout", b"time_ms", b"time", b"node", b"seq", b"type", b"type_name"}
+    assert set(reply) == {b"layout", b"time_ms", b"time", b"node", b"seq", b"type", b"type_name",
+                          b"decimal", b"suffix"}
+    assert reply[b"decimal"] is None and reply[b"suffix"] is None  # not a shardjs key
 
 
 def test_type_names_in_decode(server_factory):
@@ -173,7 +175,7 @@ def test_decode_binary_garbage(r):
 
 
 BAD_ENCODE = [
-    ([], "TIME unix-ms is required"),
+    ([], "TIME unix-ms (or OFFSET ms) is required"),
     (["TIME"], "TIME needs a value"),
     (["TIME", "soon"], "TIME must be an integer"),
     (["TIME", 5], "before the layout's epoch"),

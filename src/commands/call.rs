@@ -23,10 +23,10 @@ use super::{Call, CmdError, CmdResult};
 use crate::placement::Placement;
 use crate::route::command::{self, CommandMeta};
 use crate::route::conn::{link_timeout, Link};
-use crate::route::filter;
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::split::{self, Part, Splittable};
 use crate::route::{execute, read_reply, CommandKind, Endpoint, Plan, Resp, Routed, StepError};
+use crate::route::{fields, filter};
 use crate::state;
 
 /// errno values RedisModule_GetCommandKeys sets (Linux).
@@ -89,6 +89,40 @@ pub fn call(call: &Call) -> CmdResult {
     let moving = placed.iter().any(|p| p.previous.is_some());
     let owners: BTreeSet<&str> = placed.iter().map(|p| p.current.name.as_str()).collect();
     let single_owner = owners.len() == 1;
+    // Hash commands under the field dictionary: short names stored, long names replied.
+    if let Some(dict) = fields::current() {
+        let inner: Vec<&[u8]> = (1..args.len()).map(|i| args.get(i)).collect();
+        if let Some((positions, how)) = fields::hash_command(&inner) {
+            let stored = fields::minify_args(&dict, &inner, &positions);
+            if !moving && placed[0].current.is_self {
+                forward::count(|s| s.local += 1);
+                let reply = run_here(call, &stored)?;
+                call.reply.resp(&fields::maxify_reply(&dict, how, reply));
+                return Ok(());
+            }
+            refuse_waiting(call, &placed[0].current)?;
+            let Placed { current, previous } = placed.swap_remove(0);
+            let plan = Plan {
+                key: stored.get(1).cloned().unwrap_or_default(),
+                args: stored,
+                kind: CommandKind::of(name, meta.readonly),
+                current,
+                previous,
+            };
+            // SAFETY: the context of this call.
+            let started = unsafe {
+                forward::run(call.ctx.ctx, link, move |steps| async move {
+                    match run_plan(steps, plan).await {
+                        CallReply::Reply(r) => {
+                            CallReply::Reply(fields::maxify_reply(&dict, how, r))
+                        }
+                        err => err,
+                    }
+                })
+            };
+            return started.map_err(CmdError::err);
+        }
+    }
     if !moving && single_owner && placed[0].current.is_self {
         forward::count(|s| s.local += 1);
         return call_here(call, name);
@@ -105,21 +139,7 @@ pub fn call(call: &Call) -> CmdResult {
             "the keys of '{name_text}' are moving between nodes in a resharding: SHARD.CALL runs commands with several keys then only if they split by key (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH)"
         )));
     }
-    let flags = call.ctx.get_flags();
-    if flags.contains(ContextFlags::DENY_BLOCKING) || flags.contains(ContextFlags::MULTI) {
-        let at = &placed[0].current;
-        return Err(CmdError::err(format!(
-            "SHARD.CALL cannot wait for node {} ({}) inside MULTI or a script",
-            at.name, at.address
-        )));
-    }
-    // SAFETY: the context of this call.
-    let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(call.ctx.ctx)) };
-    if db != 0 {
-        return Err(CmdError::err(
-            "SHARD.CALL forwards to database 0 only: SELECT 0 first",
-        ));
-    }
+    refuse_waiting(call, &placed[0].current)?;
     let inner: Vec<&[u8]> = (1..args.len()).map(|i| args.get(i)).collect();
     let kind = CommandKind::of(name, meta.readonly);
     let ctx = call.ctx.ctx;
@@ -156,6 +176,26 @@ pub fn call(call: &Call) -> CmdResult {
         unsafe { forward::run(ctx, link, move |steps| run_plan(steps, plan)) }
     };
     started.map_err(CmdError::err)
+}
+
+/// Forwarding blocks the client: refused where the client cannot wait (MULTI, scripts), and
+/// outside database 0.
+fn refuse_waiting(call: &Call, at: &Endpoint) -> CmdResult {
+    let flags = call.ctx.get_flags();
+    if flags.contains(ContextFlags::DENY_BLOCKING) || flags.contains(ContextFlags::MULTI) {
+        return Err(CmdError::err(format!(
+            "SHARD.CALL cannot wait for node {} ({}) inside MULTI or a script",
+            at.name, at.address
+        )));
+    }
+    // SAFETY: the context of this call.
+    let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(call.ctx.ctx)) };
+    if db != 0 {
+        return Err(CmdError::err(
+            "SHARD.CALL forwards to database 0 only: SELECT 0 first",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a command flagged `blocking` would block: always, except `XREAD` and `XREADGROUP`

@@ -3,7 +3,7 @@
 use super::args::{is, printable, ArgList, Cursor};
 use super::{Call, CmdError, CmdResult};
 use crate::keys::settings::parse_epoch;
-use crate::keys::{codec, time, LayoutKind};
+use crate::keys::{codec, shardjs, time, LayoutKind};
 use crate::state;
 
 /// Reads the `LAYOUT name` and `EPOCH ms` options shared by DECODE and ENCODE.
@@ -82,8 +82,19 @@ pub fn decode(call: &Call) -> CmdResult {
     })?;
     let type_name = keys.types.name_of(fields.key_type);
 
+    // Shardjs keys: the decimal form (toDecimalString) and a fixed key's suffix.
+    let (decimal, suffix) = if layout.is_text() {
+        let (_, suffix) = shardjs::split_suffix(key);
+        (
+            Some(shardjs::decimal(fields.tick, fields.seq, fields.key_type)),
+            suffix,
+        )
+    } else {
+        (None, None)
+    };
+
     let reply = &call.reply;
-    reply.map(7);
+    reply.map(9);
     reply.field_bulk("layout", layout.name().as_bytes());
     reply.field_int("time_ms", time_ms);
     reply.field_bulk("time", iso.as_bytes());
@@ -91,6 +102,8 @@ pub fn decode(call: &Call) -> CmdResult {
     reply.field_int("seq", to_i64(fields.seq));
     reply.field_int("type", to_i64(fields.key_type));
     reply.field_opt("type_name", type_name.map(str::as_bytes));
+    reply.field_opt("decimal", decimal.as_deref().map(str::as_bytes));
+    reply.field_opt("suffix", suffix);
     Ok(())
 }
 

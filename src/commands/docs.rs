@@ -54,6 +54,18 @@ const fn opt(name: &'static CStr, token: &'static CStr, kind: Kind) -> Arg {
     }
 }
 
+/// A required argument introduced by its token (a choice of a `oneof`).
+const fn tok(name: &'static CStr, token: &'static CStr, kind: Kind) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: Some(token),
+        optional: false,
+        multiple: false,
+        subargs: &[],
+    }
+}
+
 const fn flag(name: &'static CStr, token: &'static CStr) -> Arg {
     Arg {
         name,
@@ -113,16 +125,20 @@ pub fn doc(name: &str) -> Option<Doc> {
         LAYOUT_ARGS[0],
         LAYOUT_ARGS[1],
         Arg {
-            name: c"time",
-            kind: Kind::UnixTime,
-            token: Some(c"TIME"),
+            name: c"when",
+            kind: Kind::OneOf,
+            token: None,
             optional: false,
             multiple: false,
-            subargs: &[],
+            subargs: &[
+                tok(c"time", c"TIME", Kind::UnixTime),
+                tok(c"offset", c"OFFSET", Kind::Int),
+            ],
         },
         opt(c"node", c"NODE", Kind::Int),
         opt(c"seq", c"SEQ", Kind::Int),
         opt(c"type", c"TYPE", Kind::Str),
+        opt(c"suffix", c"SUFFIX", Kind::Str),
     ];
     static KEY: &[Arg] = &[arg(c"key", Kind::Str)];
     static CALL: &[Arg] = &[
@@ -138,6 +154,16 @@ pub fn doc(name: &str) -> Option<Doc> {
         },
     ];
     static ADVANCE: &[Arg] = &[arg(c"high-water-ms", Kind::UnixTime)];
+    static NAME: &[Arg] = &[arg(c"name", Kind::Str)];
+    static RETYPE: &[Arg] = &[arg(c"key", Kind::Str), arg(c"type", Kind::Str)];
+    static FIELDS: &[Arg] = &[Arg {
+        name: c"field",
+        kind: Kind::Str,
+        token: None,
+        optional: false,
+        multiple: true,
+        subargs: &[],
+    }];
     static CLUSTER: &[Arg] = &[
         arg(c"subcommand", Kind::Str),
         Arg {
@@ -217,6 +243,34 @@ pub fn doc(name: &str) -> Option<Doc> {
             -3,
             CALL,
             c"",
+        ),
+        "shard.specialkey" => d(
+            c"The fixed key of a special key of the special-keys configuration (Shardjs)",
+            c"O(N) with N the special keys",
+            2,
+            NAME,
+            c"read fast",
+        ),
+        "shard.retype" => d(
+            c"The same key with another type (Shardjs's changeKeyType)",
+            c"O(1)",
+            3,
+            RETYPE,
+            c"read fast",
+        ),
+        "shard.minify" => d(
+            c"The stored (short) names of hash fields, from the fields dictionary",
+            c"O(N) with N the fields",
+            -2,
+            FIELDS,
+            c"read fast",
+        ),
+        "shard.maxify" => d(
+            c"The names clients see for stored hash fields, from the fields dictionary",
+            c"O(N) with N the fields",
+            -2,
+            FIELDS,
+            c"read fast",
         ),
         "shard.cluster" => d(
             c"What CLUSTER, READONLY, READWRITE and ASKING answer when shard.cluster-protocol is yes",

@@ -1,17 +1,22 @@
-//! `SHARD.ENCODE [LAYOUT name] [EPOCH ms] TIME unix-ms [NODE n] [SEQ s] [TYPE t]`: put a key
-//! together from its fields, the inverse of DECODE.
+//! `SHARD.ENCODE [LAYOUT name] [EPOCH ms] TIME unix-ms|OFFSET ms [NODE n] [SEQ s] [TYPE t]
+//! [SUFFIX s]`: put a key together from its fields, the inverse of DECODE. In the shardjs layout
+//! `OFFSET` (Shardjs's `ts`, milliseconds from the epoch) or `SUFFIX` make Shardjs's fixed key
+//! (`fixedKey`): every field padded to two characters, then `-suffix`.
 
 use super::args::{int_in, is, printable, ArgList};
 use super::decode::LayoutOptions;
 use super::{Call, CmdError, CmdResult};
-use crate::keys::{codec, KeyFields};
+use crate::keys::{codec, shardjs, KeyFields};
 use crate::state;
 
 /// The fields and options of one ENCODE call.
 #[derive(Default)]
 pub struct EncodeOptions<'a> {
     pub layout: LayoutOptions,
+    /// Unix ms (`TIME`), or milliseconds from the epoch (`OFFSET`).
     pub time_ms: i64,
+    pub offset: bool,
+    pub suffix: Option<&'a [u8]>,
     pub node: Option<i64>,
     pub seq: Option<i64>,
     pub key_type: Option<&'a [u8]>,
@@ -21,6 +26,7 @@ pub struct EncodeOptions<'a> {
 pub fn parse<A: ArgList + ?Sized>(args: &A) -> Result<EncodeOptions<'_>, CmdError> {
     let mut options = LayoutOptions::default();
     let (mut time, mut node, mut seq, mut type_arg) = (None, None, None, None);
+    let (mut offset, mut suffix) = (None, None);
     let mut cursor = args.cursor(1);
     while let Some(arg) = cursor.next_arg() {
         if options.take(arg, &mut cursor)? {
@@ -34,6 +40,10 @@ pub fn parse<A: ArgList + ?Sized>(args: &A) -> Result<EncodeOptions<'_>, CmdErro
             &mut seq
         } else if is(arg, "TYPE") {
             &mut type_arg
+        } else if is(arg, "OFFSET") {
+            &mut offset
+        } else if is(arg, "SUFFIX") {
+            &mut suffix
         } else {
             return Err(CmdError::unknown_option("shard.encode", arg));
         };
@@ -42,10 +52,17 @@ pub fn parse<A: ArgList + ?Sized>(args: &A) -> Result<EncodeOptions<'_>, CmdErro
         }
         *slot = Some(cursor.value_of(&printable(arg).to_ascii_uppercase())?);
     }
-    let time = time.ok_or_else(|| CmdError::err("TIME unix-ms is required"))?;
+    let (time_ms, is_offset) = match (time, offset) {
+        (Some(t), None) => (int_in(t, "TIME", 0, i64::MAX)?, false),
+        (None, Some(o)) => (int_in(o, "OFFSET", 0, i64::MAX)?, true),
+        (Some(_), Some(_)) => return Err(CmdError::err("give TIME or OFFSET, not both")),
+        (None, None) => return Err(CmdError::err("TIME unix-ms (or OFFSET ms) is required")),
+    };
     Ok(EncodeOptions {
         layout: options,
-        time_ms: int_in(time, "TIME", 0, i64::MAX)?,
+        time_ms,
+        offset: is_offset,
+        suffix,
         node: node.map(|n| int_in(n, "NODE", 0, i64::MAX)).transpose()?,
         seq: seq.map(|s| int_in(s, "SEQ", 0, i64::MAX)).transpose()?,
         key_type: type_arg,
@@ -56,6 +73,8 @@ pub fn encode(call: &Call) -> CmdResult {
     let EncodeOptions {
         layout: options,
         time_ms,
+        offset,
+        suffix,
         node,
         seq,
         key_type: type_arg,
@@ -66,7 +85,21 @@ pub fn encode(call: &Call) -> CmdResult {
     let layout = keys
         .layout_for(options.kind.unwrap_or(keys.layout.kind), options.epoch)
         .map_err(CmdError::err)?;
-    let tick = layout.tick_of(time_ms).map_err(CmdError::err)?;
+    let fixed = offset || suffix.is_some();
+    if fixed && !layout.is_text() {
+        return Err(CmdError::err(
+            "OFFSET and SUFFIX make Shardjs's fixed keys: the shardjs layout only",
+        ));
+    }
+    let unix_ms = if offset {
+        layout
+            .epoch_ms
+            .checked_add(time_ms)
+            .ok_or_else(|| CmdError::err("OFFSET is out of range"))?
+    } else {
+        time_ms
+    };
+    let tick = layout.tick_of(unix_ms).map_err(CmdError::err)?;
     let mut fields = KeyFields {
         tick,
         node: 0,
@@ -81,6 +114,11 @@ pub fn encode(call: &Call) -> CmdResult {
         None => layout.node_of(&fields),
     };
     layout.validate(&fields).map_err(CmdError::err)?;
+    if fixed {
+        let key = shardjs::fixed_key(fields.tick, fields.seq, fields.key_type, suffix);
+        call.reply.bulk(&key);
+        return Ok(());
+    }
     call.reply
         .bulk(codec::format(&layout, keys.encoding, &fields).as_bytes());
     Ok(())

@@ -18,6 +18,7 @@ pub mod registry;
 pub mod reply;
 pub mod reshard;
 pub mod ring;
+pub mod shardjs;
 pub mod whereis;
 
 use std::os::raw::c_int;

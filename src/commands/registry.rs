@@ -61,6 +61,26 @@ fn table() -> Vec<Spec> {
             c"readonly fast",
         ),
         command(
+            c"shard.specialkey",
+            command_fn!("shard.specialkey", super::shardjs::special_key),
+            c"readonly fast",
+        ),
+        command(
+            c"shard.retype",
+            command_fn!("shard.retype", super::shardjs::retype),
+            c"readonly fast",
+        ),
+        command(
+            c"shard.minify",
+            command_fn!("shard.minify", super::shardjs::minify),
+            c"readonly fast",
+        ),
+        command(
+            c"shard.maxify",
+            command_fn!("shard.maxify", super::shardjs::maxify),
+            c"readonly fast",
+        ),
+        command(
             c"shard.whereis",
             command_fn!("shard.whereis", whereis::whereis),
             c"readonly fast",

@@ -98,7 +98,7 @@ pub fn parse_spec<A: ArgList + ?Sized>(args: &A, command: &str) -> Result<RingSp
     let (hashtag, first_node) = if args.count() > 3 && is(args.arg(3), "HASHTAG") {
         if args.count() < 5 {
             return Err(CmdError::err(
-                "HASHTAG needs a rule: cluster, jedis, greedy or none",
+                "HASHTAG needs a rule: cluster, jedis, greedy, none or shardjs",
             ));
         }
         (Some(args.arg(4)), 5)
@@ -124,13 +124,28 @@ pub fn parse_spec<A: ArgList + ?Sized>(args: &A, command: &str) -> Result<RingSp
 
 /// Reads and builds the ring of a SET or BEGIN; the cluster algo needs cluster mode.
 pub fn parse_ring(call: &Call, command: &str) -> Result<Placement, CmdError> {
-    let spec = parse_spec(&call.args, command)?;
+    let mut spec = parse_spec(&call.args, command)?;
+    let hashtag_given = call.args.len() > 3 && is(call.args.get(3), "HASHTAG");
+    let shardjs = state::lock().keys.layout.kind == crate::keys::LayoutKind::Shardjs;
+    if !hashtag_given && shardjs {
+        spec = with_shardjs_default(spec).map_err(CmdError::err)?;
+    }
     if spec.algo == Algo::Cluster && !call.ctx.get_flags().contains(ContextFlags::CLUSTER) {
         return Err(CmdError::err(
             "the cluster algo needs a server started with cluster-enabled yes",
         ));
     }
     Placement::build(spec).map_err(CmdError::err)
+}
+
+/// A ring used with the shardjs layout and no hash-tag rule of its own hashes what comes before
+/// a key's first `-`, as Shardjs does (the slot algos keep Redis Cluster's rule). The rule is
+/// part of the ring spec, so the ring (and its digest) does not change if the layout does.
+pub fn with_shardjs_default(spec: RingSpec) -> Result<RingSpec, crate::ring::RingError> {
+    if matches!(spec.algo, Algo::Slots | Algo::Cluster) {
+        return Ok(spec);
+    }
+    RingSpec::new(spec.algo, HashTag::Shardjs, spec.nodes)
 }
 
 /// `SHARD.RING GET`: algo, hashtag, epoch, digest and nodes of the current ring.

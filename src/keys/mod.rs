@@ -7,6 +7,7 @@ pub mod codec;
 pub mod generator;
 pub mod layout;
 pub mod settings;
+pub mod shardjs;
 pub mod time;
 pub mod types;
 

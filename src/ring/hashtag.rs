@@ -18,18 +18,22 @@ pub enum HashTag {
     Greedy,
     /// The whole key is hashed.
     None,
+    /// Shardjs: what comes before the first `-` (a fixed key's suffix is not hashed, so special
+    /// keys with one prefix share a node); the whole key when there is none.
+    Shardjs,
 }
 
 impl HashTag {
     /// All rules, in a fixed order.
-    pub const ALL: [HashTag; 4] = [
+    pub const ALL: [HashTag; 5] = [
         HashTag::Cluster,
         HashTag::Jedis,
         HashTag::Greedy,
         HashTag::None,
+        HashTag::Shardjs,
     ];
 
-    /// Parses `cluster`, `jedis`, `greedy` or `none` (ASCII case-insensitive).
+    /// Parses `cluster`, `jedis`, `greedy`, `none` or `shardjs` (ASCII case-insensitive).
     pub fn parse(name: &[u8]) -> Result<HashTag, RingError> {
         for t in HashTag::ALL {
             if name.eq_ignore_ascii_case(t.name().as_bytes()) {
@@ -37,7 +41,7 @@ impl HashTag {
             }
         }
         Err(RingError::new(format!(
-            "unknown hashtag rule '{}', expected one of cluster, jedis, greedy, none",
+            "unknown hashtag rule '{}', expected one of cluster, jedis, greedy, none, shardjs",
             show(name)
         )))
     }
@@ -49,6 +53,7 @@ impl HashTag {
             HashTag::Jedis => "jedis",
             HashTag::Greedy => "greedy",
             HashTag::None => "none",
+            HashTag::Shardjs => "shardjs",
         }
     }
 
@@ -59,6 +64,7 @@ impl HashTag {
             HashTag::Jedis => jedis_tag(key),
             HashTag::Greedy => greedy_tag(key),
             HashTag::None => key,
+            HashTag::Shardjs => memchr::memchr(b'-', key).map_or(key, |at| &key[..at]),
         }
     }
 }
@@ -152,6 +158,14 @@ mod tests {
             .unwrap_err()
             .message()
             .contains("unknown hashtag rule 'regex'"));
+    }
+
+    #[test]
+    fn shardjs_rule_hashes_before_the_first_dash() {
+        assert_eq!(HashTag::Shardjs.extract(b"020000-emails"), b"020000");
+        assert_eq!(HashTag::Shardjs.extract(b"1jyVFw3401"), b"1jyVFw3401");
+        assert_eq!(HashTag::Shardjs.extract(b"a-b-c"), b"a");
+        assert_eq!(HashTag::Shardjs.extract(b"-x"), b"");
     }
 
     #[test]

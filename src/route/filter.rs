@@ -180,6 +180,10 @@ unsafe fn local_call(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
     let Some(meta) = command::known(name) else {
         return false;
     };
+    // A hash command whose field names the dictionary translates: SHARD.CALL's own work.
+    if super::fields::translates(name) {
+        return false;
+    }
     let inner_argc = usize::try_from(argc - 1).unwrap_or(0);
     if meta.blocking {
         return false;

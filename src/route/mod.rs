@@ -10,6 +10,7 @@ pub mod cluster_glue;
 pub mod cluster_view;
 pub mod command;
 pub mod conn;
+pub mod fields;
 pub mod filter;
 pub mod forward;
 pub mod frame;
