@@ -60,6 +60,7 @@ valkey-path: $(VENV)/.installed ## Print the path of the pinned Valkey server bi
 bench: build $(VENV)/.installed ## Benchmarks side by side with the server's own commands and twemproxy; writes bench/results.md
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) VALKEY_SERVER=$(VALKEY_SERVER) python3 bench/run.py --micro
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/fleet.py
+	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/fields.py
 
 # Fuzzing (issue 8): every target runs FUZZ_SECONDS; FUZZ_TARGETS picks some, e.g.
 # `make fuzz FUZZ_TARGETS=resp FUZZ_SECONDS=600`. Crashes land in fuzz/artifacts/<target>/.
