@@ -103,15 +103,7 @@ def main():
               "command filter); with it, the call runs through the module (RedisModule_Call, "
               "then the reply's field names translated), which is what the ratio measures.", ""]
     section = "\n".join(lines)
-    out = Path(opts.out)
-    text = out.read_text() if out.exists() else ""
-    if SECTION in text:
-        head, _, rest = text.partition(SECTION)
-        nxt = rest.find("\n## ", 1)
-        text = head + section + (rest[nxt + 1:] if nxt >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    out.write_text(text)
+    fleet.write_section(Path(opts.out), SECTION, section)
     print("\n" + section)
 
 

@@ -211,6 +211,19 @@ def fill(nodes):
     return {n: owners.count(n) for n in nodes}
 
 
+def write_section(out, title, section):
+    """Puts `section` (starting with its `title` line) into the results file, in place of an
+    older one of the same title."""
+    text = out.read_text() if out.exists() else ""
+    if title in text:
+        head, _, rest = text.partition(title)
+        nxt = rest.find("\n## ", 1)
+        text = head + section + (rest[nxt + 1:] if nxt >= 0 else "")
+    else:
+        text = text.rstrip() + "\n\n" + section
+    out.write_text(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8)
@@ -386,15 +399,7 @@ def main():
         lines.append(f"| {row.label} | {row.pipeline} | {row.n} | "
                      f"{', '.join(base.rate(x[0]) for x in row.runs) or row.error} |")
     section = "\n".join(lines) + "\n"
-    out = Path(opts.out)
-    text = out.read_text() if out.exists() else ""
-    if SECTION in text:
-        head, _, rest = text.partition(SECTION)
-        nxt = rest.find("\n## ", 1)
-        text = head + section + (rest[nxt + 1:] if nxt >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    out.write_text(text)
+    write_section(Path(opts.out), SECTION, section)
     print("\n" + section)
     print(f"{sum(t[-1] == 'PASS' for t in table)} targets pass, "
           f"{sum(t[-1] == 'MISS' for t in table)} miss; written to {out}")

@@ -2,7 +2,9 @@
 module commands no ACL categories), the categories the module gives its commands where the
 server has them (Valkey, Redis 7.2+), and secrets that never show."""
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -10,11 +12,18 @@ import redis
 from conftest import MODULE_ACL_CATEGORIES
 from test_command_docs import raw
 
-# The recipes, exactly as the README gives them.
-APP = ("on >app-pw ~* &* +@read +@write +@connection +shard.genkey +shard.decode +shard.encode "
-       "+shard.whereis +shard.locate +shard.call +shard.ring|get +shard.reshard|status")
-READER = ("on >reader-pw ~* +@read +@connection +shard.decode +shard.encode +shard.whereis "
-          "+shard.locate +shard.ring|get")
+# The recipes, read from the README itself, so that what it tells users is what is tested.
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def recipe(user):
+    found = re.search(rf"^ACL SETUSER {user} (.+)$", README, re.M)
+    assert found, f"the README gives no recipe for {user}"
+    return found.group(1)
+
+
+APP = recipe("app")
+READER = recipe("reader")
 OPERATOR = ("on >op-pw ~* &* +@all")
 
 
@@ -177,6 +186,12 @@ CATEGORIES = {
     "shard.locate": {"read", "fast"},
     "shard.ring|get": {"read", "fast"},
     "shard.reshard|status": {"read", "fast"},
+    "shard.specialkey": {"read", "fast"},
+    "shard.retype": {"read", "fast"},
+    "shard.minify": {"read", "fast"},
+    "shard.maxify": {"read", "fast"},
+    "shard.cluster": {"connection", "slow"},
+    "shard.redirect": {"read", "write", "slow"},
 }
 
 

@@ -1,10 +1,14 @@
 //! The RESP2/RESP3 reply reader (`route::read_reply`) that SHARD.CALL and the resharding jobs
-//! use on other servers' replies, on arbitrary bytes. Checks: no panic, no runaway allocation
-//! (libFuzzer's malloc limit); a command encoded by `encode_command` reads back as an array of
-//! the same bulk strings.
+//! use on other servers' replies, and the resumable frame scanner of the pipelined connections
+//! (`route::frame`), on arbitrary bytes. Checks: no panic, no runaway allocation (libFuzzer's
+//! malloc limit); the scanner, fed the bytes in two pieces, finds a whole reply exactly where
+//! the reader ends one (it checks only framing: a frame the reader refuses closes the
+//! connection); a command encoded by `encode_command` reads back as an array of the same
+//! bulk strings.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use shard::route::frame::FrameScanner;
 use shard::route::{encode_command, read_reply, Resp};
 use shard_fuzz::split_args;
 
@@ -19,6 +23,19 @@ fuzz_target!(|data: &[u8]| {
             }
             Err(_) => break,
         }
+    }
+    // The scanner, resumed after a cut anywhere, agrees with the reader.
+    let cut = data.first().map_or(0, |&b| usize::from(b)).min(data.len());
+    let mut scanner = FrameScanner::default();
+    let scanned = match scanner.scan(&data[..cut]) {
+        Ok(Some(n)) => Ok(Some(n)),
+        Ok(None) => scanner.scan(data),
+        Err(e) => Err(e),
+    };
+    let mut rest = data;
+    let read = read_reply(&mut rest).map(|_| data.len() - rest.len());
+    if let (Ok(Some(n)), Ok(m)) = (&scanned, &read) {
+        assert_eq!(n, m, "the scanner and the reader end the reply at different places");
     }
     let args = split_args(data);
     let wire = encode_command(&args);

@@ -413,8 +413,9 @@ fn key_spec_positions(call: &Call, name: &str) -> Result<Vec<usize>, CmdError> {
     Ok(keys)
 }
 
-/// Runs the command here, as the calling user, replicated like the command itself.
-fn call_here(call: &Call, name: &[u8]) -> CmdResult {
+/// Runs the command here, as the calling user, replicated like the command itself: `name`
+/// and the call's arguments from the third on (`SHARD.CALL name arg ...`).
+pub(crate) fn call_here(call: &Call, name: &[u8]) -> CmdResult {
     let name = CString::new(name).map_err(|_| CmdError::err("a command name with a NUL byte"))?;
     let argv = &call.args.raw()[2..];
     // SAFETY: the strings are the live arguments of this call; the reply is freed after use.

@@ -18,7 +18,6 @@
 //! (not by its next command of any kind, as in cluster mode).
 
 use std::collections::HashSet;
-use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -380,35 +379,8 @@ fn exists(call: &Call, key: &[u8]) -> bool {
     )
 }
 
-/// Runs the redirected command itself here, as the calling user, replicated like itself.
+/// Runs the redirected command itself here, as the calling user, replicated like itself (the
+/// arguments after `SHARD.REDIRECT` are laid out as after `SHARD.CALL`).
 fn run_here(call: &Call) -> CmdResult {
-    let name = CString::new(call.args.get(1))
-        .map_err(|_| CmdError::err("a command name with a NUL byte"))?;
-    let argv = &call.args.raw()[2..];
-    // SAFETY: the strings are the live arguments of this call; the reply is freed after use.
-    unsafe {
-        let (Some(rm_call), Some(reply_with), Some(free)) = (
-            raw::RedisModule_Call,
-            raw::RedisModule_ReplyWithCallReply,
-            raw::RedisModule_FreeCallReply,
-        ) else {
-            return Err(CmdError::err("a Redis module API function is missing"));
-        };
-        let reply = rm_call(
-            call.ctx.ctx,
-            name.as_ptr(),
-            c"vCE!0M".as_ptr(),
-            argv.as_ptr().cast_mut(),
-            argv.len(),
-        );
-        if reply.is_null() {
-            return Err(CmdError::err(format!(
-                "the command could not run: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        reply_with(call.ctx.ctx, reply);
-        free(reply);
-    }
-    Ok(())
+    crate::commands::call::call_here(call, call.args.get(1))
 }
