@@ -4,8 +4,11 @@ RedisCluster, `redis-cli -c` and `redis-benchmark --cluster` route themselves ov
 through a resharding too."""
 
 import hashlib
+import json
 import random
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import redis
@@ -181,3 +184,58 @@ def test_a_resharding_redirects_with_ask_and_loses_nothing(fleet, server_factory
     # old value; the values only read are still at the previous owner (no COPY ran).
     assert [n3.get(k) for k in moved] == [b"2"] * len(moved)
     assert all(rc.get(k) == b"2" for k in moved)
+
+
+# --- a Node.js cluster client: ioredis's Redis.Cluster -------------------------------------
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+IOREDIS = "5.4.2"
+
+
+def _ioredis_version(directory):
+    try:
+        meta = json.loads((directory / "node_modules" / "ioredis" / "package.json").read_text())
+        return meta.get("version")
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.fixture(scope="session")
+def ioredis(tmp_path_factory):
+    """tests/clients/ioredis_cluster.js with ioredis (npm, pinned): tests/clients/node_modules
+    when it is installed there, otherwise `npm install` into a temporary copy."""
+    assert shutil.which("node") and shutil.which("npm"), "node and npm run the ioredis client"
+    directory = CLIENTS
+    if _ioredis_version(directory) != IOREDIS:
+        directory = tmp_path_factory.mktemp("ioredis")
+        for f in ("package.json", "ioredis_cluster.js"):
+            shutil.copy(CLIENTS / f, directory / f)
+        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--no-package-lock",
+                               "--loglevel=error"], cwd=directory, capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
+        assert _ioredis_version(directory) == IOREDIS
+
+    def run(mode, port, commands):
+        done = subprocess.run(["node", str(directory / "ioredis_cluster.js"), mode,
+                               f"127.0.0.1:{port}"], input=json.dumps(commands).encode(),
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
+        return json.loads(done.stdout)
+    return run
+
+
+def test_ioredis_cluster_client_equals_a_plain_server(fleet, server_factory, ioredis):
+    plain = server_factory()
+    rng = random.Random(2201)
+    keys = [k for k in key_names(120, "io") if isinstance(k, str) and k.isascii()]
+    ops = [[str(a) for a in op] for op in random_ops(rng, 1500, keys)]
+    # Multi-key commands within one slot (a shared hash tag) route as a whole. The two runs
+    # follow each other: a TTL may differ by the seconds between them.
+    ops += [["MSET", "{t}a", "1", "{t}b", "2"], ["MGET", "{t}a", "{t}b", "{t}c"], ["DEL", "{t}a", "{t}b"]]
+    got = ioredis("cluster", fleet["n0"].port, ops)
+    want = ioredis("single", plain.port, ops)
+    differ = [(op, g, w) for op, g, w in zip(ops, got, want)
+              if g != w and not (op[0] == "TTL" and abs(g.get("ok", 0) - w.get("ok", 0)) <= 10)]
+    assert not differ, differ[:5]
+    assert sum(s.client().dbsize() for s in fleet.values()) == plain.client().dbsize()
+    assert all(s.client().dbsize() > 0 for s in fleet.values())
