@@ -323,7 +323,7 @@ pub fn redirect(call: &Call) -> CmdResult {
             "Keys in request don't hash to the same slot",
         ));
     }
-    let (current, previous, self_name) = {
+    let (current, previous, previous_in_map, self_name) = {
         let st = state::lock();
         let owner = |p: &Placement| {
             p.ring
@@ -332,7 +332,15 @@ pub fn redirect(call: &Call) -> CmdResult {
         };
         let current = st.rings.current.as_deref().and_then(owner);
         let previous = st.rings.previous.as_deref().and_then(owner);
-        (current, previous, st.config.ring.self_name.clone())
+        // Whether clients can reach the previous owner from the map (a node that is leaving
+        // the fleet is not in it).
+        let in_map = previous.as_ref().is_some_and(|p| {
+            st.rings
+                .current
+                .as_ref()
+                .is_some_and(|c| c.spec.node_index(&p.name).is_some())
+        });
+        (current, previous, in_map, st.config.ring.self_name.clone())
     };
     let Some(current) = current else {
         return run_here(call);
@@ -361,13 +369,15 @@ pub fn redirect(call: &Call) -> CmdResult {
         return run_here(call);
     }
     let readonly = command::known(args.get(1)).is_some_and(|m| m.readonly);
-    if readonly {
+    if readonly && previous_in_map {
         return Err(CmdError::code(
             "ASK",
             format!("{slot} {}:{}", previous.host, previous.port),
         ));
     }
-    // A write of a key not copied yet: SHARD.CALL's copy-before-write, then the write here.
+    // A write of a key not copied yet: SHARD.CALL's copy-before-write, then the write here. A
+    // read of a key still at a node that is leaving the fleet (not in the map, so cluster
+    // clients cannot follow an ASK there): SHARD.CALL's fallback reads it there for them.
     crate::commands::call::call(call)
 }
 
