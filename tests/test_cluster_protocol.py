@@ -6,6 +6,7 @@ through a resharding too."""
 import hashlib
 import json
 import random
+import re
 import shutil
 import subprocess
 import threading
@@ -324,3 +325,44 @@ def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory):
         c = fleet[n].client()
         for k in c.keys("*"):
             assert c.execute_command("SHARD.WHEREIS", k).decode() == n
+
+
+def aof_command_names(workdir):
+    names = []
+    for f in sorted(Path(workdir).rglob("*.aof")):
+        names += [m.lower() for m in re.findall(rb"\*\d+\r\n\$\d+\r\n([^\r]+)\r\n", f.read_bytes())]
+    return names
+
+
+def test_a_replica_and_the_aof_hold_what_the_primary_holds(server_factory):
+    config = [("appendonly", "yes"), ("appendfsync", "always")]
+    servers = {n: server_factory(module_args=["self", n], config=config) for n in ("n0", "n1")}
+    replica = server_factory(module_args=["self", "n0"])
+    for s in servers.values():
+        s.client().execute_command("SHARD.RING", "SET", *slots_ring(servers, ("n0", "n1")))
+        s.client().config_set("shard.cluster-protocol", "yes")
+    replica.client().replicaof("127.0.0.1", servers["n0"].port)
+    rc = cluster_client(servers)
+    rng = random.Random(31)
+    keys = [k for k in key_names(200, "rep") if isinstance(k, str)]
+    for op in random_ops(rng, 2000, keys):
+        try:
+            rc.execute_command(*op)
+        except redis.ResponseError:
+            pass
+    primary = servers["n0"].client()
+    deadline = time.monotonic() + 10
+    while replica.client().info("replication").get("master_link_status") != "up" or \
+            replica.client().info("replication")["slave_repl_offset"] != \
+            primary.info("replication")["master_repl_offset"]:
+        assert time.monotonic() < deadline, "the replica did not catch up"
+        time.sleep(0.05)
+    # The replica applied everything (nothing it received was redirected away).
+    held = primary.keys("*")
+    assert held and sorted(replica.client().keys("*")) == sorted(held)
+    for k in held:
+        assert replica.client().dump(k) == primary.dump(k), k
+    # The AOF holds the plain commands, none of the module's wrappers.
+    names = aof_command_names(servers["n0"].workdir)
+    assert b"shard.redirect" not in names and b"shard.cluster" not in names
+    assert {b"set", b"incr", b"hset"} <= set(names)
