@@ -114,7 +114,7 @@ def test_redis_py_cluster_client_equals_a_plain_server(fleet, server_factory):
     rc = cluster_client(fleet)
     rng = random.Random(22)
     keys = [k for k in key_names(150, "rc") if isinstance(k, str)]
-    ops = random_ops(rng, 3000, keys)
+    ops = random_ops(rng, 10_000, keys)
     differ = []
     for op in ops:
         got = want = None
