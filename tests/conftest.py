@@ -35,6 +35,8 @@ def _server_identity():
 SERVER_NAME, SERVER_VERSION = _server_identity()
 # Redis 7.2 and Valkey let a module give its commands ACL categories; Redis 7.0 gives none.
 MODULE_ACL_CATEGORIES = SERVER_NAME == "valkey" or SERVER_VERSION >= (7, 2, 0)
+# Command filters learn which client sent a command (RedisModule_CommandFilterGetClientId).
+FILTER_SEES_CLIENT = SERVER_NAME == "valkey" or SERVER_VERSION >= (7, 2, 0)
 
 
 def pytest_report_header(config):

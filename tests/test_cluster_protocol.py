@@ -18,6 +18,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from conftest import FILTER_SEES_CLIENT
 from test_call import key_names, random_ops
 
 NAMES = ("n0", "n1", "n2")
@@ -366,3 +367,60 @@ def test_a_replica_and_the_aof_hold_what_the_primary_holds(server_factory):
     names = aof_command_names(servers["n0"].workdir)
     assert b"shard.redirect" not in names and b"shard.cluster" not in names
     assert {b"set", b"incr", b"hset"} <= set(names)
+
+
+# --- transactions ---------------------------------------------------------------------------
+
+
+def keys_by_owner(c, count=2000, prefix="k"):
+    """Key names grouped by the node that owns them (SHARD.WHEREIS)."""
+    out = {}
+    for i in range(count):
+        k = f"{prefix}{i}"
+        out.setdefault(c.execute_command("SHARD.WHEREIS", k).decode(), []).append(k)
+    return out
+
+
+def transaction(client, *commands):
+    """MULTI, the commands, EXEC on one connection: the replies to each queued command and the
+    reply (or error) of EXEC."""
+    queued = []
+    client.execute_command("MULTI")
+    for cmd in commands:
+        try:
+            queued.append(client.execute_command(*cmd))
+        except redis.ResponseError as e:
+            queued.append(("error", str(e)))
+    try:
+        done = client.execute_command("EXEC")
+    except redis.ResponseError as e:
+        done = ("error", str(e))
+    return queued, done
+
+
+@pytest.mark.skipif(not FILTER_SEES_CLIENT, reason="Redis 7.0's command filters cannot tell which "
+                    "client sent a command, so a transaction cannot be refused when it is queued")
+def test_a_transaction_naming_another_nodes_key_runs_nothing(fleet):
+    c = fleet["n0"].client(single_connection_client=True)
+    by_owner = keys_by_owner(c)
+    local, foreign = by_owner["n0"], by_owner["n1"]
+    script = "redis.call('SET', KEYS[1], ARGV[1]) return 1"
+    for bad in (["SET", foreign[0], "x"], ["INCR", foreign[1]],
+                ["MSET", local[2], "1", foreign[2], "2"],  # two slots: CROSSSLOT
+                ["EVAL", script, 1, foreign[3], "x"]):    # keys found by the key specs
+        queued, done = transaction(c, ["SET", local[0], "a"], bad, ["INCR", local[1]])
+        assert [isinstance(q, tuple) for q in queued] == [False, True, False], (bad, queued)
+        assert done[0] == "error" and done[1].startswith("Transaction discarded"), (bad, done)
+        assert c.exists(local[0]) + c.exists(local[1]) == 0, bad
+        assert sum(s.client().dbsize() for s in fleet.values()) == 0, bad
+    # A transaction on this node's keys (fixed keys and keys found by the key specs) runs.
+    assert queued[1][1].startswith("unknown command 'MOVED ")  # where the key is
+    queued, done = transaction(c, ["SET", local[0], "a"], ["INCR", local[1]],
+                               ["EVAL", script, 1, local[2], "z"])
+    assert not any(isinstance(q, tuple) for q in queued) and done == [b"OK", 1, 1], (queued, done)
+    assert (c.get(local[0]), c.get(local[2])) == (b"a", b"z")
+    # Outside a transaction the same commands are redirected as before.
+    with pytest.raises(redis.ResponseError, match="^MOVED"):
+        c.set(foreign[0], "x")
+    with pytest.raises(redis.ResponseError, match="^MOVED"):
+        c.eval(script, 1, foreign[3], "x")

@@ -11,11 +11,17 @@
 //!   module's own connections between nodes, an `ASKING` client at the previous owner, or a
 //!   key the current owner already holds. A write of a key not yet copied in a resharding is
 //!   made safe by SHARD.CALL's copy-before-write plan.
-//! - Keyless commands and the module's own commands are never redirected.
+//! - Keyless commands and the module's own commands are never redirected, and a replica
+//!   redirects nothing (it runs what its primary sends it).
+//! - Inside `MULTI`, a command that must leave is refused when it is queued, so `EXEC` aborts
+//!   and nothing of the transaction runs: the filter replaces it by an unknown command named
+//!   after the redirect (`MOVED slot host:port`), the only queue-time refusal whose text a
+//!   module can choose. This needs the filter to know the client (Valkey, Redis 7.2+).
 //!
-//! Redis 7.0's command filters cannot tell which client sent a command, so the `ASKING` flag is
-//! kept per client by `SHARD.CLUSTER ASKING` and used by that client's next redirected command
-//! (not by its next command of any kind, as in cluster mode).
+//! Redis 7.0's command filters cannot tell which client sent a command: there, a redirected
+//! command in `MULTI` is refused only when `EXEC` runs it, and the `ASKING` flag is kept per
+//! client by `SHARD.CLUSTER ASKING` and used by that client's next redirected command (not by
+//! its next command of any kind, as in cluster mode).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,13 +92,66 @@ pub enum Rewrite {
     Cluster,
     /// `READONLY` → `SHARD.CLUSTER READONLY` (and READWRITE, ASKING).
     Connection,
-    /// Anything that needs the redirect handler: `SHARD.REDIRECT command ...`.
-    Redirect,
+    /// Anything that needs the redirect handler: `SHARD.REDIRECT command ...`, or inside
+    /// `MULTI` a refusal when the command is queued (`Leave::refusal`).
+    Redirect(Leave),
 }
 
-/// The filter's decision for `args` (`args(i)` the i-th argument, `argc` of them).
-pub fn decide<'a>(argc: usize, args: impl Fn(usize) -> Option<&'a [u8]>) -> Rewrite {
-    let Some(name) = args(0) else {
+/// Why a command cannot run on this node as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leave {
+    /// Its slot is another node's: `MOVED slot host:port`.
+    Moved { slot: u16, address: String },
+    /// Its keys are in several slots.
+    CrossSlot,
+    /// Its slot is being moved here and not every key has arrived: `ASK slot host:port` of
+    /// the previous owner.
+    Arriving { slot: u16, from: String },
+    /// A key the filter could not read.
+    Unreadable,
+}
+
+impl Leave {
+    /// The name of the unknown command the filter puts in place of a command that must leave
+    /// inside `MULTI`: the server refuses it when it is queued (`ERR unknown command '...'`),
+    /// and `EXEC` then aborts, as cluster mode's `MOVED` at queue time does.
+    pub fn refusal(&self) -> String {
+        match self {
+            Leave::Moved { slot, address } => format!("MOVED {slot} {address}"),
+            Leave::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
+            Leave::Arriving { slot, from } => format!("ASK {slot} {from}"),
+            Leave::Unreadable => "TRYAGAIN a key of the command could not be read".into(),
+        }
+    }
+}
+
+/// What the filter can ask the server about the command it holds.
+pub trait FilterEnv<'a> {
+    /// The `i`-th argument (0 is the command's name).
+    fn arg(&self, i: usize) -> Option<&'a [u8]>;
+    /// The key positions the server's key specs give, for a command whose keys move with its
+    /// arguments (`EVAL`'s numkeys, `XREAD`'s `STREAMS`); `None` when the server finds none or
+    /// refuses the arguments (it then replies to the command itself).
+    fn movable_keys(&self) -> Option<Vec<usize>>;
+    /// Whether the key at position `pos` is in this node's database 0.
+    fn exists(&self, pos: usize) -> bool;
+    /// Whether this server is a replica.
+    fn is_replica(&self) -> bool;
+    /// Whether the client that sent the command is inside `MULTI` (always `false` on Redis
+    /// 7.0, whose command filters cannot tell which client sent a command).
+    fn in_transaction(&self) -> bool;
+}
+
+/// The filter's decision for a command of `argc` arguments.
+///
+/// A command that must leave this node becomes `SHARD.REDIRECT`, which may not be queued in
+/// `MULTI` (`no-multi`): inside a transaction the server refuses it when it is queued and
+/// `EXEC` then aborts, so a transaction naming another node's key runs nothing, as cluster
+/// mode's `MOVED` at queue time does. Keys of this node, including keys a resharding has
+/// already brought here, pass untouched and queue as always. A replica redirects nothing: it
+/// runs what its primary sends it, `MULTI` blocks included.
+pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
+    let Some(name) = env.arg(0) else {
         return Rewrite::None;
     };
     if name.eq_ignore_ascii_case(b"cluster") {
@@ -110,46 +169,72 @@ pub fn decide<'a>(argc: usize, args: impl Fn(usize) -> Option<&'a [u8]>) -> Rewr
     let Some(meta) = command::known(name) else {
         return Rewrite::None;
     };
-    let positions = match meta.fixed_keys(argc) {
-        Some(range) => range,
-        // Keys that move with the arguments (EVAL, XREAD, ...): the handler finds them.
-        None if meta.movable => return Rewrite::Redirect,
+    let here = match meta.fixed_keys(argc) {
+        Some(range) => runs_here(range, env),
+        None if meta.movable => match env.movable_keys() {
+            Some(keys) => runs_here(keys.into_iter(), env),
+            None => return Rewrite::None,
+        },
         None => return Rewrite::None,
     };
-    let st = state::lock();
-    let Some(current) = st.rings.current.as_ref() else {
-        return Rewrite::None;
-    };
-    let Some(ring) = current.ring.as_ref().filter(|_| eligible(current)) else {
-        return Rewrite::None;
-    };
-    let self_name = st.config.ring.self_name.as_str();
-    let previous = st.rings.previous.as_ref().and_then(|p| p.ring.as_ref());
-    let mut slot = None;
-    for pos in positions {
-        let Some(key) = args(pos) else {
-            return Rewrite::Redirect;
-        };
-        let s = key_slot(key);
-        if slot.is_some_and(|x| x != s) {
-            return Rewrite::Redirect; // CROSSSLOT
-        }
-        if slot.is_none() {
-            let here = ring
-                .spec()
-                .nodes
-                .get(ring.owner(key))
-                .map(|n| n.name.as_str());
-            let before =
-                previous.map(|p| p.spec().nodes.get(p.owner(key)).map(|n| n.name.as_str()));
-            let pending = before.is_some_and(|b| b != here);
-            if here != Some(self_name) || pending {
-                return Rewrite::Redirect;
-            }
-        }
-        slot = Some(s);
+    match here {
+        Err(leave) if !env.is_replica() => Rewrite::Redirect(leave),
+        _ => Rewrite::None,
     }
-    Rewrite::None
+}
+
+/// `Ok` when the keys at `positions` are in one slot this node owns, with no resharding step
+/// pending for it or with every key brought here already (or there is no key).
+fn runs_here<'a>(
+    positions: impl Iterator<Item = usize> + Clone,
+    env: &impl FilterEnv<'a>,
+) -> Result<(), Leave> {
+    let arriving = {
+        let st = state::lock();
+        let Some(current) = st.rings.current.as_ref() else {
+            return Ok(());
+        };
+        let Some(ring) = current.ring.as_ref().filter(|_| eligible(current)) else {
+            return Ok(());
+        };
+        let self_name = st.config.ring.self_name.as_str();
+        let previous = st.rings.previous.as_ref().and_then(|p| p.ring.as_ref());
+        let mut slot = None;
+        let mut arriving = None;
+        for pos in positions.clone() {
+            let Some(key) = env.arg(pos) else {
+                return Err(Leave::Unreadable);
+            };
+            let s = key_slot(key);
+            if slot.is_some_and(|x| x != s) {
+                return Err(Leave::CrossSlot);
+            }
+            if slot.is_none() {
+                let Some(owner) = ring.spec().nodes.get(ring.owner(key)) else {
+                    return Ok(());
+                };
+                if owner.name != self_name {
+                    return Err(Leave::Moved {
+                        slot: s,
+                        address: format!("{}:{}", owner.host, owner.port),
+                    });
+                }
+                let before = previous.and_then(|p| p.spec().nodes.get(p.owner(key)));
+                arriving = before
+                    .filter(|b| b.name != owner.name)
+                    .map(|b| (s, format!("{}:{}", b.host, b.port)));
+            }
+            slot = Some(s);
+        }
+        arriving
+    };
+    // The state lock is released: looking a key up may expire it.
+    match arriving {
+        Some((slot, from)) if !positions.into_iter().all(|p| env.exists(p)) => {
+            Err(Leave::Arriving { slot, from })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The view of the current ring, for SHARD.CLUSTER.

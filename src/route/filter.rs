@@ -16,7 +16,7 @@
 
 use std::cell::Cell;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use redis_module::raw;
 
@@ -55,11 +55,21 @@ pub fn owner_found(key: &[u8], ring: &Placement) -> Option<usize> {
     .map(|v| v.owner)
 }
 
+/// A context of no client for what the filter asks the server (key specs, whether a key
+/// exists, the server's role): made at load, used on the main thread only.
+static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
 /// Registers the filter.
 ///
 /// # Safety
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
 pub unsafe fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    // SAFETY: called from OnLoad with its context.
+    unsafe {
+        if let Some(detach) = raw::RedisModule_GetDetachedThreadSafeContext {
+            DETACHED.store(detach(ctx), Ordering::Relaxed);
+        }
+    }
     // SAFETY: called from OnLoad with its context.
     let filter = unsafe {
         let register = raw::RedisModule_RegisterCommandFilter
@@ -98,6 +108,97 @@ extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     }));
 }
 
+/// The filtered command, as the cluster protocol's decision sees it.
+struct Filtered {
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    argc: c_int,
+}
+
+impl Filtered {
+    fn string(&self, i: usize) -> Option<*mut raw::RedisModuleString> {
+        let pos = c_int::try_from(i).ok().filter(|p| *p < self.argc)?;
+        // SAFETY: the filter context is live for the callback that made `self`; pos < argc.
+        let s = unsafe { raw::RedisModule_CommandFilterArgGet?(self.fctx, pos) };
+        (!s.is_null()).then_some(s)
+    }
+}
+
+impl<'a> cluster_glue::FilterEnv<'a> for Filtered {
+    fn arg(&self, i: usize) -> Option<&'a [u8]> {
+        let pos = c_int::try_from(i).ok().filter(|p| *p < self.argc)?;
+        // SAFETY: pos < argc; the argument outlives the callback.
+        unsafe { arg(self.fctx, pos) }
+    }
+
+    fn movable_keys(&self) -> Option<Vec<usize>> {
+        let ctx = DETACHED.load(Ordering::Relaxed);
+        // SAFETY: the API table is filled at load and read-only after.
+        let get = unsafe { raw::RedisModule_GetCommandKeysWithFlags }?;
+        let count = usize::try_from(self.argc).ok()?;
+        let argv = (0..count)
+            .map(|i| self.string(i))
+            .collect::<Option<Vec<_>>>()?;
+        let mut num: c_int = 0;
+        // SAFETY: argv are the live arguments of the filtered command; the result is freed
+        // below with RedisModule_Free.
+        unsafe {
+            let p = get(ctx, argv.as_ptr().cast_mut(), self.argc, &mut num, std::ptr::null_mut());
+            if p.is_null() {
+                return None;
+            }
+            let n = usize::try_from(num).unwrap_or(0);
+            let keys = std::slice::from_raw_parts(p, n)
+                .iter()
+                .filter_map(|&k| usize::try_from(k).ok())
+                .collect();
+            if let Some(free) = raw::RedisModule_Free {
+                free(p.cast());
+            }
+            Some(keys)
+        }
+    }
+
+    fn exists(&self, pos: usize) -> bool {
+        let ctx = DETACHED.load(Ordering::Relaxed);
+        // SAFETY: the API table is filled at load and read-only after.
+        let (Some(key), Some(exists)) = (self.string(pos), unsafe { raw::RedisModule_KeyExists })
+        else {
+            return false;
+        };
+        // SAFETY: the filter runs on the main thread; the detached context reads database 0.
+        !ctx.is_null() && unsafe { exists(ctx, key) } != 0
+    }
+
+    fn in_transaction(&self) -> bool {
+        // SAFETY: the API table is filled at load and read-only after; the filter context is
+        // live. Redis 7.0 has no CommandFilterGetClientId: the filter cannot tell.
+        unsafe {
+            let (Some(id_of), Some(info_of)) = (
+                raw::RedisModule_CommandFilterGetClientId,
+                raw::RedisModule_GetClientInfoById,
+            ) else {
+                return false;
+            };
+            let id = id_of(self.fctx);
+            let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
+            info.version = 1;
+            info_of(std::ptr::addr_of_mut!(info).cast(), id) == raw::REDISMODULE_OK as c_int
+                && info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0
+        }
+    }
+
+    fn is_replica(&self) -> bool {
+        let ctx = DETACHED.load(Ordering::Relaxed);
+        // SAFETY: the API table is filled at load and read-only after.
+        let Some(flags) = (unsafe { raw::RedisModule_GetContextFlags }) else {
+            return false;
+        };
+        // SAFETY: the detached context lives as long as the module.
+        !ctx.is_null()
+            && unsafe { flags(ctx) } & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
+    }
+}
+
 /// The cluster protocol's rewrites (`cluster_glue`): `CLUSTER ...` and the connection commands
 /// to `SHARD.CLUSTER`, keyed commands for other slots to `SHARD.REDIRECT`.
 unsafe fn cluster_rewrite(fctx: *mut raw::RedisModuleCommandFilterCtx) {
@@ -106,13 +207,15 @@ unsafe fn cluster_rewrite(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let Ok(count) = usize::try_from(argc) else {
         return;
     };
-    let args = |i: usize| {
-        let pos = c_int::try_from(i).ok().filter(|p| *p < argc)?;
-        // SAFETY: pos < argc.
-        unsafe { arg(fctx, pos) }
-    };
-    let insert: &[u8] = match cluster_glue::decide(count, args) {
+    let filtered = Filtered { fctx, argc };
+    let insert: &[u8] = match cluster_glue::decide(count, &filtered) {
         Rewrite::None => return,
+        Rewrite::Redirect(leave) if cluster_glue::FilterEnv::in_transaction(&filtered) => {
+            // SAFETY: the filter context is live; the positions exist; the filter owns the
+            // replacement string.
+            unsafe { refuse(fctx, argc, &leave.refusal()) };
+            return;
+        }
         Rewrite::Cluster => {
             // SAFETY: position 0 exists; the filter owns the replacement string.
             unsafe {
@@ -127,7 +230,7 @@ unsafe fn cluster_rewrite(fctx: *mut raw::RedisModuleCommandFilterCtx) {
             return;
         }
         Rewrite::Connection => b"shard.cluster",
-        Rewrite::Redirect => b"shard.redirect",
+        Rewrite::Redirect(_) => b"shard.redirect",
     };
     // SAFETY: inserting at 0 is always valid; the filter owns the new string.
     unsafe {
@@ -138,6 +241,27 @@ unsafe fn cluster_rewrite(fctx: *mut raw::RedisModuleCommandFilterCtx) {
             let s = create(std::ptr::null_mut(), insert.as_ptr().cast(), insert.len());
             insert_at(fctx, 0, s);
         }
+    }
+}
+
+/// Makes the filtered command an unknown command named `text`, with no argument: the server
+/// refuses it (`ERR unknown command 'text'`) and, inside `MULTI`, flags the transaction so that
+/// `EXEC` aborts.
+unsafe fn refuse(fctx: *mut raw::RedisModuleCommandFilterCtx, argc: c_int, text: &str) {
+    // SAFETY: the filter context is live; positions 1..argc exist and are deleted from the
+    // last; position 0 is replaced by a string the filter owns.
+    unsafe {
+        let (Some(create), Some(replace), Some(delete)) = (
+            raw::RedisModule_CreateString,
+            raw::RedisModule_CommandFilterArgReplace,
+            raw::RedisModule_CommandFilterArgDelete,
+        ) else {
+            return;
+        };
+        for pos in (1..argc).rev() {
+            delete(fctx, pos);
+        }
+        replace(fctx, 0, create(std::ptr::null_mut(), text.as_ptr().cast(), text.len()));
     }
 }
 
