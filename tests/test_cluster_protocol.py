@@ -226,6 +226,7 @@ def ioredis(tmp_path_factory):
                               capture_output=True, timeout=120)
         assert done.returncode == 0, done.stderr.decode(errors="replace")
         return json.loads(done.stdout)
+    run.script = directory / "ioredis_cluster.js"
     return run
 
 
@@ -266,7 +267,97 @@ def run_job(servers, names, verb):
             time.sleep(0.05)
 
 
-def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory):
+class PyLoad:
+    """redis-py's RedisCluster in a thread."""
+
+    def __init__(self, servers, keys):
+        self.counts, self.errors, self.wrong, self.ops = {}, [], [], 0
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.run, args=(servers, keys))
+        self.thread.start()
+
+    def run(self, servers, keys):
+        client = cluster_client(servers)
+        rng = random.Random(5)
+        while not self.stop_event.is_set():
+            k = rng.choice(keys)
+            try:
+                if rng.random() < 0.5:
+                    self.counts[k] = client.incr(f"{k}:n")  # acknowledged: the counter's value
+                elif client.get(k) != f"v-{k}".encode():
+                    self.wrong.append(k)
+            except Exception as e:  # noqa: BLE001 - every failure is a finding, reported below
+                self.errors.append((k, repr(e), traceback.format_exc()[-1000:]))
+            self.ops += 1
+
+    def stop(self):
+        self.stop_event.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+class NodeLoad:
+    """ioredis's Redis.Cluster in a Node.js process (tests/clients/ioredis_cluster.js load)."""
+
+    def __init__(self, servers, keys, script):
+        self.proc = subprocess.Popen(["node", str(script), "load", f"127.0.0.1:{servers['n0'].port}"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+        self.proc.stdin.write(json.dumps(keys).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def stop(self):
+        out, err = self.proc.communicate(timeout=60)  # closes stdin: the load stops
+        assert self.proc.returncode == 0, err.decode(errors="replace")
+        done = json.loads(out)
+        self.counts, self.errors, self.wrong, self.ops = (
+            done["counts"], done["errors"], done["wrong"], done["ops"])
+
+
+class CliLoad:
+    """`redis-cli -c` reading commands from a pipe, one at a time, in a thread."""
+
+    def __init__(self, servers, keys):
+        self.counts, self.errors, self.wrong, self.ops = {}, [], [], 0
+        self.proc = subprocess.Popen(["redis-cli", "-c", "-p", str(servers["n0"].port)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.run, args=(keys,))
+        self.thread.start()
+
+    def reply(self):
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, "redis-cli exited"
+            if not line.startswith("-> Redirected"):  # what -c prints when it follows one
+                return line.rstrip("\n")
+
+    def run(self, keys):
+        rng = random.Random(7)
+        while not self.stop_event.is_set():
+            k = rng.choice(keys)
+            incr = rng.random() < 0.5
+            self.proc.stdin.write(f"INCR {k}:n\n" if incr else f"GET {k}\n")
+            self.proc.stdin.flush()
+            got = self.reply()
+            if incr and got.isdigit():
+                self.counts[k] = int(got)
+            elif incr:
+                self.errors.append((k, got))
+            elif got != f"v-{k}":
+                self.wrong.append((k, got))
+            self.ops += 1
+
+    def stop(self):
+        self.stop_event.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+        self.proc.stdin.close()
+        assert self.proc.wait(10) == 0
+
+
+@pytest.mark.parametrize("client", ["redis-py", "ioredis", "redis-cli"])
+def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory, client, request):
     joining = server_factory(module_args=["self", "n3"])
     servers = dict(fleet, n3=joining)
     old, new = NAMES, ("n0", "n1", "n2", "n3")
@@ -276,27 +367,15 @@ def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory):
     keys = [f"grow:{i}" for i in range(400)]
     for k in keys:
         rc.set(k, f"v-{k}")
-    counts = {k: 0 for k in keys}
-    errors, wrong = [], []
-    stop = threading.Event()
-
-    def load():
-        client = cluster_client(servers)
-        rng = random.Random(5)
-        while not stop.is_set():
-            k = rng.choice(keys)
-            try:
-                if rng.random() < 0.5:
-                    counts[k] = client.incr(f"{k}:n")  # acknowledged: the counter's value
-                elif client.get(k) != f"v-{k}".encode():
-                    wrong.append(k)
-            except Exception as e:  # noqa: BLE001 - every failure is a finding, reported below
-                errors.append((k, repr(e), traceback.format_exc()[-1000:]))
-
-    t = threading.Thread(target=load)
-    t.start()
+    if client == "redis-py":
+        load = PyLoad(servers, keys)
+    elif client == "ioredis":
+        load = NodeLoad(servers, keys, request.getfixturevalue("ioredis").script)
+    else:
+        load = CliLoad(servers, keys)
     try:
-        for step, (before, after) in enumerate(((old, new), (new, old))):
+        time.sleep(0.3)
+        for before, after in ((old, new), (new, old)):
             for s in servers.values():
                 c = s.client()
                 assert c.execute_command("SHARD.RING", "BEGIN", *slots_ring(servers, after)) == b"OK"
@@ -304,17 +383,16 @@ def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory):
             for s in servers.values():
                 assert s.client().execute_command("SHARD.RING", "COMMIT") == b"OK"
             run_job(servers, after, "CLEANUP")
-            time.sleep(0.2)
+            time.sleep(0.3)
     finally:
-        stop.set()
-        t.join(30)
-    assert not t.is_alive()
-    assert not errors, errors[:5]
-    assert not wrong, wrong[:5]
+        load.stop()
+    assert not load.errors, load.errors[:5]
+    assert not load.wrong, load.wrong[:5]
+    assert load.ops > 100 and len(load.counts) > 50, (load.ops, len(load.counts))
     # Every acknowledged INCR is there, every key is on its owner only (n3 has left).
     for k in keys:
         assert rc.get(k) == f"v-{k}".encode()
-        assert int(rc.get(f"{k}:n") or 0) == counts[k], k
+        assert int(rc.get(f"{k}:n") or 0) == load.counts.get(k, 0), k
     # n3 has left the map; what it still holds (a leaving node is shut down, not cleaned up)
     # was copied to the owners before the commit.
     assert len(fleet["n0"].client().execute_command("CLUSTER", "NODES").splitlines()) == 3
@@ -424,3 +502,62 @@ def test_a_transaction_naming_another_nodes_key_runs_nothing(fleet):
         c.set(foreign[0], "x")
     with pytest.raises(redis.ResponseError, match="^MOVED"):
         c.eval(script, 1, foreign[3], "x")
+
+
+def error_counts(server):
+    """INFO errorstats of a server: {error code: replies}."""
+    info = server.client().info("errorstats")
+    return {k.removeprefix("errorstat_"): v["count"] for k, v in info.items()}
+
+
+def test_redis_benchmark_through_a_grow_and_a_shrink_loses_no_incr(fleet, server_factory):
+    """`redis-benchmark --cluster -t incr` while a node joins (taking slots 0-4095) and leaves
+    again. redis-benchmark learns its nodes once, at start (a node that appears later in
+    `CLUSTER SLOTS` makes it exit, as on a real cluster): it starts once the joining node is in
+    the map, right after `SHARD.RING BEGIN`. It counts a redirect as a request done and does not
+    resend it, so the INCRs applied are the requests minus the redirects the servers replied:
+    the counters at their owners must add up to exactly that."""
+    joining = server_factory(module_args=["self", "n3"])
+    servers = dict(fleet, n3=joining)
+    old, new = NAMES, ("n3", "n0", "n1", "n2")
+    joining.client().execute_command("SHARD.RING", "SET", *slots_ring(fleet, old))
+    joining.client().config_set("shard.cluster-protocol", "yes")
+    for s in servers.values():
+        assert s.client().execute_command("SHARD.RING", "BEGIN", *slots_ring(servers, new)) == b"OK"
+    requests = 300_000
+    bench = subprocess.Popen(["redis-benchmark", "--cluster", "-h", "127.0.0.1", "-p",
+                              str(fleet["n0"].port), "-n", str(requests), "-c", "6", "-r", "2000",
+                              "-t", "incr", "-q", "-e"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        time.sleep(0.5)
+        for before, after in ((old, new), (new, old)):
+            for s in servers.values():
+                c = s.client()
+                if before == new:  # the grow's BEGIN came before the benchmark
+                    assert c.execute_command("SHARD.RING", "BEGIN", *slots_ring(servers, after)) == b"OK"
+            run_job(servers, before, "COPY")
+            for s in servers.values():
+                assert s.client().execute_command("SHARD.RING", "COMMIT") == b"OK"
+            run_job(servers, after, "CLEANUP")
+            time.sleep(0.3)
+        # The reshardings ran while the benchmark did.
+        assert bench.poll() is None, ("raise `requests`: the benchmark ended before the reshardings", bench.communicate())
+        out, err = bench.communicate(timeout=120)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+    assert bench.returncode == 0, err + out
+    # -e: redis-benchmark prints the errors it gets (at most one a second).
+    shown = [l for l in re.split(r"[\r\n]", out) if "Error from server" in l]
+    assert all(re.search(r": (MOVED|ASK) ", l) for l in shown), shown
+    redirects = sum(error_counts(s).get(code, 0) for s in servers.values() for code in ("MOVED", "ASK"))
+    assert redirects > 0, "slot 0 moved to the joining node and back: the benchmark was redirected"
+    total = 0
+    for n in old:
+        c = fleet[n].client()
+        for k in c.keys("counter:*"):
+            assert c.execute_command("SHARD.WHEREIS", k).decode() == n
+            total += int(c.get(k))
+    assert total == requests - redirects

@@ -142,7 +142,13 @@ impl<'a> cluster_glue::FilterEnv<'a> for Filtered {
         // SAFETY: argv are the live arguments of the filtered command; the result is freed
         // below with RedisModule_Free.
         unsafe {
-            let p = get(ctx, argv.as_ptr().cast_mut(), self.argc, &mut num, std::ptr::null_mut());
+            let p = get(
+                ctx,
+                argv.as_ptr().cast_mut(),
+                self.argc,
+                &mut num,
+                std::ptr::null_mut(),
+            );
             if p.is_null() {
                 return None;
             }
@@ -194,8 +200,7 @@ impl<'a> cluster_glue::FilterEnv<'a> for Filtered {
             return false;
         };
         // SAFETY: the detached context lives as long as the module.
-        !ctx.is_null()
-            && unsafe { flags(ctx) } & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
+        !ctx.is_null() && unsafe { flags(ctx) } & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
     }
 }
 
@@ -261,7 +266,11 @@ unsafe fn refuse(fctx: *mut raw::RedisModuleCommandFilterCtx, argc: c_int, text:
         for pos in (1..argc).rev() {
             delete(fctx, pos);
         }
-        replace(fctx, 0, create(std::ptr::null_mut(), text.as_ptr().cast(), text.len()));
+        replace(
+            fctx,
+            0,
+            create(std::ptr::null_mut(), text.as_ptr().cast(), text.len()),
+        );
     }
 }
 
