@@ -11,7 +11,6 @@ pub mod commands;
 pub mod config;
 pub mod durability;
 pub mod info;
-pub mod jobs;
 pub mod keys;
 pub mod persist;
 pub mod placement;

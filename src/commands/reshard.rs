@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::args::{int_in, is, ArgList};
 use super::{Call, CmdError, CmdResult};
-use crate::jobs::{self, CopyOptions};
+use crate::reshard::jobs::{self, CopyOptions};
 use crate::placement::Placement;
 use crate::reshard::{is_member, JobKind};
 use crate::state::{self, ModuleState};
@@ -74,7 +74,7 @@ pub fn copy(call: &Call) -> CmdResult {
         options.auth = st.config.auth();
         (ring, self_name)
     };
-    jobs::start(call.ctx, JobKind::Copy, ring, self_name, options);
+    jobs::start(call.ctx, JobKind::Copy, ring, self_name, options).map_err(CmdError::err)?;
     call.reply.ok();
     Ok(())
 }
@@ -103,7 +103,7 @@ pub fn cleanup(call: &Call) -> CmdResult {
         replace: false,
         auth: None,
     };
-    jobs::start(call.ctx, JobKind::Cleanup, ring, self_name, options);
+    jobs::start(call.ctx, JobKind::Cleanup, ring, self_name, options).map_err(CmdError::err)?;
     call.reply.ok();
     Ok(())
 }
@@ -139,7 +139,7 @@ pub fn status(call: &Call) -> CmdResult {
     let job = &st.job;
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let reply = &call.reply;
-    reply.map(11);
+    reply.map(17);
     reply.field_bulk("state", job.state.name().as_bytes());
     reply.field_opt(
         "job",
@@ -148,15 +148,21 @@ pub fn status(call: &Call) -> CmdResult {
             JobKind::Cleanup => b"cleanup".as_slice(),
         }),
     );
-    reply.field_int("scanned", int(job.scanned));
+    reply.field_int("scanned", int(job.scanned()));
     reply.field_int("copied", int(job.copied()));
-    reply.field_int("skipped", int(job.skipped));
+    reply.field_int("skipped", int(job.skipped()));
     reply.field_int("deleted", int(job.deleted()));
-    reply.field_int("failed", int(job.failed));
+    reply.field_int("failed", int(job.failed()));
     reply.field_bulk("last_error", job.last_error.as_bytes());
     reply.field_int("passes", int(job.passes));
     reply.field_int("elapsed_ms", int(job.elapsed_ms));
     reply.field_int("max_step_us", int(job.max_step_us));
+    reply.field_int("keys_total", int(job.keys_total));
+    reply.field_int("percent", int(job.percent()));
+    reply.field_int("keys_per_sec", int(job.keys_per_sec));
+    reply.field_int("eta_ms", int(job.eta_ms));
+    reply.field_int("bytes_sent", int(job.bytes_sent()));
+    reply.field_int("in_flight", int(job.in_flight));
     Ok(())
 }
 

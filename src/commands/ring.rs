@@ -4,7 +4,7 @@ use redis_module::ContextFlags;
 
 use super::args::{is, ArgList};
 use super::{Call, CmdError, CmdResult};
-use crate::jobs;
+use crate::reshard::jobs;
 use crate::placement::Placement;
 use crate::ring::{Algo, HashTag, RingSpec};
 use crate::state;

@@ -73,11 +73,26 @@ pub struct Job {
     pub elapsed_ms: u64,
     /// The longest single step, in microseconds: how long the job held the server at once.
     pub max_step_us: u64,
+    /// Keys in the database when the job started.
+    pub keys_total: u64,
+    /// Bytes of `RESTORE` commands sent, and those not answered yet.
+    pub bytes_sent: u64,
+    pub in_flight: u64,
+    /// Keys walked per second over the last seconds, and the time left at that pace.
+    pub keys_per_sec: u64,
+    pub eta_ms: u64,
+    /// The pass under way in a copy's child, as it last reported: (scanned, copied, skipped,
+    /// failed, bytes sent), not yet in the totals above.
+    pub live: [u64; 5],
     /// Keys moved in the pass under way.
     pass_moved: u64,
     /// Set by STOP: the job ends after its current batch.
     stop_requested: bool,
 }
+
+/// A copy stops after this many passes even if clients keep writing keys it must copy (they
+/// are then copied by the write path's copy-before-write, or by another COPY).
+pub const MAX_PASSES: u64 = 32;
 
 /// What the runner does after a pass over the keyspace ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,10 +145,66 @@ impl Job {
         }
     }
 
+    /// Adds a finished pass of a copy's child: `counts` are (scanned, copied, skipped, failed,
+    /// bytes sent); `error` its last error, if any.
+    pub fn add_pass(&mut self, counts: [u64; 5], error: &str) {
+        let [scanned, copied, skipped, failed, bytes] = counts;
+        self.live = [0; 5];
+        self.scanned += scanned;
+        self.moved += copied;
+        self.pass_moved += copied;
+        self.skipped += skipped;
+        self.failed += failed;
+        self.bytes_sent += bytes;
+        self.in_flight = 0;
+        if !error.is_empty() {
+            self.last_error = error.to_string();
+        }
+    }
+
+    /// Ends a pass of a copy's child: another pass runs while keys were written here during
+    /// this one (`written`: how many; `None`, too many to count), up to `MAX_PASSES`.
+    pub fn end_fork_pass(&mut self, written: Option<usize>) -> AfterPass {
+        self.pass_moved = 0;
+        if written != Some(0) && !self.stop_requested && self.passes < MAX_PASSES {
+            self.passes += 1;
+            AfterPass::Again
+        } else {
+            self.finish();
+            AfterPass::Finished
+        }
+    }
+
+    /// How far the job is, 0 to 100: keys walked over the keys there were at the start.
+    pub fn percent(&self) -> u64 {
+        match self.state {
+            JobState::Done | JobState::Failed => 100,
+            _ if self.keys_total == 0 => 0,
+            _ => (self.scanned().saturating_mul(100) / self.keys_total).min(99),
+        }
+    }
+
+    /// Keys walked, the pass under way included.
+    pub fn scanned(&self) -> u64 {
+        self.scanned + self.live[0]
+    }
+
+    pub fn skipped(&self) -> u64 {
+        self.skipped + self.live[2]
+    }
+
+    pub fn failed(&self) -> u64 {
+        self.failed + self.live[3]
+    }
+
+    pub fn bytes_sent(&self) -> u64 {
+        self.bytes_sent + self.live[4]
+    }
+
     /// Keys copied, when the job is a copy.
     pub fn copied(&self) -> u64 {
         if self.kind == Some(JobKind::Copy) {
-            self.moved
+            self.moved + self.live[1]
         } else {
             0
         }
@@ -203,6 +274,31 @@ mod tests {
             (job.state, job.failed, job.last_error.as_str()),
             (JobState::Failed, 2, "IOERR b")
         );
+    }
+
+    #[test]
+    fn a_forked_copy_runs_again_while_keys_were_written_during_a_pass() {
+        let mut job = Job::start(JobKind::Copy);
+        job.keys_total = 10;
+        job.add_pass([10, 6, 1, 0, 600], "");
+        assert_eq!(job.percent(), 99);
+        assert_eq!(job.end_fork_pass(Some(2)), AfterPass::Again);
+        job.add_pass([2, 1, 0, 1, 100], "d (h:1): OOM");
+        assert_eq!(job.end_fork_pass(None), AfterPass::Again);
+        job.add_pass([0, 0, 0, 0, 0], "");
+        assert_eq!(job.end_fork_pass(Some(0)), AfterPass::Finished);
+        assert_eq!(
+            (job.state, job.moved, job.skipped, job.failed, job.bytes_sent, job.passes),
+            (JobState::Failed, 7, 1, 1, 700, 3)
+        );
+        assert_eq!((job.last_error.as_str(), job.percent()), ("d (h:1): OOM", 100));
+        let mut busy = Job::start(JobKind::Copy);
+        for _ in 0..MAX_PASSES + 5 {
+            if busy.end_fork_pass(Some(1)) == AfterPass::Finished {
+                break;
+            }
+        }
+        assert_eq!((busy.passes, busy.state), (MAX_PASSES, JobState::Done));
     }
 
     #[test]

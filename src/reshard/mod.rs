@@ -1,11 +1,17 @@
 //! Resharding, as Tarantool's shard module did it: a previous and a current ring, a copy phase
 //! that sends each key to its new owner without deleting it here, passes repeated until one
 //! copies nothing, then, once the previous ring is dropped, a cleanup that deletes what this
-//! node no longer owns. Pure Rust: the decisions and the job's bookkeeping; the glue runs it.
+//! node no longer owns. The decisions and the job's bookkeeping are pure Rust (`plan`, `job`);
+//! `jobs` runs them: a copy pass in a forked child (`fork_copy`, shipping with `ship`, the keys
+//! written meanwhile recorded by `dirty`), a cleanup in time-bounded steps on the main thread.
 
+pub mod dirty;
+pub mod fork_copy;
 pub mod job;
+pub mod jobs;
 pub mod migrate;
 pub mod plan;
+pub mod ship;
 
 pub use job::{Job, JobKind, JobState, Outcome};
 pub use plan::{cleanup_deletes, copy_target, is_member};

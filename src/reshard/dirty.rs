@@ -1,0 +1,120 @@
+//! The keys written on this node while a copy's child runs: the child's snapshot predates
+//! them, so the next pass copies them. Recorded from keyspace events (subscribed at the first
+//! copy, so that a server that never reshards pays nothing; afterwards a write costs one call
+//! that checks a flag while no copy runs).
+
+use std::cell::RefCell;
+use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::{raw, Context};
+use rustc_hash::FxHashSet;
+
+/// More keys than this written during one pass: the next pass walks the whole keyspace again
+/// instead of holding them all.
+const MAX_KEYS: usize = 1_000_000;
+
+static SUBSCRIBED: AtomicBool = AtomicBool::new(false);
+static TRACKING: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The keys written, or `None` once more than `MAX_KEYS` were.
+    static DIRTY: RefCell<Option<FxHashSet<Vec<u8>>>> = RefCell::new(Some(FxHashSet::default()));
+}
+
+/// Subscribes to the keyspace events of writes, once.
+pub fn subscribe(ctx: &Context) -> Result<(), String> {
+    if SUBSCRIBED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let types = raw::NotifyEvent::GENERIC
+        | raw::NotifyEvent::STRING
+        | raw::NotifyEvent::LIST
+        | raw::NotifyEvent::SET
+        | raw::NotifyEvent::HASH
+        | raw::NotifyEvent::ZSET
+        | raw::NotifyEvent::STREAM;
+    // SAFETY: the API table is filled at load; the callback lives as long as the module.
+    let done = unsafe {
+        let subscribe = raw::RedisModule_SubscribeToKeyspaceEvents
+            .ok_or("RedisModule_SubscribeToKeyspaceEvents is missing")?;
+        subscribe(ctx.ctx, types.bits(), Some(on_event))
+    };
+    if done != raw::REDISMODULE_OK as c_int {
+        return Err("cannot subscribe to keyspace events".into());
+    }
+    SUBSCRIBED.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+extern "C" fn on_event(
+    _ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    if !TRACKING.load(Ordering::Relaxed) {
+        return 0;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        let mut len = 0usize;
+        // SAFETY: Redis passes a live key name for the duration of the callback.
+        let bytes = unsafe {
+            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+                return;
+            };
+            let p = ptr_len(key, &mut len);
+            if p.is_null() {
+                return;
+            }
+            std::slice::from_raw_parts(p.cast::<u8>(), len)
+        };
+        DIRTY.with(|d| {
+            let mut d = d.borrow_mut();
+            if let Some(set) = d.as_mut() {
+                if set.len() >= MAX_KEYS {
+                    *d = None;
+                } else if !set.contains(bytes) {
+                    set.insert(bytes.to_vec());
+                }
+            }
+        });
+    });
+    0
+}
+
+/// Starts recording, with nothing recorded (at a child's fork).
+pub fn begin() {
+    DIRTY.with(|d| *d.borrow_mut() = Some(FxHashSet::default()));
+    TRACKING.store(true, Ordering::Relaxed);
+}
+
+/// The keys written since `begin`, or `None` when there were too many to keep.
+pub fn take() -> Option<Vec<Vec<u8>>> {
+    DIRTY.with(|d| {
+        d.borrow_mut()
+            .replace(FxHashSet::default())
+            .map(|s| s.into_iter().collect())
+    })
+}
+
+/// Puts back keys taken for a pass that could not start.
+pub fn restore(keys: Vec<Vec<u8>>) {
+    DIRTY.with(|d| {
+        let mut d = d.borrow_mut();
+        if let Some(set) = d.as_mut() {
+            set.extend(keys);
+        }
+    });
+}
+
+/// How many keys are recorded (`None`: too many).
+pub fn count() -> Option<usize> {
+    DIRTY.with(|d| d.borrow().as_ref().map(FxHashSet::len))
+}
+
+/// Stops recording and forgets what was recorded.
+pub fn end() {
+    TRACKING.store(false, Ordering::Relaxed);
+    DIRTY.with(|d| *d.borrow_mut() = Some(FxHashSet::default()));
+}

@@ -1,0 +1,450 @@
+//! The background resharding jobs, driven by module timers so that the server keeps serving.
+//!
+//! - A copy runs pass after pass in a forked child (`fork_copy`): the first walks the whole
+//!   keyspace, each next one the keys written here during the one before (`dirty`), until a
+//!   pass had none. The main thread only forks, polls the child's counts for `STATUS` and
+//!   starts the next pass.
+//! - A cleanup runs on the main thread in steps: each scans a batch of keys and deletes those
+//!   this node no longer owns, and stops once its time budget is spent.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::os::raw::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_module::key::RedisKey;
+use redis_module::{CallOptionsBuilder, CallResult, Context, KeysCursor, RedisString, RedisValue};
+
+use super::fork_copy::{self, Pass, Source};
+use crate::placement::Placement;
+use crate::reshard::job::AfterPass;
+use crate::reshard::{dirty, Job, JobKind, Outcome};
+use crate::ring::Ring;
+use crate::state;
+
+/// How long one step may run before it yields back to the event loop.
+const STEP_BUDGET: Duration = Duration::from_millis(2);
+/// Delay between steps.
+const STEP_INTERVAL: Duration = Duration::from_millis(1);
+/// How often a copy looks at its child's counts, and retries a fork that could not start.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// The window `keys_per_sec` is measured over.
+const RATE_WINDOW: Duration = Duration::from_secs(2);
+
+/// Options of a copy (`SHARD.RESHARD COPY [BATCH n] [TIMEOUT ms] [REPLACE]`).
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    pub batch: usize,
+    pub timeout_ms: u64,
+    pub replace: bool,
+    pub auth: Option<(String, String)>,
+}
+
+/// A running job: what it works with, and where its scan stands.
+struct Runner {
+    ring: Arc<Placement>,
+    self_name: String,
+    options: CopyOptions,
+    cursor: KeysCursor,
+    started: Instant,
+    /// REPLACE applies to the first pass; later passes only pick up new keys.
+    replace_now: bool,
+    /// Keys scanned and not handled yet.
+    pending: VecDeque<Vec<u8>>,
+    /// The scan of this pass has reached its end.
+    scan_over: bool,
+    /// A copy's child, while one runs.
+    child: Option<c_int>,
+    /// (when, keys walked) samples for `keys_per_sec`.
+    samples: VecDeque<(Instant, u64)>,
+}
+
+thread_local! {
+    /// Set by the fork-done handler: (exit code, killed by a signal).
+    static CHILD_DONE: Cell<Option<(c_int, bool)>> = const { Cell::new(None) };
+}
+
+thread_local! {
+    static RUNNER: RefCell<Option<Runner>> = const { RefCell::new(None) };
+}
+
+/// Whether a job is running.
+pub fn running() -> bool {
+    RUNNER.with(|r| r.borrow().is_some())
+}
+
+/// Starts a job in the background; the caller checked that none runs and that the ring and
+/// `self` allow it.
+pub fn start(
+    ctx: &Context,
+    kind: JobKind,
+    ring: Arc<Placement>,
+    self_name: String,
+    options: CopyOptions,
+) -> Result<(), String> {
+    if kind == JobKind::Copy {
+        dirty::subscribe(ctx)?;
+        fork_copy::shared().ok_or("cannot map the page shared with the copy's child")?;
+    }
+    let keys_total = match ctx.call("DBSIZE", &[] as &[&str]) {
+        Ok(RedisValue::Integer(n)) => u64::try_from(n).unwrap_or(0),
+        _ => 0,
+    };
+    let mut job = Job::start(kind);
+    job.keys_total = keys_total;
+    state::lock().job = job;
+    CHILD_DONE.with(|d| d.set(None));
+    let replace_now = options.replace;
+    RUNNER.with(|r| {
+        *r.borrow_mut() = Some(Runner {
+            ring,
+            self_name,
+            options,
+            cursor: KeysCursor::new(),
+            started: Instant::now(),
+            replace_now,
+            pending: VecDeque::new(),
+            scan_over: false,
+            child: None,
+            samples: VecDeque::new(),
+        })
+    });
+    match kind {
+        JobKind::Copy => {
+            ctx.create_timer(Duration::ZERO, |ctx: &Context, ()| on_copy_timer(ctx), ());
+        }
+        JobKind::Cleanup => schedule(ctx),
+    }
+    Ok(())
+}
+
+/// Asks the running job to stop after its current batch (a copy's child is killed at once).
+pub fn request_stop() -> bool {
+    {
+        let mut st = state::lock();
+        if !st.job.state.is_running() {
+            return false;
+        }
+        st.job.request_stop();
+    }
+    RUNNER.with(|r| {
+        if let Some(pid) = r.borrow_mut().as_mut().and_then(|r| r.child.take()) {
+            fork_copy::kill(pid);
+            dirty::end();
+        }
+    });
+    true
+}
+
+/// Called by Redis on the main thread when a copy's child has exited.
+unsafe extern "C" fn on_child_done(exitcode: c_int, bysignal: c_int, _: *mut c_void) {
+    CHILD_DONE.with(|d| d.set(Some((exitcode, bysignal != 0))));
+}
+
+fn on_copy_timer(ctx: &Context) {
+    let started = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(|| copy_tick(ctx)));
+    // What the main thread spent (the fork, mostly): how long the job held the server.
+    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    state::lock().job.record_step(micros.max(1));
+    match outcome {
+        Ok(true) => {
+            ctx.create_timer(POLL_INTERVAL, |ctx: &Context, ()| on_copy_timer(ctx), ());
+        }
+        Ok(false) => {}
+        Err(_) => {
+            RUNNER.with(|r| {
+                if let Some(pid) = r.borrow_mut().take().and_then(|r| r.child) {
+                    fork_copy::kill(pid);
+                }
+            });
+            dirty::end();
+            let mut st = state::lock();
+            st.job.last_error = "internal error in the resharding job; see the Redis log".into();
+            st.job.failed += 1;
+            st.job.finish();
+        }
+    }
+}
+
+/// One look at a copy: starts a pass, follows the running one, or ends the job. True while
+/// the job goes on.
+fn copy_tick(ctx: &Context) -> bool {
+    RUNNER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let Some(runner) = slot.as_mut() else {
+            return false;
+        };
+        let Some(shared) = fork_copy::shared() else {
+            return false;
+        };
+        if state::lock().job.stop_requested() {
+            if let Some(pid) = runner.child.take() {
+                fork_copy::kill(pid);
+            }
+            dirty::end();
+            finish(runner);
+            *slot = None;
+            return false;
+        }
+        if let Some(pid) = runner.child {
+            let Some((code, signalled)) = CHILD_DONE.with(Cell::take) else {
+                runner.follow(shared);
+                return true;
+            };
+            let _ = pid;
+            runner.child = None;
+            let counts = [
+                shared.scanned.load(Ordering::Acquire),
+                shared.copied.load(Ordering::Acquire),
+                shared.skipped.load(Ordering::Acquire),
+                shared.failed.load(Ordering::Acquire),
+                shared.bytes_sent.load(Ordering::Acquire),
+            ];
+            let mut error = shared.error();
+            let finished = shared.finished.load(Ordering::Acquire) == 1;
+            if signalled || code != 0 || !finished {
+                error = if error.is_empty() {
+                    format!("the copy's child ended before its pass was done (exit code {code}, signal {signalled})")
+                } else {
+                    error
+                };
+            }
+            let written = dirty::count();
+            let after = {
+                let mut st = state::lock();
+                st.job.add_pass(counts, &error);
+                if signalled || code != 0 || !finished {
+                    st.job.failed += 1;
+                }
+                st.job.end_fork_pass(written)
+            };
+            let walked = state::lock().job.scanned();
+            runner.record_rate(walked);
+            if after == AfterPass::Finished {
+                dirty::end();
+                finish(runner);
+                *slot = None;
+                return false;
+            }
+        }
+        // Start the next pass: the whole keyspace first, then the keys written meanwhile.
+        let source = if runner.scan_over {
+            match dirty::take() {
+                Some(keys) => Source::Keys(keys),
+                None => Source::Scan,
+            }
+        } else {
+            Source::Scan
+        };
+        let pass = Pass {
+            ring: Arc::clone(&runner.ring),
+            self_name: runner.self_name.clone(),
+            source,
+            replace: runner.replace_now,
+            timeout: Duration::from_millis(runner.options.timeout_ms),
+            auth: runner.options.auth.clone(),
+        };
+        dirty::begin();
+        CHILD_DONE.with(|d| d.set(None));
+        match fork_copy::start(ctx, &pass, on_child_done) {
+            Ok(pid) => {
+                runner.child = Some(pid);
+                runner.scan_over = true;
+                runner.replace_now = false;
+            }
+            Err(why) => {
+                // Redis runs one child at a time: try again shortly, keeping the keys written.
+                if let Source::Keys(keys) = pass.source {
+                    dirty::restore(keys);
+                }
+                state::lock().job.last_error = format!("waiting to fork: {why}");
+            }
+        }
+        true
+    })
+}
+
+fn schedule(ctx: &Context) {
+    ctx.create_timer(STEP_INTERVAL, |ctx: &Context, ()| on_timer(ctx), ());
+}
+
+fn on_timer(ctx: &Context) {
+    let started = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(|| step(ctx)));
+    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    state::lock().job.record_step(micros);
+    match outcome {
+        Ok(true) => schedule(ctx),
+        Ok(false) => {}
+        Err(_) => {
+            // The panic hook logged where; end the job so that nothing half-runs.
+            RUNNER.with(|r| r.borrow_mut().take());
+            let mut st = state::lock();
+            st.job.last_error = "internal error in the resharding job; see the Redis log".into();
+            st.job.failed += 1;
+            st.job.finish();
+        }
+    }
+}
+
+/// Runs one step; true when the job goes on.
+fn step(ctx: &Context) -> bool {
+    let deadline = Instant::now() + STEP_BUDGET;
+    RUNNER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let Some(runner) = slot.as_mut() else {
+            return false;
+        };
+        loop {
+            if state::lock().job.stop_requested() {
+                finish(runner);
+                *slot = None;
+                return false;
+            }
+            if runner.pending.is_empty() {
+                if runner.scan_over {
+                    // The pass is over: another one, or the end. (The lock is released before
+                    // `finish` takes it again.)
+                    let after = state::lock().job.end_pass();
+                    match after {
+                        AfterPass::Again => runner.new_pass(),
+                        AfterPass::Finished => {
+                            finish(runner);
+                            *slot = None;
+                            return false;
+                        }
+                    }
+                }
+                let (keys, over) = scan_batch(ctx, runner);
+                runner.pending.extend(keys);
+                runner.scan_over = over;
+            }
+            // One key at a time, so that the time budget holds however slow a MIGRATE is.
+            while let Some(key) = runner.pending.pop_front() {
+                let outcome = runner.handle(ctx, &key);
+                state::lock().job.record(outcome);
+                if Instant::now() >= deadline {
+                    break;
+                }
+            }
+            if Instant::now() >= deadline {
+                let elapsed = runner.started.elapsed().as_millis();
+                state::lock().job.elapsed_ms = u64::try_from(elapsed).unwrap_or(u64::MAX);
+                return true;
+            }
+        }
+    })
+}
+
+/// Records the end of the job.
+fn finish(runner: &Runner) {
+    let elapsed = runner.started.elapsed().as_millis();
+    let mut st = state::lock();
+    st.job.elapsed_ms = u64::try_from(elapsed).unwrap_or(u64::MAX);
+    if st.job.state.is_running() {
+        st.job.finish();
+    }
+}
+
+/// Scans until `batch` key names are collected or the pass is over (true).
+fn scan_batch(ctx: &Context, runner: &Runner) -> (Vec<Vec<u8>>, bool) {
+    // The scan callback may not change the keyspace: it only collects names, handled after.
+    let collected = RefCell::new(Vec::with_capacity(runner.options.batch));
+    let collect = |_: &Context, name: &RedisString, _: Option<&RedisKey>| {
+        collected.borrow_mut().push(name.as_slice().to_vec());
+    };
+    let mut over = false;
+    while collected.borrow().len() < runner.options.batch {
+        if !runner.cursor.scan(ctx, &collect) {
+            over = true;
+            break;
+        }
+    }
+    (collected.into_inner(), over)
+}
+
+impl Runner {
+    /// Copies the running child's counts into the job, for STATUS and INFO.
+    fn follow(&mut self, shared: &fork_copy::Shared) {
+        let live = [
+            shared.scanned.load(Ordering::Relaxed),
+            shared.copied.load(Ordering::Relaxed),
+            shared.skipped.load(Ordering::Relaxed),
+            shared.failed.load(Ordering::Relaxed),
+            shared.bytes_sent.load(Ordering::Relaxed),
+        ];
+        let walked = {
+            let mut st = state::lock();
+            let job = &mut st.job;
+            job.live = live;
+            job.in_flight = shared.in_flight.load(Ordering::Relaxed);
+            job.elapsed_ms =
+                u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            job.scanned()
+        };
+        self.record_rate(walked);
+        let mut st = state::lock();
+        let job = &mut st.job;
+        if let (Some(&(t0, k0)), Some(&(t1, k1))) = (self.samples.front(), self.samples.back()) {
+            let secs = t1.duration_since(t0).as_secs_f64();
+            if secs > 0.05 {
+                job.keys_per_sec = ((k1.saturating_sub(k0)) as f64 / secs) as u64;
+                let left = job.keys_total.saturating_sub(k1);
+                job.eta_ms = if job.keys_per_sec > 0 {
+                    left.saturating_mul(1000) / job.keys_per_sec
+                } else {
+                    0
+                };
+            }
+        }
+    }
+
+    fn record_rate(&mut self, walked: u64) {
+        let now = Instant::now();
+        self.samples.push_back((now, walked));
+        while self
+            .samples
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Starts another pass over the keyspace.
+    fn new_pass(&mut self) {
+        self.cursor.restart();
+        self.replace_now = false;
+        self.scan_over = false;
+    }
+
+    fn handle(&mut self, ctx: &Context, key: &[u8]) -> Outcome {
+        let placement = Arc::clone(&self.ring);
+        let Some(ring) = placement.ring.as_ref() else {
+            return Outcome::Failed("the cluster algo has no ring to reshard".into());
+        };
+        cleanup(ctx, ring, &self.self_name, key)
+    }
+}
+
+fn cleanup(ctx: &Context, ring: &Ring, self_name: &str, key: &[u8]) -> Outcome {
+    if !crate::reshard::cleanup_deletes(ring, self_name, key) {
+        return Outcome::Kept;
+    }
+    let options = CallOptionsBuilder::new()
+        .replicate()
+        .errors_as_replies()
+        .build();
+    let result: CallResult = ctx.call_ext("UNLINK", &options, &[key]);
+    match result {
+        Ok(_) => Outcome::Moved,
+        Err(e) => Outcome::Failed(format!(
+            "UNLINK failed: {}",
+            e.to_utf8_string().unwrap_or_default()
+        )),
+    }
+}

@@ -1,0 +1,405 @@
+//! Ships `RESTORE` commands to the destinations of a copy, many in flight on one connection per
+//! destination, and counts what each reply says: `+OK` copied, `-BUSYKEY` skipped (the key is
+//! there already, newer than this copy), any other error or a lost connection failed.
+//!
+//! It runs in the forked child of a copy (`fork_copy`), which has nothing else to do: its
+//! sockets are non-blocking and it waits in `poll(2)` only when a destination's window is full
+//! or at the end. The window bounds both the requests and the bytes sent but not yet answered,
+//! so the child's memory stays bounded however fast it serializes. No crate pipelines raw RESP
+//! commands with per-reply accounting and a byte window; the route layer's connections belong to
+//! the main thread's event loop, which the child does not run.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use crate::route::frame::FrameScanner;
+use crate::route::resp::encode_command;
+
+/// How much may be in flight to one destination.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub requests: usize,
+    pub bytes: usize,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window {
+            requests: 4096,
+            bytes: 8 << 20,
+        }
+    }
+}
+
+/// What the replies came to, summed over every destination.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tally {
+    pub copied: u64,
+    pub skipped: u64,
+    pub failed: u64,
+    pub bytes_sent: u64,
+    pub last_error: String,
+}
+
+/// A destination's address and how to log in.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub address: String,
+}
+
+struct Dest {
+    target: Target,
+    stream: Option<TcpStream>,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Bytes of each request in flight, oldest first (their replies come in this order).
+    in_flight: std::collections::VecDeque<usize>,
+    in_flight_bytes: usize,
+    inbuf: Vec<u8>,
+    filled: usize,
+    scanner: FrameScanner,
+    /// Set once the destination failed: its requests fail at once.
+    error: Option<String>,
+    last_reply: Instant,
+}
+
+/// The connections of one copy pass.
+pub struct Shipper {
+    dests: HashMap<String, Dest>,
+    window: Window,
+    timeout: Duration,
+    auth: Option<(String, String)>,
+    pub tally: Tally,
+}
+
+impl Shipper {
+    pub fn new(window: Window, timeout: Duration, auth: Option<(String, String)>) -> Shipper {
+        Shipper {
+            dests: HashMap::new(),
+            window,
+            timeout,
+            auth,
+            tally: Tally::default(),
+        }
+    }
+
+    /// Requests sent and not answered yet, over all destinations.
+    pub fn in_flight(&self) -> usize {
+        self.dests.values().map(|d| d.in_flight.len()).sum()
+    }
+
+    /// Queues `args` (one command) for `target`, waiting first while its window is full.
+    pub fn send(&mut self, target: &Target, args: &[&[u8]]) {
+        if !self.dests.contains_key(&target.address) {
+            let dest = self.open(target);
+            self.dests.insert(target.address.clone(), dest);
+        }
+        let (window, timeout) = (self.window, self.timeout);
+        let Some(dest) = self.dests.get_mut(&target.address) else {
+            return;
+        };
+        if let Some(e) = &dest.error {
+            self.tally.failed += 1;
+            self.tally.last_error = e.clone();
+            return;
+        }
+        let request = encode_command(args);
+        dest.in_flight.push_back(request.len());
+        dest.in_flight_bytes += request.len();
+        self.tally.bytes_sent += request.len() as u64;
+        if dest.out_pos == dest.out.len() {
+            dest.out.clear();
+            dest.out_pos = 0;
+        }
+        dest.out.extend_from_slice(&request);
+        // Write what the socket takes now; wait only while the window is full.
+        pump(dest, &mut self.tally, false, timeout);
+        while dest.error.is_none()
+            && (dest.in_flight.len() > window.requests || dest.in_flight_bytes > window.bytes)
+        {
+            pump(dest, &mut self.tally, true, timeout);
+        }
+    }
+
+    /// Waits until every request has its reply (or its destination failed).
+    pub fn finish(&mut self) {
+        let timeout = self.timeout;
+        for dest in self.dests.values_mut() {
+            while dest.error.is_none() && !dest.in_flight.is_empty() {
+                pump(dest, &mut self.tally, true, timeout);
+            }
+        }
+    }
+
+    /// Connects and logs in (blocking, bounded by the timeout), then goes non-blocking.
+    fn open(&self, target: &Target) -> Dest {
+        let mut dest = Dest {
+            target: target.clone(),
+            stream: None,
+            out: Vec::new(),
+            out_pos: 0,
+            in_flight: Default::default(),
+            in_flight_bytes: 0,
+            inbuf: vec![0; 64 * 1024],
+            filled: 0,
+            scanner: FrameScanner::default(),
+            error: None,
+            last_reply: Instant::now(),
+        };
+        match connect(&target.address, self.timeout, self.auth.as_ref()) {
+            Ok(stream) => dest.stream = Some(stream),
+            Err(e) => {
+                dest.error = Some(format!("{} ({}): {e}", target.name, target.address));
+            }
+        }
+        dest
+    }
+}
+
+/// A logged-in, non-blocking connection to `address`.
+fn connect(
+    address: &str,
+    timeout: Duration,
+    auth: Option<&(String, String)>,
+) -> io::Result<TcpStream> {
+    let addr: SocketAddr = address
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let mut hello: Vec<u8> = Vec::new();
+    let mut tolerant = Vec::new();
+    if let Some((user, password)) = auth {
+        let args: Vec<&[u8]> = if user.is_empty() {
+            vec![b"AUTH", password.as_bytes()]
+        } else {
+            vec![b"AUTH", user.as_bytes(), password.as_bytes()]
+        };
+        hello.extend(encode_command(&args));
+        tolerant.push(false);
+    }
+    // The destination then never redirects this connection's commands (cluster protocol).
+    hello.extend(encode_command(&[b"SHARD.CLUSTER".as_slice(), b"INTERNAL"]));
+    tolerant.push(true);
+    stream.write_all(&hello)?;
+    let mut reader = io::BufReader::new(stream.try_clone()?);
+    for ok_only in tolerant.iter().map(|t| !t) {
+        match crate::route::resp::read_reply(&mut reader) {
+            Ok(crate::route::resp::Resp::Error(e)) if ok_only => {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    String::from_utf8_lossy(&e).into_owned(),
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        }
+    }
+    stream.set_nonblocking(true)?;
+    Ok(stream)
+}
+
+/// Writes and reads what the socket allows; with `wait`, first sleeps in `poll` until it allows
+/// something (failing the destination after `timeout` without a reply).
+fn pump(dest: &mut Dest, tally: &mut Tally, wait: bool, timeout: Duration) {
+    if dest.error.is_some() {
+        return;
+    }
+    let Some(stream) = dest.stream.as_ref() else {
+        return;
+    };
+    if wait {
+        let mut events = libc::POLLIN;
+        if dest.out_pos < dest.out.len() {
+            events |= libc::POLLOUT;
+        }
+        let mut fd = libc::pollfd {
+            fd: stream.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let ready = unsafe { libc::poll(&mut fd, 1, 100) };
+        if ready == 0 && dest.last_reply.elapsed() > timeout && !dest.in_flight.is_empty() {
+            let e = format!("did not answer within {} ms", timeout.as_millis());
+            fail(dest, tally, &e);
+            return;
+        }
+    }
+    if let Err(e) = write_out(dest) {
+        fail(dest, tally, &format!("cannot send: {e}"));
+        return;
+    }
+    if let Err(e) = read_in(dest, tally) {
+        fail(dest, tally, &e);
+    }
+}
+
+fn write_out(dest: &mut Dest) -> io::Result<()> {
+    let Some(stream) = dest.stream.as_mut() else {
+        return Ok(());
+    };
+    while dest.out_pos < dest.out.len() {
+        match stream.write(&dest.out[dest.out_pos..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => dest.out_pos += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads the replies that arrived and counts them.
+fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
+    loop {
+        if dest.filled == dest.inbuf.len() {
+            let grown = dest.inbuf.len() * 2;
+            dest.inbuf.resize(grown, 0);
+        }
+        let Some(stream) = dest.stream.as_mut() else {
+            return Ok(());
+        };
+        match stream.read(&mut dest.inbuf[dest.filled..]) {
+            Ok(0) => return Err("closed the connection".into()),
+            Ok(n) => dest.filled += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("cannot read: {e}")),
+        }
+        let mut start = 0;
+        while let Some(len) = dest
+            .scanner
+            .scan(&dest.inbuf[start..dest.filled])
+            .map_err(|e| format!("sent a bad reply: {e}"))?
+        {
+            dest.scanner.reset();
+            let reply = &dest.inbuf[start..start + len];
+            count(reply, tally, &dest.target);
+            if let Some(bytes) = dest.in_flight.pop_front() {
+                dest.in_flight_bytes -= bytes;
+            }
+            dest.last_reply = Instant::now();
+            start += len;
+        }
+        dest.inbuf.copy_within(start..dest.filled, 0);
+        dest.filled -= start;
+    }
+}
+
+/// Counts one reply to a `RESTORE`.
+fn count(reply: &[u8], tally: &mut Tally, target: &Target) {
+    if reply.starts_with(b"-BUSYKEY") {
+        tally.skipped += 1;
+    } else if reply.first() == Some(&b'-') {
+        tally.failed += 1;
+        let text = String::from_utf8_lossy(&reply[1..]);
+        tally.last_error = format!("{} ({}): {}", target.name, target.address, text.trim_end());
+    } else {
+        tally.copied += 1;
+    }
+}
+
+/// The destination is gone: what it has in flight failed, and so will what is sent to it.
+fn fail(dest: &mut Dest, tally: &mut Tally, why: &str) {
+    let reason = format!("{} ({}): {why}", dest.target.name, dest.target.address);
+    tally.failed += dest.in_flight.len() as u64;
+    tally.last_error = reason.clone();
+    dest.in_flight.clear();
+    dest.in_flight_bytes = 0;
+    dest.stream = None;
+    dest.error = Some(reason);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+    use std::net::TcpListener;
+
+    /// A peer that answers each command with the reply `answer` gives for its second argument.
+    fn peer(answer: fn(&str) -> &'static str) -> (String, std::thread::JoinHandle<usize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let handle = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = io::BufReader::new(stream.try_clone().unwrap());
+            let mut writer = stream;
+            let mut seen = 0;
+            loop {
+                let Ok(crate::route::resp::Resp::Array(args)) =
+                    crate::route::resp::read_reply(&mut reader)
+                else {
+                    return seen;
+                };
+                let text = |i: usize| match args.get(i) {
+                    Some(crate::route::resp::Resp::Bulk(b)) => String::from_utf8_lossy(b).into_owned(),
+                    _ => String::new(),
+                };
+                let reply = if text(0) == "SHARD.CLUSTER" { "+OK\r\n" } else { answer(&text(1)) };
+                seen += 1;
+                if writer.write_all(reply.as_bytes()).is_err() {
+                    return seen;
+                }
+                let _ = reader.fill_buf();
+            }
+        });
+        (address, handle)
+    }
+
+    fn target(address: &str) -> Target {
+        Target {
+            name: "d".into(),
+            address: address.into(),
+        }
+    }
+
+    #[test]
+    fn counts_copied_skipped_and_failed_through_a_small_window() {
+        let (address, peer) = peer(|key| match key.as_bytes()[0] {
+            b'b' => "-BUSYKEY Target key name already exists.\r\n",
+            b'e' => "-ERR bad payload\r\n",
+            _ => "+OK\r\n",
+        });
+        let window = Window {
+            requests: 3,
+            bytes: 1 << 20,
+        };
+        let mut shipper = Shipper::new(window, Duration::from_secs(5), None);
+        let t = target(&address);
+        for i in 0..300 {
+            let key = format!("{}{i}", ["a", "b", "e"][i % 3]);
+            shipper.send(&t, &[b"RESTORE", key.as_bytes(), b"0", b"payload"]);
+            assert!(shipper.in_flight() <= 4);
+        }
+        shipper.finish();
+        assert_eq!(shipper.in_flight(), 0);
+        let tally = shipper.tally.clone();
+        assert_eq!((tally.copied, tally.skipped, tally.failed), (100, 100, 100));
+        assert!(tally.last_error.ends_with("ERR bad payload"), "{}", tally.last_error);
+        drop(shipper);
+        assert_eq!(peer.join().unwrap(), 301);
+    }
+
+    #[test]
+    fn a_destination_that_is_not_there_fails_every_key_with_its_name() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let mut shipper = Shipper::new(Window::default(), Duration::from_millis(500), None);
+        for _ in 0..5 {
+            shipper.send(&target(&address), &[b"RESTORE", b"k", b"0", b"p"]);
+        }
+        shipper.finish();
+        assert_eq!(shipper.tally.failed, 5);
+        assert!(shipper.tally.last_error.starts_with(&format!("d ({address})")));
+    }
+}
