@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use super::args::{int_in, is, ArgList};
 use super::{Call, CmdError, CmdResult};
-use crate::reshard::jobs::{self, CopyOptions};
 use crate::placement::Placement;
+use crate::reshard::jobs::{self, CopyOptions};
 use crate::reshard::{is_member, JobKind};
 use crate::state::{self, ModuleState};
 

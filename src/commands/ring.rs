@@ -4,8 +4,8 @@ use redis_module::ContextFlags;
 
 use super::args::{is, ArgList};
 use super::{Call, CmdError, CmdResult};
-use crate::reshard::jobs;
 use crate::placement::Placement;
+use crate::reshard::jobs;
 use crate::ring::{Algo, HashTag, RingSpec};
 use crate::state;
 

@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context, KeysCursor};
+use redis_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context};
 
-use super::copy_target;
+use super::payload;
 use super::ship::{Shipper, Tally, Target, Window};
 use crate::placement::Placement;
 
@@ -117,8 +117,7 @@ impl Shared {
         self.skipped.store(tally.skipped, Ordering::Relaxed);
         self.failed.store(tally.failed, Ordering::Relaxed);
         self.bytes_sent.store(tally.bytes_sent, Ordering::Relaxed);
-        self.in_flight
-            .store(in_flight as u64, Ordering::Relaxed);
+        self.in_flight.store(in_flight as u64, Ordering::Relaxed);
     }
 
     fn set_error(&self, text: &str) {
@@ -186,75 +185,276 @@ pub fn kill(pid: c_int) {
     }
 }
 
+/// A key the scan found that goes to another node.
+struct Found {
+    name: Vec<u8>,
+    /// Index of its owner in the ring.
+    owner: usize,
+    string: bool,
+    /// Absolute expiry in Unix ms, 0 for none.
+    expires_at: i64,
+}
+
+/// Keys are serialized and shipped this many at a time.
+const BATCH: usize = 256;
+
+/// What the scan callback fills.
+struct ScanState<'a> {
+    ring: &'a crate::ring::Ring,
+    self_index: Option<usize>,
+    scanned: u64,
+    found: Vec<Found>,
+}
+
 /// The child's work.
 fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
     let Some(ring) = pass.ring.ring.as_ref() else {
         shared.set_error("the cluster algo has no ring to reshard");
         return;
     };
-    let mut shipper = Shipper::new(Window::default(), pass.timeout, pass.auth.clone());
-    let options = CallOptionsBuilder::new().build();
-    let mut scanned = 0u64;
-    let mut handle = |key: &[u8], shipper: &mut Shipper| {
-        scanned += 1;
-        let Some(owner) = copy_target(ring, &pass.self_name, key) else {
-            return;
-        };
-        let expiry: CallResult = ctx.call_ext("PEXPIRETIME", &options, &[key]);
-        let expires_at = match expiry {
-            Ok(CallReply::I64(ms)) if ms.to_i64() >= 0 => ms.to_i64(),
-            Ok(CallReply::I64(ms)) if ms.to_i64() == -1 => 0,
-            _ => return, // gone (-2) since the scan found it
-        };
-        let dump: CallResult = ctx.call_ext("DUMP", &options, &[key]);
-        let Ok(CallReply::String(payload)) = dump else {
-            return;
-        };
-        let target = Target {
-            name: owner.name.clone(),
-            address: owner.address.clone(),
-        };
-        let ttl = itoa::Buffer::new().format(expires_at).as_bytes().to_vec();
-        let mut args: Vec<&[u8]> = vec![b"RESTORE", key, &ttl, payload.as_bytes(), b"ABSTTL"];
-        if pass.replace {
-            args.push(b"REPLACE");
-        }
-        shipper.send(&target, &args);
-        if scanned % 256 == 0 {
-            shared.publish(scanned, &shipper.tally, shipper.in_flight());
-        }
+    let targets: Vec<Target> = ring
+        .spec()
+        .nodes
+        .iter()
+        .map(|n| Target {
+            name: n.name.clone(),
+            address: n.address.clone(),
+        })
+        .collect();
+    let mut state = ScanState {
+        ring,
+        self_index: ring.spec().node_index(&pass.self_name),
+        scanned: 0,
+        found: Vec::with_capacity(BATCH * 2),
+    };
+    let mut copier = Copier {
+        ctx,
+        shipper: Shipper::new(Window::default(), pass.timeout, pass.auth.clone()),
+        targets,
+        replace: pass.replace,
+        version: None,
+        payload: Vec::new(),
     };
     match &pass.source {
-        Source::Scan => scan_all(ctx, &mut |key| handle(key, &mut shipper)),
+        Source::Scan => {
+            // SAFETY: the API table is filled at load; the cursor is destroyed below.
+            let cursor = unsafe { raw::RedisModule_ScanCursorCreate.map(|f| f()) };
+            let (Some(cursor), Some(scan)) = (cursor, unsafe { raw::RedisModule_Scan }) else {
+                shared.set_error("RedisModule_Scan is missing");
+                return;
+            };
+            loop {
+                // SAFETY: the callback only reads the key it is given and pushes to `state`.
+                let more = unsafe {
+                    scan(
+                        ctx.ctx,
+                        cursor,
+                        Some(on_key),
+                        std::ptr::addr_of_mut!(state).cast(),
+                    )
+                } != 0;
+                if state.found.len() >= BATCH || !more {
+                    copier.ship(&mut state.found);
+                    shared.publish(
+                        state.scanned,
+                        &copier.shipper.tally,
+                        copier.shipper.in_flight(),
+                    );
+                }
+                if !more {
+                    break;
+                }
+            }
+            // SAFETY: created above.
+            unsafe {
+                if let Some(destroy) = raw::RedisModule_ScanCursorDestroy {
+                    destroy(cursor);
+                }
+            }
+        }
         Source::Keys(keys) => {
-            for key in keys {
-                handle(key, &mut shipper);
+            for chunk in keys.chunks(BATCH) {
+                for name in chunk {
+                    state.scanned += 1;
+                    if let Some(found) = look_up(ctx, &state, name) {
+                        state.found.push(found);
+                    }
+                }
+                copier.ship(&mut state.found);
+                shared.publish(
+                    state.scanned,
+                    &copier.shipper.tally,
+                    copier.shipper.in_flight(),
+                );
             }
         }
     }
-    shipper.finish();
-    shared.publish(scanned, &shipper.tally, 0);
-    if !shipper.tally.last_error.is_empty() {
-        shared.set_error(&shipper.tally.last_error);
+    copier.shipper.finish();
+    shared.publish(state.scanned, &copier.shipper.tally, 0);
+    if !copier.shipper.tally.last_error.is_empty() {
+        shared.set_error(&copier.shipper.tally.last_error);
     }
 }
 
-/// Walks every key of database 0, handing each name to `each` outside the scan callback.
-fn scan_all(ctx: &Context, each: &mut dyn FnMut(&[u8])) {
-    let cursor = KeysCursor::new();
-    let names = std::cell::RefCell::new(Vec::<Vec<u8>>::with_capacity(1024));
-    loop {
-        let more = cursor.scan(
-            ctx,
-            &|_: &Context, name: &redis_module::RedisString, _: Option<&redis_module::key::RedisKey>| {
-                names.borrow_mut().push(name.as_slice().to_vec());
-            },
-        );
-        for name in names.borrow_mut().drain(..) {
-            each(&name);
+/// The owner of `name` when it is another node.
+fn moving(state: &ScanState, name: &[u8]) -> Option<usize> {
+    let owner = state.ring.owner(name);
+    (Some(owner) != state.self_index).then_some(owner)
+}
+
+/// Type and expiry of a key the scan did not hand over (a pass over written keys).
+fn look_up(ctx: &Context, state: &ScanState, name: &[u8]) -> Option<Found> {
+    let owner = moving(state, name)?;
+    let key_name = ctx.create_string(name);
+    // SAFETY: the API table is filled at load; the key is closed before returning.
+    unsafe {
+        let key =
+            raw::RedisModule_OpenKey?(ctx.ctx, key_name.inner, raw::REDISMODULE_READ as c_int)
+                .cast::<raw::RedisModuleKey>();
+        if key.is_null() {
+            return None;
         }
-        if !more {
+        let found = describe(key).map(|(string, expires_at)| Found {
+            name: name.to_vec(),
+            owner,
+            string,
+            expires_at,
+        });
+        if let Some(close) = raw::RedisModule_CloseKey {
+            close(key);
+        }
+        found
+    }
+}
+
+/// Whether an open key holds a string, and its absolute expiry (0: none); `None` when empty.
+///
+/// # Safety
+/// `key` must be an open key.
+unsafe fn describe(key: *mut raw::RedisModuleKey) -> Option<(bool, i64)> {
+    // SAFETY: the caller's key; the API table is filled at load.
+    unsafe {
+        let kind = raw::RedisModule_KeyType?(key);
+        if kind == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            return None;
+        }
+        let expires_at = match raw::RedisModule_GetAbsExpire {
+            Some(abs) => abs(key),
+            None => {
+                let rel = raw::RedisModule_GetExpire?(key);
+                if rel < 0 {
+                    rel
+                } else {
+                    crate::clock::now_ms()?.saturating_add(rel)
+                }
+            }
+        };
+        Some((
+            kind == raw::REDISMODULE_KEYTYPE_STRING as c_int,
+            expires_at.max(0),
+        ))
+    }
+}
+
+extern "C" fn on_key(
+    _ctx: *mut raw::RedisModuleCtx,
+    keyname: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    privdata: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `privdata` is the `ScanState` `run` passed, alive for the scan call; Redis
+        // passes a live name and key for the duration of the callback.
+        unsafe {
+            let state = &mut *privdata.cast::<ScanState>();
+            state.scanned += 1;
+            let mut len = 0usize;
+            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+                return;
+            };
+            let p = ptr_len(keyname, &mut len);
+            if p.is_null() || key.is_null() {
+                return;
+            }
+            let name = std::slice::from_raw_parts(p.cast::<u8>(), len);
+            let Some(owner) = moving(state, name) else {
+                return;
+            };
+            if let Some((string, expires_at)) = describe(key) {
+                state.found.push(Found {
+                    name: name.to_vec(),
+                    owner,
+                    string,
+                    expires_at,
+                });
+            }
+        }
+    }));
+}
+
+/// Serializes found keys and hands them to the shipper.
+struct Copier<'a> {
+    ctx: &'a Context,
+    shipper: Shipper,
+    targets: Vec<Target>,
+    replace: bool,
+    /// The RDB version of this server's `DUMP`, once seen.
+    version: Option<u16>,
+    payload: Vec<u8>,
+}
+
+impl Copier<'_> {
+    fn ship(&mut self, found: &mut Vec<Found>) {
+        let options = CallOptionsBuilder::new().build();
+        // Strings: their values in one MGET, their payloads built here.
+        let strings: Vec<&Found> = found.iter().filter(|f| f.string).collect();
+        if !strings.is_empty() {
+            let names: Vec<&[u8]> = strings.iter().map(|f| f.name.as_slice()).collect();
+            let reply: CallResult = self.ctx.call_ext("MGET", &options, names.as_slice());
+            if let Ok(CallReply::Array(values)) = reply {
+                for (f, value) in strings.iter().zip(values.iter()) {
+                    // Anything else: gone since the scan saw it.
+                    if let Ok(CallReply::String(v)) = value {
+                        match self.version {
+                            Some(version) => {
+                                let mut payload = std::mem::take(&mut self.payload);
+                                payload::string_payload(&mut payload, v.as_bytes(), version);
+                                self.restore(f, &payload);
+                                self.payload = payload;
+                            }
+                            None => self.dump_and_restore(f),
+                        }
+                    }
+                }
+            }
+        }
+        for f in found.iter().filter(|f| !f.string) {
+            self.dump_and_restore(f);
+        }
+        found.clear();
+    }
+
+    /// Ships the server's own `DUMP` of the key (and learns its RDB version).
+    fn dump_and_restore(&mut self, f: &Found) {
+        let options = CallOptionsBuilder::new().build();
+        let dump: CallResult = self.ctx.call_ext("DUMP", &options, &[f.name.as_slice()]);
+        if let Ok(CallReply::String(payload)) = dump {
+            if self.version.is_none() {
+                self.version = payload::rdb_version(payload.as_bytes());
+            }
+            self.restore(f, payload.as_bytes());
+        }
+    }
+
+    fn restore(&mut self, f: &Found, payload: &[u8]) {
+        let Some(target) = self.targets.get(f.owner) else {
             return;
+        };
+        let ttl = itoa::Buffer::new().format(f.expires_at).as_bytes().to_vec();
+        let mut args: Vec<&[u8]> = vec![b"RESTORE", &f.name, &ttl, payload, b"ABSTTL"];
+        if self.replace {
+            args.push(b"REPLACE");
         }
+        self.shipper.send(target, &args);
     }
 }

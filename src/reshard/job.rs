@@ -288,10 +288,20 @@ mod tests {
         job.add_pass([0, 0, 0, 0, 0], "");
         assert_eq!(job.end_fork_pass(Some(0)), AfterPass::Finished);
         assert_eq!(
-            (job.state, job.moved, job.skipped, job.failed, job.bytes_sent, job.passes),
+            (
+                job.state,
+                job.moved,
+                job.skipped,
+                job.failed,
+                job.bytes_sent,
+                job.passes
+            ),
             (JobState::Failed, 7, 1, 1, 700, 3)
         );
-        assert_eq!((job.last_error.as_str(), job.percent()), ("d (h:1): OOM", 100));
+        assert_eq!(
+            (job.last_error.as_str(), job.percent()),
+            ("d (h:1): OOM", 100)
+        );
         let mut busy = Job::start(JobKind::Copy);
         for _ in 0..MAX_PASSES + 5 {
             if busy.end_fork_pass(Some(1)) == AfterPass::Finished {

@@ -382,8 +382,7 @@ impl Runner {
             let job = &mut st.job;
             job.live = live;
             job.in_flight = shared.in_flight.load(Ordering::Relaxed);
-            job.elapsed_ms =
-                u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            job.elapsed_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
             job.scanned()
         };
         self.record_rate(walked);
@@ -394,11 +393,10 @@ impl Runner {
             if secs > 0.05 {
                 job.keys_per_sec = ((k1.saturating_sub(k0)) as f64 / secs) as u64;
                 let left = job.keys_total.saturating_sub(k1);
-                job.eta_ms = if job.keys_per_sec > 0 {
-                    left.saturating_mul(1000) / job.keys_per_sec
-                } else {
-                    0
-                };
+                job.eta_ms = left
+                    .saturating_mul(1000)
+                    .checked_div(job.keys_per_sec)
+                    .unwrap_or(0);
             }
         }
     }

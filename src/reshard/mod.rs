@@ -10,6 +10,7 @@ pub mod fork_copy;
 pub mod job;
 pub mod jobs;
 pub mod migrate;
+pub mod payload;
 pub mod plan;
 pub mod ship;
 

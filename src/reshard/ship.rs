@@ -34,6 +34,10 @@ impl Default for Window {
     }
 }
 
+/// Requests are written once this many bytes are waiting (or the window is full, or at the
+/// end).
+const WRITE_CHUNK: usize = 64 * 1024;
+
 /// What the replies came to, summed over every destination.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Tally {
@@ -116,8 +120,11 @@ impl Shipper {
             dest.out_pos = 0;
         }
         dest.out.extend_from_slice(&request);
-        // Write what the socket takes now; wait only while the window is full.
-        pump(dest, &mut self.tally, false, timeout);
+        // Write in large pieces (each write wakes the destination once); wait only while the
+        // window is full.
+        if dest.out.len() - dest.out_pos >= WRITE_CHUNK {
+            pump(dest, &mut self.tally, false, timeout);
+        }
         while dest.error.is_none()
             && (dest.in_flight.len() > window.requests || dest.in_flight_bytes > window.bytes)
         {
@@ -341,10 +348,16 @@ mod tests {
                     return seen;
                 };
                 let text = |i: usize| match args.get(i) {
-                    Some(crate::route::resp::Resp::Bulk(b)) => String::from_utf8_lossy(b).into_owned(),
+                    Some(crate::route::resp::Resp::Bulk(b)) => {
+                        String::from_utf8_lossy(b).into_owned()
+                    }
                     _ => String::new(),
                 };
-                let reply = if text(0) == "SHARD.CLUSTER" { "+OK\r\n" } else { answer(&text(1)) };
+                let reply = if text(0) == "SHARD.CLUSTER" {
+                    "+OK\r\n"
+                } else {
+                    answer(&text(1))
+                };
                 seen += 1;
                 if writer.write_all(reply.as_bytes()).is_err() {
                     return seen;
@@ -384,7 +397,11 @@ mod tests {
         assert_eq!(shipper.in_flight(), 0);
         let tally = shipper.tally.clone();
         assert_eq!((tally.copied, tally.skipped, tally.failed), (100, 100, 100));
-        assert!(tally.last_error.ends_with("ERR bad payload"), "{}", tally.last_error);
+        assert!(
+            tally.last_error.ends_with("ERR bad payload"),
+            "{}",
+            tally.last_error
+        );
         drop(shipper);
         assert_eq!(peer.join().unwrap(), 301);
     }
@@ -400,6 +417,9 @@ mod tests {
         }
         shipper.finish();
         assert_eq!(shipper.tally.failed, 5);
-        assert!(shipper.tally.last_error.starts_with(&format!("d ({address})")));
+        assert!(shipper
+            .tally
+            .last_error
+            .starts_with(&format!("d ({address})")));
     }
 }
