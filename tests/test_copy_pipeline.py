@@ -1,0 +1,126 @@
+"""The copy job's forked passes (issue 21): a child ships pipelined RESTOREs while the server
+serves; keys written during a pass are copied by the next; progress; faults mid-copy."""
+
+import threading
+import time
+
+import redis
+
+from test_reshard import owners, ring_args, start_fleet, status, wait_job
+
+KEYS = 200_000
+
+
+def fill(client, n=KEYS, prefix="k"):
+    """n string keys of about 40 bytes, in MSET batches."""
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, n, 1000):
+        pipe.mset({f"{prefix}:{i}": f"value-{i:012d}-" + "x" * 20 for i in range(start, min(n, start + 1000))})
+    pipe.execute()
+
+
+def two_nodes(server_factory, n=KEYS):
+    """a holds n keys; a resharding to a:1 b:3 is open on both."""
+    servers = start_fleet(server_factory, ["a", "b"])
+    a, b = servers["a"].client(), servers["b"].client()
+    for c in (a, b):
+        c.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, ["a"]))
+    fill(a, n)
+    new = ["a", f"127.0.0.1:{servers['a'].port}", 1, "b", f"127.0.0.1:{servers['b'].port}", 3]
+    for c in (a, b):
+        c.execute_command("SHARD.RING", "BEGIN", "ketama", *new)
+    return servers, a, b
+
+
+def moving_keys(a, n=KEYS, prefix="k"):
+    keys = [f"{prefix}:{i}" for i in range(n)]
+    return [k for k, o in zip(keys, owners(a, keys)) if o == "b"]
+
+
+def test_progress_fields_and_every_moving_key_arrives(server_factory):
+    servers, a, b = two_nodes(server_factory)
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    seen = status(a)
+    assert seen["keys_total"] == KEYS and 0 <= seen["percent"] <= 99
+    st = wait_job(a)
+    moving = moving_keys(a)
+    assert st["state"] == b"done" and st["failed"] == 0, st
+    assert st["copied"] == len(moving) == b.dbsize()
+    assert st["percent"] == 100 and st["in_flight"] == 0 and st["passes"] == 1
+    assert st["bytes_sent"] > 40 * len(moving)
+    assert a.dbsize() == KEYS, "COPY never deletes"
+    sample = moving[:: max(1, len(moving) // 2000)]
+    assert b.mget(sample) == a.mget(sample)
+
+
+def test_keys_written_at_the_source_during_a_pass_are_copied_by_the_next(server_factory):
+    servers, a, b = two_nodes(server_factory)
+    late = moving_keys(a, 3000, prefix="late")
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    # Clients that still write to the old owner directly, while the first pass runs.
+    time.sleep(0.05)
+    assert status(a)["passes"] == 1 and status(a)["state"] == b"copying"
+    a.mset({k: f"late-{k}" for k in late})
+    a.set("k:0", "changed-at-the-source")  # an existing key changed: never overwrites newer data
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["failed"] == 0, st
+    assert st["passes"] >= 2, st
+    assert b.mget(late) == [f"late-{k}".encode() for k in late]
+
+
+def test_clients_writing_the_moving_keys_all_along_leave_their_last_value(server_factory):
+    servers, a, b = two_nodes(server_factory)
+    counters = moving_keys(a, 400, prefix="n")
+    a.mset({k: 1000 for k in counters})
+    last = {}
+    errors = []
+    stop = threading.Event()
+
+    def writer():
+        c = servers["a"].client()  # any node: SHARD.CALL runs each INCR at the key's owner
+        i = 0
+        while not stop.is_set():
+            k = counters[i % len(counters)]
+            try:
+                last[k] = c.execute_command("SHARD.CALL", "INCR", k)
+            except redis.RedisError as e:
+                errors.append(repr(e))
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        time.sleep(0.1)
+        a.execute_command("SHARD.RESHARD", "COPY")
+        st = wait_job(a)
+        time.sleep(0.1)
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors, errors[:3]
+    assert st["state"] == b"done", st
+    assert len(last) == len(counters)
+    assert b.mget(counters) == [str(last[k]).encode() for k in counters]
+
+
+def test_a_destination_killed_mid_copy_gets_every_key_from_a_second_copy(server_factory):
+    servers, a, b = two_nodes(server_factory, n=400_000)
+    a.execute_command("SHARD.RESHARD", "COPY", "TIMEOUT", 500)
+    deadline = time.monotonic() + 30
+    while status(a)["copied"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    port = servers["b"].port
+    servers["b"].stop(sig=9)
+    st = wait_job(a)
+    assert st["state"] == b"failed" and st["failed"] > 0, st
+    assert f"127.0.0.1:{port}".encode() in st["last_error"], st
+    servers["b"].port = port
+    servers["b"].start()
+    b = servers["b"].client()
+    assert b.dbsize() == 0  # no persistence: it lost what it had received
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    st2 = wait_job(a)
+    moving = moving_keys(a, 400_000)
+    assert st2["state"] == b"done" and st2["failed"] == 0, st2
+    assert b.dbsize() == len(moving) == st2["copied"]
