@@ -131,6 +131,14 @@ impl Job {
         }
     }
 
+    /// Records keys handled in bulk: `scanned` walked, `moved` copied or deleted, `skipped`.
+    pub fn record_many(&mut self, scanned: u64, moved: u64, skipped: u64) {
+        self.scanned += scanned;
+        self.moved += moved;
+        self.pass_moved += moved;
+        self.skipped += skipped;
+    }
+
     /// Ends a pass. A copy repeats until a pass copies nothing (keys written meanwhile are
     /// picked up); a cleanup needs one pass.
     pub fn end_pass(&mut self) -> AfterPass {

@@ -15,13 +15,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_module::key::RedisKey;
-use redis_module::{CallOptionsBuilder, CallResult, Context, KeysCursor, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisValue};
 
 use super::fork_copy::{self, Pass, Source};
 use crate::placement::Placement;
 use crate::reshard::job::AfterPass;
-use crate::reshard::{dirty, Job, JobKind, Outcome};
+use crate::reshard::{dirty, Job, JobKind};
 use crate::ring::Ring;
 use crate::state;
 
@@ -48,7 +47,8 @@ struct Runner {
     ring: Arc<Placement>,
     self_name: String,
     options: CopyOptions,
-    cursor: KeysCursor,
+    /// The cleanup's scan cursor (`RedisModule_ScanCursorCreate`), destroyed with the runner.
+    cursor: ScanCursor,
     started: Instant,
     /// REPLACE applies to the first pass; later passes only pick up new keys.
     replace_now: bool,
@@ -103,7 +103,7 @@ pub fn start(
             ring,
             self_name,
             options,
-            cursor: KeysCursor::new(),
+            cursor: ScanCursor::new(),
             started: Instant::now(),
             replace_now,
             pending: VecDeque::new(),
@@ -319,14 +319,15 @@ fn step(ctx: &Context) -> bool {
                         }
                     }
                 }
-                let (keys, over) = scan_batch(ctx, runner);
-                runner.pending.extend(keys);
+                let over = scan_batch(ctx, runner);
                 runner.scan_over = over;
             }
-            // One key at a time, so that the time budget holds however slow a MIGRATE is.
-            while let Some(key) = runner.pending.pop_front() {
-                let outcome = runner.handle(ctx, &key);
-                state::lock().job.record(outcome);
+            // A few keys at a time, so that the time budget holds.
+            while !runner.pending.is_empty() {
+                let n = runner.pending.len().min(DELETE_BATCH);
+                let names: Vec<Vec<u8>> = runner.pending.drain(..n).collect();
+                let deleted = unlink(ctx, &names);
+                state::lock().job.record_many(0, deleted, 0);
                 if Instant::now() >= deadline {
                     break;
                 }
@@ -350,21 +351,164 @@ fn finish(runner: &Runner) {
     }
 }
 
-/// Scans until `batch` key names are collected or the pass is over (true).
-fn scan_batch(ctx: &Context, runner: &Runner) -> (Vec<Vec<u8>>, bool) {
-    // The scan callback may not change the keyspace: it only collects names, handled after.
-    let collected = RefCell::new(Vec::with_capacity(runner.options.batch));
-    let collect = |_: &Context, name: &RedisString, _: Option<&RedisKey>| {
-        collected.borrow_mut().push(name.as_slice().to_vec());
+/// Keys deleted (and replicated as one `UNLINK`) at a time.
+const DELETE_BATCH: usize = 128;
+/// A scan stops after this many keys even if few of them go.
+const SCAN_LIMIT: u64 = 2048;
+
+/// A `RedisModule_ScanCursor`, destroyed when dropped.
+struct ScanCursor(*mut raw::RedisModuleScanCursor);
+
+impl ScanCursor {
+    fn new() -> ScanCursor {
+        // SAFETY: the API table is filled at load.
+        ScanCursor(unsafe {
+            raw::RedisModule_ScanCursorCreate.map_or(std::ptr::null_mut(), |f| f())
+        })
+    }
+
+    fn restart(&self) {
+        // SAFETY: a live cursor.
+        unsafe {
+            if let (false, Some(f)) = (self.0.is_null(), raw::RedisModule_ScanCursorRestart) {
+                f(self.0);
+            }
+        }
+    }
+}
+
+impl Drop for ScanCursor {
+    fn drop(&mut self) {
+        // SAFETY: created by ScanCursorCreate, destroyed once.
+        unsafe {
+            if let (false, Some(f)) = (self.0.is_null(), raw::RedisModule_ScanCursorDestroy) {
+                f(self.0);
+            }
+        }
+    }
+}
+
+/// What the cleanup's scan callback fills.
+struct CleanupScan<'a> {
+    ring: &'a Ring,
+    self_name: &'a str,
+    scanned: u64,
+    doomed: &'a mut VecDeque<Vec<u8>>,
+}
+
+extern "C" fn on_cleanup_key(
+    _ctx: *mut raw::RedisModuleCtx,
+    keyname: *mut raw::RedisModuleString,
+    _key: *mut raw::RedisModuleKey,
+    privdata: *mut std::os::raw::c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `privdata` is the CleanupScan of `scan_batch`, alive for the scan call; the
+        // name is live for the callback.
+        unsafe {
+            let scan = &mut *privdata.cast::<CleanupScan>();
+            scan.scanned += 1;
+            let mut len = 0usize;
+            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+                return;
+            };
+            let p = ptr_len(keyname, &mut len);
+            if p.is_null() {
+                return;
+            }
+            let name = std::slice::from_raw_parts(p.cast::<u8>(), len);
+            if crate::reshard::cleanup_deletes(scan.ring, scan.self_name, name) {
+                scan.doomed.push_back(name.to_vec());
+            }
+        }
+    }));
+}
+
+/// Scans on until `batch` keys to delete are found, `SCAN_LIMIT` keys were seen, or the pass
+/// is over (true). The callback only collects names: keys are deleted after it.
+fn scan_batch(ctx: &Context, runner: &mut Runner) -> bool {
+    let placement = Arc::clone(&runner.ring);
+    let Some(ring) = placement.ring.as_ref() else {
+        return true;
+    };
+    // SAFETY: the API table is filled at load.
+    let Some(scan) = (unsafe { raw::RedisModule_Scan }) else {
+        return true;
+    };
+    if runner.cursor.0.is_null() {
+        return true;
+    }
+    let mut state = CleanupScan {
+        ring,
+        self_name: &runner.self_name,
+        scanned: 0,
+        doomed: &mut runner.pending,
     };
     let mut over = false;
-    while collected.borrow().len() < runner.options.batch {
-        if !runner.cursor.scan(ctx, &collect) {
+    while state.doomed.len() < runner.options.batch && state.scanned < SCAN_LIMIT {
+        // SAFETY: a live cursor; the callback gets `state` for the duration of the call.
+        let more = unsafe {
+            scan(
+                ctx.ctx,
+                runner.cursor.0,
+                Some(on_cleanup_key),
+                std::ptr::addr_of_mut!(state).cast(),
+            )
+        };
+        if more == 0 {
             over = true;
             break;
         }
     }
-    (collected.into_inner(), over)
+    let scanned = state.scanned;
+    state::lock().job.record_many(scanned, 0, 0);
+    over
+}
+
+/// Unlinks the keys that are still there and replicates one `UNLINK` of them; how many went.
+fn unlink(ctx: &Context, names: &[Vec<u8>]) -> u64 {
+    let mut gone: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(names.len());
+    // SAFETY: the API table is filled at load; every key opened is closed, every string made
+    // here is freed here.
+    unsafe {
+        let (Some(create), Some(open), Some(unlink), Some(close), Some(free)) = (
+            raw::RedisModule_CreateString,
+            raw::RedisModule_OpenKey,
+            raw::RedisModule_UnlinkKey,
+            raw::RedisModule_CloseKey,
+            raw::RedisModule_FreeString,
+        ) else {
+            return 0;
+        };
+        for name in names {
+            let s = create(ctx.ctx, name.as_ptr().cast(), name.len());
+            let key =
+                open(ctx.ctx, s, raw::REDISMODULE_WRITE as c_int).cast::<raw::RedisModuleKey>();
+            if !key.is_null() && unlink(key) == raw::REDISMODULE_OK as c_int {
+                gone.push(s);
+            } else {
+                free(ctx.ctx, s);
+            }
+            if !key.is_null() {
+                close(key);
+            }
+        }
+        if !gone.is_empty() {
+            if let Some(replicate) = raw::RedisModule_Replicate {
+                replicate(
+                    ctx.ctx,
+                    c"UNLINK".as_ptr(),
+                    c"v".as_ptr(),
+                    gone.as_ptr(),
+                    gone.len(),
+                );
+            }
+        }
+        for s in &gone {
+            free(ctx.ctx, *s);
+        }
+    }
+    gone.len() as u64
 }
 
 impl Runner {
@@ -418,31 +562,5 @@ impl Runner {
         self.cursor.restart();
         self.replace_now = false;
         self.scan_over = false;
-    }
-
-    fn handle(&mut self, ctx: &Context, key: &[u8]) -> Outcome {
-        let placement = Arc::clone(&self.ring);
-        let Some(ring) = placement.ring.as_ref() else {
-            return Outcome::Failed("the cluster algo has no ring to reshard".into());
-        };
-        cleanup(ctx, ring, &self.self_name, key)
-    }
-}
-
-fn cleanup(ctx: &Context, ring: &Ring, self_name: &str, key: &[u8]) -> Outcome {
-    if !crate::reshard::cleanup_deletes(ring, self_name, key) {
-        return Outcome::Kept;
-    }
-    let options = CallOptionsBuilder::new()
-        .replicate()
-        .errors_as_replies()
-        .build();
-    let result: CallResult = ctx.call_ext("UNLINK", &options, &[key]);
-    match result {
-        Ok(_) => Outcome::Moved,
-        Err(e) => Outcome::Failed(format!(
-            "UNLINK failed: {}",
-            e.to_utf8_string().unwrap_or_default()
-        )),
     }
 }
