@@ -64,6 +64,18 @@ def client(proc):
     return base.Client(proc.port)
 
 
+def pipelined(c, commands):
+    """Sends every command, then reads every reply (errors as RedisError objects)."""
+    c.sock.sendall(b"".join(resp(*cmd) for cmd in commands))
+    out = []
+    for _ in commands:
+        try:
+            out.append(c._read())
+        except base.RedisError as e:
+            out.append(e)
+    return out
+
+
 class Pinger(threading.Thread):
     """PINGs a server in a loop until stopped; latencies in ms."""
 
@@ -198,7 +210,7 @@ def script_round(keys):
         cursor = b"0"
         while True:
             cursor, names = ca.call("SCAN", cursor, "COUNT", 1000)
-            owners = [ca.call("SHARD.WHEREIS", k) for k in names]
+            owners = pipelined(ca, [("SHARD.WHEREIS", k) for k in names])
             moving = [k for k, o in zip(names, owners) if o == b"b"]
             for i in range(0, len(moving), 10):
                 batch = moving[i:i + 10]
@@ -228,11 +240,11 @@ def pipe_round(keys):
         cursor = b"0"
         while True:
             cursor, names = ca.call("SCAN", cursor, "COUNT", 1000)
-            for k in names:
-                if ca.call("SHARD.WHEREIS", k) == b"b":
-                    payload = ca.call("DUMP", k)
-                    restores.append(resp("RESTORE", k, 0, payload, "ABSTTL"))
-                    unlinks.append(resp("UNLINK", k))
+            owners = pipelined(ca, [("SHARD.WHEREIS", k) for k in names])
+            moving = [k for k, o in zip(names, owners) if o == b"b"]
+            for k, payload in zip(moving, pipelined(ca, [("DUMP", k) for k in moving])):
+                restores.append(resp("RESTORE", k, 0, payload, "ABSTTL"))
+                unlinks.append(resp("UNLINK", k))
             if cursor == b"0":
                 break
         rates = []

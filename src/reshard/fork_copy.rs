@@ -48,6 +48,9 @@ pub struct Pass {
 
 const ERROR_BYTES: usize = 400;
 
+/// The niceness of a copy's or a cleanup's child (`setpriority`): below the server's clients.
+pub const CHILD_NICE: c_int = 10;
+
 /// The child's counts, in a page both processes map.
 #[repr(C)]
 pub struct Shared {
@@ -153,6 +156,9 @@ pub fn start(ctx: &Context, pass: &Pass, done: Done) -> Result<c_int, String> {
         return Err("another child process (BGSAVE, AOF rewrite) is running".into());
     }
     if pid == 0 {
+        // The child yields the CPU to the server's clients: a copy may go slower, not them.
+        // SAFETY: lowers this (child) process's own priority.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, CHILD_NICE) };
         let outcome = catch_unwind(AssertUnwindSafe(|| run(ctx, pass, shared)));
         let code = match outcome {
             Ok(()) => {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use redis_module::{raw, Context, RedisValue};
 
 use super::fork_copy::{self, Pass, Source};
+use super::fork_cleanup;
 use crate::placement::Placement;
 use crate::reshard::job::AfterPass;
 use crate::reshard::{dirty, Job, JobKind};
@@ -56,8 +57,10 @@ struct Runner {
     pending: VecDeque<Vec<u8>>,
     /// The scan of this pass has reached its end.
     scan_over: bool,
-    /// A copy's child, while one runs.
+    /// A copy's or a cleanup's child, while one runs.
     child: Option<c_int>,
+    /// A cleanup's child's names of keys to delete, while it sends them.
+    names: Option<fork_cleanup::Names>,
     /// (when, keys walked) samples for `keys_per_sec`.
     samples: VecDeque<(Instant, u64)>,
 }
@@ -109,6 +112,7 @@ pub fn start(
             pending: VecDeque::new(),
             scan_over: false,
             child: None,
+            names: None,
             samples: VecDeque::new(),
         })
     });
@@ -116,7 +120,10 @@ pub fn start(
         JobKind::Copy => {
             ctx.create_timer(Duration::ZERO, |ctx: &Context, ()| on_copy_timer(ctx), ());
         }
-        JobKind::Cleanup => schedule(ctx),
+        JobKind::Cleanup => {
+            fork_cleanup_walk(ctx);
+            schedule(ctx);
+        }
     }
     Ok(())
 }
@@ -136,6 +143,57 @@ pub fn request_stop() -> bool {
             dirty::end();
         }
     });
+    true
+}
+
+/// Hands a cleanup's walk to a forked child when it can (else the steps scan themselves).
+fn fork_cleanup_walk(ctx: &Context) {
+    if dirty::subscribe(ctx).is_err() {
+        return;
+    }
+    RUNNER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let Some(runner) = slot.as_mut() else {
+            return;
+        };
+        dirty::begin();
+        CHILD_DONE.with(|d| d.set(None));
+        match fork_cleanup::start(ctx, &runner.ring, &runner.self_name, on_child_done) {
+            Ok((pid, names)) => {
+                runner.child = Some(pid);
+                runner.names = Some(names);
+            }
+            Err(_) => dirty::end(),
+        }
+    });
+}
+
+/// A cleanup's child has sent every name (or died): what is left to do, on the main thread.
+fn after_cleanup_child(runner: &mut Runner) -> bool {
+    let Some((code, signalled)) = CHILD_DONE.with(Cell::get) else {
+        return false; // not reaped yet: look again at the next step
+    };
+    CHILD_DONE.with(|d| d.set(None));
+    runner.names = None;
+    runner.child = None;
+    let placement = Arc::clone(&runner.ring);
+    match (code == 0 && !signalled, dirty::take(), placement.ring.as_ref()) {
+        (true, Some(written), Some(ring)) => {
+            // The keys written since the fork: those this node does not own go too.
+            runner.pending.extend(
+                written
+                    .into_iter()
+                    .filter(|k| crate::reshard::cleanup_deletes(ring, &runner.self_name, k)),
+            );
+            runner.scan_over = true;
+        }
+        _ => {
+            // The child failed, or too many keys were written: the steps walk it all again.
+            runner.cursor.restart();
+            runner.scan_over = false;
+        }
+    }
+    dirty::end();
     true
 }
 
@@ -301,12 +359,26 @@ fn step(ctx: &Context) -> bool {
         };
         loop {
             if state::lock().job.stop_requested() {
+                if let Some(pid) = runner.child.take() {
+                    fork_copy::kill(pid);
+                    dirty::end();
+                }
                 finish(runner);
                 *slot = None;
                 return false;
             }
             if runner.pending.is_empty() {
-                if runner.scan_over {
+                if let Some(names) = runner.names.as_mut() {
+                    let before = names.walked;
+                    let open = names.read(&mut runner.pending, 4 * DELETE_BATCH);
+                    state::lock().job.record_many(names.walked - before, 0, 0);
+                    if runner.pending.is_empty() {
+                        if open || !after_cleanup_child(runner) {
+                            return true; // the child's next names, at the next step
+                        }
+                        continue;
+                    }
+                } else if runner.scan_over {
                     // The pass is over: another one, or the end. (The lock is released before
                     // `finish` takes it again.)
                     let after = state::lock().job.end_pass();
@@ -319,8 +391,10 @@ fn step(ctx: &Context) -> bool {
                         }
                     }
                 }
-                let over = scan_batch(ctx, runner);
-                runner.scan_over = over;
+                if runner.names.is_none() && !runner.scan_over {
+                    let over = scan_batch(ctx, runner);
+                    runner.scan_over = over;
+                }
             }
             // A few keys at a time, so that the time budget holds.
             while !runner.pending.is_empty() {

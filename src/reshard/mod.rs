@@ -3,9 +3,11 @@
 //! copies nothing, then, once the previous ring is dropped, a cleanup that deletes what this
 //! node no longer owns. The decisions and the job's bookkeeping are pure Rust (`plan`, `job`);
 //! `jobs` runs them: a copy pass in a forked child (`fork_copy`, shipping with `ship`, the keys
-//! written meanwhile recorded by `dirty`), a cleanup in time-bounded steps on the main thread.
+//! written meanwhile recorded by `dirty`), a cleanup's walk in another (`fork_cleanup`) that
+//! feeds the main thread's time-bounded deleting steps.
 
 pub mod dirty;
+pub mod fork_cleanup;
 pub mod fork_copy;
 pub mod job;
 pub mod jobs;

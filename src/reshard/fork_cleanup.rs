@@ -1,0 +1,222 @@
+//! The walk of a cleanup, run by a forked child: the child scans its snapshot of the keyspace,
+//! computes each key's owner, and writes the names of the keys this node no longer owns to a
+//! pipe; the main thread reads them in its time-bounded steps and unlinks them. Walking and
+//! hashing every key (most of a cleanup's cost, `bench/findings.md`) so leave the main thread,
+//! which only deletes. Keys written after the fork are not in the snapshot: `dirty` records
+//! them and the main thread checks those itself once the child is done.
+//!
+//! The pipe carries each name as a 4-byte little-endian length and the bytes; a length of
+//! `u32::MAX` is followed instead by the 8-byte count of keys walked so far. The child blocks
+//! when the pipe is full: the main thread's pace sets the child's.
+
+use std::io::{self, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::raw::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use redis_module::{raw, Context};
+
+use super::fork_copy::CHILD_NICE;
+use crate::placement::Placement;
+
+/// The read end of the pipe, non-blocking, and what was read of a name not yet whole.
+pub struct Names {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+    eof: bool,
+    /// Keys the child has walked, as it last said.
+    pub walked: u64,
+}
+
+const WALKED: u32 = u32::MAX;
+
+/// Forks the child; its pid and the pipe's read end.
+pub fn start(
+    ctx: &Context,
+    ring: &Arc<Placement>,
+    self_name: &str,
+    done: super::fork_copy::Done,
+) -> Result<(c_int, Names), String> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: two fds for a new pipe.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("cannot make a pipe: {}", io::Error::last_os_error()));
+    }
+    // SAFETY: fresh fds, owned from here on.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the API table is filled at load.
+    let fork = unsafe { raw::RedisModule_Fork }.ok_or("RedisModule_Fork is missing")?;
+    // SAFETY: Redis forks; in the child this returns 0.
+    let pid = unsafe { fork(Some(done), std::ptr::null_mut()) };
+    if pid < 0 {
+        return Err("another child process (BGSAVE, AOF rewrite) is running".into());
+    }
+    if pid == 0 {
+        // The child yields the CPU to the server's clients: a copy may go slower, not them.
+        // SAFETY: lowers this (child) process's own priority.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, CHILD_NICE) };
+        drop(read_end);
+        let mut out = std::fs::File::from(write_end);
+        let ok = catch_unwind(AssertUnwindSafe(|| walk(ctx, ring, self_name, &mut out)))
+            .unwrap_or(false);
+        // SAFETY: in the child; does not return.
+        unsafe {
+            if let Some(exit) = raw::RedisModule_ExitFromChild {
+                exit(if ok { 0 } else { 1 });
+            }
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+    }
+    drop(write_end);
+    // SAFETY: our fd.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let fd = read_end.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    Ok((
+        pid,
+        Names {
+            fd: read_end,
+            buf: Vec::new(),
+            eof: false,
+            walked: 0,
+        },
+    ))
+}
+
+impl Names {
+    /// Moves the names that arrived into `out`, at most `max`. False once the child closed
+    /// the pipe and every name was taken.
+    pub fn read(&mut self, out: &mut std::collections::VecDeque<Vec<u8>>, max: usize) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut taken = 0;
+        loop {
+            // Whole names first.
+            let mut at = 0;
+            while taken < max && self.buf.len() >= at + 4 {
+                let len = u32::from_le_bytes([
+                    self.buf[at],
+                    self.buf[at + 1],
+                    self.buf[at + 2],
+                    self.buf[at + 3],
+                ]);
+                if len == WALKED {
+                    if self.buf.len() < at + 12 {
+                        break;
+                    }
+                    let mut n = [0u8; 8];
+                    n.copy_from_slice(&self.buf[at + 4..at + 12]);
+                    self.walked = u64::from_le_bytes(n);
+                    at += 12;
+                    continue;
+                }
+                let len = len as usize;
+                if self.buf.len() < at + 4 + len {
+                    break;
+                }
+                out.push_back(self.buf[at + 4..at + 4 + len].to_vec());
+                at += 4 + len;
+                taken += 1;
+            }
+            self.buf.drain(..at);
+            if taken >= max || self.eof {
+                return !(self.eof && self.buf.is_empty());
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            // SAFETY: reading into a local buffer from our fd.
+            let n = unsafe {
+                libc::read(self.fd.as_raw_fd(), chunk.as_mut_ptr().cast::<c_void>(), chunk.len())
+            };
+            match n {
+                0 => self.eof = true,
+                n if n > 0 => self.buf.extend_from_slice(&chunk[..n as usize]),
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    // Nothing to read now (or the pipe broke: the child's end is reported by
+                    // its exit).
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// The child's walk: every key of database 0, the names of those that go elsewhere to `out`.
+fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs::File) -> bool {
+    let Some(ring) = ring.ring.as_ref() else {
+        return false;
+    };
+    struct Walk<'a> {
+        ring: &'a crate::ring::Ring,
+        self_name: &'a str,
+        buf: Vec<u8>,
+        walked: u64,
+    }
+    extern "C" fn on_key(
+        _ctx: *mut raw::RedisModuleCtx,
+        keyname: *mut raw::RedisModuleString,
+        _key: *mut raw::RedisModuleKey,
+        privdata: *mut c_void,
+    ) {
+        // SAFETY: `privdata` is the Walk below, alive for the scan call; the name is live.
+        unsafe {
+            let w = &mut *privdata.cast::<Walk>();
+            w.walked += 1;
+            let mut len = 0usize;
+            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+                return;
+            };
+            let p = ptr_len(keyname, &mut len);
+            if p.is_null() {
+                return;
+            }
+            let name = std::slice::from_raw_parts(p.cast::<u8>(), len);
+            if crate::reshard::cleanup_deletes(w.ring, w.self_name, name) {
+                if let Ok(n) = u32::try_from(name.len()) {
+                    w.buf.extend_from_slice(&n.to_le_bytes());
+                    w.buf.extend_from_slice(name);
+                }
+            }
+        }
+    }
+    let mut w = Walk {
+        ring,
+        self_name,
+        buf: Vec::with_capacity(128 * 1024),
+        walked: 0,
+    };
+    // SAFETY: the API table is filled at load; the cursor is destroyed below.
+    unsafe {
+        let (Some(create), Some(scan), Some(destroy)) = (
+            raw::RedisModule_ScanCursorCreate,
+            raw::RedisModule_Scan,
+            raw::RedisModule_ScanCursorDestroy,
+        ) else {
+            return false;
+        };
+        let cursor = create();
+        loop {
+            let more = scan(ctx.ctx, cursor, Some(on_key), std::ptr::addr_of_mut!(w).cast()) != 0;
+            if w.buf.len() >= 64 * 1024 || !more {
+                w.buf.extend_from_slice(&WALKED.to_le_bytes());
+                w.buf.extend_from_slice(&w.walked.to_le_bytes());
+                if out.write_all(&w.buf).is_err() {
+                    destroy(cursor);
+                    return false;
+                }
+                w.buf.clear();
+            }
+            if !more {
+                break;
+            }
+        }
+        destroy(cursor);
+    }
+    true
+}
