@@ -74,6 +74,8 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_long_long(ctx, "reshard_eta_ms", int(job.eta_ms));
     raw::add_info_field_long_long(ctx, "reshard_bytes_sent", int(job.bytes_sent()));
     raw::add_info_field_long_long(ctx, "reshard_in_flight", int(job.in_flight));
+    raw::add_info_field_long_long(ctx, "reshard_max_rate", int(job.max_rate));
+    raw::add_info_field_str(ctx, "reshard_paused", if job.paused { "yes" } else { "no" });
     raw::add_info_field_long_long(ctx, "reshard_max_step_us", int(job.max_step_us));
     drop(st);
     let calls = forward::stats();

@@ -14,7 +14,8 @@ SUBCOMMANDS = {
     "shard.ring": {"set": (-3, {"admin"}), "get": (2, {"readonly", "fast"}), "begin": (-3, {"admin"}),
                    "commit": (2, {"admin"}), "abort": (2, {"admin"})},
     "shard.reshard": {"copy": (-2, {"admin"}), "cleanup": (-2, {"admin", "write"}),
-                      "status": (2, {"readonly", "fast"}), "stop": (2, {"admin"})},
+                      "status": (2, {"readonly", "fast"}), "stop": (2, {"admin"}),
+                      "throttle": (3, {"admin"}), "pause": (2, {"admin"}), "resume": (2, {"admin"})},
 }
 
 

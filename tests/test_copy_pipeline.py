@@ -4,6 +4,7 @@ serves; keys written during a pass are copied by the next; progress; faults mid-
 import threading
 import time
 
+import pytest
 import redis
 
 from test_reshard import owners, ring_args, start_fleet, status, wait_job
@@ -124,3 +125,83 @@ def test_a_destination_killed_mid_copy_gets_every_key_from_a_second_copy(server_
     moving = moving_keys(a, 400_000)
     assert st2["state"] == b"done" and st2["failed"] == 0, st2
     assert b.dbsize() == len(moving) == st2["copied"]
+
+
+def copied_over(client, seconds):
+    """Keys copied during `seconds`, from STATUS."""
+    first = status(client)["copied"]
+    time.sleep(seconds)
+    return status(client)["copied"] - first
+
+
+def test_throttle_holds_the_rate_and_maxrate_starts_with_it(server_factory):
+    servers, a, b = two_nodes(server_factory)
+    assert a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", 5000) == b"OK"
+    time.sleep(0.5)
+    assert status(a)["max_rate"] == 5000
+    rate = copied_over(a, 2.0) / 2.0
+    assert 4000 <= rate <= 6000, rate
+    assert a.execute_command("SHARD.RESHARD", "THROTTLE", 20000) == b"OK"
+    time.sleep(0.3)
+    rate = copied_over(a, 2.0) / 2.0
+    assert 16000 <= rate <= 24000, rate
+    assert a.execute_command("SHARD.RESHARD", "THROTTLE", 0) == b"OK"  # no limit
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["copied"] == b.dbsize() == len(moving_keys(a)), st
+    with pytest.raises(redis.ResponseError, match="no resharding job is running"):
+        a.execute_command("SHARD.RESHARD", "THROTTLE", 10)
+    with pytest.raises(redis.ResponseError, match="MAXRATE must be an integer from 0"):
+        a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", -1)
+
+
+def restores(server):
+    stats = server.client().info("commandstats")
+    return stats.get("cmdstat_restore", {}).get("calls", 0)
+
+
+def test_pause_stops_all_traffic_and_resume_finishes_with_every_key(server_factory):
+    servers, a, b = two_nodes(server_factory)
+    a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", 20000)
+    time.sleep(0.5)
+    assert a.execute_command("SHARD.RESHARD", "PAUSE") == b"OK"
+    time.sleep(0.5)  # what was in flight lands
+    st = status(a)
+    assert st["paused"] == b"yes" and st["state"] == b"copying" and st["in_flight"] == 0
+    before = restores(servers["b"])
+    assert 0 < before < len(moving_keys(a))
+    time.sleep(1.0)
+    assert restores(servers["b"]) == before, "nothing is sent while paused"
+    # No connection of the job is left open at the destination (only this test's own clients).
+    names = [c for c in servers["b"].client().client_list() if c["cmd"] in ("restore", "shard.cluster")]
+    assert not names, names
+    assert a.execute_command("SHARD.RESHARD", "RESUME") == b"OK"
+    a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
+    st = wait_job(a)
+    moving = moving_keys(a)
+    assert st["state"] == b"done" and st["failed"] == 0, st
+    assert st["copied"] == len(moving) == b.dbsize()
+    assert restores(servers["b"]) == len(moving), "each key sent once: the pass went on where it stopped"
+
+
+def test_pause_and_throttle_a_cleanup(server_factory):
+    servers, a, b = two_nodes(server_factory, n=100_000)
+    a.execute_command("SHARD.RESHARD", "COPY")
+    wait_job(a)
+    for c in (a, b):
+        c.execute_command("SHARD.RING", "COMMIT")
+    a.execute_command("SHARD.RESHARD", "CLEANUP")
+    a.execute_command("SHARD.RESHARD", "PAUSE")
+    time.sleep(0.2)
+    left = a.dbsize()
+    time.sleep(0.5)
+    assert a.dbsize() == left and status(a)["state"] == b"cleaning"
+    a.execute_command("SHARD.RESHARD", "THROTTLE", 10000)
+    a.execute_command("SHARD.RESHARD", "RESUME")
+    time.sleep(0.3)
+    first = a.dbsize()
+    time.sleep(1.0)
+    rate = first - a.dbsize()
+    assert 8000 <= rate <= 12000, rate
+    a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
+    st = wait_job(a)
+    assert st["state"] == b"done" and a.dbsize() == 100_000 - len(moving_keys(a, 100_000))

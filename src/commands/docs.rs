@@ -190,7 +190,9 @@ pub fn doc(name: &str) -> Option<Doc> {
         opt(c"batch", c"BATCH", Kind::Int),
         opt(c"timeout", c"TIMEOUT", Kind::Int),
         flag(c"replace", c"REPLACE"),
+        opt(c"keys-per-second", c"MAXRATE", Kind::Int),
     ];
+    static THROTTLE: &[Arg] = &[arg(c"keys-per-second", Kind::Int)];
     static CLEANUP: &[Arg] = &[opt(c"batch", c"BATCH", Kind::Int)];
     let d = |summary, complexity, arity, args, acl| {
         Some(Doc {
@@ -372,6 +374,27 @@ pub fn doc(name: &str) -> Option<Doc> {
         ),
         "shard.reshard|stop" => d(
             c"Stops the running resharding job after its current batch",
+            c"O(1)",
+            2,
+            &[],
+            c"admin dangerous slow",
+        ),
+        "shard.reshard|throttle" => d(
+            c"Limits the running resharding job to a number of keys per second (0: no limit)",
+            c"O(1)",
+            3,
+            THROTTLE,
+            c"admin dangerous slow",
+        ),
+        "shard.reshard|pause" => d(
+            c"Pauses the running resharding job where it is, closing its connections",
+            c"O(1)",
+            2,
+            &[],
+            c"admin dangerous slow",
+        ),
+        "shard.reshard|resume" => d(
+            c"Resumes a paused resharding job from where it stopped",
             c"O(1)",
             2,
             &[],

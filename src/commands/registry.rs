@@ -164,6 +164,21 @@ fn table() -> Vec<Spec> {
                     command_fn!("shard.reshard|stop", reshard::stop),
                     c"admin",
                 ),
+                command(
+                    c"throttle",
+                    command_fn!("shard.reshard|throttle", reshard::throttle),
+                    c"admin",
+                ),
+                command(
+                    c"pause",
+                    command_fn!("shard.reshard|pause", reshard::pause),
+                    c"admin",
+                ),
+                command(
+                    c"resume",
+                    command_fn!("shard.reshard|resume", reshard::resume),
+                    c"admin",
+                ),
             ],
         ),
     ]

@@ -12,6 +12,7 @@ use crate::state::{self, ModuleState};
 const DEFAULT_BATCH: usize = 100;
 const MAX_BATCH: i64 = 10_000;
 const DEFAULT_TIMEOUT_MS: u64 = 1000;
+const MAX_RATE: i64 = 1_000_000_000;
 
 /// Reads `COPY [BATCH n] [TIMEOUT ms] [REPLACE]` (credentials come from the configuration).
 pub fn parse_copy<A: ArgList + ?Sized>(args: &A) -> Result<CopyOptions, CmdError> {
@@ -20,6 +21,7 @@ pub fn parse_copy<A: ArgList + ?Sized>(args: &A) -> Result<CopyOptions, CmdError
         timeout_ms: DEFAULT_TIMEOUT_MS,
         replace: false,
         auth: None,
+        max_rate: 0,
     };
     let mut cursor = args.cursor(2);
     while let Some(arg) = cursor.next_arg() {
@@ -31,6 +33,9 @@ pub fn parse_copy<A: ArgList + ?Sized>(args: &A) -> Result<CopyOptions, CmdError
                 int_in(cursor.value_of("TIMEOUT")?, "TIMEOUT", 1, 600_000)?.unsigned_abs();
         } else if is(arg, "REPLACE") {
             options.replace = true;
+        } else if is(arg, "MAXRATE") {
+            options.max_rate =
+                int_in(cursor.value_of("MAXRATE")?, "MAXRATE", 0, MAX_RATE)?.unsigned_abs();
         } else {
             return Err(CmdError::unknown_option("shard.reshard|copy", arg));
         }
@@ -102,6 +107,7 @@ pub fn cleanup(call: &Call) -> CmdResult {
         timeout_ms: 0,
         replace: false,
         auth: None,
+        max_rate: 0,
     };
     jobs::start(call.ctx, JobKind::Cleanup, ring, self_name, options).map_err(CmdError::err)?;
     call.reply.ok();
@@ -139,7 +145,7 @@ pub fn status(call: &Call) -> CmdResult {
     let job = &st.job;
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let reply = &call.reply;
-    reply.map(17);
+    reply.map(19);
     reply.field_bulk("state", job.state.name().as_bytes());
     reply.field_opt(
         "job",
@@ -163,6 +169,8 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_int("eta_ms", int(job.eta_ms));
     reply.field_int("bytes_sent", int(job.bytes_sent()));
     reply.field_int("in_flight", int(job.in_flight));
+    reply.field_int("max_rate", int(job.max_rate));
+    reply.field_bulk("paused", if job.paused { b"yes" } else { b"no" });
     Ok(())
 }
 
@@ -172,6 +180,43 @@ pub fn stop(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.reshard|stop"));
     }
     if !jobs::request_stop() {
+        return Err(CmdError::err("no resharding job is running"));
+    }
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.RESHARD THROTTLE keys-per-second`: limits the running job (0: no limit).
+pub fn throttle(call: &Call) -> CmdResult {
+    if call.args.len() != 3 {
+        return Err(CmdError::wrong_arity("shard.reshard|throttle"));
+    }
+    let rate = int_in(call.args.get(2), "keys-per-second", 0, MAX_RATE)?.unsigned_abs();
+    if !jobs::throttle(rate) {
+        return Err(CmdError::err("no resharding job is running"));
+    }
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.RESHARD PAUSE`: the running job stops where it is and closes its connections.
+pub fn pause(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.reshard|pause"));
+    }
+    if !jobs::set_paused(true) {
+        return Err(CmdError::err("no resharding job is running"));
+    }
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.RESHARD RESUME`: a paused job goes on from where it stopped.
+pub fn resume(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.reshard|resume"));
+    }
+    if !jobs::set_paused(false) {
         return Err(CmdError::err("no resharding job is running"));
     }
     call.reply.ok();

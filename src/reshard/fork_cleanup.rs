@@ -41,10 +41,14 @@ pub fn start(
     let mut fds = [0 as c_int; 2];
     // SAFETY: two fds for a new pipe.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("cannot make a pipe: {}", io::Error::last_os_error()));
+        return Err(format!(
+            "cannot make a pipe: {}",
+            io::Error::last_os_error()
+        ));
     }
     // SAFETY: fresh fds, owned from here on.
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     // SAFETY: the API table is filled at load.
     let fork = unsafe { raw::RedisModule_Fork }.ok_or("RedisModule_Fork is missing")?;
     // SAFETY: Redis forks; in the child this returns 0.
@@ -128,7 +132,11 @@ impl Names {
             let mut chunk = [0u8; 64 * 1024];
             // SAFETY: reading into a local buffer from our fd.
             let n = unsafe {
-                libc::read(self.fd.as_raw_fd(), chunk.as_mut_ptr().cast::<c_void>(), chunk.len())
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    chunk.as_mut_ptr().cast::<c_void>(),
+                    chunk.len(),
+                )
             };
             match n {
                 0 => self.eof = true,
@@ -202,7 +210,12 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
         };
         let cursor = create();
         loop {
-            let more = scan(ctx.ctx, cursor, Some(on_key), std::ptr::addr_of_mut!(w).cast()) != 0;
+            let more = scan(
+                ctx.ctx,
+                cursor,
+                Some(on_key),
+                std::ptr::addr_of_mut!(w).cast(),
+            ) != 0;
             if w.buf.len() >= 64 * 1024 || !more {
                 w.buf.extend_from_slice(&WALKED.to_le_bytes());
                 w.buf.extend_from_slice(&w.walked.to_le_bytes());

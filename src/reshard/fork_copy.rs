@@ -44,6 +44,9 @@ pub struct Pass {
     pub replace: bool,
     pub timeout: Duration,
     pub auth: Option<(String, String)>,
+    /// Keys per second (0: no limit) and whether the job is paused, when the pass starts.
+    pub max_rate: u64,
+    pub paused: bool,
 }
 
 const ERROR_BYTES: usize = 400;
@@ -62,6 +65,9 @@ pub struct Shared {
     pub in_flight: AtomicU64,
     /// Set by the child when it ended normally.
     pub finished: AtomicU64,
+    /// Set by the parent, read by the child: keys per second (0: no limit), paused (1).
+    pub max_rate: AtomicU64,
+    pub paused: AtomicU64,
     error_len: AtomicU64,
     error: UnsafeCell<[u8; ERROR_BYTES]>,
 }
@@ -148,6 +154,10 @@ pub type Done = unsafe extern "C" fn(exitcode: c_int, bysignal: c_int, user_data
 pub fn start(ctx: &Context, pass: &Pass, done: Done) -> Result<c_int, String> {
     let shared = shared().ok_or("cannot map the page shared with the copy's child")?;
     shared.reset();
+    shared.max_rate.store(pass.max_rate, Ordering::Relaxed);
+    shared
+        .paused
+        .store(u64::from(pass.paused), Ordering::Relaxed);
     // SAFETY: the API table is filled at load.
     let fork = unsafe { raw::RedisModule_Fork }.ok_or("RedisModule_Fork is missing")?;
     // SAFETY: Redis forks; in the child this returns 0 and the child runs the pass, then exits.
@@ -235,6 +245,8 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
     };
     let mut copier = Copier {
         ctx,
+        shared,
+        pace: Pace::default(),
         shipper: Shipper::new(Window::default(), pass.timeout, pass.auth.clone()),
         targets,
         replace: pass.replace,
@@ -398,9 +410,19 @@ extern "C" fn on_key(
     }));
 }
 
+/// Where the child stands against `max_rate`.
+#[derive(Default)]
+struct Pace {
+    rate: u64,
+    since: Option<std::time::Instant>,
+    sent: u64,
+}
+
 /// Serializes found keys and hands them to the shipper.
 struct Copier<'a> {
     ctx: &'a Context,
+    shared: &'a Shared,
+    pace: Pace,
     shipper: Shipper,
     targets: Vec<Target>,
     replace: bool,
@@ -452,7 +474,45 @@ impl Copier<'_> {
         }
     }
 
+    /// Waits while the job is paused (its connections closed) or ahead of its rate.
+    fn wait_turn(&mut self) {
+        loop {
+            if self.shared.paused.load(Ordering::Relaxed) != 0 {
+                self.shipper.finish();
+                self.shipper.close();
+                self.shared.in_flight.store(0, Ordering::Relaxed);
+                self.pace.since = None;
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            let rate = self.shared.max_rate.load(Ordering::Relaxed);
+            if rate == 0 {
+                return;
+            }
+            let now = std::time::Instant::now();
+            if self.pace.rate != rate || self.pace.since.is_none() {
+                self.pace = Pace {
+                    rate,
+                    since: Some(now),
+                    sent: 0,
+                };
+            }
+            let elapsed = self
+                .pace
+                .since
+                .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+            let allowed = elapsed * rate as f64 + 1.0;
+            if (self.pace.sent as f64) < allowed {
+                self.pace.sent += 1;
+                return;
+            }
+            let ahead = (self.pace.sent as f64 + 1.0 - allowed) / rate as f64;
+            std::thread::sleep(Duration::from_secs_f64(ahead.min(0.05)));
+        }
+    }
+
     fn restore(&mut self, f: &Found, payload: &[u8]) {
+        self.wait_turn();
         let Some(target) = self.targets.get(f.owner) else {
             return;
         };

@@ -81,6 +81,9 @@ pub struct Job {
     /// Keys walked per second over the last seconds, and the time left at that pace.
     pub keys_per_sec: u64,
     pub eta_ms: u64,
+    /// Keys per second the job may handle (0: no limit), and whether it is paused.
+    pub max_rate: u64,
+    pub paused: bool,
     /// The pass under way in a copy's child, as it last reported: (scanned, copied, skipped,
     /// failed, bytes sent), not yet in the totals above.
     pub live: [u64; 5],

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use redis_module::{raw, Context, RedisValue};
 
-use super::fork_copy::{self, Pass, Source};
 use super::fork_cleanup;
+use super::fork_copy::{self, Pass, Source};
 use crate::placement::Placement;
 use crate::reshard::job::AfterPass;
 use crate::reshard::{dirty, Job, JobKind};
@@ -41,6 +41,8 @@ pub struct CopyOptions {
     pub timeout_ms: u64,
     pub replace: bool,
     pub auth: Option<(String, String)>,
+    /// Keys per second (`MAXRATE`, 0: no limit).
+    pub max_rate: u64,
 }
 
 /// A running job: what it works with, and where its scan stands.
@@ -63,6 +65,8 @@ struct Runner {
     names: Option<fork_cleanup::Names>,
     /// (when, keys walked) samples for `keys_per_sec`.
     samples: VecDeque<(Instant, u64)>,
+    /// A cleanup's pace against `max_rate`: since when, keys handled since, at which rate.
+    pace: (Option<Instant>, u64, u64),
 }
 
 thread_local! {
@@ -98,6 +102,7 @@ pub fn start(
     };
     let mut job = Job::start(kind);
     job.keys_total = keys_total;
+    job.max_rate = options.max_rate;
     state::lock().job = job;
     CHILD_DONE.with(|d| d.set(None));
     let replace_now = options.replace;
@@ -114,6 +119,7 @@ pub fn start(
             child: None,
             names: None,
             samples: VecDeque::new(),
+            pace: (None, 0, 0),
         })
     });
     match kind {
@@ -143,6 +149,32 @@ pub fn request_stop() -> bool {
             dirty::end();
         }
     });
+    true
+}
+
+/// Limits the running job to `rate` keys per second (0: no limit); false if none runs.
+pub fn throttle(rate: u64) -> bool {
+    let mut st = state::lock();
+    if !st.job.state.is_running() {
+        return false;
+    }
+    st.job.max_rate = rate;
+    if let Some(shared) = fork_copy::shared() {
+        shared.max_rate.store(rate, Ordering::Relaxed);
+    }
+    true
+}
+
+/// Pauses or resumes the running job; false if none runs.
+pub fn set_paused(paused: bool) -> bool {
+    let mut st = state::lock();
+    if !st.job.state.is_running() {
+        return false;
+    }
+    st.job.paused = paused;
+    if let Some(shared) = fork_copy::shared() {
+        shared.paused.store(u64::from(paused), Ordering::Relaxed);
+    }
     true
 }
 
@@ -177,7 +209,11 @@ fn after_cleanup_child(runner: &mut Runner) -> bool {
     runner.names = None;
     runner.child = None;
     let placement = Arc::clone(&runner.ring);
-    match (code == 0 && !signalled, dirty::take(), placement.ring.as_ref()) {
+    match (
+        code == 0 && !signalled,
+        dirty::take(),
+        placement.ring.as_ref(),
+    ) {
         (true, Some(written), Some(ring)) => {
             // The keys written since the fork: those this node does not own go too.
             runner.pending.extend(
@@ -298,6 +334,10 @@ fn copy_tick(ctx: &Context) -> bool {
         } else {
             Source::Scan
         };
+        let (max_rate, paused) = {
+            let st = state::lock();
+            (st.job.max_rate, st.job.paused)
+        };
         let pass = Pass {
             ring: Arc::clone(&runner.ring),
             self_name: runner.self_name.clone(),
@@ -305,6 +345,8 @@ fn copy_tick(ctx: &Context) -> bool {
             replace: runner.replace_now,
             timeout: Duration::from_millis(runner.options.timeout_ms),
             auth: runner.options.auth.clone(),
+            max_rate,
+            paused,
         };
         dirty::begin();
         CHILD_DONE.with(|d| d.set(None));
@@ -398,9 +440,13 @@ fn step(ctx: &Context) -> bool {
             }
             // A few keys at a time, so that the time budget holds.
             while !runner.pending.is_empty() {
-                let n = runner.pending.len().min(DELETE_BATCH);
+                let Some(allowed) = runner.allowed() else {
+                    return true; // paused, or ahead of MAXRATE: the next step looks again
+                };
+                let n = runner.pending.len().min(DELETE_BATCH).min(allowed);
                 let names: Vec<Vec<u8>> = runner.pending.drain(..n).collect();
                 let deleted = unlink(ctx, &names);
+                runner.pace.1 += names.len() as u64;
                 state::lock().job.record_many(0, deleted, 0);
                 if Instant::now() >= deadline {
                     break;
@@ -586,6 +632,32 @@ fn unlink(ctx: &Context, names: &[Vec<u8>]) -> u64 {
 }
 
 impl Runner {
+    /// How many keys a cleanup step may delete now: `None` while paused or ahead of the rate.
+    fn allowed(&mut self) -> Option<usize> {
+        let (paused, rate) = {
+            let st = state::lock();
+            (st.job.paused, st.job.max_rate)
+        };
+        if paused {
+            self.pace.0 = None;
+            return None;
+        }
+        if rate == 0 {
+            return Some(usize::MAX);
+        }
+        let now = Instant::now();
+        if self.pace.0.is_none() || self.pace.2 != rate {
+            self.pace = (Some(now), 0, rate);
+        }
+        let elapsed = self
+            .pace
+            .0
+            .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+        let allowed = (elapsed * rate as f64) as u64 + 1;
+        let left = allowed.saturating_sub(self.pace.1);
+        (left > 0).then(|| usize::try_from(left).unwrap_or(usize::MAX))
+    }
+
     /// Copies the running child's counts into the job, for STATUS and INFO.
     fn follow(&mut self, shared: &fork_copy::Shared) {
         let live = [

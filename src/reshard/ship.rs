@@ -142,6 +142,11 @@ impl Shipper {
         }
     }
 
+    /// Closes every connection (after `finish`); the next `send` opens them again.
+    pub fn close(&mut self) {
+        self.dests.clear();
+    }
+
     /// Connects and logs in (blocking, bounded by the timeout), then goes non-blocking.
     fn open(&self, target: &Target) -> Dest {
         let mut dest = Dest {
