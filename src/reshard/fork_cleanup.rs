@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use redis_module::{raw, Context};
 
-use super::fork_copy::CHILD_NICE;
+use super::fork_copy::lower_priority;
 use crate::placement::Placement;
 
 /// The read end of the pipe, non-blocking, and what was read of a name not yet whole.
@@ -58,8 +58,7 @@ pub fn start(
     }
     if pid == 0 {
         // The child yields the CPU to the server's clients: a copy may go slower, not them.
-        // SAFETY: lowers this (child) process's own priority.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, CHILD_NICE) };
+        lower_priority();
         drop(read_end);
         let mut out = std::fs::File::from(write_end);
         let ok = catch_unwind(AssertUnwindSafe(|| walk(ctx, ring, self_name, &mut out)))

@@ -51,8 +51,19 @@ pub struct Pass {
 
 const ERROR_BYTES: usize = 400;
 
-/// The niceness of a copy's or a cleanup's child (`setpriority`): below the server's clients.
-pub const CHILD_NICE: c_int = 10;
+/// Puts the calling (child) process under Linux's `SCHED_IDLE` policy: it runs only on a CPU
+/// nothing else wants, and any woken task of the server (the main thread answering a client)
+/// takes the CPU from it at once. (Nice 10 alone left `PING`s waiting for a CPU for tens of ms
+/// on a 2-core machine: `bench/findings.md`.) Falls back to nice 19 where the policy is refused.
+pub fn lower_priority() {
+    // SAFETY: changes this process's own scheduling; `param` is a valid sched_param.
+    unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+        }
+    }
+}
 
 /// The child's counts, in a page both processes map.
 #[repr(C)]
@@ -167,8 +178,7 @@ pub fn start(ctx: &Context, pass: &Pass, done: Done) -> Result<c_int, String> {
     }
     if pid == 0 {
         // The child yields the CPU to the server's clients: a copy may go slower, not them.
-        // SAFETY: lowers this (child) process's own priority.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, CHILD_NICE) };
+        lower_priority();
         let outcome = catch_unwind(AssertUnwindSafe(|| run(ctx, pass, shared)));
         let code = match outcome {
             Ok(()) => {
