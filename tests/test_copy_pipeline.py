@@ -205,3 +205,52 @@ def test_pause_and_throttle_a_cleanup(server_factory):
     a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
     st = wait_job(a)
     assert st["state"] == b"done" and a.dbsize() == 100_000 - len(moving_keys(a, 100_000))
+
+
+def test_big_keys_of_every_type_arrive_whole_with_their_ttls(server_factory):
+    servers, a, b = two_nodes(server_factory, n=0)
+    names = {kind: next(k for k in moving_keys(a, 200, prefix=f"big{kind}")) for kind in
+             ("string", "hash", "set", "zset", "list", "stream")}
+    big = b"0123456789abcdef" * (50 * 1024 * 1024 // 16)  # 50 MB
+    a.set(names["string"], big)
+    fill = ("local n = tonumber(ARGV[1]) local kind = ARGV[2] "
+            "for i = 1, n, 1000 do local args = {} "
+            " for j = i, math.min(n, i + 999) do "
+            "  if kind == 'hash' then table.insert(args, 'f' .. j) table.insert(args, 'v' .. j) "
+            "  elseif kind == 'zset' then table.insert(args, j * 0.5) table.insert(args, 'm' .. j) "
+            "  else table.insert(args, 'e' .. j) end end "
+            " if kind == 'hash' then redis.call('HSET', KEYS[1], unpack(args)) "
+            " elseif kind == 'zset' then redis.call('ZADD', KEYS[1], unpack(args)) "
+            " elseif kind == 'set' then redis.call('SADD', KEYS[1], unpack(args)) "
+            " else redis.call('RPUSH', KEYS[1], unpack(args)) end end return 1")
+    a.eval(fill, 1, names["hash"], 1_000_000, "hash")
+    a.eval(fill, 1, names["zset"], 1_000_000, "zset")
+    a.eval(fill, 1, names["set"], 200_000, "set")
+    a.eval(fill, 1, names["list"], 200_000, "list")
+    pipe = a.pipeline(transaction=False)
+    for i in range(50_000):
+        pipe.xadd(names["stream"], {"n": i}, id=f"{i + 1}-0")
+    pipe.execute()
+    a.xgroup_create(names["stream"], "g1", id="0")
+    a.xreadgroup("g1", "c1", {names["stream"]: ">"}, count=100)
+    for i, key in enumerate(names.values()):
+        a.pexpireat(key, int(time.time() * 1000) + 3_600_000 + i)
+    a.execute_command("SHARD.RESHARD", "COPY")
+    st = wait_job(a, timeout=300)
+    assert st["state"] == b"done" and st["failed"] == 0 and st["copied"] == 6, st
+    for key in names.values():
+        assert b.pexpiretime(key) == a.pexpiretime(key), key
+        assert b.type(key) == a.type(key)
+    assert b.strlen(names["string"]) == len(big) and b.get(names["string"]) == big
+    assert b.hlen(names["hash"]) == 1_000_000 == a.hlen(names["hash"])
+    assert b.zcard(names["zset"]) == 1_000_000
+    assert b.scard(names["set"]) == 200_000 and b.llen(names["list"]) == 200_000
+    for j in (1, 777, 500_000, 1_000_000):
+        assert b.hget(names["hash"], f"f{j}") == f"v{j}".encode()
+        assert b.zscore(names["zset"], f"m{j}") == j * 0.5
+    assert b.lrange(names["list"], 0, 2) == [b"e1", b"e2", b"e3"]
+    assert b.lindex(names["list"], -1) == b"e200000"
+    assert b.sismember(names["set"], "e199999")
+    assert b.xlen(names["stream"]) == 50_000
+    assert b.xinfo_groups(names["stream"]) == a.xinfo_groups(names["stream"])
+    assert b.xpending(names["stream"], "g1") == a.xpending(names["stream"], "g1")
