@@ -57,17 +57,9 @@ extern "C" fn on_event(
         return 0;
     }
     let _ = std::panic::catch_unwind(|| {
-        let mut len = 0usize;
         // SAFETY: Redis passes a live key name for the duration of the callback.
-        let bytes = unsafe {
-            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
-                return;
-            };
-            let p = ptr_len(key, &mut len);
-            if p.is_null() {
-                return;
-            }
-            std::slice::from_raw_parts(p.cast::<u8>(), len)
+        let Some(bytes) = (unsafe { super::bytes_of(key) }) else {
+            return;
         };
         DIRTY.with(|d| {
             let mut d = d.borrow_mut();

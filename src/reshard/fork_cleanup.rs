@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use redis_module::{raw, Context};
 
-use super::fork_copy::lower_priority;
+use super::fork_copy::fork_child;
 use crate::placement::Placement;
 
 /// The read end of the pipe, non-blocking, and what was read of a name not yet whole.
@@ -49,16 +49,8 @@ pub fn start(
     // SAFETY: fresh fds, owned from here on.
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: the API table is filled at load.
-    let fork = unsafe { raw::RedisModule_Fork }.ok_or("RedisModule_Fork is missing")?;
-    // SAFETY: Redis forks; in the child this returns 0.
-    let pid = unsafe { fork(Some(done), std::ptr::null_mut()) };
-    if pid < 0 {
-        return Err("another child process (BGSAVE, AOF rewrite) is running".into());
-    }
+    let pid = fork_child(done)?;
     if pid == 0 {
-        // The child yields the CPU to the server's clients: a copy may go slower, not them.
-        lower_priority();
         drop(read_end);
         let mut out = std::fs::File::from(write_end);
         let ok = catch_unwind(AssertUnwindSafe(|| walk(ctx, ring, self_name, &mut out)))
@@ -175,15 +167,9 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
         unsafe {
             let w = &mut *privdata.cast::<Walk>();
             w.walked += 1;
-            let mut len = 0usize;
-            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+            let Some(name) = super::bytes_of(keyname) else {
                 return;
             };
-            let p = ptr_len(keyname, &mut len);
-            if p.is_null() {
-                return;
-            }
-            let name = std::slice::from_raw_parts(p.cast::<u8>(), len);
             if crate::reshard::cleanup_deletes(w.ring, w.self_name, name) {
                 if let Ok(n) = u32::try_from(name.len()) {
                     w.buf.extend_from_slice(&n.to_le_bytes());

@@ -169,16 +169,8 @@ pub fn start(ctx: &Context, pass: &Pass, done: Done) -> Result<c_int, String> {
     shared
         .paused
         .store(u64::from(pass.paused), Ordering::Relaxed);
-    // SAFETY: the API table is filled at load.
-    let fork = unsafe { raw::RedisModule_Fork }.ok_or("RedisModule_Fork is missing")?;
-    // SAFETY: Redis forks; in the child this returns 0 and the child runs the pass, then exits.
-    let pid = unsafe { fork(Some(done), std::ptr::null_mut()) };
-    if pid < 0 {
-        return Err("another child process (BGSAVE, AOF rewrite) is running".into());
-    }
+    let pid = fork_child(done)?;
     if pid == 0 {
-        // The child yields the CPU to the server's clients: a copy may go slower, not them.
-        lower_priority();
         let outcome = catch_unwind(AssertUnwindSafe(|| run(ctx, pass, shared)));
         let code = match outcome {
             Ok(()) => {
@@ -197,6 +189,24 @@ pub fn start(ctx: &Context, pass: &Pass, done: Done) -> Result<c_int, String> {
             }
             libc::_exit(code);
         }
+    }
+    Ok(pid)
+}
+
+/// Forks through Redis (`RedisModule_Fork`): the child's pid in the parent, 0 in the child
+/// (which then runs at the lowest priority), or why no child could start (Redis runs one at a
+/// time: a `BGSAVE` or an AOF rewrite may be running).
+pub fn fork_child(done: Done) -> Result<c_int, String> {
+    // SAFETY: the API table is filled at load.
+    let fork = unsafe { raw::RedisModule_Fork }.ok_or("RedisModule_Fork is missing")?;
+    // SAFETY: Redis forks; `done` is called on its main thread when the child exits.
+    let pid = unsafe { fork(Some(done), std::ptr::null_mut()) };
+    if pid < 0 {
+        return Err("another child process (BGSAVE, AOF rewrite) is running".into());
+    }
+    if pid == 0 {
+        // The child yields the CPU to the server's clients: a copy may go slower, not them.
+        lower_priority();
     }
     Ok(pid)
 }
@@ -396,15 +406,9 @@ extern "C" fn on_key(
         unsafe {
             let state = &mut *privdata.cast::<ScanState>();
             state.scanned += 1;
-            let mut len = 0usize;
-            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+            let Some(name) = super::bytes_of(keyname).filter(|_| !key.is_null()) else {
                 return;
             };
-            let p = ptr_len(keyname, &mut len);
-            if p.is_null() || key.is_null() {
-                return;
-            }
-            let name = std::slice::from_raw_parts(p.cast::<u8>(), len);
             let Some(owner) = moving(state, name) else {
                 return;
             };

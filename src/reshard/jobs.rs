@@ -154,27 +154,27 @@ pub fn request_stop() -> bool {
 
 /// Limits the running job to `rate` keys per second (0: no limit); false if none runs.
 pub fn throttle(rate: u64) -> bool {
-    let mut st = state::lock();
-    if !st.job.state.is_running() {
-        return false;
-    }
-    st.job.max_rate = rate;
-    if let Some(shared) = fork_copy::shared() {
+    control(|job, shared| {
+        job.max_rate = rate;
         shared.max_rate.store(rate, Ordering::Relaxed);
-    }
-    true
+    })
 }
 
 /// Pauses or resumes the running job; false if none runs.
 pub fn set_paused(paused: bool) -> bool {
-    let mut st = state::lock();
-    if !st.job.state.is_running() {
-        return false;
-    }
-    st.job.paused = paused;
-    if let Some(shared) = fork_copy::shared() {
+    control(|job, shared| {
+        job.paused = paused;
         shared.paused.store(u64::from(paused), Ordering::Relaxed);
-    }
+    })
+}
+
+/// Changes a control of the running job, in its state and in the page its child reads.
+fn control(change: impl FnOnce(&mut Job, &fork_copy::Shared)) -> bool {
+    let mut st = state::lock();
+    let Some(shared) = fork_copy::shared().filter(|_| st.job.state.is_running()) else {
+        return false;
+    };
+    change(&mut st.job, shared);
     true
 }
 
@@ -528,15 +528,9 @@ extern "C" fn on_cleanup_key(
         unsafe {
             let scan = &mut *privdata.cast::<CleanupScan>();
             scan.scanned += 1;
-            let mut len = 0usize;
-            let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+            let Some(name) = super::bytes_of(keyname) else {
                 return;
             };
-            let p = ptr_len(keyname, &mut len);
-            if p.is_null() {
-                return;
-            }
-            let name = std::slice::from_raw_parts(p.cast::<u8>(), len);
             if crate::reshard::cleanup_deletes(scan.ring, scan.self_name, name) {
                 scan.doomed.push_back(name.to_vec());
             }
