@@ -402,7 +402,7 @@ def main():
     write_section(Path(opts.out), SECTION, section)
     print("\n" + section)
     print(f"{sum(t[-1] == 'PASS' for t in table)} targets pass, "
-          f"{sum(t[-1] == 'MISS' for t in table)} miss; written to {out}")
+          f"{sum(t[-1] == 'MISS' for t in table)} miss; written to {opts.out}")
 
 
 if __name__ == "__main__":
