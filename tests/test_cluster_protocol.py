@@ -267,6 +267,22 @@ def run_job(servers, names, verb):
             time.sleep(0.05)
 
 
+def grow_and_shrink(servers, old, new, grow_begun=False):
+    """From the ring of `old` to that of `new` and back: BEGIN everywhere (unless the grow's was
+    done already), COPY on the nodes of the ring left, COMMIT everywhere, CLEANUP on the nodes of
+    the ring reached."""
+    for before, after in ((old, new), (new, old)):
+        if not (grow_begun and after == new):
+            for s in servers.values():
+                c = s.client()
+                assert c.execute_command("SHARD.RING", "BEGIN", *slots_ring(servers, after)) == b"OK"
+        run_job(servers, before, "COPY")
+        for s in servers.values():
+            assert s.client().execute_command("SHARD.RING", "COMMIT") == b"OK"
+        run_job(servers, after, "CLEANUP")
+        time.sleep(0.3)
+
+
 class PyLoad:
     """redis-py's RedisCluster in a thread."""
 
@@ -375,15 +391,7 @@ def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory, clie
         load = CliLoad(servers, keys)
     try:
         time.sleep(0.3)
-        for before, after in ((old, new), (new, old)):
-            for s in servers.values():
-                c = s.client()
-                assert c.execute_command("SHARD.RING", "BEGIN", *slots_ring(servers, after)) == b"OK"
-            run_job(servers, before, "COPY")
-            for s in servers.values():
-                assert s.client().execute_command("SHARD.RING", "COMMIT") == b"OK"
-            run_job(servers, after, "CLEANUP")
-            time.sleep(0.3)
+        grow_and_shrink(servers, old, new)
     finally:
         load.stop()
     assert not load.errors, load.errors[:5]
@@ -535,16 +543,7 @@ def test_redis_benchmark_through_a_grow_and_a_shrink_loses_no_incr(fleet, server
                              text=True)
     try:
         time.sleep(0.5)
-        for before, after in ((old, new), (new, old)):
-            for s in servers.values():
-                c = s.client()
-                if before == new:  # the grow's BEGIN came before the benchmark
-                    assert c.execute_command("SHARD.RING", "BEGIN", *slots_ring(servers, after)) == b"OK"
-            run_job(servers, before, "COPY")
-            for s in servers.values():
-                assert s.client().execute_command("SHARD.RING", "COMMIT") == b"OK"
-            run_job(servers, after, "CLEANUP")
-            time.sleep(0.3)
+        grow_and_shrink(servers, old, new, grow_begun=True)
         assert bench.poll() is None, ("redis-benchmark stopped: it met an error", bench.communicate())
     finally:
         bench.terminate()

@@ -144,9 +144,8 @@ pub fn request_stop() -> bool {
         st.job.request_stop();
     }
     RUNNER.with(|r| {
-        if let Some(pid) = r.borrow_mut().as_mut().and_then(|r| r.child.take()) {
-            fork_copy::kill(pid);
-            dirty::end();
+        if let Some(runner) = r.borrow_mut().as_mut() {
+            runner.end_child();
         }
     });
     true
@@ -276,10 +275,7 @@ fn copy_tick(ctx: &Context) -> bool {
             return false;
         };
         if state::lock().job.stop_requested() {
-            if let Some(pid) = runner.child.take() {
-                fork_copy::kill(pid);
-            }
-            dirty::end();
+            runner.end_child();
             finish(runner);
             *slot = None;
             return false;
@@ -401,10 +397,7 @@ fn step(ctx: &Context) -> bool {
         };
         loop {
             if state::lock().job.stop_requested() {
-                if let Some(pid) = runner.child.take() {
-                    fork_copy::kill(pid);
-                    dirty::end();
-                }
+                runner.end_child();
                 finish(runner);
                 *slot = None;
                 return false;
@@ -626,6 +619,15 @@ fn unlink(ctx: &Context, names: &[Vec<u8>]) -> u64 {
 }
 
 impl Runner {
+    /// Kills the job's child, if one runs, and stops recording written keys.
+    fn end_child(&mut self) {
+        if let Some(pid) = self.child.take() {
+            fork_copy::kill(pid);
+        }
+        self.names = None;
+        dirty::end();
+    }
+
     /// How many keys a cleanup step may delete now: `None` while paused or ahead of the rate.
     fn allowed(&mut self) -> Option<usize> {
         let (paused, rate) = {
