@@ -201,22 +201,19 @@ pub fn throttle(call: &Call) -> CmdResult {
 
 /// `SHARD.RESHARD PAUSE`: the running job stops where it is and closes its connections.
 pub fn pause(call: &Call) -> CmdResult {
-    if call.args.len() != 2 {
-        return Err(CmdError::wrong_arity("shard.reshard|pause"));
-    }
-    if !jobs::set_paused(true) {
-        return Err(CmdError::err("no resharding job is running"));
-    }
-    call.reply.ok();
-    Ok(())
+    set_paused(call, "shard.reshard|pause", true)
 }
 
 /// `SHARD.RESHARD RESUME`: a paused job goes on from where it stopped.
 pub fn resume(call: &Call) -> CmdResult {
+    set_paused(call, "shard.reshard|resume", false)
+}
+
+fn set_paused(call: &Call, name: &str, paused: bool) -> CmdResult {
     if call.args.len() != 2 {
-        return Err(CmdError::wrong_arity("shard.reshard|resume"));
+        return Err(CmdError::wrong_arity(name));
     }
-    if !jobs::set_paused(false) {
+    if !jobs::set_paused(paused) {
         return Err(CmdError::err("no resharding job is running"));
     }
     call.reply.ok();

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, RedisString};
 use rustc_hash::FxHashSet;
 
 /// More keys than this written during one pass: the next pass walks the whole keyspace again
@@ -57,10 +57,8 @@ extern "C" fn on_event(
         return 0;
     }
     let _ = std::panic::catch_unwind(|| {
-        // SAFETY: Redis passes a live key name for the duration of the callback.
-        let Some(bytes) = (unsafe { super::bytes_of(key) }) else {
-            return;
-        };
+        // Redis passes a live key name for the duration of the callback.
+        let bytes = RedisString::string_as_slice(key);
         DIRTY.with(|d| {
             let mut d = d.borrow_mut();
             if let Some(set) = d.as_mut() {

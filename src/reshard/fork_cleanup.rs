@@ -15,9 +15,9 @@ use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, RedisString};
 
-use super::fork_copy::fork_child;
+use super::fork_copy::{exit_child, fork_child};
 use crate::placement::Placement;
 
 /// The read end of the pipe, non-blocking, and what was read of a name not yet whole.
@@ -55,13 +55,7 @@ pub fn start(
         let mut out = std::fs::File::from(write_end);
         let ok = catch_unwind(AssertUnwindSafe(|| walk(ctx, ring, self_name, &mut out)))
             .unwrap_or(false);
-        // SAFETY: in the child; does not return.
-        unsafe {
-            if let Some(exit) = raw::RedisModule_ExitFromChild {
-                exit(if ok { 0 } else { 1 });
-            }
-            libc::_exit(if ok { 0 } else { 1 });
-        }
+        exit_child(if ok { 0 } else { 1 });
     }
     drop(write_end);
     // SAFETY: our fd.
@@ -167,9 +161,7 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
         unsafe {
             let w = &mut *privdata.cast::<Walk>();
             w.walked += 1;
-            let Some(name) = super::bytes_of(keyname) else {
-                return;
-            };
+            let name = RedisString::string_as_slice(keyname);
             if crate::reshard::cleanup_deletes(w.ring, w.self_name, name) {
                 if let Ok(n) = u32::try_from(name.len()) {
                     w.buf.extend_from_slice(&n.to_le_bytes());

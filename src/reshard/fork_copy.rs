@@ -20,10 +20,11 @@ use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use redis_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context};
+use redis_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
 
+use super::pace::Pace;
 use super::payload;
 use super::ship::{Shipper, Tally, Target, Window};
 use crate::placement::Placement;
@@ -131,6 +132,17 @@ impl Shared {
         }
     }
 
+    /// (scanned, copied, skipped, failed, bytes sent), as the child last published them.
+    pub fn counts(&self) -> [u64; 5] {
+        [
+            self.scanned.load(Ordering::Acquire),
+            self.copied.load(Ordering::Acquire),
+            self.skipped.load(Ordering::Acquire),
+            self.failed.load(Ordering::Acquire),
+            self.bytes_sent.load(Ordering::Acquire),
+        ]
+    }
+
     fn publish(&self, scanned: u64, tally: &Tally, in_flight: usize) {
         self.scanned.store(scanned, Ordering::Relaxed);
         self.copied.store(tally.copied, Ordering::Relaxed);
@@ -182,15 +194,20 @@ pub fn start(ctx: &Context, pass: &Pass, done: Done) -> Result<c_int, String> {
                 1
             }
         };
-        // SAFETY: in the child; this does not return.
-        unsafe {
-            if let Some(exit) = raw::RedisModule_ExitFromChild {
-                exit(code);
-            }
-            libc::_exit(code);
-        }
+        exit_child(code);
     }
     Ok(pid)
+}
+
+/// Ends a child made by `fork_child`, with `code` (0: its work is done).
+pub fn exit_child(code: c_int) -> ! {
+    // SAFETY: called in the child only; neither call returns.
+    unsafe {
+        if let Some(exit) = raw::RedisModule_ExitFromChild {
+            exit(code);
+        }
+        libc::_exit(code)
+    }
 }
 
 /// Forks through Redis (`RedisModule_Fork`): the child's pid in the parent, 0 in the child
@@ -406,9 +423,10 @@ extern "C" fn on_key(
         unsafe {
             let state = &mut *privdata.cast::<ScanState>();
             state.scanned += 1;
-            let Some(name) = super::bytes_of(keyname).filter(|_| !key.is_null()) else {
+            if key.is_null() {
                 return;
-            };
+            }
+            let name = RedisString::string_as_slice(keyname);
             let Some(owner) = moving(state, name) else {
                 return;
             };
@@ -422,14 +440,6 @@ extern "C" fn on_key(
             }
         }
     }));
-}
-
-/// Where the child stands against `max_rate`.
-#[derive(Default)]
-struct Pace {
-    rate: u64,
-    since: Option<std::time::Instant>,
-    sent: u64,
 }
 
 /// Serializes found keys and hands them to the shipper.
@@ -495,33 +505,17 @@ impl Copier<'_> {
                 self.shipper.finish();
                 self.shipper.close();
                 self.shared.in_flight.store(0, Ordering::Relaxed);
-                self.pace.since = None;
+                self.pace.restart();
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
             let rate = self.shared.max_rate.load(Ordering::Relaxed);
-            if rate == 0 {
+            let now = Instant::now();
+            if self.pace.allowance(rate, now) > 0 {
+                self.pace.spend(1);
                 return;
             }
-            let now = std::time::Instant::now();
-            if self.pace.rate != rate || self.pace.since.is_none() {
-                self.pace = Pace {
-                    rate,
-                    since: Some(now),
-                    sent: 0,
-                };
-            }
-            let elapsed = self
-                .pace
-                .since
-                .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
-            let allowed = elapsed * rate as f64 + 1.0;
-            if (self.pace.sent as f64) < allowed {
-                self.pace.sent += 1;
-                return;
-            }
-            let ahead = (self.pace.sent as f64 + 1.0 - allowed) / rate as f64;
-            std::thread::sleep(Duration::from_secs_f64(ahead.min(0.05)));
+            std::thread::sleep(self.pace.wait(now).min(Duration::from_millis(50)));
         }
     }
 
@@ -530,8 +524,9 @@ impl Copier<'_> {
         let Some(target) = self.targets.get(f.owner) else {
             return;
         };
-        let ttl = itoa::Buffer::new().format(f.expires_at).as_bytes().to_vec();
-        let mut args: Vec<&[u8]> = vec![b"RESTORE", &f.name, &ttl, payload, b"ABSTTL"];
+        let mut ttl = itoa::Buffer::new();
+        let ttl = ttl.format(f.expires_at).as_bytes();
+        let mut args: Vec<&[u8]> = vec![b"RESTORE", &f.name, ttl, payload, b"ABSTTL"];
         if self.replace {
             args.push(b"REPLACE");
         }

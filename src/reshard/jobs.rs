@@ -4,8 +4,10 @@
 //!   keyspace, each next one the keys written here during the one before (`dirty`), until a
 //!   pass had none. The main thread only forks, polls the child's counts for `STATUS` and
 //!   starts the next pass.
-//! - A cleanup runs on the main thread in steps: each scans a batch of keys and deletes those
-//!   this node no longer owns, and stops once its time budget is spent.
+//! - A cleanup deletes on the main thread in steps that stop once their time budget is spent.
+//!   A forked child (`fork_cleanup`) walks the keyspace and sends the steps the names of the
+//!   keys this node no longer owns; the keys written meanwhile are checked after it. Without a
+//!   child (another one runs), the steps walk the keyspace themselves.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -15,10 +17,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_module::{raw, Context, RedisValue};
+use redis_module::{raw, Context, RedisString, RedisValue};
 
 use super::fork_cleanup;
 use super::fork_copy::{self, Pass, Source};
+use super::pace::Pace;
 use crate::placement::Placement;
 use crate::reshard::job::AfterPass;
 use crate::reshard::{dirty, Job, JobKind};
@@ -65,8 +68,8 @@ struct Runner {
     names: Option<fork_cleanup::Names>,
     /// (when, keys walked) samples for `keys_per_sec`.
     samples: VecDeque<(Instant, u64)>,
-    /// A cleanup's pace against `max_rate`: since when, keys handled since, at which rate.
-    pace: (Option<Instant>, u64, u64),
+    /// A cleanup's pace against `max_rate`.
+    pace: Pace,
 }
 
 thread_local! {
@@ -119,7 +122,7 @@ pub fn start(
             child: None,
             names: None,
             samples: VecDeque::new(),
-            pace: (None, 0, 0),
+            pace: Pace::default(),
         })
     });
     match kind {
@@ -201,10 +204,9 @@ fn fork_cleanup_walk(ctx: &Context) {
 
 /// A cleanup's child has sent every name (or died): what is left to do, on the main thread.
 fn after_cleanup_child(runner: &mut Runner) -> bool {
-    let Some((code, signalled)) = CHILD_DONE.with(Cell::get) else {
+    let Some((code, signalled)) = CHILD_DONE.with(Cell::take) else {
         return false; // not reaped yet: look again at the next step
     };
-    CHILD_DONE.with(|d| d.set(None));
     runner.names = None;
     runner.child = None;
     let placement = Arc::clone(&runner.ring);
@@ -280,34 +282,23 @@ fn copy_tick(ctx: &Context) -> bool {
             *slot = None;
             return false;
         }
-        if let Some(pid) = runner.child {
+        if runner.child.is_some() {
             let Some((code, signalled)) = CHILD_DONE.with(Cell::take) else {
                 runner.follow(shared);
                 return true;
             };
-            let _ = pid;
             runner.child = None;
-            let counts = [
-                shared.scanned.load(Ordering::Acquire),
-                shared.copied.load(Ordering::Acquire),
-                shared.skipped.load(Ordering::Acquire),
-                shared.failed.load(Ordering::Acquire),
-                shared.bytes_sent.load(Ordering::Acquire),
-            ];
+            let broken =
+                signalled || code != 0 || shared.finished.load(Ordering::Acquire) != 1;
             let mut error = shared.error();
-            let finished = shared.finished.load(Ordering::Acquire) == 1;
-            if signalled || code != 0 || !finished {
-                error = if error.is_empty() {
-                    format!("the copy's child ended before its pass was done (exit code {code}, signal {signalled})")
-                } else {
-                    error
-                };
+            if broken && error.is_empty() {
+                error = format!("the copy's child ended before its pass was done (exit code {code}, signal {signalled})");
             }
             let written = dirty::count();
             let after = {
                 let mut st = state::lock();
-                st.job.add_pass(counts, &error);
-                if signalled || code != 0 || !finished {
+                st.job.add_pass(shared.counts(), &error);
+                if broken {
                     st.job.failed += 1;
                 }
                 st.job.end_fork_pass(written)
@@ -439,7 +430,7 @@ fn step(ctx: &Context) -> bool {
                 let n = runner.pending.len().min(DELETE_BATCH).min(allowed);
                 let names: Vec<Vec<u8>> = runner.pending.drain(..n).collect();
                 let deleted = unlink(ctx, &names);
-                runner.pace.1 += names.len() as u64;
+                runner.pace.spend(names.len() as u64);
                 state::lock().job.record_many(0, deleted, 0);
                 if Instant::now() >= deadline {
                     break;
@@ -521,9 +512,7 @@ extern "C" fn on_cleanup_key(
         unsafe {
             let scan = &mut *privdata.cast::<CleanupScan>();
             scan.scanned += 1;
-            let Some(name) = super::bytes_of(keyname) else {
-                return;
-            };
+            let name = RedisString::string_as_slice(keyname);
             if crate::reshard::cleanup_deletes(scan.ring, scan.self_name, name) {
                 scan.doomed.push_back(name.to_vec());
             }
@@ -635,34 +624,16 @@ impl Runner {
             (st.job.paused, st.job.max_rate)
         };
         if paused {
-            self.pace.0 = None;
+            self.pace.restart();
             return None;
         }
-        if rate == 0 {
-            return Some(usize::MAX);
-        }
-        let now = Instant::now();
-        if self.pace.0.is_none() || self.pace.2 != rate {
-            self.pace = (Some(now), 0, rate);
-        }
-        let elapsed = self
-            .pace
-            .0
-            .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
-        let allowed = (elapsed * rate as f64) as u64 + 1;
-        let left = allowed.saturating_sub(self.pace.1);
+        let left = self.pace.allowance(rate, Instant::now());
         (left > 0).then(|| usize::try_from(left).unwrap_or(usize::MAX))
     }
 
     /// Copies the running child's counts into the job, for STATUS and INFO.
     fn follow(&mut self, shared: &fork_copy::Shared) {
-        let live = [
-            shared.scanned.load(Ordering::Relaxed),
-            shared.copied.load(Ordering::Relaxed),
-            shared.skipped.load(Ordering::Relaxed),
-            shared.failed.load(Ordering::Relaxed),
-            shared.bytes_sent.load(Ordering::Relaxed),
-        ];
+        let live = shared.counts();
         let walked = {
             let mut st = state::lock();
             let job = &mut st.job;

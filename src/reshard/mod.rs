@@ -12,24 +12,10 @@ pub mod fork_copy;
 pub mod job;
 pub mod jobs;
 pub mod migrate;
+pub mod pace;
 pub mod payload;
 pub mod plan;
 pub mod ship;
 
 pub use job::{Job, JobKind, JobState, Outcome};
 pub use plan::{cleanup_deletes, copy_target, is_member};
-
-/// The bytes of a string Redis passes to a callback (a key name), valid while the callback runs.
-///
-/// # Safety
-/// `s` must be a live `RedisModuleString` for the lifetime the caller gives the slice.
-pub(crate) unsafe fn bytes_of<'a>(
-    s: *mut redis_module::raw::RedisModuleString,
-) -> Option<&'a [u8]> {
-    let ptr_len = unsafe { redis_module::raw::RedisModule_StringPtrLen }?;
-    let mut len = 0usize;
-    // SAFETY: the caller's live string.
-    let p = unsafe { ptr_len(s, &mut len) };
-    // SAFETY: Redis returned `len` bytes at `p`.
-    (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
-}

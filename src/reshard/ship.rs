@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::route::frame::FrameScanner;
-use crate::route::resp::encode_command;
+use crate::route::resp::{encode_command, encode_command_into};
 
 /// How much may be in flight to one destination.
 #[derive(Debug, Clone, Copy)]
@@ -111,15 +111,14 @@ impl Shipper {
             self.tally.last_error = e.clone();
             return;
         }
-        let request = encode_command(args);
-        dest.in_flight.push_back(request.len());
-        dest.in_flight_bytes += request.len();
-        self.tally.bytes_sent += request.len() as u64;
         if dest.out_pos == dest.out.len() {
             dest.out.clear();
             dest.out_pos = 0;
         }
-        dest.out.extend_from_slice(&request);
+        let len = encode_command_into(&mut dest.out, args);
+        dest.in_flight.push_back(len);
+        dest.in_flight_bytes += len;
+        self.tally.bytes_sent += len as u64;
         // Write in large pieces (each write wakes the destination once); wait only while the
         // window is full.
         if dest.out.len() - dest.out_pos >= WRITE_CHUNK {

@@ -25,7 +25,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use redis_module::{raw, ContextFlags};
 
@@ -98,17 +98,34 @@ pub enum Rewrite {
 }
 
 /// Why a command cannot run on this node as it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Leave {
     /// Its slot is another node's: `MOVED slot host:port`.
-    Moved { slot: u16, address: String },
+    Moved { slot: u16, to: NodeOf },
     /// Its keys are in several slots.
     CrossSlot,
     /// Its slot is being moved here and not every key has arrived: `ASK slot host:port` of
     /// the previous owner.
-    Arriving { slot: u16, from: String },
+    Arriving { slot: u16, from: NodeOf },
     /// A key the filter could not read.
     Unreadable,
+}
+
+/// A node of a ring, named by its index: its address is written out only if a refusal needs
+/// it (the filter's usual answer, a redirect, does not).
+#[derive(Debug)]
+pub struct NodeOf {
+    placement: Arc<Placement>,
+    index: usize,
+}
+
+impl std::fmt::Display for NodeOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.placement.spec.nodes.get(self.index) {
+            Some(n) => write!(f, "{}:{}", n.host, n.port),
+            None => f.write_str("?"),
+        }
+    }
 }
 
 impl Leave {
@@ -117,7 +134,7 @@ impl Leave {
     /// and `EXEC` then aborts, as cluster mode's `MOVED` at queue time does.
     pub fn refusal(&self) -> String {
         match self {
-            Leave::Moved { slot, address } => format!("MOVED {slot} {address}"),
+            Leave::Moved { slot, to } => format!("MOVED {slot} {to}"),
             Leave::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
             Leave::Arriving { slot, from } => format!("ASK {slot} {from}"),
             Leave::Unreadable => "TRYAGAIN a key of the command could not be read".into(),
@@ -144,12 +161,11 @@ pub trait FilterEnv<'a> {
 
 /// The filter's decision for a command of `argc` arguments.
 ///
-/// A command that must leave this node becomes `SHARD.REDIRECT`, which may not be queued in
-/// `MULTI` (`no-multi`): inside a transaction the server refuses it when it is queued and
-/// `EXEC` then aborts, so a transaction naming another node's key runs nothing, as cluster
-/// mode's `MOVED` at queue time does. Keys of this node, including keys a resharding has
-/// already brought here, pass untouched and queue as always. A replica redirects nothing: it
-/// runs what its primary sends it, `MULTI` blocks included.
+/// A command that must leave this node is `Redirect`: the filter makes it `SHARD.REDIRECT`, or
+/// inside `MULTI` an unknown command named after the redirect (`Leave::refusal`), which the
+/// server refuses when it is queued so that `EXEC` aborts. Keys of this node, including keys
+/// a resharding has already brought here, pass untouched and queue as always. A replica
+/// redirects nothing: it runs what its primary sends it, `MULTI` blocks included.
 pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
     let Some(name) = env.arg(0) else {
         return Rewrite::None;
@@ -198,7 +214,7 @@ fn runs_here<'a>(
             return Ok(());
         };
         let self_name = st.config.ring.self_name.as_str();
-        let previous = st.rings.previous.as_ref().and_then(|p| p.ring.as_ref());
+        let previous = st.rings.previous.as_ref();
         let mut slot = None;
         let mut arriving = None;
         for pos in positions.clone() {
@@ -210,19 +226,27 @@ fn runs_here<'a>(
                 return Err(Leave::CrossSlot);
             }
             if slot.is_none() {
-                let Some(owner) = ring.spec().nodes.get(ring.owner(key)) else {
+                let index = ring.owner(key);
+                let Some(owner) = ring.spec().nodes.get(index) else {
                     return Ok(());
                 };
                 if owner.name != self_name {
-                    return Err(Leave::Moved {
-                        slot: s,
-                        address: format!("{}:{}", owner.host, owner.port),
-                    });
+                    let to = NodeOf {
+                        placement: Arc::clone(current),
+                        index,
+                    };
+                    return Err(Leave::Moved { slot: s, to });
                 }
-                let before = previous.and_then(|p| p.spec().nodes.get(p.owner(key)));
-                arriving = before
-                    .filter(|b| b.name != owner.name)
-                    .map(|b| (s, format!("{}:{}", b.host, b.port)));
+                arriving = previous.and_then(|p| {
+                    let index = p.ring.as_ref()?.owner(key);
+                    (p.spec.nodes.get(index)?.name != owner.name).then(|| {
+                        let from = NodeOf {
+                            placement: Arc::clone(p),
+                            index,
+                        };
+                        (s, from)
+                    })
+                });
             }
             slot = Some(s);
         }

@@ -73,6 +73,13 @@ pub(super) const MAX_DEPTH: usize = 64;
 pub fn encode_command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
     let size: usize = args.iter().map(|a| a.as_ref().len() + 16).sum();
     let mut out = Vec::with_capacity(size + 16);
+    encode_command_into(&mut out, args);
+    out
+}
+
+/// Appends the RESP encoding of the command `args` to `out`; how many bytes it took.
+pub fn encode_command_into<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) -> usize {
+    let start = out.len();
     out.push(b'*');
     out.extend_from_slice(itoa::Buffer::new().format(args.len()).as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -84,7 +91,7 @@ pub fn encode_command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
-    out
+    out.len() - start
 }
 
 /// Reads one whole reply. Attributes (`|`) are read and dropped; a push (`>`) is returned as an
