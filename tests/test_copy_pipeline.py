@@ -201,6 +201,8 @@ def test_pause_and_throttle_a_cleanup(server_factory):
     time.sleep(1.0)
     rate = first - a.dbsize()
     assert 8000 <= rate <= 12000, rate
+    # STATUS follows a cleanup's pace too (keys walked per second, over the last seconds).
+    assert 0 < status(a)["keys_per_sec"], status(a)
     a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
     st = wait_job(a)
     assert st["state"] == b"done" and a.dbsize() == 100_000 - len(moving_keys(a, 100_000))

@@ -27,9 +27,17 @@ pub struct Names {
     eof: bool,
     /// Keys the child has walked, as it last said.
     pub walked: u64,
+    /// Whether the read end is in the server's event loop (waiting for names).
+    registered: bool,
 }
 
+/// Called on the main thread by the event loop when names (or the end) arrived.
+pub type Ready = unsafe extern "C" fn(fd: c_int, user_data: *mut c_void, mask: c_int);
+
 const WALKED: u32 = u32::MAX;
+
+/// The pipe's capacity asked for.
+const PIPE_BYTES: c_int = 1 << 20;
 
 /// Forks the child; its pid and the pipe's read end.
 pub fn start(
@@ -49,6 +57,10 @@ pub fn start(
     // SAFETY: fresh fds, owned from here on.
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // A deeper pipe than the default 64 KB, so that the child walks on while the main thread
+    // serves clients (the kernel may refuse: the default then).
+    // SAFETY: our fd.
+    unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_BYTES) };
     let pid = fork_child(done)?;
     if pid == 0 {
         drop(read_end);
@@ -72,11 +84,58 @@ pub fn start(
             buf: Vec::new(),
             eof: false,
             walked: 0,
+            registered: false,
         },
     ))
 }
 
 impl Names {
+    /// Asks the event loop to call `ready` once the pipe has something to read, so that the
+    /// main thread sleeps rather than polls while the child walks. False if it cannot.
+    pub fn wait_readable(&mut self, ready: Ready) -> bool {
+        use std::os::fd::AsRawFd;
+        if self.eof {
+            return false;
+        }
+        if !self.registered {
+            // SAFETY: our fd, in the event loop until `stop_waiting` or drop removes it.
+            let added = unsafe {
+                raw::RedisModule_EventLoopAdd.map(|add| {
+                    add(
+                        self.fd.as_raw_fd(),
+                        raw::REDISMODULE_EVENTLOOP_READABLE as c_int,
+                        Some(ready),
+                        std::ptr::null_mut(),
+                    )
+                })
+            };
+            self.registered = added == Some(raw::REDISMODULE_OK as c_int);
+        }
+        self.registered
+    }
+
+    /// Whether the step waits in the event loop for the pipe.
+    pub fn waiting(&self) -> bool {
+        self.registered
+    }
+
+    /// Takes the pipe out of the event loop.
+    pub fn stop_waiting(&mut self) {
+        use std::os::fd::AsRawFd;
+        if self.registered {
+            // SAFETY: our fd, registered by `wait_readable`.
+            unsafe {
+                if let Some(del) = raw::RedisModule_EventLoopDel {
+                    del(
+                        self.fd.as_raw_fd(),
+                        raw::REDISMODULE_EVENTLOOP_READABLE as c_int,
+                    );
+                }
+            }
+            self.registered = false;
+        }
+    }
+
     /// Moves the names that arrived into `out`, at most `max`. False once the child closed
     /// the pipe and every name was taken.
     pub fn read(&mut self, out: &mut std::collections::VecDeque<Vec<u8>>, max: usize) -> bool {
@@ -137,6 +196,13 @@ impl Names {
                 }
             }
         }
+    }
+}
+
+impl Drop for Names {
+    fn drop(&mut self) {
+        // Out of the event loop before the fd closes (its number may be reused).
+        self.stop_waiting();
     }
 }
 

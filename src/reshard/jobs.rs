@@ -30,8 +30,8 @@ use crate::state;
 
 /// How long one step may run before it yields back to the event loop.
 const STEP_BUDGET: Duration = Duration::from_millis(2);
-/// Delay between steps.
-const STEP_INTERVAL: Duration = Duration::from_millis(1);
+/// How often a paused or throttled cleanup looks again, at most.
+const IDLE_INTERVAL: Duration = Duration::from_millis(10);
 /// How often a copy looks at its child's counts, and retries a fork that could not start.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// The window `keys_per_sec` is measured over.
@@ -131,7 +131,7 @@ pub fn start(
         }
         JobKind::Cleanup => {
             fork_cleanup_walk(ctx);
-            schedule(ctx);
+            schedule(ctx, Duration::ZERO);
         }
     }
     Ok(())
@@ -146,11 +146,17 @@ pub fn request_stop() -> bool {
         }
         st.job.request_stop();
     }
-    RUNNER.with(|r| {
-        if let Some(runner) = r.borrow_mut().as_mut() {
+    let was_waiting = RUNNER.with(|r| {
+        r.borrow_mut().as_mut().is_some_and(|runner| {
+            let waiting = runner.names.as_ref().is_some_and(|n| n.waiting());
             runner.end_child();
-        }
+            waiting
+        })
     });
+    if was_waiting {
+        // Its step waited for names that will not come now: it runs once more, and ends.
+        wake();
+    }
     true
 }
 
@@ -202,10 +208,17 @@ fn fork_cleanup_walk(ctx: &Context) {
     });
 }
 
+/// How the job's child ended, once it has: (exit code, killed by a signal).
+fn child_outcome(runner: &Runner) -> Option<(c_int, bool)> {
+    CHILD_DONE
+        .with(Cell::take)
+        .or_else(|| runner.child.and_then(fork_copy::reap_if_exited))
+}
+
 /// A cleanup's child has sent every name (or died): what is left to do, on the main thread.
 fn after_cleanup_child(runner: &mut Runner) -> bool {
-    let Some((code, signalled)) = CHILD_DONE.with(Cell::take) else {
-        return false; // not reaped yet: look again at the next step
+    let Some((code, signalled)) = child_outcome(runner) else {
+        return false; // not ended yet: look again shortly
     };
     runner.names = None;
     runner.child = None;
@@ -250,19 +263,21 @@ fn on_copy_timer(ctx: &Context) {
             ctx.create_timer(POLL_INTERVAL, |ctx: &Context, ()| on_copy_timer(ctx), ());
         }
         Ok(false) => {}
-        Err(_) => {
-            RUNNER.with(|r| {
-                if let Some(pid) = r.borrow_mut().take().and_then(|r| r.child) {
-                    fork_copy::kill(pid);
-                }
-            });
-            dirty::end();
-            let mut st = state::lock();
-            st.job.last_error = "internal error in the resharding job; see the Redis log".into();
-            st.job.failed += 1;
-            st.job.finish();
-        }
+        Err(_) => fail_job(),
     }
+}
+
+/// Ends the job after a panic in one of its steps (the panic hook logged where): its child is
+/// killed and nothing of it runs on.
+fn fail_job() {
+    let runner = RUNNER.with(|r| r.borrow_mut().take());
+    if let Some(mut runner) = runner {
+        runner.end_child();
+    }
+    let mut st = state::lock();
+    st.job.last_error = "internal error in the resharding job; see the Redis log".into();
+    st.job.failed += 1;
+    st.job.finish();
 }
 
 /// One look at a copy: starts a pass, follows the running one, or ends the job. True while
@@ -283,7 +298,7 @@ fn copy_tick(ctx: &Context) -> bool {
             return false;
         }
         if runner.child.is_some() {
-            let Some((code, signalled)) = CHILD_DONE.with(Cell::take) else {
+            let Some((code, signalled)) = child_outcome(runner) else {
                 runner.follow(shared);
                 return true;
             };
@@ -355,8 +370,20 @@ fn copy_tick(ctx: &Context) -> bool {
     })
 }
 
-fn schedule(ctx: &Context) {
-    ctx.create_timer(STEP_INTERVAL, |ctx: &Context, ()| on_timer(ctx), ());
+/// What a cleanup asks for after a step.
+enum Next {
+    /// Another step as soon as the event loop has served the clients.
+    Now,
+    /// Another step after this long (paused, ahead of its rate, or its child is exiting).
+    After(Duration),
+    /// Another step when the child's next names arrive.
+    Names,
+    /// Nothing: the job is over.
+    Done,
+}
+
+fn schedule(ctx: &Context, after: Duration) {
+    ctx.create_timer(after, |ctx: &Context, ()| on_timer(ctx), ());
 }
 
 fn on_timer(ctx: &Context) {
@@ -365,33 +392,59 @@ fn on_timer(ctx: &Context) {
     let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     state::lock().job.record_step(micros);
     match outcome {
-        Ok(true) => schedule(ctx),
-        Ok(false) => {}
-        Err(_) => {
-            // The panic hook logged where; end the job so that nothing half-runs.
-            RUNNER.with(|r| r.borrow_mut().take());
-            let mut st = state::lock();
-            st.job.last_error = "internal error in the resharding job; see the Redis log".into();
-            st.job.failed += 1;
-            st.job.finish();
+        Ok(Next::Now) => schedule(ctx, Duration::ZERO),
+        Ok(Next::After(after)) => schedule(ctx, after),
+        Ok(Next::Names) => {
+            let waiting = RUNNER.with(|r| {
+                r.borrow_mut()
+                    .as_mut()
+                    .and_then(|r| r.names.as_mut())
+                    .is_some_and(|names| names.wait_readable(on_names_ready))
+            });
+            if !waiting {
+                schedule(ctx, Duration::from_millis(1));
+            }
         }
+        Ok(Next::Done) => {}
+        Err(_) => fail_job(),
     }
 }
 
-/// Runs one step; true when the job goes on.
-fn step(ctx: &Context) -> bool {
+/// The event loop found the cleanup child's next names (or its end): the next step, now.
+unsafe extern "C" fn on_names_ready(_fd: c_int, _: *mut c_void, _mask: c_int) {
+    let _ = catch_unwind(|| {
+        RUNNER.with(|r| {
+            if let Some(names) = r.borrow_mut().as_mut().and_then(|r| r.names.as_mut()) {
+                names.stop_waiting();
+            }
+        });
+        wake();
+    });
+}
+
+/// Runs a cleanup step from outside a timer (the event loop's callback, a STOP while the step
+/// waited for names).
+fn wake() {
+    let detached = crate::route::filter::detached();
+    if !detached.is_null() {
+        Context::new(detached).create_timer(Duration::ZERO, |ctx: &Context, ()| on_timer(ctx), ());
+    }
+}
+
+/// Runs one step of a cleanup.
+fn step(ctx: &Context) -> Next {
     let deadline = Instant::now() + STEP_BUDGET;
     RUNNER.with(|cell| {
         let mut slot = cell.borrow_mut();
         let Some(runner) = slot.as_mut() else {
-            return false;
+            return Next::Done;
         };
         loop {
             if state::lock().job.stop_requested() {
                 runner.end_child();
                 finish(runner);
                 *slot = None;
-                return false;
+                return Next::Done;
             }
             if runner.pending.is_empty() {
                 if let Some(names) = runner.names.as_mut() {
@@ -399,8 +452,12 @@ fn step(ctx: &Context) -> bool {
                     let open = names.read(&mut runner.pending, 4 * DELETE_BATCH);
                     state::lock().job.record_many(names.walked - before, 0, 0);
                     if runner.pending.is_empty() {
-                        if open || !after_cleanup_child(runner) {
-                            return true; // the child's next names, at the next step
+                        if open {
+                            runner.update_rate();
+                            return Next::Names;
+                        }
+                        if !after_cleanup_child(runner) {
+                            return Next::After(Duration::from_millis(1));
                         }
                         continue;
                     }
@@ -413,7 +470,7 @@ fn step(ctx: &Context) -> bool {
                         AfterPass::Finished => {
                             finish(runner);
                             *slot = None;
-                            return false;
+                            return Next::Done;
                         }
                     }
                 }
@@ -424,8 +481,12 @@ fn step(ctx: &Context) -> bool {
             }
             // A few keys at a time, so that the time budget holds.
             while !runner.pending.is_empty() {
-                let Some(allowed) = runner.allowed() else {
-                    return true; // paused, or ahead of MAXRATE: the next step looks again
+                let allowed = match runner.allowed() {
+                    Ok(allowed) => allowed,
+                    Err(wait) => {
+                        runner.update_rate();
+                        return Next::After(wait);
+                    }
                 };
                 let n = runner.pending.len().min(DELETE_BATCH).min(allowed);
                 let names: Vec<Vec<u8>> = runner.pending.drain(..n).collect();
@@ -437,9 +498,8 @@ fn step(ctx: &Context) -> bool {
                 }
             }
             if Instant::now() >= deadline {
-                let elapsed = runner.started.elapsed().as_millis();
-                state::lock().job.elapsed_ms = u64::try_from(elapsed).unwrap_or(u64::MAX);
-                return true;
+                runner.update_rate();
+                return Next::Now;
             }
         }
     })
@@ -617,30 +677,45 @@ impl Runner {
         dirty::end();
     }
 
-    /// How many keys a cleanup step may delete now: `None` while paused or ahead of the rate.
-    fn allowed(&mut self) -> Option<usize> {
+    /// How many keys a cleanup step may delete now, or how long until it may again (paused,
+    /// or ahead of the rate).
+    fn allowed(&mut self) -> Result<usize, Duration> {
         let (paused, rate) = {
             let st = state::lock();
             (st.job.paused, st.job.max_rate)
         };
         if paused {
             self.pace.restart();
-            return None;
+            return Err(IDLE_INTERVAL);
         }
-        let left = self.pace.allowance(rate, Instant::now());
-        (left > 0).then(|| usize::try_from(left).unwrap_or(usize::MAX))
+        let now = Instant::now();
+        match self.pace.allowance(rate, now) {
+            0 => Err(self
+                .pace
+                .wait(now)
+                .clamp(Duration::from_millis(1), IDLE_INTERVAL)),
+            left => Ok(usize::try_from(left).unwrap_or(usize::MAX)),
+        }
     }
 
     /// Copies the running child's counts into the job, for STATUS and INFO.
     fn follow(&mut self, shared: &fork_copy::Shared) {
         let live = shared.counts();
+        {
+            let mut st = state::lock();
+            st.job.live = live;
+            st.job.in_flight = shared.in_flight.load(Ordering::Relaxed);
+        }
+        self.update_rate();
+    }
+
+    /// Brings the job's elapsed time, `keys_per_sec` and `eta_ms` up to date.
+    fn update_rate(&mut self) {
         let walked = {
             let mut st = state::lock();
-            let job = &mut st.job;
-            job.live = live;
-            job.in_flight = shared.in_flight.load(Ordering::Relaxed);
-            job.elapsed_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            job.scanned()
+            st.job.elapsed_ms =
+                u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            st.job.scanned()
         };
         self.record_rate(walked);
         let mut st = state::lock();

@@ -59,6 +59,12 @@ pub fn owner_found(key: &[u8], ring: &Placement) -> Option<usize> {
 /// exists, the server's role): made at load, used on the main thread only.
 static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
+/// The module's detached context (null before load): for what needs a context outside any
+/// command or timer, such as arming a timer from an event-loop callback. Main thread only.
+pub fn detached() -> *mut raw::RedisModuleCtx {
+    DETACHED.load(Ordering::Relaxed)
+}
+
 /// Registers the filter.
 ///
 /// # Safety
