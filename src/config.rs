@@ -19,6 +19,10 @@ pub struct Config {
     pub auth_password: String,
     /// How long SHARD.CALL waits for another node.
     pub call_timeout_ms: i64,
+    /// A copy sends a key in pieces when its value is larger than this many bytes...
+    pub big_key_bytes: i64,
+    /// ... or a collection of more than this many elements.
+    pub big_key_elements: i64,
     /// `yes`: the node answers the cluster commands from its `slots` ring and redirects keyed
     /// commands for other nodes' slots (`route::cluster_glue`); `no` (the default): plain.
     pub cluster_protocol: String,
@@ -36,6 +40,8 @@ impl Default for Config {
             auth_user: String::new(),
             auth_password: String::new(),
             call_timeout_ms: 1000,
+            big_key_bytes: 1 << 20,
+            big_key_elements: 4096,
             cluster_protocol: "no".into(),
             special_keys: String::new(),
             fields: String::new(),
@@ -148,6 +154,8 @@ config_field!(RING_ALGO: TextConfig => ring.algo);
 config_field!(RING_HASHTAG: TextConfig => ring.hashtag);
 config_field!(SELF: TextConfig => ring.self_name);
 config_field!(CALL_TIMEOUT_MS: IntConfig => call_timeout_ms);
+config_field!(BIG_KEY_BYTES: IntConfig => big_key_bytes);
+config_field!(BIG_KEY_ELEMENTS: IntConfig => big_key_elements);
 config_field!(AUTH_USER: TextConfig => auth_user);
 config_field!(AUTH_PASSWORD: TextConfig => auth_password);
 config_field!(CLUSTER_PROTOCOL: TextConfig => cluster_protocol);
@@ -171,6 +179,8 @@ pub const NAMES: &[&str] = &[
     "auth-user",
     "auth-password",
     "call-timeout-ms",
+    "big-key-bytes",
+    "big-key-elements",
     "cluster-protocol",
     "special-keys",
     "fields",

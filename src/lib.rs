@@ -92,6 +92,8 @@ redis_module! {
             ["node-count", &config::NODE_COUNT, 1, 1, 3844, ConfigurationFlags::DEFAULT, None],
             ["max-drift-ms", &config::MAX_DRIFT_MS, 5000, 0, 86_400_000, ConfigurationFlags::DEFAULT, None],
             ["call-timeout-ms", &config::CALL_TIMEOUT_MS, 1000, 1, 600_000, ConfigurationFlags::DEFAULT, None],
+            ["big-key-bytes", &config::BIG_KEY_BYTES, 1_048_576, 1024, 536_870_912, ConfigurationFlags::DEFAULT, None],
+            ["big-key-elements", &config::BIG_KEY_ELEMENTS, 4096, 16, 1_000_000_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [
             ["layout", &config::LAYOUT, "snowflake", ConfigurationFlags::DEFAULT, None],

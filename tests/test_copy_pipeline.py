@@ -210,6 +210,9 @@ def test_pause_and_throttle_a_cleanup(server_factory):
 
 def test_big_keys_of_every_type_arrive_whole_with_their_ttls(server_factory):
     servers, a, b = two_nodes(server_factory, n=0)
+    # A query buffer of 8 MB at most: the 50 MB string and the hash's and sorted set's payloads
+    # (over 10 MB each) cannot arrive as one RESTORE; they must come in pieces.
+    b.config_set("client-query-buffer-limit", 8 * 1024 * 1024)
     names = {kind: next(k for k in moving_keys(a, 200, prefix=f"big{kind}")) for kind in
              ("string", "hash", "set", "zset", "list", "stream")}
     big = b"0123456789abcdef" * (50 * 1024 * 1024 // 16)  # 50 MB
@@ -232,13 +235,18 @@ def test_big_keys_of_every_type_arrive_whole_with_their_ttls(server_factory):
     for i in range(50_000):
         pipe.xadd(names["stream"], {"n": i}, id=f"{i + 1}-0")
     pipe.execute()
+    a.xdel(names["stream"], "7-0", "8-0")
     a.xgroup_create(names["stream"], "g1", id="0")
     a.xreadgroup("g1", "c1", {names["stream"]: ">"}, count=100)
+    a.xreadgroup("g1", "c2", {names["stream"]: ">"}, count=5)
+    a.xclaim(names["stream"], "g1", "c2", 0, ["20-0"])  # delivered twice
+    a.xgroup_createconsumer(names["stream"], "g1", "c3")
+    a.xgroup_create(names["stream"], "g2", id="30000-0")
     for i, key in enumerate(names.values()):
         a.pexpireat(key, int(time.time() * 1000) + 3_600_000 + i)
     a.execute_command("SHARD.RESHARD", "COPY")
     st = wait_job(a, timeout=300)
-    assert st["state"] == b"done" and st["failed"] == 0 and st["copied"] == 6, st
+    assert st["state"] == b"done" and st["failed"] == 0 and st["copied"] == 6, repr(status(a))
     for key in names.values():
         assert b.pexpiretime(key) == a.pexpiretime(key), key
         assert b.type(key) == a.type(key)
@@ -252,6 +260,45 @@ def test_big_keys_of_every_type_arrive_whole_with_their_ttls(server_factory):
     assert b.lrange(names["list"], 0, 2) == [b"e1", b"e2", b"e3"]
     assert b.lindex(names["list"], -1) == b"e200000"
     assert b.sismember(names["set"], "e199999")
-    assert b.xlen(names["stream"]) == 50_000
+    assert b.xlen(names["stream"]) == 49_998
+    assert b.xrange(names["stream"], count=10) == a.xrange(names["stream"], count=10)
+    assert b.xrevrange(names["stream"], count=3) == a.xrevrange(names["stream"], count=3)
+    info_a, info_b = (c.xinfo_stream(names["stream"]) for c in (a, b))
+    for field in ("length", "last-generated-id", "max-deleted-entry-id", "entries-added",
+                  "groups", "first-entry", "last-entry"):
+        assert info_b[field] == info_a[field], field
     assert b.xinfo_groups(names["stream"]) == a.xinfo_groups(names["stream"])
-    assert b.xpending(names["stream"], "g1") == a.xpending(names["stream"], "g1")
+    for group in ("g1", "g2"):
+        assert b.xpending(names["stream"], group) == a.xpending(names["stream"], group)
+        pa, pb = (c.xpending_range(names["stream"], group, "-", "+", 1000) for c in (a, b))
+        assert [(p["message_id"], p["consumer"], p["times_delivered"]) for p in pb] == \
+            [(p["message_id"], p["consumer"], p["times_delivered"]) for p in pa]
+        # The delivery times travel too (the idle times agree to the copy's duration).
+        assert all(abs(x["time_since_delivered"] - y["time_since_delivered"]) < 60_000
+                   for x, y in zip(pa, pb))
+    assert sorted(c["name"] for c in b.xinfo_consumers(names["stream"], "g1")) == \
+        [b"c1", b"c2", b"c3"]
+    # Nothing of the pieces is left behind.
+    assert b.keys("__shard_piece__:*") == []
+
+
+def test_a_write_while_its_pieces_travel_wins(server_factory):
+    """A client writes a big key through SHARD.CALL while the copy sends it in pieces: the
+    write path's copy-before-write brings the whole key to its new owner and applies the write;
+    the copy then finds the key there and leaves it (skipped), and its pieces are dropped."""
+    servers, a, b = two_nodes(server_factory, n=0)
+    key = moving_keys(a, 50, prefix="bighash")[0]
+    a.eval("for i = 1, tonumber(ARGV[1]), 1000 do local args = {} "
+           "for j = i, i + 999 do table.insert(args, 'f' .. j) table.insert(args, 'v' .. j) end "
+           "redis.call('HSET', KEYS[1], unpack(args)) end return 1", 1, key, 500_000)
+    temp = "__shard_piece__:" + key
+    a.execute_command("SHARD.RESHARD", "COPY")
+    deadline = time.monotonic() + 30
+    while not b.exists(temp):
+        assert time.monotonic() < deadline and status(a)["state"] == b"copying", status(a)
+    assert b.execute_command("SHARD.CALL", "HSET", key, "written", "during") == 1
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["skipped"] == 1 and st["copied"] == 0, st
+    assert b.hget(key, "written") == b"during" and b.hlen(key) == 500_001
+    assert b.hget(key, "f499999") == b"v499999" and a.hlen(key) == 500_000
+    assert not b.exists(temp)

@@ -22,6 +22,7 @@ pub fn parse_copy<A: ArgList + ?Sized>(args: &A) -> Result<CopyOptions, CmdError
         replace: false,
         auth: None,
         max_rate: 0,
+        big: crate::reshard::pieces::Limits::default(),
     };
     let mut cursor = args.cursor(2);
     while let Some(arg) = cursor.next_arg() {
@@ -77,6 +78,10 @@ pub fn copy(call: &Call) -> CmdResult {
             )));
         }
         options.auth = st.config.auth();
+        options.big = crate::reshard::pieces::Limits {
+            bytes: usize::try_from(st.config.big_key_bytes).unwrap_or(1 << 20),
+            elements: usize::try_from(st.config.big_key_elements).unwrap_or(4096),
+        };
         (ring, self_name)
     };
     jobs::start(call.ctx, JobKind::Copy, ring, self_name, options).map_err(CmdError::err)?;
@@ -108,6 +113,7 @@ pub fn cleanup(call: &Call) -> CmdResult {
         replace: false,
         auth: None,
         max_rate: 0,
+        big: crate::reshard::pieces::Limits::default(),
     };
     jobs::start(call.ctx, JobKind::Cleanup, ring, self_name, options).map_err(CmdError::err)?;
     call.reply.ok();

@@ -26,6 +26,7 @@ use redis_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context, Redi
 
 use super::pace::Pace;
 use super::payload;
+use super::pieces::{self, Kind, Limits};
 use super::ship::{Shipper, Tally, Target, Window};
 use crate::placement::Placement;
 
@@ -48,6 +49,8 @@ pub struct Pass {
     /// Keys per second (0: no limit) and whether the job is paused, when the pass starts.
     pub max_rate: u64,
     pub paused: bool,
+    /// Which keys travel in pieces.
+    pub big: Limits,
 }
 
 const ERROR_BYTES: usize = 400;
@@ -266,7 +269,9 @@ struct Found {
     name: Vec<u8>,
     /// Index of its owner in the ring.
     owner: usize,
-    string: bool,
+    kind: Kind,
+    /// Bytes of a string, elements of a collection.
+    len: usize,
     /// Absolute expiry in Unix ms, 0 for none.
     expires_at: i64,
 }
@@ -310,6 +315,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
         shipper: Shipper::new(Window::default(), pass.timeout, pass.auth.clone()),
         targets,
         replace: pass.replace,
+        big: pass.big,
         version: None,
         payload: Vec::new(),
     };
@@ -392,10 +398,11 @@ fn look_up(ctx: &Context, state: &ScanState, name: &[u8]) -> Option<Found> {
         if key.is_null() {
             return None;
         }
-        let found = describe(key).map(|(string, expires_at)| Found {
+        let found = describe(key).map(|(kind, len, expires_at)| Found {
             name: name.to_vec(),
             owner,
-            string,
+            kind,
+            len,
             expires_at,
         });
         if let Some(close) = raw::RedisModule_CloseKey {
@@ -405,11 +412,12 @@ fn look_up(ctx: &Context, state: &ScanState, name: &[u8]) -> Option<Found> {
     }
 }
 
-/// Whether an open key holds a string, and its absolute expiry (0: none); `None` when empty.
+/// An open key's type, length (bytes of a string, elements of a collection) and absolute
+/// expiry (0: none); `None` when empty.
 ///
 /// # Safety
 /// `key` must be an open key.
-unsafe fn describe(key: *mut raw::RedisModuleKey) -> Option<(bool, i64)> {
+unsafe fn describe(key: *mut raw::RedisModuleKey) -> Option<(Kind, usize, i64)> {
     // SAFETY: the caller's key; the API table is filled at load.
     unsafe {
         let kind = raw::RedisModule_KeyType?(key);
@@ -427,8 +435,19 @@ unsafe fn describe(key: *mut raw::RedisModuleKey) -> Option<(bool, i64)> {
                 }
             }
         };
+        let kind = match kind as isize {
+            raw::REDISMODULE_KEYTYPE_STRING => Kind::String,
+            raw::REDISMODULE_KEYTYPE_LIST => Kind::List,
+            raw::REDISMODULE_KEYTYPE_HASH => Kind::Hash,
+            raw::REDISMODULE_KEYTYPE_SET => Kind::Set,
+            raw::REDISMODULE_KEYTYPE_ZSET => Kind::ZSet,
+            raw::REDISMODULE_KEYTYPE_STREAM => Kind::Stream,
+            _ => Kind::Other,
+        };
+        let len = raw::RedisModule_ValueLength.map_or(0, |f| f(key));
         Some((
-            kind == raw::REDISMODULE_KEYTYPE_STRING as c_int,
+            kind,
+            usize::try_from(len).unwrap_or(usize::MAX),
             expires_at.max(0),
         ))
     }
@@ -453,11 +472,12 @@ extern "C" fn on_key(
             let Some(owner) = moving(state, name) else {
                 return;
             };
-            if let Some((string, expires_at)) = describe(key) {
+            if let Some((kind, len, expires_at)) = describe(key) {
                 state.found.push(Found {
                     name: name.to_vec(),
                     owner,
-                    string,
+                    kind,
+                    len,
                     expires_at,
                 });
             }
@@ -473,6 +493,7 @@ struct Copier<'a> {
     shipper: Shipper,
     targets: Vec<Target>,
     replace: bool,
+    big: Limits,
     /// The RDB version of this server's `DUMP`, once seen.
     version: Option<u16>,
     payload: Vec<u8>,
@@ -481,8 +502,14 @@ struct Copier<'a> {
 impl Copier<'_> {
     fn ship(&mut self, found: &mut Vec<Found>) {
         let options = CallOptionsBuilder::new().build();
+        // Big keys: in pieces.
+        let big = self.big;
+        for f in found.iter().filter(|f| big.big_by_length(f.kind, f.len)) {
+            self.in_pieces(f);
+        }
+        found.retain(|f| !big.big_by_length(f.kind, f.len));
         // Strings: their values in one MGET, their payloads built here.
-        let strings: Vec<&Found> = found.iter().filter(|f| f.string).collect();
+        let strings: Vec<&Found> = found.iter().filter(|f| f.kind == Kind::String).collect();
         if !strings.is_empty() {
             let names: Vec<&[u8]> = strings.iter().map(|f| f.name.as_slice()).collect();
             let reply: CallResult = self.ctx.call_ext("MGET", &options, names.as_slice());
@@ -503,13 +530,14 @@ impl Copier<'_> {
                 }
             }
         }
-        for f in found.iter().filter(|f| !f.string) {
+        for f in found.iter().filter(|f| f.kind != Kind::String) {
             self.dump_and_restore(f);
         }
         found.clear();
     }
 
-    /// Ships the server's own `DUMP` of the key (and learns its RDB version).
+    /// Ships the server's own `DUMP` of the key (and learns its RDB version), or the key in
+    /// pieces when the payload is too big.
     fn dump_and_restore(&mut self, f: &Found) {
         let options = CallOptionsBuilder::new().build();
         let dump: CallResult = self.ctx.call_ext("DUMP", &options, &[f.name.as_slice()]);
@@ -517,8 +545,29 @@ impl Copier<'_> {
             if self.version.is_none() {
                 self.version = payload::rdb_version(payload.as_bytes());
             }
-            self.restore(f, payload.as_bytes());
+            if self.big.big_by_payload(f.kind, payload.as_bytes().len()) {
+                self.in_pieces(f);
+            } else {
+                self.restore(f, payload.as_bytes());
+            }
         }
+    }
+
+    /// Ships a big key in pieces.
+    fn in_pieces(&mut self, f: &Found) {
+        self.wait_turn();
+        let Some(target) = self.targets.get(f.owner) else {
+            return;
+        };
+        pieces::copy(
+            self.ctx,
+            &mut self.shipper,
+            target,
+            &f.name,
+            f.kind,
+            f.expires_at,
+            self.replace,
+        );
     }
 
     /// Waits while the job is paused (its connections closed) or ahead of its rate.

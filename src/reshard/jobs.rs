@@ -46,6 +46,8 @@ pub struct CopyOptions {
     pub auth: Option<(String, String)>,
     /// Keys per second (`MAXRATE`, 0: no limit).
     pub max_rate: u64,
+    /// Which keys travel in pieces (`big-key-bytes`, `big-key-elements`).
+    pub big: super::pieces::Limits,
 }
 
 /// A running job: what it works with, and where its scan stands.
@@ -349,6 +351,7 @@ fn copy_tick(ctx: &Context) -> bool {
             auth: runner.options.auth.clone(),
             max_rate,
             paused,
+            big: runner.options.big,
         };
         dirty::begin();
         CHILD_DONE.with(|d| d.set(None));

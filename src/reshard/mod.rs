@@ -13,6 +13,7 @@ pub mod job;
 pub mod jobs;
 pub mod migrate;
 pub mod pace;
+pub mod pieces;
 pub mod payload;
 pub mod plan;
 pub mod ship;

@@ -1,6 +1,8 @@
 //! Ships `RESTORE` commands to the destinations of a copy, many in flight on one connection per
 //! destination, and counts what each reply says: `+OK` copied, `-BUSYKEY` skipped (the key is
-//! there already, newer than this copy), any other error or a lost connection failed.
+//! there already, newer than this copy), any other error or a lost connection failed. A big
+//! key's pieces (`pieces`) travel the same way: their errors are counted apart, and the
+//! `RENAMENX` that puts the key in place counts it (`:1` copied, `:0` skipped).
 //!
 //! It runs in the forked child of a copy (`fork_copy`), which has nothing else to do: its
 //! sockets are non-blocking and it waits in `poll(2)` only when a destination's window is full
@@ -45,7 +47,20 @@ pub struct Tally {
     pub skipped: u64,
     pub failed: u64,
     pub bytes_sent: u64,
+    /// Pieces of big keys refused or lost (the key they belong to is then not put in place).
+    pub piece_errors: u64,
     pub last_error: String,
+}
+
+/// What a request's reply means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// A `RESTORE`: `+OK` copied, `-BUSYKEY` skipped, another error failed.
+    Key,
+    /// A piece of a big key, or the upkeep of its temporary key: only errors count.
+    Piece,
+    /// The `RENAMENX` that puts a big key in place: `:1` copied, `:0` skipped.
+    Rename,
 }
 
 /// A destination's address and how to log in.
@@ -60,8 +75,9 @@ struct Dest {
     stream: Option<TcpStream>,
     out: Vec<u8>,
     out_pos: usize,
-    /// Bytes of each request in flight, oldest first (their replies come in this order).
-    in_flight: std::collections::VecDeque<usize>,
+    /// Bytes and meaning of each request in flight, oldest first (their replies come in this
+    /// order).
+    in_flight: std::collections::VecDeque<(usize, Expect)>,
     in_flight_bytes: usize,
     inbuf: Vec<u8>,
     filled: usize,
@@ -96,8 +112,13 @@ impl Shipper {
         self.dests.values().map(|d| d.in_flight.len()).sum()
     }
 
-    /// Queues `args` (one command) for `target`, waiting first while its window is full.
+    /// Queues a `RESTORE` for `target`, waiting first while its window is full.
     pub fn send(&mut self, target: &Target, args: &[&[u8]]) {
+        self.send_as(target, args, Expect::Key);
+    }
+
+    /// Queues `args` (one command) for `target`, its reply read as `expect` says.
+    pub fn send_as(&mut self, target: &Target, args: &[&[u8]], expect: Expect) {
         if !self.dests.contains_key(&target.address) {
             let dest = self.open(target);
             self.dests.insert(target.address.clone(), dest);
@@ -107,7 +128,10 @@ impl Shipper {
             return;
         };
         if let Some(e) = &dest.error {
-            self.tally.failed += 1;
+            match expect {
+                Expect::Piece => self.tally.piece_errors += 1,
+                Expect::Key | Expect::Rename => self.tally.failed += 1,
+            }
             self.tally.last_error = e.clone();
             return;
         }
@@ -116,7 +140,7 @@ impl Shipper {
             dest.out_pos = 0;
         }
         let len = encode_command_into(&mut dest.out, args);
-        dest.in_flight.push_back(len);
+        dest.in_flight.push_back((len, expect));
         dest.in_flight_bytes += len;
         self.tally.bytes_sent += len as u64;
         // Write in large pieces (each write wakes the destination once); wait only while the
@@ -135,6 +159,16 @@ impl Shipper {
     pub fn finish(&mut self) {
         let timeout = self.timeout;
         for dest in self.dests.values_mut() {
+            while dest.error.is_none() && !dest.in_flight.is_empty() {
+                pump(dest, &mut self.tally, true, timeout);
+            }
+        }
+    }
+
+    /// Waits until every request to `target` has its reply (or it failed).
+    pub fn drain(&mut self, target: &Target) {
+        let timeout = self.timeout;
+        if let Some(dest) = self.dests.get_mut(&target.address) {
             while dest.error.is_none() && !dest.in_flight.is_empty() {
                 pump(dest, &mut self.tally, true, timeout);
             }
@@ -297,10 +331,9 @@ fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
         {
             dest.scanner.reset();
             let reply = &dest.inbuf[start..start + len];
-            count(reply, tally, &dest.target);
-            if let Some(bytes) = dest.in_flight.pop_front() {
-                dest.in_flight_bytes -= bytes;
-            }
+            let (bytes, expect) = dest.in_flight.pop_front().unwrap_or((0, Expect::Key));
+            dest.in_flight_bytes = dest.in_flight_bytes.saturating_sub(bytes);
+            count(reply, expect, tally, &dest.target);
             dest.last_reply = Instant::now();
             start += len;
         }
@@ -309,23 +342,36 @@ fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
     }
 }
 
-/// Counts one reply to a `RESTORE`.
-fn count(reply: &[u8], tally: &mut Tally, target: &Target) {
-    if reply.starts_with(b"-BUSYKEY") {
-        tally.skipped += 1;
-    } else if reply.first() == Some(&b'-') {
-        tally.failed += 1;
+/// Counts one reply.
+fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target) {
+    if reply.first() == Some(&b'-') && !(expect == Expect::Key && reply.starts_with(b"-BUSYKEY"))
+    {
+        match expect {
+            Expect::Piece => tally.piece_errors += 1,
+            Expect::Key | Expect::Rename => tally.failed += 1,
+        }
         let text = String::from_utf8_lossy(&reply[1..]);
         tally.last_error = format!("{} ({}): {}", target.name, target.address, text.trim_end());
-    } else {
-        tally.copied += 1;
+        return;
+    }
+    match expect {
+        Expect::Key if reply.starts_with(b"-BUSYKEY") => tally.skipped += 1,
+        Expect::Key => tally.copied += 1,
+        Expect::Rename if reply.starts_with(b":0") => tally.skipped += 1,
+        Expect::Rename => tally.copied += 1,
+        Expect::Piece => {}
     }
 }
 
 /// The destination is gone: what it has in flight failed, and so will what is sent to it.
 fn fail(dest: &mut Dest, tally: &mut Tally, why: &str) {
     let reason = format!("{} ({}): {why}", dest.target.name, dest.target.address);
-    tally.failed += dest.in_flight.len() as u64;
+    for (_, expect) in &dest.in_flight {
+        match expect {
+            Expect::Piece => tally.piece_errors += 1,
+            Expect::Key | Expect::Rename => tally.failed += 1,
+        }
+    }
     tally.last_error = reason.clone();
     dest.in_flight.clear();
     dest.in_flight_bytes = 0;
@@ -411,6 +457,31 @@ mod tests {
         );
         drop(shipper);
         assert_eq!(peer.join().unwrap(), 301);
+    }
+
+    #[test]
+    fn pieces_count_only_their_errors_and_the_rename_counts_the_key() {
+        let (address, peer) = peer(|key| match key {
+            "new" => ":1\r\n",
+            "there" => ":0\r\n",
+            "oom" => "-OOM command not allowed\r\n",
+            _ => "+OK\r\n",
+        });
+        let mut shipper = Shipper::new(Window::default(), Duration::from_secs(5), None);
+        let t = target(&address);
+        shipper.send_as(&t, &[b"HSET", b"tmp", b"f", b"v"], Expect::Piece);
+        shipper.send_as(&t, &[b"RENAMENX", b"new", b"k1"], Expect::Rename);
+        shipper.send_as(&t, &[b"RENAMENX", b"there", b"k2"], Expect::Rename);
+        shipper.send_as(&t, &[b"HSET", b"oom", b"f", b"v"], Expect::Piece);
+        shipper.drain(&t);
+        let tally = shipper.tally.clone();
+        assert_eq!(
+            (tally.copied, tally.skipped, tally.failed, tally.piece_errors),
+            (1, 1, 0, 1)
+        );
+        assert!(tally.last_error.ends_with("OOM command not allowed"));
+        drop(shipper);
+        assert_eq!(peer.join().unwrap(), 5);
     }
 
     #[test]
