@@ -77,6 +77,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_long_long(ctx, "reshard_max_rate", int(job.max_rate));
     raw::add_info_field_str(ctx, "reshard_paused", if job.paused { "yes" } else { "no" });
     raw::add_info_field_long_long(ctx, "reshard_max_step_us", int(job.max_step_us));
+    raw::add_info_field_str(ctx, "reshard_by_db", &job.by_db_text());
     drop(st);
     let calls = forward::stats();
     raw::add_info_field_long_long(ctx, "call_local", int(calls.local));

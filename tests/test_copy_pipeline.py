@@ -302,3 +302,83 @@ def test_a_write_while_its_pieces_travel_wins(server_factory):
     assert b.hget(key, "written") == b"during" and b.hlen(key) == 500_001
     assert b.hget(key, "f499999") == b"v499999" and a.hlen(key) == 500_000
     assert not b.exists(temp)
+
+
+def test_keys_of_every_database_move_to_the_same_database(server_factory):
+    """COPY walks databases 0, 3 and 15 (and the keys written in db 3 during the copy), each key
+    arriving in its own database number; CLEANUP deletes them in every database; STATUS and
+    INFO count them by database."""
+    servers, a, b = two_nodes(server_factory, n=0)
+    dbs = {db: (servers["a"].client(db=db), servers["b"].client(db=db)) for db in (0, 3, 15)}
+    for db, (ca, _) in dbs.items():
+        fill(ca, 3000, prefix=f"db{db}")
+        # The same name in every database, with a value of its own.
+        ca.set("same", f"from db {db}")
+    a.execute_command("SHARD.RESHARD", "COPY")
+    dbs[3][0].set("written-during", "x")
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["failed"] == 0, st
+    expected = {}
+    for db, (ca, cb) in dbs.items():
+        keys = [k.decode() for k in ca.keys("*")]
+        moving = [k for k, o in zip(keys, owners(a, keys)) if o == "b"]
+        expected[db] = len(moving)
+        assert moving and sorted(k.decode() for k in cb.keys("*")) == sorted(moving), db
+        for k in moving:
+            assert cb.get(k) == ca.get(k), (db, k)
+    assert servers["b"].client(db=1).dbsize() == 0
+    assert st["by_db"].decode() == ",".join(f"db{db}={n}" for db, n in expected.items())
+    assert st["copied"] == sum(expected.values())
+    for c in (a, b):
+        c.execute_command("SHARD.RING", "COMMIT")
+    a.execute_command("SHARD.RESHARD", "CLEANUP")
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["deleted"] == sum(expected.values()), st
+    assert st["by_db"].decode() == ",".join(f"db{db}={n}" for db, n in expected.items())
+    # INFO shows the same (redis-py reads `db0=750,db3=12` as a dict).
+    assert a.info("shard")["shard_reshard_by_db"] == {f"db{db}": n for db, n in expected.items()}
+    for db, (ca, _) in dbs.items():
+        keys = [k.decode() for k in ca.keys("*")]
+        assert keys and set(owners(a, keys)) == {"a"}, db
+
+
+def test_a_destination_without_the_database_fails_those_keys_by_name(server_factory):
+    servers = {"a": server_factory(module_args=["self", "a"]),
+               "b": server_factory(module_args=["self", "b"], config=[("databases", 4)])}
+    a, b = servers["a"].client(), servers["b"].client()
+    new = ["a", f"127.0.0.1:{servers['a'].port}", 1, "b", f"127.0.0.1:{servers['b'].port}", 3]
+    for c in (a, b):
+        c.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, ["a"]))
+        c.execute_command("SHARD.RING", "BEGIN", "ketama", *new)
+    fill(a, 500)
+    fill(servers["a"].client(db=9), 500)
+    a.execute_command("SHARD.RESHARD", "COPY")
+    st = wait_job(a)
+    moving = len(moving_keys(a, 500))
+    assert st["state"] == b"failed" and st["copied"] == moving and st["failed"] == moving, st
+    assert b"database 9" in st["last_error"] and b"b (127.0.0.1:" in st["last_error"], st
+    assert b.dbsize() == moving
+
+
+def test_a_cleanup_without_a_child_walks_every_database_itself(server_factory):
+    """While a BGSAVE's child runs, a cleanup cannot fork its own: its steps scan every
+    database on the main thread instead."""
+    servers, a, b = two_nodes(server_factory, n=0)
+    dbs = {db: servers["a"].client(db=db) for db in (0, 3)}
+    for db, c in dbs.items():
+        fill(c, 2000, prefix=f"db{db}")
+    a.execute_command("SHARD.RESHARD", "COPY")
+    assert wait_job(a)["state"] == b"done"
+    for c in (a, b):
+        c.execute_command("SHARD.RING", "COMMIT")
+    a.config_set("rdb-key-save-delay", 500)  # microseconds per key: the BGSAVE lasts seconds
+    a.bgsave()
+    assert a.info("persistence")["rdb_bgsave_in_progress"] == 1
+    a.execute_command("SHARD.RESHARD", "CLEANUP")
+    st = wait_job(a)
+    assert a.info("persistence")["rdb_bgsave_in_progress"] == 1  # still: no child of ours ran
+    assert st["state"] == b"done" and st["failed"] == 0, st
+    for db, c in dbs.items():
+        keys = [k.decode() for k in c.keys("*")]
+        assert 0 < len(keys) < 2000 and set(owners(a, keys)) == {"a"}, db
+    a.config_set("rdb-key-save-delay", 0)

@@ -151,7 +151,7 @@ pub fn status(call: &Call) -> CmdResult {
     let job = &st.job;
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let reply = &call.reply;
-    reply.map(19);
+    reply.map(20);
     reply.field_bulk("state", job.state.name().as_bytes());
     reply.field_opt(
         "job",
@@ -177,6 +177,8 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_int("in_flight", int(job.in_flight));
     reply.field_int("max_rate", int(job.max_rate));
     reply.field_bulk("paused", if job.paused { b"yes" } else { b"no" });
+    // Keys copied (or deleted) by database: `db0=750,db3=12`.
+    reply.field_bulk("by_db", job.by_db_text().as_bytes());
     Ok(())
 }
 

@@ -1,5 +1,5 @@
-//! The keys written on this node while a copy's child runs: the child's snapshot predates
-//! them, so the next pass copies them. Recorded from keyspace events (subscribed at the first
+//! The keys written on this node (and their databases) while a copy's child runs: the child's
+//! snapshot predates them, so the next pass copies them. Recorded from keyspace events (subscribed at the first
 //! copy, so that a server that never reshards pays nothing; afterwards a write costs one call
 //! that checks a flag while no copy runs).
 
@@ -8,7 +8,17 @@ use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::{raw, Context, RedisString};
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// A database number and a key of it.
+pub type DbKey = (i32, Vec<u8>);
+
+/// The keys written, per database.
+#[derive(Default)]
+struct Written {
+    by_db: FxHashMap<i32, FxHashSet<Vec<u8>>>,
+    len: usize,
+}
 
 /// More keys than this written during one pass: the next pass walks the whole keyspace again
 /// instead of holding them all.
@@ -19,7 +29,7 @@ static TRACKING: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// The keys written, or `None` once more than `MAX_KEYS` were.
-    static DIRTY: RefCell<Option<FxHashSet<Vec<u8>>>> = RefCell::new(Some(FxHashSet::default()));
+    static DIRTY: RefCell<Option<Written>> = RefCell::new(Some(Written::default()));
 }
 
 /// Subscribes to the keyspace events of writes, once.
@@ -53,7 +63,7 @@ pub fn subscribe(ctx: &Context) -> Result<(), String> {
 const GONE: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move_from"];
 
 extern "C" fn on_event(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _type: c_int,
     event: *const c_char,
     key: *mut raw::RedisModuleString,
@@ -71,13 +81,19 @@ extern "C" fn on_event(
         }
         // Redis passes a live key name for the duration of the callback.
         let bytes = RedisString::string_as_slice(key);
+        // SAFETY: the callback's context, selected on the event's database.
+        let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) };
         DIRTY.with(|d| {
             let mut d = d.borrow_mut();
-            if let Some(set) = d.as_mut() {
-                if set.len() >= MAX_KEYS {
+            if let Some(written) = d.as_mut() {
+                if written.len >= MAX_KEYS {
                     *d = None;
-                } else if !set.contains(bytes) {
+                    return;
+                }
+                let set = written.by_db.entry(db).or_default();
+                if !set.contains(bytes) {
                     set.insert(bytes.to_vec());
+                    written.len += 1;
                 }
             }
         });
@@ -87,36 +103,46 @@ extern "C" fn on_event(
 
 /// Starts recording, with nothing recorded (at a child's fork).
 pub fn begin() {
-    DIRTY.with(|d| *d.borrow_mut() = Some(FxHashSet::default()));
+    DIRTY.with(|d| *d.borrow_mut() = Some(Written::default()));
     TRACKING.store(true, Ordering::Relaxed);
 }
 
-/// The keys written since `begin`, or `None` when there were too many to keep.
-pub fn take() -> Option<Vec<Vec<u8>>> {
+/// The keys written since `begin`, by database, or `None` when there were too many to keep.
+pub fn take() -> Option<Vec<DbKey>> {
     DIRTY.with(|d| {
-        d.borrow_mut()
-            .replace(FxHashSet::default())
-            .map(|s| s.into_iter().collect())
+        d.borrow_mut().replace(Written::default()).map(|w| {
+            let mut keys: Vec<DbKey> = w
+                .by_db
+                .into_iter()
+                .flat_map(|(db, set)| set.into_iter().map(move |k| (db, k)))
+                .collect();
+            keys.sort_unstable_by_key(|(db, _)| *db);
+            keys
+        })
     })
 }
 
 /// Puts back keys taken for a pass that could not start.
-pub fn restore(keys: Vec<Vec<u8>>) {
+pub fn restore(keys: Vec<DbKey>) {
     DIRTY.with(|d| {
         let mut d = d.borrow_mut();
-        if let Some(set) = d.as_mut() {
-            set.extend(keys);
+        if let Some(written) = d.as_mut() {
+            for (db, key) in keys {
+                if written.by_db.entry(db).or_default().insert(key) {
+                    written.len += 1;
+                }
+            }
         }
     });
 }
 
 /// How many keys are recorded (`None`: too many).
 pub fn count() -> Option<usize> {
-    DIRTY.with(|d| d.borrow().as_ref().map(FxHashSet::len))
+    DIRTY.with(|d| d.borrow().as_ref().map(|w| w.len))
 }
 
 /// Stops recording and forgets what was recorded.
 pub fn end() {
     TRACKING.store(false, Ordering::Relaxed);
-    DIRTY.with(|d| *d.borrow_mut() = Some(FxHashSet::default()));
+    DIRTY.with(|d| *d.borrow_mut() = Some(Written::default()));
 }

@@ -6,8 +6,10 @@
 //! them and the main thread checks those itself once the child is done.
 //!
 //! The pipe carries each name as a 4-byte little-endian length and the bytes; a length of
-//! `u32::MAX` is followed instead by the 8-byte count of keys walked so far. The child blocks
-//! when the pipe is full: the main thread's pace sets the child's.
+//! `u32::MAX` is followed instead by the 8-byte count of keys walked so far, and `u32::MAX - 1`
+//! by the 4-byte number of the database the next names belong to (every database that has
+//! keys is walked). The child blocks when the pipe is full: the main thread's pace sets the
+//! child's.
 
 use std::io::{self, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -17,6 +19,7 @@ use std::sync::Arc;
 
 use redis_module::{raw, Context, RedisString};
 
+use super::dirty::DbKey;
 use super::fork_copy::{exit_child, fork_child};
 use crate::placement::Placement;
 
@@ -27,6 +30,8 @@ pub struct Names {
     eof: bool,
     /// Keys the child has walked, as it last said.
     pub walked: u64,
+    /// The database of the names being read.
+    db: i32,
     /// Whether the read end is in the server's event loop (waiting for names).
     registered: bool,
 }
@@ -35,6 +40,7 @@ pub struct Names {
 pub type Ready = unsafe extern "C" fn(fd: c_int, user_data: *mut c_void, mask: c_int);
 
 const WALKED: u32 = u32::MAX;
+const DATABASE: u32 = u32::MAX - 1;
 
 /// The pipe's capacity asked for.
 const PIPE_BYTES: c_int = 1 << 20;
@@ -84,6 +90,7 @@ pub fn start(
             buf: Vec::new(),
             eof: false,
             walked: 0,
+            db: 0,
             registered: false,
         },
     ))
@@ -138,7 +145,7 @@ impl Names {
 
     /// Moves the names that arrived into `out`, at most `max`. False once the child closed
     /// the pipe and every name was taken.
-    pub fn read(&mut self, out: &mut std::collections::VecDeque<Vec<u8>>, max: usize) -> bool {
+    pub fn read(&mut self, out: &mut std::collections::VecDeque<DbKey>, max: usize) -> bool {
         use std::os::fd::AsRawFd;
         let mut taken = 0;
         loop {
@@ -161,11 +168,21 @@ impl Names {
                     at += 12;
                     continue;
                 }
+                if len == DATABASE {
+                    if self.buf.len() < at + 8 {
+                        break;
+                    }
+                    let mut n = [0u8; 4];
+                    n.copy_from_slice(&self.buf[at + 4..at + 8]);
+                    self.db = i32::from_le_bytes(n);
+                    at += 8;
+                    continue;
+                }
                 let len = len as usize;
                 if self.buf.len() < at + 4 + len {
                     break;
                 }
-                out.push_back(self.buf[at + 4..at + 4 + len].to_vec());
+                out.push_back((self.db, self.buf[at + 4..at + 4 + len].to_vec()));
                 at += 4 + len;
                 taken += 1;
             }
@@ -206,7 +223,8 @@ impl Drop for Names {
     }
 }
 
-/// The child's walk: every key of database 0, the names of those that go elsewhere to `out`.
+/// The child's walk: every key of every database, the names of those that go elsewhere to
+/// `out`.
 fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs::File) -> bool {
     let Some(ring) = ring.ring.as_ref() else {
         return false;
@@ -251,28 +269,39 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
         ) else {
             return false;
         };
-        let cursor = create();
-        loop {
-            let more = scan(
-                ctx.ctx,
-                cursor,
-                Some(on_key),
-                std::ptr::addr_of_mut!(w).cast(),
-            ) != 0;
-            if w.buf.len() >= 64 * 1024 || !more {
-                w.buf.extend_from_slice(&WALKED.to_le_bytes());
-                w.buf.extend_from_slice(&w.walked.to_le_bytes());
-                if out.write_all(&w.buf).is_err() {
-                    destroy(cursor);
-                    return false;
-                }
-                w.buf.clear();
-            }
-            if !more {
+        for db in 0.. {
+            let selected = raw::RedisModule_SelectDb.map(|f| f(ctx.ctx, db));
+            if selected != Some(raw::REDISMODULE_OK as c_int) {
                 break;
             }
+            if raw::RedisModule_DbSize.map_or(0, |f| f(ctx.ctx)) == 0 {
+                continue;
+            }
+            w.buf.extend_from_slice(&DATABASE.to_le_bytes());
+            w.buf.extend_from_slice(&db.to_le_bytes());
+            let cursor = create();
+            loop {
+                let more = scan(
+                    ctx.ctx,
+                    cursor,
+                    Some(on_key),
+                    std::ptr::addr_of_mut!(w).cast(),
+                ) != 0;
+                if w.buf.len() >= 64 * 1024 || !more {
+                    w.buf.extend_from_slice(&WALKED.to_le_bytes());
+                    w.buf.extend_from_slice(&w.walked.to_le_bytes());
+                    if out.write_all(&w.buf).is_err() {
+                        destroy(cursor);
+                        return false;
+                    }
+                    w.buf.clear();
+                }
+                if !more {
+                    break;
+                }
+            }
+            destroy(cursor);
         }
-        destroy(cursor);
     }
     true
 }

@@ -14,6 +14,9 @@
 //!
 //! Keys written here after the fork are not in the snapshot: `dirty` records them (keyspace
 //! events) and the next pass copies just those, until a pass has nothing to copy.
+//!
+//! Every database that has keys is walked in turn; its keys go to the same database number at
+//! their destination.
 
 use std::cell::UnsafeCell;
 use std::os::raw::{c_int, c_void};
@@ -34,8 +37,8 @@ use crate::placement::Placement;
 pub enum Source {
     /// Every key of the snapshot.
     Scan,
-    /// These keys only (written after the previous pass's fork).
-    Keys(Vec<Vec<u8>>),
+    /// These keys only (written after the previous pass's fork), sorted by database.
+    Keys(Vec<super::dirty::DbKey>),
 }
 
 /// What a pass needs to know.
@@ -54,6 +57,9 @@ pub struct Pass {
 }
 
 const ERROR_BYTES: usize = 400;
+
+/// Databases whose counts `STATUS` shows one by one (the totals count every database).
+pub const MAX_DBS: usize = 64;
 
 /// Puts the calling (child) process under Linux's `SCHED_IDLE` policy: it runs only on a CPU
 /// nothing else wants, and any woken task of the server (the main thread answering a client)
@@ -83,6 +89,8 @@ pub struct Shared {
     /// Set by the parent, read by the child: keys per second (0: no limit), paused (1).
     pub max_rate: AtomicU64,
     pub paused: AtomicU64,
+    /// Keys copied, by database number.
+    pub copied_by_db: [AtomicU64; MAX_DBS],
     error_len: AtomicU64,
     error: UnsafeCell<[u8; ERROR_BYTES]>,
 }
@@ -133,6 +141,17 @@ impl Shared {
         ] {
             c.store(0, Ordering::Relaxed);
         }
+        for c in &self.copied_by_db {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Keys copied by database, as the child last published them.
+    pub fn copied_by_db(&self) -> Vec<u64> {
+        self.copied_by_db
+            .iter()
+            .map(|c| c.load(Ordering::Acquire))
+            .collect()
     }
 
     /// (scanned, copied, skipped, failed, bytes sent), as the child last published them.
@@ -153,6 +172,9 @@ impl Shared {
         self.failed.store(tally.failed, Ordering::Relaxed);
         self.bytes_sent.store(tally.bytes_sent, Ordering::Relaxed);
         self.in_flight.store(in_flight as u64, Ordering::Relaxed);
+        for (c, n) in self.copied_by_db.iter().zip(&tally.copied_by_db) {
+            c.store(*n, Ordering::Relaxed);
+        }
     }
 
     fn set_error(&self, text: &str) {
@@ -321,44 +343,32 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
     };
     match &pass.source {
         Source::Scan => {
-            // SAFETY: the API table is filled at load; the cursor is destroyed below.
-            let cursor = unsafe { raw::RedisModule_ScanCursorCreate.map(|f| f()) };
-            let (Some(cursor), Some(scan)) = (cursor, unsafe { raw::RedisModule_Scan }) else {
-                shared.set_error("RedisModule_Scan is missing");
-                return;
-            };
-            loop {
-                // SAFETY: the callback only reads the key it is given and pushes to `state`.
-                let more = unsafe {
-                    scan(
-                        ctx.ctx,
-                        cursor,
-                        Some(on_key),
-                        std::ptr::addr_of_mut!(state).cast(),
-                    )
-                } != 0;
-                if state.found.len() >= BATCH || !more {
-                    copier.ship(&mut state.found);
-                    shared.publish(
-                        state.scanned,
-                        &copier.shipper.tally,
-                        copier.shipper.in_flight(),
-                    );
-                }
-                if !more {
+            for db in 0.. {
+                if !select_db(ctx, db) {
                     break;
                 }
-            }
-            // SAFETY: created above.
-            unsafe {
-                if let Some(destroy) = raw::RedisModule_ScanCursorDestroy {
-                    destroy(cursor);
+                // SAFETY: the API table is filled at load.
+                if unsafe { raw::RedisModule_DbSize.map_or(0, |f| f(ctx.ctx)) } == 0 {
+                    continue;
+                }
+                copier.shipper.select(db);
+                if !scan_db(ctx, &mut state, &mut copier, shared) {
+                    shared.set_error("RedisModule_Scan is missing");
+                    return;
                 }
             }
         }
         Source::Keys(keys) => {
+            let mut db = 0;
+            select_db(ctx, 0);
             for chunk in keys.chunks(BATCH) {
-                for name in chunk {
+                for (key_db, name) in chunk {
+                    if *key_db != db {
+                        copier.ship(&mut state.found);
+                        db = *key_db;
+                        select_db(ctx, db);
+                        copier.shipper.select(db);
+                    }
                     state.scanned += 1;
                     if let Some(found) = look_up(ctx, &state, name) {
                         state.found.push(found);
@@ -378,6 +388,51 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
     if !copier.shipper.tally.last_error.is_empty() {
         shared.set_error(&copier.shipper.tally.last_error);
     }
+}
+
+/// Selects database `db` for what the child reads next; false if there is no such database.
+fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: the API table is filled at load; the child's own context.
+    let selected = unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx.ctx, db)) };
+    selected == Some(raw::REDISMODULE_OK as c_int)
+}
+
+/// Copies the keys of the selected database that go elsewhere; false without `RedisModule_Scan`.
+fn scan_db(ctx: &Context, state: &mut ScanState, copier: &mut Copier, shared: &Shared) -> bool {
+    // SAFETY: the API table is filled at load; the cursor is destroyed below.
+    let cursor = unsafe { raw::RedisModule_ScanCursorCreate.map(|f| f()) };
+    let (Some(cursor), Some(scan)) = (cursor, unsafe { raw::RedisModule_Scan }) else {
+        return false;
+    };
+    loop {
+        // SAFETY: the callback only reads the key it is given and pushes to `state`.
+        let more = unsafe {
+            scan(
+                ctx.ctx,
+                cursor,
+                Some(on_key),
+                std::ptr::addr_of_mut!(*state).cast(),
+            )
+        } != 0;
+        if state.found.len() >= BATCH || !more {
+            copier.ship(&mut state.found);
+            shared.publish(
+                state.scanned,
+                &copier.shipper.tally,
+                copier.shipper.in_flight(),
+            );
+        }
+        if !more {
+            break;
+        }
+    }
+    // SAFETY: created above.
+    unsafe {
+        if let Some(destroy) = raw::RedisModule_ScanCursorDestroy {
+            destroy(cursor);
+        }
+    }
+    true
 }
 
 /// The owner of `name` when it is another node.

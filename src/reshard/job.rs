@@ -87,6 +87,10 @@ pub struct Job {
     /// The pass under way in a copy's child, as it last reported: (scanned, copied, skipped,
     /// failed, bytes sent), not yet in the totals above.
     pub live: [u64; 5],
+    /// Keys moved (copied or deleted) by database number, finished passes; and those the
+    /// copy's child under way reported.
+    pub moved_by_db: Vec<u64>,
+    pub live_by_db: Vec<u64>,
     /// Keys moved in the pass under way.
     pass_moved: u64,
     /// Set by STOP: the job ends after its current batch.
@@ -135,6 +139,32 @@ impl Job {
     }
 
     /// Records keys handled in bulk: `scanned` walked, `moved` copied or deleted, `skipped`.
+    /// Counts keys moved in database `db`, besides the totals.
+    pub fn record_db(&mut self, db: i32, moved: u64) {
+        add_at(&mut self.moved_by_db, db, moved);
+    }
+
+    /// Keys moved by database as text, `db0=750,db3=12` (databases with none left out).
+    pub fn by_db_text(&self) -> String {
+        self.by_db()
+            .iter()
+            .map(|(db, n)| format!("db{db}={n}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Keys moved by database: (database, keys), those with none left out.
+    pub fn by_db(&self) -> Vec<(usize, u64)> {
+        let len = self.moved_by_db.len().max(self.live_by_db.len());
+        (0..len)
+            .map(|db| {
+                let at = |v: &Vec<u64>| v.get(db).copied().unwrap_or(0);
+                (db, at(&self.moved_by_db) + at(&self.live_by_db))
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
     pub fn record_many(&mut self, scanned: u64, moved: u64, skipped: u64) {
         self.scanned += scanned;
         self.moved += moved;
@@ -158,9 +188,13 @@ impl Job {
 
     /// Adds a finished pass of a copy's child: `counts` are (scanned, copied, skipped, failed,
     /// bytes sent); `error` its last error, if any.
-    pub fn add_pass(&mut self, counts: [u64; 5], error: &str) {
+    pub fn add_pass(&mut self, counts: [u64; 5], by_db: &[u64], error: &str) {
         let [scanned, copied, skipped, failed, bytes] = counts;
         self.live = [0; 5];
+        self.live_by_db.clear();
+        for (db, n) in by_db.iter().enumerate() {
+            add_at(&mut self.moved_by_db, i32::try_from(db).unwrap_or(0), *n);
+        }
         self.scanned += scanned;
         self.moved += copied;
         self.pass_moved += copied;
@@ -256,6 +290,15 @@ impl Job {
     }
 }
 
+/// Adds `n` at index `db`, growing `counts` as needed.
+fn add_at(counts: &mut Vec<u64>, db: i32, n: u64) {
+    let db = usize::try_from(db).unwrap_or(0);
+    if counts.len() <= db {
+        counts.resize(db + 1, 0);
+    }
+    counts[db] += n;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,12 +334,13 @@ mod tests {
     fn a_forked_copy_runs_again_while_keys_were_written_during_a_pass() {
         let mut job = Job::start(JobKind::Copy);
         job.keys_total = 10;
-        job.add_pass([10, 6, 1, 0, 600], "");
+        job.add_pass([10, 6, 1, 0, 600], &[4, 0, 0, 2], "");
         assert_eq!(job.percent(), 99);
         assert_eq!(job.end_fork_pass(Some(2)), AfterPass::Again);
-        job.add_pass([2, 1, 0, 1, 100], "d (h:1): OOM");
+        job.add_pass([2, 1, 0, 1, 100], &[1], "d (h:1): OOM");
         assert_eq!(job.end_fork_pass(None), AfterPass::Again);
-        job.add_pass([0, 0, 0, 0, 0], "");
+        job.add_pass([0, 0, 0, 0, 0], &[], "");
+        assert_eq!(job.by_db(), vec![(0, 5), (3, 2)]);
         assert_eq!(job.end_fork_pass(Some(0)), AfterPass::Finished);
         assert_eq!(
             (

@@ -24,6 +24,7 @@ use super::fork_copy::{self, Pass, Source};
 use super::pace::Pace;
 use crate::placement::Placement;
 use crate::reshard::job::AfterPass;
+use crate::reshard::dirty::DbKey;
 use crate::reshard::{dirty, Job, JobKind};
 use crate::ring::Ring;
 use crate::state;
@@ -60,8 +61,10 @@ struct Runner {
     started: Instant,
     /// REPLACE applies to the first pass; later passes only pick up new keys.
     replace_now: bool,
-    /// Keys scanned and not handled yet.
-    pending: VecDeque<Vec<u8>>,
+    /// Keys scanned and not handled yet, with their databases.
+    pending: VecDeque<DbKey>,
+    /// The database a cleanup's own scan (without a child) walks.
+    db: i32,
     /// The scan of this pass has reached its end.
     scan_over: bool,
     /// A copy's or a cleanup's child, while one runs.
@@ -101,8 +104,12 @@ pub fn start(
         dirty::subscribe(ctx)?;
         fork_copy::shared().ok_or("cannot map the page shared with the copy's child")?;
     }
-    let keys_total = match ctx.call("DBSIZE", &[] as &[&str]) {
-        Ok(RedisValue::Integer(n)) => u64::try_from(n).unwrap_or(0),
+    let keys_total = match ctx.call("INFO", &["keyspace"]) {
+        Ok(RedisValue::SimpleString(text)) => crate::reshard::plan::keys_in_keyspace(&text),
+        Ok(RedisValue::BulkString(text)) => crate::reshard::plan::keys_in_keyspace(&text),
+        Ok(RedisValue::BulkRedisString(text)) => {
+            crate::reshard::plan::keys_in_keyspace(&String::from_utf8_lossy(text.as_slice()))
+        }
         _ => 0,
     };
     let mut job = Job::start(kind);
@@ -120,6 +127,7 @@ pub fn start(
             started: Instant::now(),
             replace_now,
             pending: VecDeque::new(),
+            db: 0,
             scan_over: false,
             child: None,
             names: None,
@@ -235,12 +243,13 @@ fn after_cleanup_child(runner: &mut Runner) -> bool {
             runner.pending.extend(
                 written
                     .into_iter()
-                    .filter(|k| crate::reshard::cleanup_deletes(ring, &runner.self_name, k)),
+                    .filter(|(_, k)| crate::reshard::cleanup_deletes(ring, &runner.self_name, k)),
             );
             runner.scan_over = true;
         }
         _ => {
             // The child failed, or too many keys were written: the steps walk it all again.
+            runner.db = 0;
             runner.cursor.restart();
             runner.scan_over = false;
         }
@@ -314,7 +323,7 @@ fn copy_tick(ctx: &Context) -> bool {
             let written = dirty::count();
             let after = {
                 let mut st = state::lock();
-                st.job.add_pass(shared.counts(), &error);
+                st.job.add_pass(shared.counts(), &shared.copied_by_db(), &error);
                 if broken {
                     st.job.failed += 1;
                 }
@@ -492,10 +501,14 @@ fn step(ctx: &Context) -> Next {
                     }
                 };
                 let n = runner.pending.len().min(DELETE_BATCH).min(allowed);
-                let names: Vec<Vec<u8>> = runner.pending.drain(..n).collect();
+                let names: Vec<DbKey> = runner.pending.drain(..n).collect();
                 let deleted = unlink(ctx, &names);
                 runner.pace.spend(names.len() as u64);
-                state::lock().job.record_many(0, deleted, 0);
+                let mut st = state::lock();
+                for (db, n) in deleted {
+                    st.job.record_many(0, n, 0);
+                    st.job.record_db(db, n);
+                }
                 if Instant::now() >= deadline {
                     break;
                 }
@@ -559,8 +572,9 @@ impl Drop for ScanCursor {
 struct CleanupScan<'a> {
     ring: &'a Ring,
     self_name: &'a str,
+    db: i32,
     scanned: u64,
-    doomed: &'a mut VecDeque<Vec<u8>>,
+    doomed: &'a mut VecDeque<DbKey>,
 }
 
 extern "C" fn on_cleanup_key(
@@ -577,14 +591,15 @@ extern "C" fn on_cleanup_key(
             scan.scanned += 1;
             let name = RedisString::string_as_slice(keyname);
             if crate::reshard::cleanup_deletes(scan.ring, scan.self_name, name) {
-                scan.doomed.push_back(name.to_vec());
+                scan.doomed.push_back((scan.db, name.to_vec()));
             }
         }
     }));
 }
 
 /// Scans on until `batch` keys to delete are found, `SCAN_LIMIT` keys were seen, or the pass
-/// is over (true). The callback only collects names: keys are deleted after it.
+/// is over (true): the last database's scan is. The callback only collects names: keys are
+/// deleted after it.
 fn scan_batch(ctx: &Context, runner: &mut Runner) -> bool {
     let placement = Arc::clone(&runner.ring);
     let Some(ring) = placement.ring.as_ref() else {
@@ -597,9 +612,13 @@ fn scan_batch(ctx: &Context, runner: &mut Runner) -> bool {
     if runner.cursor.0.is_null() {
         return true;
     }
+    if !select_db(ctx, runner.db) {
+        return true;
+    }
     let mut state = CleanupScan {
         ring,
         self_name: &runner.self_name,
+        db: runner.db,
         scanned: 0,
         doomed: &mut runner.pending,
     };
@@ -621,11 +640,37 @@ fn scan_batch(ctx: &Context, runner: &mut Runner) -> bool {
     }
     let scanned = state.scanned;
     state::lock().job.record_many(scanned, 0, 0);
+    if over && select_db(ctx, runner.db + 1) {
+        // The next database, from its start.
+        runner.db += 1;
+        runner.cursor.restart();
+        return false;
+    }
     over
 }
 
-/// Unlinks the keys that are still there and replicates one `UNLINK` of them; how many went.
-fn unlink(ctx: &Context, names: &[Vec<u8>]) -> u64 {
+/// Selects database `db` on the job's context; false if there is no such database.
+fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: the API table is filled at load; the timer's own context.
+    let selected = unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx.ctx, db)) };
+    selected == Some(raw::REDISMODULE_OK as c_int)
+}
+
+/// Unlinks the keys that are still there, replicating one `UNLINK` per database; how many
+/// went, by database.
+fn unlink(ctx: &Context, names: &[DbKey]) -> Vec<(i32, u64)> {
+    let mut done = Vec::new();
+    for same_db in names.chunk_by(|a, b| a.0 == b.0) {
+        let db = same_db[0].0;
+        if select_db(ctx, db) {
+            done.push((db, unlink_here(ctx, same_db)));
+        }
+    }
+    done
+}
+
+/// Unlinks keys of the selected database and replicates one `UNLINK` of those that went.
+fn unlink_here(ctx: &Context, names: &[DbKey]) -> u64 {
     let mut gone: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(names.len());
     // SAFETY: the API table is filled at load; every key opened is closed, every string made
     // here is freed here.
@@ -639,7 +684,7 @@ fn unlink(ctx: &Context, names: &[Vec<u8>]) -> u64 {
         ) else {
             return 0;
         };
-        for name in names {
+        for (_, name) in names {
             let s = create(ctx.ctx, name.as_ptr().cast(), name.len());
             let key =
                 open(ctx.ctx, s, raw::REDISMODULE_WRITE as c_int).cast::<raw::RedisModuleKey>();
@@ -707,6 +752,7 @@ impl Runner {
         {
             let mut st = state::lock();
             st.job.live = live;
+            st.job.live_by_db = shared.copied_by_db();
             st.job.in_flight = shared.in_flight.load(Ordering::Relaxed);
         }
         self.update_rate();
@@ -750,6 +796,7 @@ impl Runner {
 
     /// Starts another pass over the keyspace.
     fn new_pass(&mut self) {
+        self.db = 0;
         self.cursor.restart();
         self.replace_now = false;
         self.scan_over = false;

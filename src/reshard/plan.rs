@@ -13,6 +13,14 @@ pub fn cleanup_deletes(current: &Ring, self_name: &str, key: &[u8]) -> bool {
     copy_target(current, self_name, key).is_some()
 }
 
+/// The keys of every database, from `INFO keyspace` (`db3:keys=12,expires=0,...` lines).
+pub fn keys_in_keyspace(info: &str) -> u64 {
+    info.lines()
+        .filter(|l| l.starts_with("db"))
+        .filter_map(|l| l.split_once("keys=")?.1.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Whether `self_name` names a node of `ring`.
 pub fn is_member(ring: &Ring, self_name: &str) -> bool {
     ring.spec().node_index(self_name).is_some()
@@ -20,6 +28,13 @@ pub fn is_member(ring: &Ring, self_name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn keys_of_every_database_are_summed() {
+        let info = "# Keyspace\r\ndb0:keys=1000,expires=3,avg_ttl=0\r\ndb15:keys=7,expires=0,avg_ttl=0\r\n";
+        assert_eq!(keys_in_keyspace(info), 1007);
+        assert_eq!(keys_in_keyspace("# Keyspace\r\n"), 0);
+    }
+
     use super::*;
     use crate::ring::RingSpec;
 

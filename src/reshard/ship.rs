@@ -2,7 +2,10 @@
 //! destination, and counts what each reply says: `+OK` copied, `-BUSYKEY` skipped (the key is
 //! there already, newer than this copy), any other error or a lost connection failed. A big
 //! key's pieces (`pieces`) travel the same way: their errors are counted apart, and the
-//! `RENAMENX` that puts the key in place counts it (`:1` copied, `:0` skipped).
+//! `RENAMENX` that puts the key in place counts it (`:1` copied, `:0` skipped). Keys of
+//! another database than 0 go on a connection of their own, which `SELECT`ed it when it logged
+//! in: a destination that lacks the database fails those keys with its reason, never stores
+//! them elsewhere.
 //!
 //! It runs in the forked child of a copy (`fork_copy`), which has nothing else to do: its
 //! sockets are non-blocking and it waits in `poll(2)` only when a destination's window is full
@@ -49,6 +52,8 @@ pub struct Tally {
     pub bytes_sent: u64,
     /// Pieces of big keys refused or lost (the key they belong to is then not put in place).
     pub piece_errors: u64,
+    /// Keys copied, by database number.
+    pub copied_by_db: Vec<u64>,
     pub last_error: String,
 }
 
@@ -72,6 +77,7 @@ pub struct Target {
 
 struct Dest {
     target: Target,
+    db: i32,
     stream: Option<TcpStream>,
     out: Vec<u8>,
     out_pos: usize,
@@ -89,7 +95,10 @@ struct Dest {
 
 /// The connections of one copy pass.
 pub struct Shipper {
-    dests: HashMap<String, Dest>,
+    /// By address and database.
+    dests: HashMap<(String, i32), Dest>,
+    /// The database the next requests are for.
+    db: i32,
     window: Window,
     timeout: Duration,
     auth: Option<(String, String)>,
@@ -100,6 +109,7 @@ impl Shipper {
     pub fn new(window: Window, timeout: Duration, auth: Option<(String, String)>) -> Shipper {
         Shipper {
             dests: HashMap::new(),
+            db: 0,
             window,
             timeout,
             auth,
@@ -119,12 +129,13 @@ impl Shipper {
 
     /// Queues `args` (one command) for `target`, its reply read as `expect` says.
     pub fn send_as(&mut self, target: &Target, args: &[&[u8]], expect: Expect) {
-        if !self.dests.contains_key(&target.address) {
+        let at = (target.address.clone(), self.db);
+        if !self.dests.contains_key(&at) {
             let dest = self.open(target);
-            self.dests.insert(target.address.clone(), dest);
+            self.dests.insert(at.clone(), dest);
         }
         let (window, timeout) = (self.window, self.timeout);
-        let Some(dest) = self.dests.get_mut(&target.address) else {
+        let Some(dest) = self.dests.get_mut(&at) else {
             return;
         };
         if let Some(e) = &dest.error {
@@ -165,10 +176,16 @@ impl Shipper {
         }
     }
 
-    /// Waits until every request to `target` has its reply (or it failed).
+    /// The requests sent from now on are for database `db`.
+    pub fn select(&mut self, db: i32) {
+        self.db = db;
+    }
+
+    /// Waits until every request to `target` (in the current database) has its reply (or it
+    /// failed).
     pub fn drain(&mut self, target: &Target) {
         let timeout = self.timeout;
-        if let Some(dest) = self.dests.get_mut(&target.address) {
+        if let Some(dest) = self.dests.get_mut(&(target.address.clone(), self.db)) {
             while dest.error.is_none() && !dest.in_flight.is_empty() {
                 pump(dest, &mut self.tally, true, timeout);
             }
@@ -184,6 +201,7 @@ impl Shipper {
     fn open(&self, target: &Target) -> Dest {
         let mut dest = Dest {
             target: target.clone(),
+            db: self.db,
             stream: None,
             out: Vec::new(),
             out_pos: 0,
@@ -195,8 +213,14 @@ impl Shipper {
             error: None,
             last_reply: Instant::now(),
         };
-        match connect(&target.address, self.timeout, self.auth.as_ref()) {
+        match connect(&target.address, self.timeout, self.auth.as_ref(), self.db) {
             Ok(stream) => dest.stream = Some(stream),
+            Err(e) if self.db != 0 => {
+                dest.error = Some(format!(
+                    "{} ({}), database {}: {e}",
+                    target.name, target.address, self.db
+                ));
+            }
             Err(e) => {
                 dest.error = Some(format!("{} ({}): {e}", target.name, target.address));
             }
@@ -210,6 +234,7 @@ fn connect(
     address: &str,
     timeout: Duration,
     auth: Option<&(String, String)>,
+    db: i32,
 ) -> io::Result<TcpStream> {
     let addr: SocketAddr = address
         .to_socket_addrs()?
@@ -228,6 +253,11 @@ fn connect(
             vec![b"AUTH", user.as_bytes(), password.as_bytes()]
         };
         hello.extend(encode_command(&args));
+        tolerant.push(false);
+    }
+    if db != 0 {
+        let mut n = itoa::Buffer::new();
+        hello.extend(encode_command(&[b"SELECT".as_slice(), n.format(db).as_bytes()]));
         tolerant.push(false);
     }
     // The destination then never redirects this connection's commands (cluster protocol).
@@ -333,7 +363,7 @@ fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
             let reply = &dest.inbuf[start..start + len];
             let (bytes, expect) = dest.in_flight.pop_front().unwrap_or((0, Expect::Key));
             dest.in_flight_bytes = dest.in_flight_bytes.saturating_sub(bytes);
-            count(reply, expect, tally, &dest.target);
+            count(reply, expect, tally, &dest.target, dest.db);
             dest.last_reply = Instant::now();
             start += len;
         }
@@ -343,7 +373,7 @@ fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
 }
 
 /// Counts one reply.
-fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target) {
+fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target, db: i32) {
     if reply.first() == Some(&b'-') && !(expect == Expect::Key && reply.starts_with(b"-BUSYKEY"))
     {
         match expect {
@@ -354,13 +384,22 @@ fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target) {
         tally.last_error = format!("{} ({}): {}", target.name, target.address, text.trim_end());
         return;
     }
-    match expect {
-        Expect::Key if reply.starts_with(b"-BUSYKEY") => tally.skipped += 1,
-        Expect::Key => tally.copied += 1,
-        Expect::Rename if reply.starts_with(b":0") => tally.skipped += 1,
-        Expect::Rename => tally.copied += 1,
-        Expect::Piece => {}
+    let copied = match expect {
+        Expect::Key if reply.starts_with(b"-BUSYKEY") => false,
+        Expect::Rename if reply.starts_with(b":0") => false,
+        Expect::Key | Expect::Rename => true,
+        Expect::Piece => return,
+    };
+    if !copied {
+        tally.skipped += 1;
+        return;
     }
+    tally.copied += 1;
+    let db = usize::try_from(db).unwrap_or(0);
+    if tally.copied_by_db.len() <= db {
+        tally.copied_by_db.resize(db + 1, 0);
+    }
+    tally.copied_by_db[db] += 1;
 }
 
 /// The destination is gone: what it has in flight failed, and so will what is sent to it.
