@@ -1,5 +1,6 @@
 """SHARD.CALL between real servers: a fleet answers like one plain server, during a
-resharding too; down, silent and restarted owners; ACL; authentication; bad input.
+resharding too; down, silent and restarted owners; ACL; authentication; bad input; databases
+other than 0.
 
 Replies are compared as raw RESP bytes (`Raw` below), so every reply type, every error text and
 the RESP2/RESP3 shapes (maps, sets, doubles, nulls) must be exactly what a plain server sends.
@@ -821,6 +822,16 @@ def test_nodes_authenticate_with_auth_user_and_password(server_factory):
     c0.config_set("shard.auth-password", "s3cret")
     assert c0.execute_command("SHARD.CALL", "GET", k["n1"]) == b"n2"
     assert c0.execute_command("SHARD.CALL", "GET", k["n2"]) == b"n1"
+    # Another database: the new connections authenticate, then select it.
+    assert fleet.client("n2", db=3).execute_command("SHARD.CALL", "SET", k["n1"], "three") == b"OK"
+    assert fleet.client("n1", db=3).get(k["n1"]) == b"three"
+    # A user whose ACL denies SELECT: an error naming the node and the database; nothing runs.
+    fleet.client("n0").execute_command("ACL", "SETUSER", "shard", "-select")
+    with pytest.raises(redis.ResponseError) as e:
+        fleet.client("n2", db=5).execute_command("SHARD.CALL", "SET", k["n0"], "five")
+    assert f"node n0 (127.0.0.1:{fleet['n0'].port}): cannot select database 5: NOPERM" \
+        in str(e.value), str(e.value)
+    assert fleet.client("n0", db=5).dbsize() == 0 and fleet.client("n0").get(k["n0"]) == b"n2"
 
 
 # --- 6. bad input ----------------------------------------------------------------------------
@@ -869,11 +880,268 @@ def test_bad_input_gets_clear_errors(server_factory):
     assert f"cannot wait for node n1 (127.0.0.1:{fleet['n1'].port}) inside MULTI" in str(replies[1])
     with pytest.raises(redis.ResponseError, match="not allowed from script"):
         c.eval("return redis.call('SHARD.CALL', 'GET', KEYS[1])", 1, remote)
-    with pytest.raises(redis.ResponseError, match="forwards to database 0 only"):
-        fleet.client("n0", db=1).execute_command("SHARD.CALL", "SET", remote, 1)
+    # Another database forwards too (tests of their own below).
+    assert fleet.client("n0", db=1).execute_command("SHARD.CALL", "SET", remote, 1) == b"OK"
+    assert fleet.client("n1", db=1).get(remote) == b"1" and fleet.client("n1").exists(remote) == 0
     assert c.ping()
     assert c.execute_command("SHARD.CALL", "SET", remote, "after") == b"OK"
     assert fleet.client("n1").get(remote) == b"after"
     assert c.execute_command("SHARD.CALL", "GET", local) == b"in multi"
     calls = fleet.calls("n0")
     assert calls["call_errors"] == 0 and calls["call_timeouts"] == 0, calls
+
+
+# --- 7. databases other than 0 ---------------------------------------------------------------
+
+
+def spread_keys(fleet, n, prefix, names=NAMES):
+    """n keys and their owners; every node of `names` owns some."""
+    keys = [f"{prefix}:{i}" for i in range(n)]
+    owners = dict(zip(keys, fleet.owners(keys)))
+    assert set(owners.values()) == set(names), owners
+    return keys, owners
+
+
+def test_calls_in_databases_3_and_15_run_in_that_database_at_the_owner(server_factory):
+    """Writes and reads through every node, in databases 3 and 15 (RESP2 and RESP3), land in
+    that database at the owner only; database 0, holding the same key names, is untouched.
+    Local calls (the filter's plain command, RedisModule_Call for EVAL and the field
+    dictionary) and forwarded ones alike."""
+    fleet = make_fleet(server_factory, args=("fields", "username:u"))
+    keys, owners = spread_keys(fleet, 30, "db")
+    c0 = fleet.client("n0")
+    assert c0.execute_command("SHARD.CALL", "MSET", *[x for k in keys for x in (k, f"db0:{k}")]) \
+        == b"OK"
+    db0_before = {n: sorted(fleet.client(n).keys("*")) for n in NAMES}
+
+    for db, protocol in ((3, 2), (15, 3)):
+        for via in NAMES:
+            c = fleet.client(via, db=db, protocol=protocol)
+            for k in keys:
+                assert c.execute_command("SHARD.CALL", "SET", k, f"db{db}:{via}:{k}") == b"OK"
+            for reader in NAMES:
+                r = fleet.client(reader, db=db, protocol=protocol)
+                got = [r.execute_command("SHARD.CALL", "GET", k) for k in keys]
+                assert got == [f"db{db}:{via}:{k}".encode() for k in keys], (db, via, reader)
+        for n in NAMES:
+            direct = fleet.client(n, db=db)
+            mine = sorted(k for k in keys if owners[k] == n)
+            assert sorted(k.decode() for k in direct.keys("*")) == mine, (db, n)
+            assert direct.mget(mine) == [f"db{db}:n2:{k}".encode() for k in mine], (db, n)
+
+    # More paths in database 3: INCR from every node, EVAL (keys from the key specs; run
+    # locally through RedisModule_Call), a hash under the field dictionary.
+    for via in NAMES:
+        c = fleet.client(via, db=3)
+        for k in keys:
+            c.execute_command("SHARD.CALL", "INCR", f"{{{k}}}ctr")
+            assert c.execute_command("SHARD.CALL", "EVAL", "return redis.call('GET', KEYS[1])",
+                                     1, k) == f"db3:n2:{k}".encode()
+        assert c.execute_command("SHARD.CALL", "HSET", f"h:{via}", "username", via) == 1
+    for via in NAMES:
+        owner = fleet.owners([f"h:{via}"])[0]
+        assert fleet.client(owner, db=3).hgetall(f"h:{via}") == {b"u": via.encode()}
+        for reader in NAMES:
+            got = fleet.client(reader, db=3).execute_command("SHARD.CALL", "HGETALL", f"h:{via}")
+            assert got == [b"username", via.encode()], (via, reader, got)
+    ctrs = [f"{{{k}}}ctr" for k in keys]
+    got = fleet.client("n1", db=3).execute_command("SHARD.CALL", "MGET", *ctrs)
+    assert got == [b"3"] * len(keys)
+    for k, ctr_owner in zip(keys, fleet.owners(ctrs)):
+        assert fleet.client(ctr_owner, db=3).get(f"{{{k}}}ctr") == b"3"
+
+    # Database 0: the same keys, the same values, nothing added.
+    assert {n: sorted(fleet.client(n).keys("*")) for n in NAMES} == db0_before
+    for reader in NAMES:
+        got = fleet.client(reader).execute_command("SHARD.CALL", "MGET", *keys)
+        assert got == [f"db0:{k}".encode() for k in keys]
+    for n in NAMES:
+        calls = fleet.calls(n)
+        assert calls["call_errors"] == 0 and calls["call_timeouts"] == 0, (n, calls)
+
+
+def test_split_multi_key_calls_in_database_3(server_factory):
+    fleet = make_fleet(server_factory)
+    keys, owners = spread_keys(fleet, 60, "split")
+    c0 = fleet.client("n0")
+    pairs = [x for k in keys for x in (k, "zero")]
+    assert c0.execute_command("SHARD.CALL", "MSET", *pairs) == b"OK"
+    for via in NAMES:
+        c = fleet.client(via, db=3)
+        values = [f"{via}:{k}".encode() for k in keys]
+        pairs = [x for kv in zip(keys, values) for x in kv]
+        assert c.execute_command("SHARD.CALL", "MSET", *pairs) == b"OK"
+        for reader in NAMES:
+            r = fleet.client(reader, db=3)
+            assert r.execute_command("SHARD.CALL", "MGET", *keys, "split:none") == values + [None]
+            assert r.execute_command("SHARD.CALL", "EXISTS", *keys, "split:none") == len(keys)
+            assert r.execute_command("SHARD.CALL", "TOUCH", *keys) == len(keys)
+    for n in NAMES:
+        mine = [k for k in keys if owners[k] == n]
+        assert fleet.client(n, db=3).mget(mine) == [f"n2:{k}".encode() for k in mine]
+        assert fleet.client(n, db=3).dbsize() == len(mine)
+    gone = keys[::2]
+    assert fleet.client("n1", db=3).execute_command("SHARD.CALL", "DEL", *gone) == len(gone)
+    assert fleet.client("n2", db=3).execute_command("SHARD.CALL", "UNLINK", *gone) == 0
+    left = fleet.client("n0", db=3).execute_command("SHARD.CALL", "EXISTS", *keys)
+    assert left == len(keys) - len(gone)
+    assert sum(fleet.client(n, db=3).dbsize() for n in NAMES) == len(keys) - len(gone)
+    # Database 0 kept every key.
+    assert c0.execute_command("SHARD.CALL", "MGET", *keys) == [b"zero"] * len(keys)
+    assert sum(fleet.client(n).dbsize() for n in NAMES) == len(keys)
+
+
+def test_pipelined_clients_of_databases_0_and_3_interleaved_on_one_node(server_factory):
+    """Four clients of n0, in databases 0, 3, 0, 3, each with a pipeline in flight at once:
+    the calls of both databases to the same owners share the event loop's turns, and each
+    runs in its caller's database."""
+    fleet = make_fleet(server_factory, timeout_ms=2000)
+    rng = random.Random(3)
+    sets = [spread_keys(fleet, 24, f"mix{i}")[0] for i in range(2)]
+    clients = []
+    for i, db in enumerate((0, 3, 0, 3)):
+        raw = fleet.raw("n0")
+        assert raw.execute("SELECT", db) == b"+OK\r\n"
+        # Clients 0 and 1 share key names (in different databases), and so do 2 and 3.
+        clients.append((db, raw, sets[i // 2]))
+    last = {}  # (db, key) -> value
+    incrs = {}  # (db, key) -> count
+    for rnd in range(40):
+        sent = []
+        for i, (db, raw, keys) in enumerate(clients):
+            ops = []
+            for k in rng.sample(keys, 6):
+                value = f"db{db}:c{i}:r{rnd}:{k}"
+                ops += [("SET", k, value), ("GET", k), ("INCR", f"{{{k}}}n")]
+                last[(db, k)] = value
+                incrs[(db, k)] = incrs.get((db, k), 0) + 1
+            raw.sock.sendall(b"".join(encode(c) for c in call_ops(ops)))
+            sent.append(ops)
+        for (db, raw, _), ops in zip(clients, sent):
+            replies = [raw.read() for _ in ops]
+            seen = {}
+            for op, reply in zip(ops, replies):
+                if op[0] == "SET":
+                    assert reply == b"+OK\r\n", (db, op, reply)
+                    seen[op[1]] = op[2]
+                elif op[0] == "GET":
+                    want = seen[op[1]].encode()
+                    assert reply == b"$%d\r\n%s\r\n" % (len(want), want), (db, op, reply)
+                else:
+                    assert reply.startswith(b":"), (db, op, reply)
+    for raw in (c[1] for c in clients):
+        raw.close()
+    # At each owner, in each database, what that database's clients wrote last.
+    all_keys = sets[0] + sets[1]
+    owners = dict(zip(all_keys, fleet.owners(all_keys)))
+    ctr_owners = dict(zip(all_keys, fleet.owners([f"{{{k}}}n" for k in all_keys])))
+    for (db, k), value in last.items():
+        assert fleet.client(owners[k], db=db).get(k) == value.encode(), (db, k)
+        assert fleet.client(ctr_owners[k], db=db).get(f"{{{k}}}n") == str(incrs[(db, k)]).encode()
+    for n in NAMES:
+        for db in (0, 3):
+            held = {k.decode() for k in fleet.client(n, db=db).keys("*")}
+            want = {k for (d, k) in last if d == db and owners[k] == n}
+            want |= {f"{{{k}}}n" for (d, k) in last if d == db and ctr_owners[k] == n}
+            assert held == want, (n, db)
+    calls = fleet.calls("n0")
+    assert calls["call_errors"] == 0 and calls["call_timeouts"] == 0, calls
+    assert calls["call_forwarded"] > 0
+
+
+def test_resharding_in_database_3_falls_back_and_copies_in_database_3(server_factory):
+    """During a resharding, database 3's reads fall back to the previous owner's database 3,
+    its writes copy from there into database 3 at the new owner, and deletes run at both in
+    database 3; database 0, holding the same names with other values, is never touched."""
+    fleet = make_fleet(server_factory, names=["a", "b"], ring=["a"], timeout_ms=2000)
+    keys = [f"rs:{i}" for i in range(80)]
+    a0, a3 = fleet.client("a"), fleet.client("a", db=3)
+    assert a0.execute_command("SHARD.CALL", "MSET", *[x for k in keys for x in (k, f"db0:{k}")]) \
+        == b"OK"
+    assert a3.execute_command("SHARD.CALL", "MSET", *[x for k in keys for x in (k, 10)]) == b"OK"
+    fleet.ring(["a", "b"], verb="BEGIN")
+    moved = [k for k, o in zip(keys, fleet.owners(keys)) if o == "b"]
+    assert len(moved) >= 8, moved
+    b0, b3 = fleet.client("b"), fleet.client("b", db=3)
+
+    for via in ("a", "b"):
+        c = fleet.client(via, db=3)
+        assert [c.execute_command("SHARD.CALL", "GET", k) for k in moved] == [b"10"] * len(moved)
+        assert c.execute_command("SHARD.CALL", "MGET", *keys) == [b"10"] * len(keys)
+        assert c.execute_command("SHARD.CALL", "EXISTS", *moved) == len(moved)
+    assert b0.dbsize() == 0 and b3.dbsize() == 0, "reads copy nothing"
+    assert fleet.total("call_fallbacks") >= 2 * len(moved)
+
+    copies = fleet.total("call_copies")
+    for i, via in enumerate(("a", "b")):
+        c = fleet.client(via, db=3)
+        assert c.execute_command("SHARD.CALL", "INCR", moved[i]) == 11
+        assert c.execute_command("SHARD.CALL", "INCR", moved[i]) == 12
+        assert b3.get(moved[i]) == b"12" and a3.get(moved[i]) == b"10", "copied into db 3"
+    assert fleet.total("call_copies") - copies == 2
+    # A split write during the resharding copies key by key, into database 3.
+    split_write = ("MSET", moved[2], "m", keys[0], "m")
+    assert fleet.client("a", db=3).execute_command("SHARD.CALL", *split_write) == b"OK"
+    assert b3.get(moved[2]) == b"m"
+    # DEL at both owners, in database 3 only; a write that removes the key removes the
+    # previous owner's copy too.
+    assert fleet.client("b", db=3).execute_command("SHARD.CALL", "DEL", moved[0], moved[3]) == 2
+    assert fleet.client("a", db=3).execute_command("SHARD.CALL", "GETDEL", moved[4]) == b"10"
+    for k in (moved[0], moved[3], moved[4]):
+        assert a3.exists(k) == 0 and b3.exists(k) == 0, k
+        assert fleet.client("b", db=3).execute_command("SHARD.CALL", "GET", k) is None
+
+    # Database 0 meanwhile: its own values, found at the previous owner, nothing moved.
+    assert b0.dbsize() == 0
+    assert a0.dbsize() == len(keys)
+    for via in ("a", "b"):
+        got = fleet.client(via).execute_command("SHARD.CALL", "MGET", *keys)
+        assert got == [f"db0:{k}".encode() for k in keys]
+    for n in ("a", "b"):
+        calls = fleet.calls(n)
+        assert calls["call_errors"] == 0 and calls["call_timeouts"] == 0, (n, calls)
+
+
+def test_a_destination_without_the_database_refuses_naming_node_and_database(server_factory):
+    """n1 has `databases 4`: a call from database 5 of n0 to n1's keys is an error naming n1
+    and database 5, never a reply or a write of another database; database 3 and n0's own
+    keys still work from the same clients."""
+    servers = {
+        "n0": server_factory(module_args=["self", "n0", "call-timeout-ms", TIMEOUT_MS]),
+        "n1": server_factory(module_args=["self", "n1", "call-timeout-ms", TIMEOUT_MS],
+                             config=[("databases", 4)]),
+    }
+    fleet = Fleet(servers)
+    fleet.ring(["n0", "n1"])
+    k0, k1 = fleet.key_of("n0"), fleet.key_of("n1")
+    k1b = fleet.key_of("n1", prefix="other")
+    fleet.client("n1").set(k1, "db0 value")
+    where = f"node n1 (127.0.0.1:{fleet['n1'].port})"
+
+    c5 = fleet.client("n0", db=5)
+    for args in (("GET", k1), ("SET", k1, "x"), ("INCR", k1b), ("MGET", k0, k1),
+                 ("MSET", k1, "y", k1b, "z"), ("DEL", k1)):
+        with pytest.raises(redis.ResponseError) as refused:
+            c5.execute_command("SHARD.CALL", *args)
+        message = str(refused.value)
+        assert f"shard.call: {where}: cannot select database 5: " in message, (args, message)
+        assert "DB index is out of range" in message, (args, message)
+    raw = fleet.raw("n0")
+    assert raw.execute("SELECT", 5) == b"+OK\r\n"
+    replies = raw.pipeline([("SHARD.CALL", "GET", k1)] * 20)
+    assert all(r.startswith(b"-ERR shard.call: " + where.encode() + b": cannot select database 5")
+               for r in replies), replies[:3]
+    raw.close()
+
+    # Nothing ran at n1, in any database.
+    n1 = fleet.client("n1")
+    assert n1.get(k1) == b"db0 value" and n1.dbsize() == 1
+    assert [fleet.client("n1", db=d).dbsize() for d in (1, 2, 3)] == [0, 0, 0]
+    # The same client's local keys work, and so do n1's keys from database 3 and 0.
+    assert c5.execute_command("SHARD.CALL", "SET", k0, "five") == b"OK"
+    assert fleet.client("n0", db=5).get(k0) == b"five"
+    c3 = fleet.client("n0", db=3)
+    assert c3.execute_command("SHARD.CALL", "SET", k1, "three") == b"OK"
+    assert fleet.client("n1", db=3).get(k1) == b"three"
+    assert fleet.client("n0").execute_command("SHARD.CALL", "GET", k1) == b"db0 value"
+    assert fleet.calls("n0")["call_errors_n1"] >= 26

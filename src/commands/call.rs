@@ -10,6 +10,10 @@
 //! resharding: split into parts, sent at once, merged (`route::split`). A single key during a
 //! resharding: the plan of fallbacks and copies (`route::plan`). Anything else with keys on
 //! several nodes is refused, naming them.
+//!
+//! Every path runs in the database the client has selected: locally the plain command and
+//! RedisModule_Call run in the client's database; on other nodes the requests go over
+//! connections of that database (`route::conn`), and a copy-before-write copies into it.
 
 use std::collections::BTreeSet;
 use std::ffi::CString;
@@ -79,6 +83,7 @@ pub fn call(call: &Call) -> CmdResult {
             timeout: link_timeout(st.config.call_timeout_ms),
             auth: st.config.auth(),
             resp3: call.ctx.get_flags().contains(ContextFlags::FLAGS_RESP3),
+            db: selected_db(call),
         };
         (placed, link)
     };
@@ -178,8 +183,7 @@ pub fn call(call: &Call) -> CmdResult {
     started.map_err(CmdError::err)
 }
 
-/// Forwarding blocks the client: refused where the client cannot wait (MULTI, scripts), and
-/// outside database 0.
+/// Forwarding blocks the client: refused where the client cannot wait (MULTI, scripts).
 fn refuse_waiting(call: &Call, at: &Endpoint) -> CmdResult {
     let flags = call.ctx.get_flags();
     if flags.contains(ContextFlags::DENY_BLOCKING) || flags.contains(ContextFlags::MULTI) {
@@ -188,14 +192,15 @@ fn refuse_waiting(call: &Call, at: &Endpoint) -> CmdResult {
             at.name, at.address
         )));
     }
+    Ok(())
+}
+
+/// The database the calling client has selected: the one the call runs in, here or at the
+/// owner.
+fn selected_db(call: &Call) -> u32 {
     // SAFETY: the context of this call.
     let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(call.ctx.ctx)) };
-    if db != 0 {
-        return Err(CmdError::err(
-            "SHARD.CALL forwards to database 0 only: SELECT 0 first",
-        ));
-    }
-    Ok(())
+    u32::try_from(db).unwrap_or(0)
 }
 
 /// Whether a command flagged `blocking` would block: always, except `XREAD` and `XREADGROUP`

@@ -502,7 +502,7 @@ unsafe fn describe(key: *mut raw::RedisModuleKey) -> Option<(Kind, usize, i64)> 
         let len = raw::RedisModule_ValueLength.map_or(0, |f| f(key));
         Some((
             kind,
-            usize::try_from(len).unwrap_or(usize::MAX),
+            len,
             expires_at.max(0),
         ))
     }

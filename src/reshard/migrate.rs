@@ -1,11 +1,13 @@
-//! The arguments of `MIGRATE host port key 0 timeout COPY [REPLACE] [AUTH ...]`, shared by the
-//! copy job and by SHARD.CALL's copy-before-write.
+//! The arguments of `MIGRATE host port key db timeout COPY [REPLACE] [AUTH ...]` for SHARD.CALL's
+//! copy-before-write (the copy job ships pipelined `RESTORE`s instead: `ship`).
 
-/// MIGRATE's arguments (without the command name) that copy `key` to `host:port`.
+/// MIGRATE's arguments (without the command name) that copy `key` to database `db` of
+/// `host:port`.
 pub fn copy_args(
     host: &str,
     port: u16,
     key: &[u8],
+    db: u32,
     timeout_ms: u64,
     replace: bool,
     auth: Option<&(String, String)>,
@@ -14,7 +16,7 @@ pub fn copy_args(
         host.as_bytes().to_vec(),
         port.to_string().into_bytes(),
         key.to_vec(),
-        b"0".to_vec(),
+        db.to_string().into_bytes(),
         timeout_ms.to_string().into_bytes(),
         b"COPY".to_vec(),
     ];
@@ -51,18 +53,22 @@ mod tests {
     #[test]
     fn builds_copy_replace_and_auth() {
         assert_eq!(
-            text(&copy_args("h", 7, b"k", 100, false, None)),
+            text(&copy_args("h", 7, b"k", 0, 100, false, None)),
             "h 7 k 0 100 COPY"
         );
         let pw = (String::new(), "p".to_string());
         assert_eq!(
-            text(&copy_args("h", 7, b"k", 100, true, Some(&pw))),
+            text(&copy_args("h", 7, b"k", 0, 100, true, Some(&pw))),
             "h 7 k 0 100 COPY REPLACE AUTH p"
         );
         let up = ("u".to_string(), "p".to_string());
         assert_eq!(
-            text(&copy_args("h", 7, b"k", 1, false, Some(&up))),
+            text(&copy_args("h", 7, b"k", 0, 1, false, Some(&up))),
             "h 7 k 0 1 COPY AUTH2 u p"
+        );
+        assert_eq!(
+            text(&copy_args("h", 7, b"k", 3, 100, false, None)),
+            "h 7 k 3 100 COPY"
         );
     }
 }

@@ -1,13 +1,13 @@
 //! Pipelined connections to other nodes, driven by the server's own event loop on its main
 //! thread: the one connection layer every routed call goes through.
 //!
-//! Per node (and per RESP version of the callers) one long-lived non-blocking connection.
-//! Requests are queued on it and written back to back: everything queued during one turn of
-//! the event loop leaves in one `write`, just before the server sleeps (the `BEFORE_SLEEP`
-//! event); a request queued after that point (a client unblocked in the same turn sends its
-//! next call) asks for the socket's writable event, so it leaves at the next turn without a
-//! wake-up pipe. Replies are matched to requests in order; each waiter is told as soon as its
-//! reply is whole, so nothing waits for a batch.
+//! Per node, per RESP version of the callers and per database one long-lived non-blocking
+//! connection. Requests are queued on it and written back to back: everything queued during
+//! one turn of the event loop leaves in one `write`, just before the server sleeps (the
+//! `BEFORE_SLEEP` event); a request queued after that point (a client unblocked in the same
+//! turn sends its next call) asks for the socket's writable event, so it leaves at the next
+//! turn without a wake-up pipe. Replies are matched to requests in order; each waiter is told
+//! as soon as its reply is whole, so nothing waits for a batch.
 //!
 //! Why the event loop and not threads: the main thread decides every call anyway (ring, ACL,
 //! blocking the client) and must unblock the client on the main thread; with the sockets on
@@ -15,6 +15,17 @@
 //! measurements that decided it are in `bench/findings.md` ("Where a forwarded call's time
 //! goes"). The old design (four blocking worker threads, one round trip each at a time)
 //! capped a node at four forwarded commands in flight.
+//!
+//! Why a connection per database, and not one per node that switches with `SELECT` in front
+//! of a request: a connection's database is fixed by its handshake, before any request is
+//! written, so a request can never run in another database than its caller's. A `SELECT`
+//! pipelined in front of requests could fail (the node has fewer databases, its ACL denies
+//! `SELECT`) after the requests behind it had already been written: they would run, writes
+//! included, in the connection's previous database. Database 0's connections send no `SELECT`
+//! and are looked up in their own table, so callers of database 0 pay nothing for the others;
+//! a caller of another database opens one more connection per node and database in use. A
+//! node that refuses the database fails the requests of that connection with an error naming
+//! the node and the database.
 //!
 //! What the old design guaranteed still holds: authentication (`HELLO` with `AUTH`, answered
 //! before any request is written), reconnection after a failure, a timeout per request that
@@ -38,12 +49,14 @@ use super::frame::FrameScanner;
 use super::plan::{Endpoint, StepError, StepErrorKind};
 use super::resp::{encode_command, read_reply, Resp};
 
-/// How the module reaches other nodes: the call timeout, the credentials, the RESP version.
+/// How the module reaches other nodes: the call timeout, the credentials, the RESP version,
+/// and the database the requests run in (the calling client's).
 #[derive(Debug, Clone)]
 pub struct Link {
     pub timeout: Duration,
     pub auth: Option<(String, String)>,
     pub resp3: bool,
+    pub db: u32,
 }
 
 /// Timeout of forwarded calls from the configuration.
@@ -63,15 +76,46 @@ const READ_CHUNK: usize = 64 * 1024;
 type ConnId = usize;
 
 struct Pending {
-    /// `None`: the connection's own handshake.
+    /// `None`: a step of the connection's own handshake.
     waiter: Option<Waiter>,
     request: Vec<u8>,
     deadline: Instant,
     /// Already sent once on a connection that closed unanswered: never sent a third time.
     resent: bool,
-    /// A handshake step whose error reply does not matter (`SHARD.CLUSTER INTERNAL` to a node
-    /// of an older version).
-    tolerant: bool,
+    /// The handshake step this is (`None` for a request).
+    step: Option<Handshake>,
+}
+
+/// The steps of a connection's handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handshake {
+    /// `HELLO` with the RESP version and the credentials.
+    Hello,
+    /// `SELECT db`, on a connection for a database other than 0.
+    Select,
+    /// `SHARD.CLUSTER INTERNAL`.
+    Internal,
+}
+
+impl Handshake {
+    /// Whether the step's error reply does not matter (`SHARD.CLUSTER INTERNAL` to a node of an
+    /// older version); the other steps' errors refuse the connection, and requests wait for
+    /// their replies.
+    fn tolerant(self) -> bool {
+        self == Handshake::Internal
+    }
+
+    /// Why the connection is refused, when the step got the error reply `e`.
+    fn refused(self, db: u32, e: &[u8]) -> String {
+        let e = String::from_utf8_lossy(e);
+        match self {
+            Handshake::Select if e.starts_with("NOAUTH") => {
+                format!("cannot select database {db}: {e}: set shard.auth-password (and shard.auth-user)")
+            }
+            Handshake::Select => format!("cannot select database {db}: {e}"),
+            Handshake::Hello | Handshake::Internal => format!("handshake refused: {e}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,8 +159,11 @@ struct Conn {
 #[derive(Default)]
 struct Net {
     conns: HashMap<ConnId, Conn>,
-    /// By node address, for RESP2 callers (`[0]`) and RESP3 ones (`[1]`).
+    /// Database 0's connections by node address, for RESP2 callers (`[0]`) and RESP3 ones
+    /// (`[1]`).
     by_node: [HashMap<String, ConnId>; 2],
+    /// The other databases' connections, by database and RESP3, then by node address.
+    by_node_db: HashMap<(u32, bool), HashMap<String, ConnId>>,
     next_id: ConnId,
     /// Connections with requests to write at the next flush.
     dirty: Vec<ConnId>,
@@ -163,7 +210,7 @@ pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Wa
             request: bytes,
             deadline,
             resent: false,
-            tolerant: false,
+            step: None,
         });
         if conn.state != State::Ready {
             return;
@@ -217,15 +264,23 @@ pub fn counts() -> (usize, usize) {
 }
 
 impl Net {
-    /// The connection to `at` for `link`'s RESP version, opened if there is none.
+    /// The connections for `link`'s RESP version and database, by node address.
+    fn pool(&mut self, link: &Link) -> &mut HashMap<String, ConnId> {
+        if link.db == 0 {
+            &mut self.by_node[usize::from(link.resp3)]
+        } else {
+            self.by_node_db.entry((link.db, link.resp3)).or_default()
+        }
+    }
+
+    /// The connection to `at` for `link`'s RESP version and database, opened if there is none.
     fn connection(&mut self, at: &Endpoint, link: &Link) -> Result<ConnId, StepError> {
-        let by_node = &mut self.by_node[usize::from(link.resp3)];
-        if let Some(&id) = by_node.get(at.address.as_str()) {
+        if let Some(&id) = self.pool(link).get(at.address.as_str()) {
             return Ok(id);
         }
         let id = self.next_id;
         self.next_id += 1;
-        by_node.insert(at.address.clone(), id);
+        self.pool(link).insert(at.address.clone(), id);
         let mut conn = Conn {
             id,
             at: at.clone(),
@@ -249,7 +304,7 @@ impl Net {
             Ok(ip) => {
                 if let Err(e) = conn.connect(SocketAddr::new(ip, at.port)) {
                     conn.unregister();
-                    self.by_node[usize::from(link.resp3)].remove(at.address.as_str());
+                    self.pool(link).remove(at.address.as_str());
                     return Err(e);
                 }
                 self.conns.insert(id, conn);
@@ -331,9 +386,9 @@ impl Net {
 
     fn remove(&mut self, id: ConnId) -> Option<Conn> {
         let mut conn = self.conns.remove(&id)?;
-        let by_node = &mut self.by_node[usize::from(conn.link.resp3)];
-        if by_node.get(conn.at.address.as_str()) == Some(&id) {
-            by_node.remove(conn.at.address.as_str());
+        let pool = self.pool(&conn.link);
+        if pool.get(conn.at.address.as_str()) == Some(&id) {
+            pool.remove(conn.at.address.as_str());
         }
         conn.unregister();
         Some(conn)
@@ -500,49 +555,25 @@ impl Conn {
         self.stop_writable();
         self.register(raw::REDISMODULE_EVENTLOOP_READABLE as c_int)?;
         self.readable = true;
-        let steps = self.handshake();
-        // Requests wait for the steps whose failure refuses the connection (credentials); the
-        // others are answered in turn, ahead of the first requests.
-        self.state = if steps.iter().any(|(_, tolerant)| !tolerant) {
+        let steps = handshake(&self.link);
+        // Requests wait for the steps whose failure refuses the connection (credentials, the
+        // database); the others are answered in turn, ahead of the first requests.
+        self.state = if steps.iter().any(|(_, step)| !step.tolerant()) {
             State::Handshaking
         } else {
             State::Ready
         };
-        for (step, tolerant) in steps {
-            self.out.extend_from_slice(&encode_command(&step));
+        for (args, step) in steps {
+            self.out.extend_from_slice(&encode_command(&args));
             self.in_flight.push_back(Pending {
                 waiter: None,
                 request: Vec::new(),
                 deadline: Instant::now() + self.link.timeout,
                 resent: false,
-                tolerant,
+                step: Some(step),
             });
         }
         self.write_out()
-    }
-
-    /// What a new connection says first: `HELLO` for RESP3 or credentials (its error refuses
-    /// the connection), then `SHARD.CLUSTER INTERNAL`, so that a node with the cluster
-    /// protocol on never redirects this module's own requests (an error there is ignored).
-    fn handshake(&self) -> Vec<(Vec<Vec<u8>>, bool)> {
-        let mut steps = Vec::new();
-        if self.link.resp3 || self.link.auth.is_some() {
-            let mut hello = vec![
-                b"HELLO".to_vec(),
-                if self.link.resp3 { b"3" } else { b"2" }.to_vec(),
-            ];
-            if let Some((user, password)) = &self.link.auth {
-                let user = if user.is_empty() { "default" } else { user };
-                hello.extend([
-                    b"AUTH".to_vec(),
-                    user.as_bytes().to_vec(),
-                    password.as_bytes().to_vec(),
-                ]);
-            }
-            steps.push((hello, false));
-        }
-        steps.push((vec![b"SHARD.CLUSTER".to_vec(), b"INTERNAL".to_vec()], true));
-        steps
     }
 
     /// Writes as much of `out` as the socket takes; asks for the writable event for the rest.
@@ -622,19 +653,16 @@ impl Conn {
                 // The node wants credentials this module was not given: say which node.
                 Some(w) => out.push((w, self.authenticated(reply))),
                 None => {
-                    match reply {
-                        Resp::Error(e) if !p.tolerant => {
-                            return Err(StepError::new(
-                                &self.at,
-                                format!("handshake refused: {}", String::from_utf8_lossy(&e)),
-                            ));
+                    match (reply, p.step) {
+                        (Resp::Error(e), Some(step)) if !step.tolerant() => {
+                            return Err(StepError::new(&self.at, step.refused(self.link.db, &e)));
                         }
                         _ => {}
                     }
                     let waiting = self
                         .in_flight
                         .iter()
-                        .any(|next| next.waiter.is_none() && !next.tolerant);
+                        .any(|next| next.step.is_some_and(|s| !s.tolerant()));
                     if self.state == State::Handshaking && !waiting {
                         self.state = State::Ready;
                         became_ready = true;
@@ -740,6 +768,38 @@ impl Conn {
     }
 }
 
+/// What a new connection says first: `HELLO` for RESP3 or credentials, then `SELECT db`
+/// for a database other than 0 (an error of either refuses the connection), then
+/// `SHARD.CLUSTER INTERNAL`, so that a node with the cluster protocol on never redirects
+/// this module's own requests (an error there is ignored).
+fn handshake(link: &Link) -> Vec<(Vec<Vec<u8>>, Handshake)> {
+    let mut steps = Vec::new();
+    if link.resp3 || link.auth.is_some() {
+        let mut hello = vec![
+            b"HELLO".to_vec(),
+            if link.resp3 { b"3" } else { b"2" }.to_vec(),
+        ];
+        if let Some((user, password)) = &link.auth {
+            let user = if user.is_empty() { "default" } else { user };
+            hello.extend([
+                b"AUTH".to_vec(),
+                user.as_bytes().to_vec(),
+                password.as_bytes().to_vec(),
+            ]);
+        }
+        steps.push((hello, Handshake::Hello));
+    }
+    if link.db != 0 {
+        let db = link.db.to_string().into_bytes();
+        steps.push((vec![b"SELECT".to_vec(), db], Handshake::Select));
+    }
+    steps.push((
+        vec![b"SHARD.CLUSTER".to_vec(), b"INTERNAL".to_vec()],
+        Handshake::Internal,
+    ));
+    steps
+}
+
 extern "C" fn on_socket_event(_fd: c_int, user_data: *mut c_void, mask: c_int) {
     let id = user_data as ConnId;
     let mut failed: Deliveries = Vec::new();
@@ -817,5 +877,80 @@ fn resolve_in_background(id: ConnId, host: String, port: u16) {
         });
     if let Err(e) = spawned {
         redis_module::logging::log_warning(format!("shard: cannot start a resolver: {e}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(resp3: bool, auth: bool, db: u32) -> Link {
+        Link {
+            timeout: Duration::from_millis(100),
+            auth: auth.then(|| (String::new(), "pw".to_string())),
+            resp3,
+            db,
+        }
+    }
+
+    fn steps(link: &Link) -> Vec<(String, Handshake)> {
+        handshake(link)
+            .into_iter()
+            .map(|(args, step)| {
+                let words: Vec<String> = args
+                    .iter()
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                (words.join(" "), step)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn database_0_says_no_select() {
+        assert_eq!(
+            steps(&link(false, false, 0)),
+            [("SHARD.CLUSTER INTERNAL".into(), Handshake::Internal)]
+        );
+        assert_eq!(
+            steps(&link(true, true, 0)),
+            [
+                ("HELLO 3 AUTH default pw".into(), Handshake::Hello),
+                ("SHARD.CLUSTER INTERNAL".into(), Handshake::Internal)
+            ]
+        );
+    }
+
+    #[test]
+    fn other_databases_select_after_the_credentials_and_wait_for_it() {
+        let got = steps(&link(false, true, 15));
+        assert_eq!(
+            got,
+            [
+                ("HELLO 2 AUTH default pw".into(), Handshake::Hello),
+                ("SELECT 15".into(), Handshake::Select),
+                ("SHARD.CLUSTER INTERNAL".into(), Handshake::Internal)
+            ]
+        );
+        assert!(!Handshake::Select.tolerant() && Handshake::Internal.tolerant());
+        assert_eq!(
+            steps(&link(false, false, 3))[0],
+            ("SELECT 3".into(), Handshake::Select)
+        );
+    }
+
+    #[test]
+    fn a_refused_select_names_the_database() {
+        assert_eq!(
+            Handshake::Select.refused(5, b"ERR DB index is out of range"),
+            "cannot select database 5: ERR DB index is out of range"
+        );
+        assert!(Handshake::Select
+            .refused(5, b"NOAUTH Authentication required.")
+            .ends_with("set shard.auth-password (and shard.auth-user)"));
+        assert_eq!(
+            Handshake::Hello.refused(0, b"WRONGPASS no"),
+            "handshake refused: WRONGPASS no"
+        );
     }
 }

@@ -337,10 +337,13 @@ impl Step for NetSteps {
     ) -> impl Future<Output = Result<(), StepError>> {
         let timeout_ms = u64::try_from(self.link.timeout.as_millis()).unwrap_or(u64::MAX);
         let mut args = vec![b"MIGRATE".to_vec()];
+        // MIGRATE reads the key in its connection's database, the call's: the copy goes into
+        // the same database at the new owner.
         args.extend(migrate::copy_args(
             &to.host,
             to.port,
             key,
+            self.link.db,
             timeout_ms,
             false,
             self.link.auth.as_ref(),
