@@ -20,7 +20,7 @@ use std::sync::Arc;
 use redis_module::{raw, Context, RedisString};
 
 use super::dirty::DbKey;
-use super::fork_copy::{exit_child, fork_child};
+use super::fork_copy::{exit_child, fork_child, select_db};
 use crate::placement::Placement;
 
 /// The read end of the pipe, non-blocking, and what was read of a name not yet whole.
@@ -270,8 +270,7 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
             return false;
         };
         for db in 0.. {
-            let selected = raw::RedisModule_SelectDb.map(|f| f(ctx.ctx, db));
-            if selected != Some(raw::REDISMODULE_OK as c_int) {
+            if !select_db(ctx, db) {
                 break;
             }
             if raw::RedisModule_DbSize.map_or(0, |f| f(ctx.ctx)) == 0 {

@@ -390,9 +390,10 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
     }
 }
 
-/// Selects database `db` for what the child reads next; false if there is no such database.
-fn select_db(ctx: &Context, db: i32) -> bool {
-    // SAFETY: the API table is filled at load; the child's own context.
+/// Selects database `db` on `ctx` (a job's context, or its child's) for what it reads or
+/// writes next; false if there is no such database.
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: the API table is filled at load; a live context of the job.
     let selected = unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx.ctx, db)) };
     selected == Some(raw::REDISMODULE_OK as c_int)
 }

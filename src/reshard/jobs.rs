@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use redis_module::{raw, Context, RedisString, RedisValue};
 
 use super::fork_cleanup;
-use super::fork_copy::{self, Pass, Source};
+use super::fork_copy::{self, select_db, Pass, Source};
 use super::pace::Pace;
 use crate::placement::Placement;
 use crate::reshard::job::AfterPass;
@@ -647,13 +647,6 @@ fn scan_batch(ctx: &Context, runner: &mut Runner) -> bool {
         return false;
     }
     over
-}
-
-/// Selects database `db` on the job's context; false if there is no such database.
-fn select_db(ctx: &Context, db: i32) -> bool {
-    // SAFETY: the API table is filled at load; the timer's own context.
-    let selected = unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx.ctx, db)) };
-    selected == Some(raw::REDISMODULE_OK as c_int)
 }
 
 /// Unlinks the keys that are still there, replicating one `UNLINK` per database; how many
