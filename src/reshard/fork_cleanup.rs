@@ -42,6 +42,61 @@ pub type Ready = unsafe extern "C" fn(fd: c_int, user_data: *mut c_void, mask: c
 const WALKED: u32 = u32::MAX;
 const DATABASE: u32 = u32::MAX - 1;
 
+/// One record of the pipe.
+#[derive(Debug, PartialEq, Eq)]
+enum Record<'a> {
+    /// A key to delete, in the database of the last `Database` record.
+    Name(&'a [u8]),
+    /// Keys walked so far.
+    Walked(u64),
+    /// The database of the names that follow.
+    Database(i32),
+}
+
+impl Record<'_> {
+    /// Appends the record to `out` (a name too long for its length field is left out: Redis
+    /// keys are far shorter).
+    fn write(&self, out: &mut Vec<u8>) {
+        match *self {
+            Record::Name(name) => {
+                if let Ok(len) = u32::try_from(name.len()) {
+                    out.extend_from_slice(&len.to_le_bytes());
+                    out.extend_from_slice(name);
+                }
+            }
+            Record::Walked(n) => {
+                out.extend_from_slice(&WALKED.to_le_bytes());
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            Record::Database(db) => {
+                out.extend_from_slice(&DATABASE.to_le_bytes());
+                out.extend_from_slice(&db.to_le_bytes());
+            }
+        }
+    }
+
+    /// The record at the start of `buf` and its length in bytes, or `None` while it has not
+    /// arrived whole.
+    fn parse(buf: &[u8]) -> Option<(Record<'_>, usize)> {
+        let tag = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?);
+        let body = &buf[4..];
+        Some(match tag {
+            WALKED => (
+                Record::Walked(u64::from_le_bytes(body.get(..8)?.try_into().ok()?)),
+                12,
+            ),
+            DATABASE => (
+                Record::Database(i32::from_le_bytes(body.get(..4)?.try_into().ok()?)),
+                8,
+            ),
+            len => {
+                let len = usize::try_from(len).ok()?;
+                (Record::Name(body.get(..len)?), 4 + len)
+            }
+        })
+    }
+}
+
 /// The pipe's capacity asked for.
 const PIPE_BYTES: c_int = 1 << 20;
 
@@ -151,40 +206,19 @@ impl Names {
         loop {
             // Whole names first.
             let mut at = 0;
-            while taken < max && self.buf.len() >= at + 4 {
-                let len = u32::from_le_bytes([
-                    self.buf[at],
-                    self.buf[at + 1],
-                    self.buf[at + 2],
-                    self.buf[at + 3],
-                ]);
-                if len == WALKED {
-                    if self.buf.len() < at + 12 {
-                        break;
-                    }
-                    let mut n = [0u8; 8];
-                    n.copy_from_slice(&self.buf[at + 4..at + 12]);
-                    self.walked = u64::from_le_bytes(n);
-                    at += 12;
-                    continue;
-                }
-                if len == DATABASE {
-                    if self.buf.len() < at + 8 {
-                        break;
-                    }
-                    let mut n = [0u8; 4];
-                    n.copy_from_slice(&self.buf[at + 4..at + 8]);
-                    self.db = i32::from_le_bytes(n);
-                    at += 8;
-                    continue;
-                }
-                let len = len as usize;
-                if self.buf.len() < at + 4 + len {
+            while taken < max {
+                let Some((record, used)) = Record::parse(&self.buf[at..]) else {
                     break;
+                };
+                match record {
+                    Record::Name(name) => {
+                        out.push_back((self.db, name.to_vec()));
+                        taken += 1;
+                    }
+                    Record::Walked(n) => self.walked = n,
+                    Record::Database(db) => self.db = db,
                 }
-                out.push_back((self.db, self.buf[at + 4..at + 4 + len].to_vec()));
-                at += 4 + len;
-                taken += 1;
+                at += used;
             }
             self.buf.drain(..at);
             if taken >= max || self.eof {
@@ -247,10 +281,7 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
             w.walked += 1;
             let name = RedisString::string_as_slice(keyname);
             if crate::reshard::cleanup_deletes(w.ring, w.self_name, name) {
-                if let Ok(n) = u32::try_from(name.len()) {
-                    w.buf.extend_from_slice(&n.to_le_bytes());
-                    w.buf.extend_from_slice(name);
-                }
+                Record::Name(name).write(&mut w.buf);
             }
         }
     }
@@ -276,8 +307,7 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
             if raw::RedisModule_DbSize.map_or(0, |f| f(ctx.ctx)) == 0 {
                 continue;
             }
-            w.buf.extend_from_slice(&DATABASE.to_le_bytes());
-            w.buf.extend_from_slice(&db.to_le_bytes());
+            Record::Database(db).write(&mut w.buf);
             let cursor = create();
             loop {
                 let more = scan(
@@ -287,8 +317,7 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
                     std::ptr::addr_of_mut!(w).cast(),
                 ) != 0;
                 if w.buf.len() >= 64 * 1024 || !more {
-                    w.buf.extend_from_slice(&WALKED.to_le_bytes());
-                    w.buf.extend_from_slice(&w.walked.to_le_bytes());
+                    Record::Walked(w.walked).write(&mut w.buf);
                     if out.write_all(&w.buf).is_err() {
                         destroy(cursor);
                         return false;
@@ -303,4 +332,34 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_back_as_written_and_wait_until_whole() {
+        let records = [
+            Record::Database(3),
+            Record::Name(b"k:1"),
+            Record::Name(b""),
+            Record::Walked(1 << 40),
+            Record::Database(0),
+        ];
+        let mut buf = Vec::new();
+        for r in &records {
+            r.write(&mut buf);
+        }
+        let mut at = 0;
+        for r in &records {
+            let (got, used) = Record::parse(&buf[at..]).expect("a whole record");
+            assert_eq!(&got, r);
+            // Any shorter prefix is not whole yet.
+            assert_eq!(Record::parse(&buf[at..at + used - 1]), None);
+            at += used;
+        }
+        assert_eq!(at, buf.len());
+        assert_eq!(Record::parse(&[]), None);
+    }
 }
