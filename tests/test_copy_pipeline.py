@@ -314,10 +314,17 @@ def test_keys_of_every_database_move_to_the_same_database(server_factory):
         fill(ca, 3000, prefix=f"db{db}")
         # The same name in every database, with a value of its own.
         ca.set("same", f"from db {db}")
-    a.execute_command("SHARD.RESHARD", "COPY")
-    dbs[3][0].set("written-during", "x")
+    # The first pass is slowed down so that a key written in db 3 lands after its fork: the
+    # next pass finds it among the written keys, with its database.
+    written = moving_keys(a, 50, prefix="written-during")[0]
+    a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", 3000)
+    time.sleep(0.3)
+    assert status(a)["state"] == b"copying" and status(a)["passes"] == 1
+    dbs[3][0].set(written, "x")
+    a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
     st = wait_job(a)
-    assert st["state"] == b"done" and st["failed"] == 0, st
+    assert st["state"] == b"done" and st["failed"] == 0 and st["passes"] >= 2, st
+    assert dbs[3][1].get(written) == b"x" and dbs[0][1].get(written) is None
     expected = {}
     for db, (ca, cb) in dbs.items():
         keys = [k.decode() for k in ca.keys("*")]
