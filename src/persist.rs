@@ -1,5 +1,7 @@
 //! The durable state's byte format (RDB aux data): the generator's high-water mark, the ring
-//! epoch, the current ring and, during a resharding, the previous ring.
+//! epoch, the current ring and, during a resharding, the previous ring; from version 2 also
+//! whether a cancelled resharding is bringing keys back, and the plan of the fleet operation
+//! this node coordinates (`reshard::fleet`, stored as its own bytes).
 //!
 //! `SHRD`, a format version, then fixed-width little-endian fields and length-prefixed ring
 //! texts (the rings' canonical form). Decoding checks every length and rejects truncated,
@@ -9,7 +11,7 @@ use crate::ring::{Algo, HashTag, NodeSpec, RingError, RingSpec};
 
 const MAGIC: &[u8; 4] = b"SHRD";
 /// The version this build writes and reads.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 
 /// What survives a restart.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -19,6 +21,10 @@ pub struct Persisted {
     pub ring_epoch: u64,
     pub current: Option<RingSpec>,
     pub previous: Option<RingSpec>,
+    /// The rings are those of a cancel bringing keys back (`RingState::returning`).
+    pub returning: bool,
+    /// The coordinator's plan (`FleetPlan::encode`), if this node coordinates one.
+    pub fleet: Option<Vec<u8>>,
 }
 
 impl Persisted {
@@ -33,6 +39,10 @@ impl Persisted {
             out.extend_from_slice(&(text.len() as u64).to_le_bytes());
             out.extend_from_slice(text.as_bytes());
         }
+        out.push(u8::from(self.returning));
+        let plan = self.fleet.as_deref().unwrap_or_default();
+        out.extend_from_slice(&(plan.len() as u64).to_le_bytes());
+        out.extend_from_slice(plan);
         out
     }
 
@@ -42,7 +52,7 @@ impl Persisted {
             return Err("not shard data (bad magic)".into());
         }
         let version = r.take(1, "version")?[0];
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != 1 {
             return Err(format!(
                 "unknown format version {version} (this build reads version {FORMAT_VERSION}): \
                  the data was written by another version of shard"
@@ -52,6 +62,19 @@ impl Persisted {
         let ring_epoch = r.u64("ring epoch")?;
         let current = r.ring("current ring")?;
         let previous = r.ring("previous ring")?;
+        let (returning, fleet) = if version >= 2 {
+            let returning = match r.take(1, "returning flag")?[0] {
+                0 => false,
+                1 => true,
+                other => return Err(format!("the returning flag is {other}, not 0 or 1")),
+            };
+            let len = r.u64("fleet plan")?;
+            let len = usize::try_from(len).map_err(|_| "the fleet plan is too long".to_string())?;
+            let plan = r.take(len, "fleet plan")?;
+            (returning, (!plan.is_empty()).then(|| plan.to_vec()))
+        } else {
+            (false, None)
+        };
         if r.pos != bytes.len() {
             return Err(format!(
                 "{} unexpected bytes after the data",
@@ -66,6 +89,8 @@ impl Persisted {
             ring_epoch,
             current,
             previous,
+            returning,
+            fleet,
         })
     }
 }
@@ -158,6 +183,8 @@ mod tests {
             ring_epoch: 7,
             current: Some(spec(b"ketama", &["a", "b", "c"])),
             previous: Some(spec(b"jedis", &["a", "b"])),
+            returning: true,
+            fleet: Some(b"plan bytes".to_vec()),
         }
     }
 
@@ -183,6 +210,20 @@ mod tests {
                 "{cut}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn version_1_still_reads() {
+        let mut v1 = Persisted {
+            returning: false,
+            fleet: None,
+            ..sample()
+        }
+        .encode();
+        v1[4] = 1;
+        v1.truncate(v1.len() - 9);
+        let p = Persisted::decode(&v1).unwrap();
+        assert_eq!((p.ring_epoch, p.returning, p.fleet), (7, false, None));
     }
 
     #[test]

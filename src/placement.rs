@@ -33,6 +33,11 @@ pub struct RingState {
     pub previous: Option<Arc<Placement>>,
     /// Grows by one with every change.
     pub epoch: u64,
+    /// A cancelled resharding brings keys back: `current` is the ring being returned to,
+    /// `previous` the one being left, and the keys that move between them are the previous
+    /// owner's while they travel back. Routed writes of those keys are refused (`TRYAGAIN`)
+    /// and reads prefer the previous owner (see `commands::call`).
+    pub returning: bool,
 }
 
 /// Why a ring change was refused.
@@ -65,9 +70,29 @@ impl RingState {
         Ok(())
     }
 
+    /// Installs both rings as given (a fleet operation's step, `SHARD.RING INSTALL`): the same
+    /// call repeated changes nothing but the epoch, so a coordinator may send it again after a
+    /// crash.
+    pub fn install(
+        &mut self,
+        current: Placement,
+        previous: Option<Placement>,
+        returning: bool,
+    ) -> Result<(), &'static str> {
+        if returning && previous.is_none() {
+            return Err("RETURNING needs a previous ring: the ring the keys come back from");
+        }
+        self.current = Some(Arc::new(current));
+        self.previous = previous.map(Arc::new);
+        self.returning = returning;
+        self.epoch += 1;
+        Ok(())
+    }
+
     /// Closes the resharding, dropping the previous ring.
     pub fn commit(&mut self) -> Result<(), &'static str> {
         self.previous.take().ok_or(NO_RESHARDING)?;
+        self.returning = false;
         self.epoch += 1;
         Ok(())
     }
@@ -76,6 +101,7 @@ impl RingState {
     pub fn abort(&mut self) -> Result<(), &'static str> {
         let previous = self.previous.take().ok_or(NO_RESHARDING)?;
         self.current = Some(previous);
+        self.returning = false;
         self.epoch += 1;
         Ok(())
     }

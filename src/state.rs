@@ -25,6 +25,9 @@ pub struct ModuleState {
     pub rings: RingState,
     /// The last or running resharding job.
     pub job: Job,
+    /// The fleet operation this node coordinates (`SHARD.RESHARD START`), kept until another
+    /// starts.
+    pub fleet: Option<crate::reshard::fleet::FleetPlan>,
     /// The high-water mark last propagated as SHARD.ADVANCE: the mark only moves when the tick
     /// does, so replicas and the AOF get it once per tick, not once per call.
     pub propagated_high_water: Option<i64>,
@@ -106,6 +109,8 @@ impl ModuleState {
             ring_epoch: self.rings.epoch,
             current: self.rings.current.as_ref().map(|p| p.spec.clone()),
             previous: self.rings.previous.as_ref().map(|p| p.spec.clone()),
+            returning: self.rings.returning,
+            fleet: self.fleet.as_ref().map(|f| f.encode()),
         }
     }
 
@@ -118,6 +123,12 @@ impl ModuleState {
         };
         let current = build(persisted.current)?;
         let previous = build(persisted.previous)?;
+        let fleet = persisted
+            .fleet
+            .as_deref()
+            .map(crate::reshard::fleet::FleetPlan::decode)
+            .transpose()
+            .map_err(|e| format!("the fleet plan: {e}"))?;
         if let Some(ms) = persisted.high_water_ms {
             self.generator.advance_past_ms(&self.keys.layout, ms);
         }
@@ -128,8 +139,10 @@ impl ModuleState {
                 current,
                 previous,
                 epoch: persisted.ring_epoch.max(self.rings.epoch),
+                returning: persisted.returning,
             };
         }
+        self.fleet = fleet;
         Ok(())
     }
 }

@@ -152,7 +152,7 @@ fn reshard(args: &[&[u8]]) {
     if let Some(c) = ok_or_check(reshard::parse_copy(args)) {
         assert!((1..=10_000).contains(&c.batch) && (1..=600_000).contains(&c.timeout_ms));
     }
-    if let Some(b) = ok_or_check(reshard::parse_cleanup(args)) {
+    if let Some((b, _left)) = ok_or_check(reshard::parse_cleanup(args)) {
         assert!((1..=10_000).contains(&b));
     }
 }

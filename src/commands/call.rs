@@ -62,7 +62,7 @@ pub fn call(call: &Call) -> CmdResult {
     }
 
     // Where each key lives, from one look at the rings.
-    let (mut placed, link) = {
+    let (mut placed, link, returning) = {
         let st = state::lock();
         let current = super::whereis::current_ring(&st)?;
         let self_name = st.config.ring.self_name.as_str();
@@ -85,13 +85,30 @@ pub fn call(call: &Call) -> CmdResult {
             resp3: call.ctx.get_flags().contains(ContextFlags::FLAGS_RESP3),
             db: selected_db(call),
         };
-        (placed, link)
+        (placed, link, st.rings.returning)
     };
 
     // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
     // whether the keys are local or not.
     check_acl(call, &name_text)?;
     let moving = placed.iter().any(|p| p.previous.is_some());
+    if moving && returning {
+        // A cancelled resharding brings these keys back from the new owners (the previous
+        // ring's), whose copies are the newest: a write now could be overwritten by the copy
+        // coming back, so it is refused until the keys are home; a read prefers the previous
+        // owner, where the newest version is while it is there.
+        if CommandKind::of(name, meta.readonly) != CommandKind::Read {
+            return Err(CmdError::code(
+                "TRYAGAIN",
+                "a cancelled resharding is bringing this key back to its owner: retry in a moment",
+            ));
+        }
+        for p in &mut placed {
+            if let Some(previous) = p.previous.take() {
+                p.previous = Some(std::mem::replace(&mut p.current, previous));
+            }
+        }
+    }
     let owners: BTreeSet<&str> = placed.iter().map(|p| p.current.name.as_str()).collect();
     let single_owner = owners.len() == 1;
     // Hash commands under the field dictionary: short names stored, long names replied.

@@ -193,7 +193,29 @@ pub fn doc(name: &str) -> Option<Doc> {
         opt(c"keys-per-second", c"MAXRATE", Kind::Int),
     ];
     static THROTTLE: &[Arg] = &[arg(c"keys-per-second", Kind::Int)];
-    static CLEANUP: &[Arg] = &[opt(c"batch", c"BATCH", Kind::Int)];
+    static CLEANUP: &[Arg] = &[opt(c"batch", c"BATCH", Kind::Int), flag(c"left", c"LEFT")];
+    static INSTALL: &[Arg] = &[
+        arg(c"current", Kind::Str),
+        Arg {
+            optional: true,
+            ..arg(c"previous", Kind::Str)
+        },
+        flag(c"returning", c"RETURNING"),
+    ];
+    static START: &[Arg] = &[
+        arg(c"algo", Kind::Str),
+        opt(c"rule", c"HASHTAG", Kind::Str),
+        Arg {
+            name: c"node",
+            kind: Kind::Block,
+            token: None,
+            optional: false,
+            multiple: true,
+            subargs: NODE_TRIPLET,
+        },
+        opt(c"keys-per-second", c"MAXRATE", Kind::Int),
+    ];
+    static PLAN: &[Arg] = &[arg(c"plan", Kind::Str)];
     let d = |summary, complexity, arity, args, acl| {
         Some(Doc {
             summary,
@@ -394,11 +416,60 @@ pub fn doc(name: &str) -> Option<Doc> {
             c"admin dangerous slow",
         ),
         "shard.reshard|resume" => d(
-            c"Resumes a paused resharding job from where it stopped",
+            c"Resumes a paused resharding job, and an interrupted fleet operation, from where they stopped",
             c"O(1)",
             2,
             &[],
             c"admin dangerous slow",
+        ),
+        "shard.reshard|start" => d(
+            c"Grows or shrinks the fleet to the given ring: checks every node, then opens, copies, commits and cleans up in the background",
+            c"O(N) with N the nodes to start; the operation is O(K) with K the keys",
+            -3,
+            START,
+            c"admin dangerous slow",
+        ),
+        "shard.reshard|cancel" => d(
+            c"Returns the fleet to the old ring (before COMMIT), bringing back the writes made since",
+            c"O(1) to start",
+            2,
+            &[],
+            c"admin dangerous slow",
+        ),
+        "shard.reshard|plan" => d(
+            c"Stores the coordinator's plan (sent by the coordinator to itself; replicated)",
+            c"O(N) with N the nodes",
+            3,
+            PLAN,
+            c"admin dangerous slow",
+        ),
+        "shard.ring|install" => d(
+            c"Installs the current and previous rings whole, as canonical texts (a fleet operation's step)",
+            c"O(N log N) with N the points of the rings",
+            -3,
+            INSTALL,
+            c"admin dangerous slow",
+        ),
+        "shard.ring|state" => d(
+            c"Shows this node's ring digests, job, key count and memory",
+            c"O(1)",
+            2,
+            &[],
+            c"read",
+        ),
+        "shard.ring|push" => d(
+            c"Sends this node's rings to every node named in them",
+            c"O(N) with N the nodes",
+            2,
+            &[],
+            c"admin dangerous slow",
+        ),
+        "shard.ring|check" => d(
+            c"Asks every node for its rings, job, keys and memory; shows whether they agree and each node's share of the keyspace",
+            c"O(N) with N the nodes",
+            2,
+            &[],
+            c"admin slow",
         ),
         _ => None,
     }

@@ -11,6 +11,7 @@ pub mod decode;
 pub mod docs;
 pub mod encode;
 pub mod error;
+pub mod fleet;
 pub mod genkey;
 #[cfg(test)]
 mod parse_tests;

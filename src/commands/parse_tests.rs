@@ -64,7 +64,11 @@ fn ring_and_reshard_options() {
     assert_eq!((c.batch, c.replace), (7, true));
     assert_eq!(
         reshard::parse_cleanup(list(&args(&["r", "cleanup"]))).unwrap(),
-        100
+        (100, false)
+    );
+    assert_eq!(
+        reshard::parse_cleanup(list(&args(&["r", "cleanup", "LEFT", "BATCH", "5"]))).unwrap(),
+        (5, true)
     );
     assert!(reshard::parse_copy(list(&args(&["r", "copy", "TIMEOUT", "0"]))).is_err());
 }

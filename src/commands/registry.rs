@@ -43,7 +43,7 @@ fn container(name: &'static CStr, subcommands: Vec<Spec>) -> Spec {
 }
 
 fn table() -> Vec<Spec> {
-    use super::{decode, encode, genkey, reshard, ring, whereis};
+    use super::{decode, encode, fleet, genkey, reshard, ring, whereis};
     vec![
         command(
             c"shard.genkey",
@@ -139,6 +139,26 @@ fn table() -> Vec<Spec> {
                     command_fn!("shard.ring|abort", ring::abort),
                     c"admin",
                 ),
+                command(
+                    c"install",
+                    command_fn!("shard.ring|install", fleet::install),
+                    c"admin",
+                ),
+                command(
+                    c"state",
+                    command_fn!("shard.ring|state", fleet::node_state),
+                    c"readonly",
+                ),
+                command(
+                    c"push",
+                    command_fn!("shard.ring|push", fleet::push),
+                    c"admin blocking deny-script",
+                ),
+                command(
+                    c"check",
+                    command_fn!("shard.ring|check", fleet::check),
+                    c"admin blocking deny-script",
+                ),
             ],
         ),
         container(
@@ -177,6 +197,21 @@ fn table() -> Vec<Spec> {
                 command(
                     c"resume",
                     command_fn!("shard.reshard|resume", reshard::resume),
+                    c"admin",
+                ),
+                command(
+                    c"start",
+                    command_fn!("shard.reshard|start", fleet::start),
+                    c"admin blocking deny-script",
+                ),
+                command(
+                    c"cancel",
+                    command_fn!("shard.reshard|cancel", fleet::cancel),
+                    c"admin",
+                ),
+                command(
+                    c"plan",
+                    command_fn!("shard.reshard|plan", fleet::save_plan),
                     c"admin",
                 ),
             ],

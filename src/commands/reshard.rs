@@ -44,19 +44,22 @@ pub fn parse_copy<A: ArgList + ?Sized>(args: &A) -> Result<CopyOptions, CmdError
     Ok(options)
 }
 
-/// Reads `CLEANUP [BATCH n]`.
-pub fn parse_cleanup<A: ArgList + ?Sized>(args: &A) -> Result<usize, CmdError> {
+/// Reads `CLEANUP [BATCH n] [LEFT]`: the batch, and whether this node has left the ring.
+pub fn parse_cleanup<A: ArgList + ?Sized>(args: &A) -> Result<(usize, bool), CmdError> {
     let mut batch = DEFAULT_BATCH;
+    let mut left = false;
     let mut cursor = args.cursor(2);
     while let Some(arg) = cursor.next_arg() {
         if is(arg, "BATCH") {
             batch =
                 int_in(cursor.value_of("BATCH")?, "BATCH", 1, MAX_BATCH)?.unsigned_abs() as usize;
+        } else if is(arg, "LEFT") {
+            left = true;
         } else {
             return Err(CmdError::unknown_option("shard.reshard|cleanup", arg));
         }
     }
-    Ok(batch)
+    Ok((batch, left))
 }
 
 /// `SHARD.RESHARD COPY [BATCH n] [TIMEOUT ms] [REPLACE]`.
@@ -89,9 +92,10 @@ pub fn copy(call: &Call) -> CmdResult {
     Ok(())
 }
 
-/// `SHARD.RESHARD CLEANUP [BATCH n]`: deletes local keys this node does not own.
+/// `SHARD.RESHARD CLEANUP [BATCH n] [LEFT]`: deletes local keys this node does not own; with
+/// LEFT, on a node that has left the ring, every key.
 pub fn cleanup(call: &Call) -> CmdResult {
-    let batch = parse_cleanup(&call.args)?;
+    let (batch, left) = parse_cleanup(&call.args)?;
     let (ring, self_name) = {
         let st = state::lock();
         if st.rings.previous.is_some() {
@@ -100,9 +104,9 @@ pub fn cleanup(call: &Call) -> CmdResult {
             ));
         }
         let (ring, self_name) = job_inputs(&st)?;
-        if !ring.ring.as_ref().is_some_and(|r| is_member(r, &self_name)) {
+        if !left && !ring.ring.as_ref().is_some_and(|r| is_member(r, &self_name)) {
             return Err(CmdError::err(format!(
-                "self '{self_name}' names no node of the ring: cleanup would delete every key; set shard.self to this server's node name"
+                "self '{self_name}' names no node of the ring: cleanup would delete every key; set shard.self to this server's node name (or, on a node that has left the fleet, CLEANUP LEFT)"
             )));
         }
         (ring, self_name)
@@ -151,7 +155,7 @@ pub fn status(call: &Call) -> CmdResult {
     let job = &st.job;
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let reply = &call.reply;
-    reply.map(20);
+    reply.map(21);
     reply.field_bulk("state", job.state.name().as_bytes());
     reply.field_opt(
         "job",
@@ -179,6 +183,7 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_bulk("paused", if job.paused { b"yes" } else { b"no" });
     // Keys copied (or deleted) by database: `db0=750,db3=12`.
     reply.field_bulk("by_db", job.by_db_text().as_bytes());
+    super::fleet::reply_status(call, &st);
     Ok(())
 }
 
@@ -212,9 +217,22 @@ pub fn pause(call: &Call) -> CmdResult {
     set_paused(call, "shard.reshard|pause", true)
 }
 
-/// `SHARD.RESHARD RESUME`: a paused job goes on from where it stopped.
+/// `SHARD.RESHARD RESUME`: a paused job goes on from where it stopped, and an interrupted fleet
+/// operation (a restart or failover of its coordinator, or a node it gave up on) goes on from
+/// its phase.
 pub fn resume(call: &Call) -> CmdResult {
-    set_paused(call, "shard.reshard|resume", false)
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.reshard|resume"));
+    }
+    let job = jobs::set_paused(false);
+    let plan = super::fleet::resume_plan()?;
+    if !job && !plan {
+        return Err(CmdError::err(
+            "nothing to resume: no resharding job is running here and no fleet operation is unfinished",
+        ));
+    }
+    call.reply.ok();
+    Ok(())
 }
 
 fn set_paused(call: &Call, name: &str, paused: bool) -> CmdResult {

@@ -501,11 +501,7 @@ unsafe fn describe(key: *mut raw::RedisModuleKey) -> Option<(Kind, usize, i64)> 
             _ => Kind::Other,
         };
         let len = raw::RedisModule_ValueLength.map_or(0, |f| f(key));
-        Some((
-            kind,
-            len,
-            expires_at.max(0),
-        ))
+        Some((kind, len, expires_at.max(0)))
     }
 }
 

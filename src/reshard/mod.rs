@@ -6,15 +6,17 @@
 //! written meanwhile recorded by `dirty`), a cleanup's walk in another (`fork_cleanup`) that
 //! feeds the main thread's time-bounded deleting steps.
 
+pub mod coordinator;
 pub mod dirty;
+pub mod fleet;
 pub mod fork_cleanup;
 pub mod fork_copy;
 pub mod job;
 pub mod jobs;
 pub mod migrate;
 pub mod pace;
-pub mod pieces;
 pub mod payload;
+pub mod pieces;
 pub mod plan;
 pub mod ship;
 

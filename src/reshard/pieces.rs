@@ -377,7 +377,11 @@ fn stream(ctx: &Context, sender: &mut Sender, key: &[u8]) -> bool {
             sender.flush();
             sender.send(b"XADD", &args);
         }
-        match entries.last().and_then(|e| e.list().first()).and_then(Val::bytes) {
+        match entries
+            .last()
+            .and_then(|e| e.list().first())
+            .and_then(Val::bytes)
+        {
             Some(last) if entries.len() == READ_COUNT => {
                 start = [b"(".as_slice(), last].concat();
             }
@@ -486,7 +490,11 @@ fn pending(ctx: &Context, sender: &mut Sender, key: &[u8], group: &[u8]) -> bool
                 ],
             );
         }
-        match entries.last().and_then(|e| e.list().first()).and_then(Val::bytes) {
+        match entries
+            .last()
+            .and_then(|e| e.list().first())
+            .and_then(Val::bytes)
+        {
             Some(last) if entries.len() == READ_COUNT => {
                 start = [b"(".as_slice(), last].concat();
             }
@@ -529,7 +537,10 @@ mod tests {
             Val::Bulk(b"last-generated-id".to_vec()),
             Val::Bulk(b"5-0".to_vec()),
         ]);
-        assert_eq!(info.field("length").and_then(Val::text), Some(b"3".to_vec()));
+        assert_eq!(
+            info.field("length").and_then(Val::text),
+            Some(b"3".to_vec())
+        );
         assert_eq!(
             info.field("last-generated-id").and_then(Val::text),
             Some(b"5-0".to_vec())

@@ -17,7 +17,14 @@ pub fn cleanup_deletes(current: &Ring, self_name: &str, key: &[u8]) -> bool {
 pub fn keys_in_keyspace(info: &str) -> u64 {
     info.lines()
         .filter(|l| l.starts_with("db"))
-        .filter_map(|l| l.split_once("keys=")?.1.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split_once("keys=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 

@@ -257,7 +257,10 @@ fn connect(
     }
     if db != 0 {
         let mut n = itoa::Buffer::new();
-        hello.extend(encode_command(&[b"SELECT".as_slice(), n.format(db).as_bytes()]));
+        hello.extend(encode_command(&[
+            b"SELECT".as_slice(),
+            n.format(db).as_bytes(),
+        ]));
         tolerant.push(false);
     }
     // The destination then never redirects this connection's commands (cluster protocol).
@@ -374,8 +377,7 @@ fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
 
 /// Counts one reply.
 fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target, db: i32) {
-    if reply.first() == Some(&b'-') && !(expect == Expect::Key && reply.starts_with(b"-BUSYKEY"))
-    {
+    if reply.first() == Some(&b'-') && !(expect == Expect::Key && reply.starts_with(b"-BUSYKEY")) {
         match expect {
             Expect::Piece => tally.piece_errors += 1,
             Expect::Key | Expect::Rename => tally.failed += 1,
@@ -515,7 +517,12 @@ mod tests {
         shipper.drain(&t);
         let tally = shipper.tally.clone();
         assert_eq!(
-            (tally.copied, tally.skipped, tally.failed, tally.piece_errors),
+            (
+                tally.copied,
+                tally.skipped,
+                tally.failed,
+                tally.piece_errors
+            ),
             (1, 1, 0, 1)
         );
         assert!(tally.last_error.ends_with("OOM command not allowed"));

@@ -10,6 +10,7 @@ mod jedis;
 mod ketama;
 mod points;
 mod redis_shard;
+mod share;
 mod slots;
 mod spec;
 

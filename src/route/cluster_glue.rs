@@ -432,7 +432,7 @@ pub fn redirect(call: &Call) -> CmdResult {
             "Keys in request don't hash to the same slot",
         ));
     }
-    let (current, previous, previous_in_map, self_name) = {
+    let (current, previous, previous_in_map, self_name, returning) = {
         let st = state::lock();
         let owner = |p: &Placement| {
             p.ring
@@ -449,12 +449,26 @@ pub fn redirect(call: &Call) -> CmdResult {
                 .as_ref()
                 .is_some_and(|c| c.spec.node_index(&p.name).is_some())
         });
-        (current, previous, in_map, st.config.ring.self_name.clone())
+        (
+            current,
+            previous,
+            in_map,
+            st.config.ring.self_name.clone(),
+            st.rings.returning,
+        )
     };
     let Some(current) = current else {
         return run_here(call);
     };
     let previous = previous.filter(|p| p.name != current.name);
+    if returning && previous.is_some() {
+        // A cancelled resharding brings this slot's keys back (`commands::call`): clients
+        // retry on TRYAGAIN, as during a cluster's multi-key migration.
+        return Err(CmdError::code(
+            "TRYAGAIN",
+            "a cancelled resharding is bringing this slot's keys back to their owner: retry in a moment",
+        ));
+    }
     if current.name != self_name {
         // A read of a key still at its previous owner, asked for after an ASK.
         let readonly = command::known(args.get(1)).is_some_and(|m| m.readonly);

@@ -90,7 +90,8 @@ enum Waiting {
 }
 
 struct Call {
-    client: Blocked,
+    /// The blocked client the output goes to; none for a background task (`spawn`).
+    client: Option<Blocked>,
     /// `None` while it is being polled.
     future: Option<CallFuture>,
     slots: Rc<Slots>,
@@ -155,7 +156,7 @@ where
         calls.calls.insert(
             id,
             Call {
-                client,
+                client: Some(client),
                 future: None,
                 slots: Rc::clone(&slots),
             },
@@ -169,6 +170,35 @@ where
     };
     poll_call(id, Some(Box::pin(make(steps))));
     Ok(())
+}
+
+/// Runs the future `make` builds over the network steps in the background, with no client
+/// waiting: the fleet coordinator (`reshard::coordinator`). Its output is dropped.
+pub fn spawn<F, Fut>(link: Link, make: F)
+where
+    F: FnOnce(NetSteps) -> Fut,
+    Fut: Future<Output = CallReply> + 'static,
+{
+    let slots: Rc<Slots> = Rc::default();
+    let id = CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let id = calls.id();
+        calls.calls.insert(
+            id,
+            Call {
+                client: None,
+                future: None,
+                slots: Rc::clone(&slots),
+            },
+        );
+        id
+    });
+    let steps = NetSteps {
+        call: id,
+        slots,
+        link,
+    };
+    poll_call(id, Some(Box::pin(make(steps))));
 }
 
 /// Hands replies (or errors) to their waiters.
@@ -266,8 +296,8 @@ fn poll_call(id: u64, first: Option<CallFuture>) {
             .retain(|_, w| !matches!(w, Waiting::Step(c) if *c == id));
         call
     });
-    if let Some(call) = call {
-        unblock(call.client, done);
+    if let Some(client) = call.and_then(|c| c.client) {
+        unblock(client, done);
     }
 }
 
@@ -279,7 +309,7 @@ pub struct NetSteps {
 }
 
 /// The reply to one step, once it has come.
-struct StepReply {
+pub struct StepReply {
     waiter: Waiter,
     slots: Rc<Slots>,
 }
@@ -304,8 +334,35 @@ impl Future for StepReply {
 }
 
 impl NetSteps {
+    /// A future that resolves after `delay`, on a timer of the server's event loop.
+    pub fn sleep(&self, delay: std::time::Duration) -> impl Future<Output = ()> {
+        let waiter = CALLS.with(|c| {
+            let mut calls = c.borrow_mut();
+            let id = calls.id();
+            calls.waiting.insert(id, Waiting::Step(self.call));
+            id
+        });
+        let detached = super::filter::detached();
+        if detached.is_null() {
+            deliver(waiter, Ok(Resp::Null));
+        } else {
+            redis_module::Context::new(detached).create_timer(
+                delay,
+                |_ctx: &redis_module::Context, waiter: Waiter| deliver(waiter, Ok(Resp::Null)),
+                waiter,
+            );
+        }
+        let reply = StepReply {
+            waiter,
+            slots: Rc::clone(&self.slots),
+        };
+        async move {
+            let _ = reply.await;
+        }
+    }
+
     /// Sends `args` to `at`; the future resolves with the reply.
-    fn send(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
+    pub fn send(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
         let waiter = CALLS.with(|c| {
             let mut calls = c.borrow_mut();
             let id = calls.id();

@@ -18,6 +18,19 @@ pub struct Endpoint {
     pub is_self: bool,
 }
 
+impl Endpoint {
+    /// The endpoint of a ring's node; `self_name` is this server's.
+    pub fn of(node: &crate::ring::NodeSpec, self_name: &str) -> Endpoint {
+        Endpoint {
+            name: node.name.clone(),
+            host: node.host.clone(),
+            port: node.port,
+            address: node.address.clone(),
+            is_self: !self_name.is_empty() && node.name == self_name,
+        }
+    }
+}
+
 /// How a command is routed during a resharding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommandKind {

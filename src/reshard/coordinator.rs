@@ -1,0 +1,366 @@
+//! The fleet coordinator: drives the plan of `SHARD.RESHARD START` (`fleet::FleetPlan`, held in
+//! the module's state) phase by phase over the module's own connections (`route::conn`, the
+//! layer SHARD.CALL uses: authentication with `auth-user`/`auth-password`, timeouts that name
+//! the node), as a background task on the main thread's event loop: every wait (a reply, the
+//! pause between two looks at the nodes' jobs) is a future woken by the loop, so the server
+//! never blocks while the fleet works.
+//!
+//! Each phase change, and each node that finishes its step, is made durable before the
+//! coordinator goes on: it sends `SHARD.RESHARD PLAN <plan>` to itself, a command that (like
+//! the ring changes) reaches the AOF and the replicas and whose plan the RDB keeps. After a
+//! restart or a failover the plan is there with `running: no`, and RESUME goes on from its
+//! phase: every step is idempotent (rings installed whole, copies that skip what is there,
+//! cleanups that delete only what another node owns), so a step repeated is harmless.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use super::fleet::{job_verdict, FleetPlan, JobVerdict, NodeState, Phase, MAX_ATTEMPTS};
+use crate::route::conn::Link;
+use crate::route::forward::{self, CallReply, NetSteps};
+use crate::route::{Endpoint, Resp};
+use crate::state;
+
+/// How often the coordinator looks at the nodes' jobs.
+const POLL: Duration = Duration::from_millis(100);
+/// The coordinator's requests are small and answered at once; a node slower than this is
+/// counted as not answering.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+thread_local! {
+    static RUNNING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this node is driving its plan now.
+pub fn running() -> bool {
+    RUNNING.with(Cell::get)
+}
+
+/// Clears the running flag however the task ends (a caught panic drops the future too).
+struct RunningGuard;
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        RUNNING.with(|r| r.set(false));
+    }
+}
+
+/// How the coordinator reaches the nodes, itself included.
+#[derive(Clone)]
+pub struct Reach {
+    pub link: Link,
+    /// This node, as the rings name it: where the plan is made durable.
+    pub me: Endpoint,
+    /// How long a routed call may still arrive after the rings change (the call timeout).
+    pub quiet: Duration,
+}
+
+/// Starts driving the state's plan in the background, unless it is being driven already.
+pub fn drive(reach: Reach) {
+    if running() {
+        return;
+    }
+    RUNNING.with(|r| r.set(true));
+    let link = reach.link.clone();
+    forward::spawn(link, move |steps| async move {
+        let _guard = RunningGuard;
+        if let Err(e) = run(&steps, &reach).await {
+            with_plan(|p| p.error = e);
+        }
+        CallReply::Reply(Resp::Null)
+    });
+}
+
+/// Reads or changes the state's plan.
+fn with_plan<T>(f: impl FnOnce(&mut FleetPlan) -> T) -> Option<T> {
+    state::lock().fleet.as_mut().map(f)
+}
+
+fn current_plan() -> Result<FleetPlan, String> {
+    state::lock()
+        .fleet
+        .clone()
+        .ok_or_else(|| "the fleet plan is gone".to_string())
+}
+
+/// The endpoint of a node of either ring.
+pub fn endpoint_of(plan: &FleetPlan, name: &str, self_name: &str) -> Option<Endpoint> {
+    let node = plan
+        .new
+        .nodes
+        .iter()
+        .chain(plan.old.nodes.iter())
+        .find(|n| n.name == name)?;
+    Some(Endpoint::of(node, self_name))
+}
+
+async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
+    loop {
+        let plan = current_plan()?;
+        if plan.cancel && plan.phase.cancellable() {
+            enter(steps, reach, Phase::CancelStop).await?;
+            continue;
+        }
+        if plan.phase.finished() {
+            return Ok(());
+        }
+        if plan.install().is_some() {
+            install_everywhere(steps, reach).await?;
+            if plan.phase == Phase::CancelReturn {
+                // Calls routed by the old rules may still be on their way to the new owners:
+                // their writes land before the copy back starts.
+                steps.sleep(reach.quiet + POLL).await;
+            }
+        }
+        if !run_jobs(steps, reach).await? {
+            continue; // cancelled: the loop turns to the cancel's phases
+        }
+        enter(steps, reach, plan.phase.next()).await?;
+    }
+}
+
+/// Moves the plan to `phase` and makes it durable.
+async fn enter(steps: &NetSteps, reach: &Reach, phase: Phase) -> Result<(), String> {
+    with_plan(|p| p.enter(phase));
+    persist(steps, reach).await
+}
+
+/// Sends the plan to this node itself as `SHARD.RESHARD PLAN`, which replicates it.
+pub async fn persist(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
+    let bytes = current_plan()?.encode();
+    let args = vec![b"SHARD.RESHARD".to_vec(), b"PLAN".to_vec(), bytes];
+    match steps.send(&reach.me, &args).await {
+        Ok(Resp::Simple(_)) => Ok(()),
+        Ok(other) => Err(format!("cannot save the plan here: {}", reply_text(&other))),
+        Err(e) => Err(format!("cannot save the plan here: {e}")),
+    }
+}
+
+/// Installs the phase's rings on every node, retrying those that fail.
+async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
+    for round in 1..=MAX_ATTEMPTS {
+        let plan = current_plan()?;
+        let Some(install) = plan.install() else {
+            return Ok(());
+        };
+        let args = install.command();
+        let pending: Vec<Endpoint> = plan
+            .nodes
+            .iter()
+            .filter(|n| !n.done)
+            .filter_map(|n| endpoint_of(&plan, &n.name, &reach.me.name))
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let replies = join_all(pending.iter().map(|at| steps.send(at, &args))).await;
+        let mut failed = Vec::new();
+        with_plan(|p| {
+            for (at, reply) in pending.iter().zip(replies) {
+                let Some(i) = p.node(&at.name) else { continue };
+                let node = &mut p.nodes[i];
+                node.attempts += 1;
+                match reply {
+                    Ok(Resp::Simple(_)) => {
+                        node.done = true;
+                        node.last_error.clear();
+                    }
+                    Ok(other) => node.last_error = reply_text(&other),
+                    Err(e) => node.last_error = e.to_string(),
+                }
+                if !node.done {
+                    failed.push(format!("node {}: {}", node.name, node.last_error));
+                }
+            }
+        });
+        if failed.is_empty() {
+            return Ok(());
+        }
+        with_plan(|p| p.error = failed.join("; "));
+        if round < MAX_ATTEMPTS {
+            steps.sleep(backoff(round)).await;
+        } else {
+            return Err(format!(
+                "phase {}: gave up after {MAX_ATTEMPTS} tries: {}; SHARD.RESHARD RESUME to try again",
+                plan.phase,
+                failed.join("; ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the phase's job on every node that has one and waits for all; a node whose job fails
+/// is started again, a bounded number of times. `Ok(false)`: a CANCEL interrupted the phase.
+async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
+    let state_args = vec![b"SHARD.RING".to_vec(), b"STATE".to_vec()];
+    // Nodes whose job this run has started (a resumed run starts every unfinished one again:
+    // a repeated copy or cleanup only does what is left).
+    let plan0 = current_plan()?;
+    let mut started = vec![false; plan0.nodes.len()];
+    let mut retry_at: Vec<Option<u32>> = vec![None; plan0.nodes.len()];
+    let mut tick: u32 = 0;
+    loop {
+        let plan = current_plan()?;
+        if plan.cancel && plan.phase.cancellable() {
+            return Ok(false);
+        }
+        let workers: Vec<usize> = (0..plan.nodes.len())
+            .filter(|&i| plan.work(i).is_some() && !plan.nodes[i].done)
+            .collect();
+        if workers.is_empty() {
+            return Ok(true);
+        }
+        // Start (or start again) the jobs due.
+        let due: Vec<usize> = workers
+            .iter()
+            .copied()
+            .filter(|&i| !started[i] || retry_at[i].is_some_and(|t| t <= tick))
+            .collect();
+        if !due.is_empty() {
+            let sends = due.iter().filter_map(|&i| {
+                let args = plan.work(i)?.command(plan.max_rate);
+                let at = endpoint_of(&plan, &plan.nodes[i].name, &reach.me.name)?;
+                Some(async move { (i, steps.send(&at, &args).await) })
+            });
+            let replies = join_all(sends).await;
+            let mut gave_up = None;
+            with_plan(|p| {
+                for (i, reply) in replies {
+                    started[i] = true;
+                    retry_at[i] = None;
+                    let node = &mut p.nodes[i];
+                    node.attempts += 1;
+                    let refused = match reply {
+                        Ok(Resp::Simple(_)) => None,
+                        // A job of a run before a restart of the coordinator, still going; or
+                        // a STOP where nothing runs.
+                        Ok(Resp::Error(e))
+                            if contains(&e, b"already running")
+                                || contains(&e, b"no resharding job is running") =>
+                        {
+                            None
+                        }
+                        Ok(other) => Some(reply_text(&other)),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    if let Some(why) = refused {
+                        node.last_error = why;
+                        if node.attempts >= MAX_ATTEMPTS {
+                            gave_up = Some(give_up(p.phase, node));
+                        } else {
+                            retry_at[i] = Some(tick + ticks(backoff(node.attempts)));
+                        }
+                    }
+                }
+            });
+            if let Some(e) = gave_up {
+                return Err(e);
+            }
+        }
+        steps.sleep(POLL).await;
+        tick += 1;
+        // Look at every worker's job.
+        let plan = current_plan()?;
+        let looks = workers.iter().filter_map(|&i| {
+            let at = endpoint_of(&plan, &plan.nodes[i].name, &reach.me.name)?;
+            let args = &state_args;
+            Some(async move { (i, steps.send(&at, args).await) })
+        });
+        let answers = join_all(looks).await;
+        let mut finished_one = false;
+        let mut gave_up = None;
+        with_plan(|p| {
+            for (i, answer) in answers {
+                let Some(work) = p.work(i) else { continue };
+                let node = &mut p.nodes[i];
+                let st = match answer
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| NodeState::from_resp(&r))
+                {
+                    Ok(st) => st,
+                    Err(e) => {
+                        node.state = "unreachable".into();
+                        node.last_error = e;
+                        continue;
+                    }
+                };
+                node.state = if st.paused {
+                    format!("{} (paused)", st.job_state)
+                } else {
+                    st.job_state.clone()
+                };
+                node.copied = st.copied;
+                node.percent = st.percent;
+                if retry_at[i].is_some() {
+                    continue;
+                }
+                match job_verdict(work, &st) {
+                    JobVerdict::Running => {}
+                    JobVerdict::Done => {
+                        node.done = true;
+                        node.last_error.clear();
+                        finished_one = true;
+                    }
+                    JobVerdict::Retry(why) => {
+                        node.last_error = why;
+                        if node.attempts >= MAX_ATTEMPTS {
+                            gave_up = Some(give_up(p.phase, node));
+                        } else {
+                            retry_at[i] = Some(tick + ticks(backoff(node.attempts)));
+                        }
+                    }
+                }
+            }
+        });
+        if let Some(e) = gave_up {
+            return Err(e);
+        }
+        if finished_one {
+            persist(steps, reach).await?;
+        }
+    }
+}
+
+fn give_up(phase: Phase, node: &super::fleet::NodeProgress) -> String {
+    format!(
+        "phase {phase}: node {} failed {} times, last: {}; SHARD.RESHARD RESUME to try again, or CANCEL",
+        node.name, node.attempts, node.last_error
+    )
+}
+
+/// `wait` in looks at the jobs.
+fn ticks(wait: Duration) -> u32 {
+    u32::try_from(wait.as_millis() / POLL.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// The wait before try `n + 1`: 0.5 s, 1 s, 2 s, ... up to 8 s.
+fn backoff(n: u32) -> Duration {
+    Duration::from_millis(500u64 << n.saturating_sub(1).min(4))
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn reply_text(reply: &Resp) -> String {
+    match reply {
+        Resp::Error(e) | Resp::Simple(e) | Resp::Bulk(e) => String::from_utf8_lossy(e).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Asks every node of the plan for its state (START's check, `SHARD.RING CHECK`).
+pub async fn ask_states(steps: &NetSteps, nodes: &[Endpoint]) -> Vec<Result<NodeState, String>> {
+    let args = vec![b"SHARD.RING".to_vec(), b"STATE".to_vec()];
+    join_all(nodes.iter().map(|at| steps.send(at, &args)))
+        .await
+        .into_iter()
+        .map(|r| {
+            r.map_err(|e| e.message)
+                .and_then(|reply| NodeState::from_resp(&reply))
+        })
+        .collect()
+}
