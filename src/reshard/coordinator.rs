@@ -108,6 +108,7 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
         }
         if plan.install().is_some() {
             install_everywhere(steps, reach).await?;
+            with_plan(FleetPlan::reset_steps);
             if plan.phase == Phase::CancelReturn {
                 // Calls routed by the old rules may still be on their way to the new owners:
                 // their writes land before the copy back starts.

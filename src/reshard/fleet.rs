@@ -282,6 +282,11 @@ impl FleetPlan {
     pub fn enter(&mut self, phase: Phase) {
         self.phase = phase;
         self.error.clear();
+        self.reset_steps();
+    }
+
+    /// Every node's step is to do again (a phase that installs rings, then runs jobs).
+    pub fn reset_steps(&mut self) {
         for n in &mut self.nodes {
             n.done = false;
             n.attempts = 0;
