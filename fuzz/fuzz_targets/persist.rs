@@ -1,10 +1,11 @@
-//! The RDB aux format (`Persisted::decode`) and the ring canonical text (`parse_canonical`) on
-//! arbitrary bytes. Checks: no panic; whatever decodes encodes to bytes that decode to the
+//! The RDB aux format (`Persisted::decode`), the ring canonical text (`parse_canonical`) and the
+//! fleet coordinator's plan (`FleetPlan::decode`) on arbitrary bytes. Checks: no panic; whatever decodes encodes to bytes that decode to the
 //! same value, and the encoding of a decoded value is stable.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use shard::persist::{parse_canonical, Persisted};
+use shard::reshard::fleet::FleetPlan;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(p) = Persisted::decode(data) {
@@ -12,6 +13,10 @@ fuzz_target!(|data: &[u8]| {
         let again = Persisted::decode(&bytes).expect("re-encoded data must decode");
         assert_eq!(again, p);
         assert_eq!(again.encode(), bytes);
+    }
+    if let Ok(plan) = FleetPlan::decode(data) {
+        let bytes = plan.encode();
+        assert_eq!(FleetPlan::decode(&bytes).as_ref(), Ok(&plan));
     }
     if let Ok(spec) = parse_canonical(data) {
         let text = spec.canonical();
