@@ -134,8 +134,12 @@ fn link(st: &ModuleState) -> Link {
     }
 }
 
-/// The nodes of the current and previous rings, each once: (endpoint, in current, in previous).
-fn fleet_nodes(st: &ModuleState) -> Result<Vec<(Endpoint, Option<&NodeSpec>, bool)>, CmdError> {
+/// A node of the current or previous ring: its endpoint, its spec in the current ring (none if
+/// it is only in the previous one), and whether the previous ring names it.
+type FleetNode<'a> = (Endpoint, Option<&'a NodeSpec>, bool);
+
+/// The nodes of the current and previous rings, each once.
+fn fleet_nodes(st: &ModuleState) -> Result<Vec<FleetNode<'_>>, CmdError> {
     let current = super::whereis::current_ring(st)?;
     if current.ring.is_none() {
         return Err(CmdError::err(
@@ -143,7 +147,7 @@ fn fleet_nodes(st: &ModuleState) -> Result<Vec<(Endpoint, Option<&NodeSpec>, boo
         ));
     }
     let self_name = st.config.ring.self_name.as_str();
-    let mut out: Vec<(Endpoint, Option<&NodeSpec>, bool)> = current
+    let mut out: Vec<FleetNode<'_>> = current
         .spec
         .nodes
         .iter()
