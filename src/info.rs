@@ -78,6 +78,25 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_str(ctx, "reshard_paused", if job.paused { "yes" } else { "no" });
     raw::add_info_field_long_long(ctx, "reshard_max_step_us", int(job.max_step_us));
     raw::add_info_field_str(ctx, "reshard_by_db", &job.by_db_text());
+    raw::add_info_field_str(
+        ctx,
+        "ring_returning",
+        if rings.returning { "yes" } else { "no" },
+    );
+    // The fleet operation this node coordinates: its phase (`none` when there is none), whether
+    // it is being driven, and its last problem.
+    let fleet = st.fleet.as_ref();
+    raw::add_info_field_str(ctx, "fleet_phase", fleet.map_or("none", |f| f.phase.name()));
+    raw::add_info_field_str(
+        ctx,
+        "fleet_running",
+        if crate::reshard::coordinator::running() {
+            "yes"
+        } else {
+            "no"
+        },
+    );
+    raw::add_info_field_str(ctx, "fleet_error", fleet.map_or("", |f| f.error.as_str()));
     drop(st);
     let calls = forward::stats();
     raw::add_info_field_long_long(ctx, "call_local", int(calls.local));

@@ -644,4 +644,7 @@ def test_start_with_passwords_and_the_plan_on_a_replica(server_factory):
         assert time.monotonic() < deadline, f"the replica's plan: {st}"
         time.sleep(0.05)
     assert st["running"] == b"no" and st["new_digest"] == done["new_digest"]
+    assert c0.info("shard")["shard_fleet_phase"] == "done"
+    assert r.info("shard")["shard_fleet_phase"] == "done"
+    assert r.info("shard")["shard_fleet_running"] == "no"
     assert r.execute_command("SHARD.RING", "GET")[7] == c0.execute_command("SHARD.RING", "GET")[7]
