@@ -31,7 +31,10 @@ impl Persisted {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(MAGIC);
-        out.push(FORMAT_VERSION);
+        // Without the version-2 fields the data is written as version 1, which an older build
+        // reads: a downgrade stays possible until a fleet operation is used.
+        let v2 = self.returning || self.fleet.is_some();
+        out.push(if v2 { FORMAT_VERSION } else { 1 });
         out.extend_from_slice(&self.high_water_ms.unwrap_or(i64::MIN).to_le_bytes());
         out.extend_from_slice(&self.ring_epoch.to_le_bytes());
         for ring in [&self.current, &self.previous] {
@@ -39,10 +42,12 @@ impl Persisted {
             out.extend_from_slice(&(text.len() as u64).to_le_bytes());
             out.extend_from_slice(text.as_bytes());
         }
-        out.push(u8::from(self.returning));
-        let plan = self.fleet.as_deref().unwrap_or_default();
-        out.extend_from_slice(&(plan.len() as u64).to_le_bytes());
-        out.extend_from_slice(plan);
+        if v2 {
+            out.push(u8::from(self.returning));
+            let plan = self.fleet.as_deref().unwrap_or_default();
+            out.extend_from_slice(&(plan.len() as u64).to_le_bytes());
+            out.extend_from_slice(plan);
+        }
         out
     }
 
@@ -213,17 +218,16 @@ mod tests {
     }
 
     #[test]
-    fn version_1_still_reads() {
-        let mut v1 = Persisted {
+    fn without_the_new_fields_version_1_is_written_and_read() {
+        let v1 = Persisted {
             returning: false,
             fleet: None,
             ..sample()
-        }
-        .encode();
-        v1[4] = 1;
-        v1.truncate(v1.len() - 9);
-        let p = Persisted::decode(&v1).unwrap();
-        assert_eq!((p.ring_epoch, p.returning, p.fleet), (7, false, None));
+        };
+        let bytes = v1.encode();
+        assert_eq!(bytes[4], 1, "an older build can read it");
+        assert_eq!(Persisted::decode(&bytes).unwrap(), v1);
+        assert_eq!(sample().encode()[4], 2);
     }
 
     #[test]

@@ -138,7 +138,7 @@ def wait_copying(client, timeout=30):
         now = st["phase"].decode()
         if now == "copy" and any(n["state"].startswith(b"copying") for n in st["nodes"].values()):
             return st
-        assert now in ("begin", "copy"), \
+        assert now in ("fence", "begin", "copy"), \
             f"the copy ended before the test could act: more keys or a lower MAXRATE: {st}"
         assert time.monotonic() < deadline, f"no copy running after {timeout:.0f} s: {st}"
         time.sleep(0.02)
@@ -385,6 +385,11 @@ def test_start_grows_three_to_four_and_shrinks_back_from_a_staying_node(server_f
     assert new != old
     check_done(st, old, new, {"n0": "both", "n1": "both", "n2": "both", "n3": "new"})
     check_placement(servers, NAMES4, keys, before)  # all four: every key once, at its owner
+    # Done: nothing to cancel any more, nor to resume.
+    with pytest.raises(redis.ResponseError, match="no fleet operation to cancel"):
+        c1.execute_command("SHARD.RESHARD", "CANCEL")
+    with pytest.raises(redis.ResponseError, match="nothing to resume"):
+        c1.execute_command("SHARD.RESHARD", "RESUME")
 
     # Shrink from n2, n3 leaving.
     c2 = servers["n2"].client()
@@ -476,7 +481,8 @@ def test_cancel_mid_copy_keeps_every_acknowledged_write_on_the_old_ring(server_f
     old = assert_one_ring(servers, NAMES3, on=NAMES3)
 
     assert start(c0, servers, NAMES4, maxrate=SLOW_RATE) == b"OK"
-    # BEGIN is done everywhere: SHARD.WHEREIS answers from the new ring.
+    # Once the copy runs, BEGIN is done everywhere: SHARD.WHEREIS answers from the new ring.
+    wait_copying(c0)
     new_owner = dict(zip(watched, owners(c0, watched)))
     moving_strings = [k for k in strings if new_owner[k] != old_owner[k]][:240]
     moving_counters = [k for k in counters if new_owner[k] != old_owner[k]]
@@ -485,7 +491,6 @@ def test_cancel_mid_copy_keeps_every_acknowledged_write_on_the_old_ring(server_f
                       values=[moving_strings[t::4] for t in range(4)], seed=13)
     writers.start()
     try:
-        wait_copying(c0)
         time.sleep(1.0)
         st = fleet_status(c0)
         assert st["phase"] == b"copy", f"the copy ended before CANCEL: more keys or a lower MAXRATE: {st}"

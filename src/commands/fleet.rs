@@ -33,7 +33,7 @@ pub fn node_state(call: &Call) -> CmdResult {
     let digest =
         |p: &Option<Arc<Placement>>| p.as_ref().map(|p| p.digest.clone()).unwrap_or_default();
     let reply = &call.reply;
-    reply.map(14);
+    reply.map(15);
     reply.field_bulk("self", st.config.ring.self_name.as_bytes());
     reply.field_bulk("digest", digest(&st.rings.current).as_bytes());
     reply.field_bulk("previous_digest", digest(&st.rings.previous).as_bytes());
@@ -61,6 +61,10 @@ pub fn node_state(call: &Call) -> CmdResult {
     reply.field_bulk("paused", yes_no(job.paused));
     reply.field_int("keys", int(keys));
     reply.field_int("used_memory", int(used_memory));
+    reply.field_int(
+        "calls_before",
+        int(forward::calls_before(st.rings.epoch) as u64),
+    );
     Ok(())
 }
 
@@ -442,38 +446,44 @@ pub fn start(call: &Call) -> CmdResult {
     started.map_err(CmdError::err)
 }
 
-/// `SHARD.RESHARD CANCEL`: returns the fleet to the old ring, in the background.
+/// `SHARD.RESHARD CANCEL`: returns the fleet to the old ring, in the background. The request is
+/// replicated (as the plan with its cancel flag) before the reply, so a coordinator restarted
+/// at once still cancels on RESUME.
 pub fn cancel(call: &Call) -> CmdResult {
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.reshard|cancel"));
     }
-    let reach = {
+    let (reach, bytes) = {
         let mut st = state::lock();
-        let Some(plan) = st.fleet.as_mut().filter(|p| !p.phase.finished()) else {
+        let Some(plan) = st.fleet.as_ref().filter(|p| !p.phase.finished()) else {
             return Err(CmdError::err(
                 "no fleet operation to cancel here: CANCEL runs on the node where START ran",
             ));
         };
-        plan.request_cancel().map_err(CmdError::err)?;
-        let plan = plan.clone();
-        reach(&st, &plan)?
+        let mut next = plan.clone();
+        next.request_cancel().map_err(CmdError::err)?;
+        let reach = reach(&st, &next)?;
+        let bytes = next.encode();
+        st.fleet = Some(next);
+        (reach, bytes)
     };
+    call.ctx
+        .replicate("SHARD.RESHARD", &[&b"PLAN"[..], &bytes[..]][..]);
     coordinator::drive(reach);
     call.reply.ok();
     Ok(())
 }
 
-/// Resumes an interrupted fleet operation; false when there is none.
-pub fn resume_plan() -> Result<bool, CmdError> {
-    let reach = {
-        let st = state::lock();
-        let Some(plan) = st.fleet.as_ref().filter(|p| !p.phase.finished()) else {
-            return Ok(false);
-        };
-        reach(&st, plan)?
+/// Whether there is an interrupted fleet operation to resume here, and how to reach its fleet.
+pub fn plan_to_resume() -> Result<Option<Reach>, CmdError> {
+    let st = state::lock();
+    let Some(plan) = st.fleet.as_ref().filter(|p| !p.phase.finished()) else {
+        return Ok(None);
     };
-    coordinator::drive(reach);
-    Ok(true)
+    if coordinator::running() {
+        return Ok(None);
+    }
+    reach(&st, plan).map(Some)
 }
 
 /// `SHARD.RESHARD PLAN bytes`: the coordinator's plan, as it makes it durable (replicated; the

@@ -224,8 +224,17 @@ pub fn resume(call: &Call) -> CmdResult {
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.reshard|resume"));
     }
+    // Everything that can refuse is checked before anything resumes.
+    let plan = super::fleet::plan_to_resume()?;
+    let running_plan = crate::reshard::coordinator::running();
     let job = jobs::set_paused(false);
-    let plan = super::fleet::resume_plan()?;
+    let plan = match plan {
+        Some(reach) => {
+            crate::reshard::coordinator::drive(reach);
+            true
+        }
+        None => running_plan,
+    };
     if !job && !plan {
         return Err(CmdError::err(
             "nothing to resume: no resharding job is running here and no fleet operation is unfinished",

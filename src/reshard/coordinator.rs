@@ -97,6 +97,13 @@ pub fn endpoint_of(plan: &FleetPlan, name: &str, self_name: &str) -> Option<Endp
 }
 
 async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
+    check_fleet(steps, reach).await?;
+    // A RESUME gives every unfinished node its tries again.
+    with_plan(|p| {
+        for n in p.nodes.iter_mut().filter(|n| !n.done) {
+            n.attempts = 0;
+        }
+    });
     loop {
         let plan = current_plan()?;
         if plan.cancel && plan.phase.cancellable() {
@@ -109,10 +116,8 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
         if plan.install().is_some() {
             install_everywhere(steps, reach).await?;
             with_plan(FleetPlan::reset_steps);
-            if plan.phase == Phase::CancelReturn {
-                // Calls routed by the old rules may still be on their way to the new owners:
-                // their writes land before the copy back starts.
-                steps.sleep(reach.quiet + POLL).await;
+            if plan.phase.waits_for_calls() {
+                wait_for_calls(steps, reach).await?;
             }
         }
         if !run_jobs(steps, reach).await? {
@@ -120,6 +125,51 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
         }
         enter(steps, reach, plan.phase.next()).await?;
     }
+}
+
+/// Before driving a plan (a START, a RESUME after a restart or failover): every node that
+/// answers must hold rings that fit the plan's phase; a plan older than the fleet is refused.
+async fn check_fleet(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
+    let plan = current_plan()?;
+    let nodes: Vec<Endpoint> = plan
+        .nodes
+        .iter()
+        .filter_map(|n| endpoint_of(&plan, &n.name, &reach.me.name))
+        .collect();
+    let answers = ask_states(steps, &nodes).await;
+    let problems = super::fleet::check_resume(&plan, &answers);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "refused to drive the plan: {}",
+            problems.join("; ")
+        ))
+    }
+}
+
+/// Waits until no node has a routed call in flight that its earlier rings routed: after the
+/// fence, a write routed to an old owner by the old ring alone would land after a new owner
+/// copied the key, and be lost; after a cancel's return, one routed to a new owner would land
+/// after its key was copied back. A node that does not answer sends nothing. Bounded: after
+/// four times the call timeout (the longest a call's steps can take) it goes on.
+async fn wait_for_calls(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
+    let plan = current_plan()?;
+    let nodes: Vec<Endpoint> = plan
+        .nodes
+        .iter()
+        .filter_map(|n| endpoint_of(&plan, &n.name, &reach.me.name))
+        .collect();
+    let look = POLL / 5;
+    let cap = (reach.quiet * 4).as_millis() / look.as_millis();
+    for _ in 0..=cap {
+        let answers = ask_states(steps, &nodes).await;
+        if answers.iter().flatten().all(|st| st.calls_before == 0) {
+            return Ok(());
+        }
+        steps.sleep(look).await;
+    }
+    Ok(())
 }
 
 /// Moves the plan to `phase` and makes it durable.

@@ -4,7 +4,11 @@
 //! RDB and replicates (`SHARD.RESHARD PLAN`) so that a restart or a failover resumes it.
 //!
 //! The phases, each made of idempotent steps so that one repeated after a crash is harmless:
-//! - forward: `begin` (every node gets the new ring as current and the old one as previous),
+//! - forward: `fence` (every node gets the old ring as current and the new one as previous,
+//!   *returning*: routed writes of the keys that will move are refused for a moment, until no
+//!   call routed by the old ring alone is still in flight anywhere, so that no write can reach an
+//!   old owner once a new owner may have copied the key), `begin` (every node gets the new ring
+//!   as current and the old one as previous),
 //!   `copy` (COPY on every node of the old ring), `commit` (every node: the new ring alone),
 //!   `cleanup` (CLEANUP on the new ring's nodes, `CLEANUP LEFT` on the nodes that left), `done`;
 //! - cancel, before `commit`: `cancel-stop` (the copies stop), `cancel-return` (every node gets
@@ -24,6 +28,7 @@ pub const MAX_ATTEMPTS: u32 = 6;
 /// Where a fleet operation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
+    Fence,
     Begin,
     Copy,
     Commit,
@@ -36,7 +41,8 @@ pub enum Phase {
     Cancelled,
 }
 
-const PHASES: [Phase; 10] = [
+const PHASES: [Phase; 11] = [
+    Phase::Fence,
     Phase::Begin,
     Phase::Copy,
     Phase::Commit,
@@ -52,6 +58,7 @@ const PHASES: [Phase; 10] = [
 impl Phase {
     pub fn name(self) -> &'static str {
         match self {
+            Phase::Fence => "fence",
             Phase::Begin => "begin",
             Phase::Copy => "copy",
             Phase::Commit => "commit",
@@ -80,12 +87,19 @@ impl Phase {
 
     /// CANCEL may still return the fleet to the old ring.
     pub fn cancellable(self) -> bool {
-        matches!(self, Phase::Begin | Phase::Copy)
+        matches!(self, Phase::Fence | Phase::Begin | Phase::Copy)
+    }
+
+    /// After this phase's rings are installed, wait until no node has a routed call in flight
+    /// that was routed by the rings before.
+    pub fn waits_for_calls(self) -> bool {
+        matches!(self, Phase::Fence | Phase::CancelReturn)
     }
 
     /// The phase after this one.
     pub fn next(self) -> Phase {
         match self {
+            Phase::Fence => Phase::Begin,
             Phase::Begin => Phase::Copy,
             Phase::Copy => Phase::Commit,
             Phase::Commit => Phase::Cleanup,
@@ -271,7 +285,7 @@ impl FleetPlan {
             old,
             new,
             max_rate,
-            phase: Phase::Begin,
+            phase: Phase::Fence,
             cancel: false,
             error: String::new(),
             nodes,
@@ -297,6 +311,7 @@ impl FleetPlan {
     /// The rings the current phase installs on every node, if it is an installing phase.
     pub fn install(&self) -> Option<Install<'_>> {
         let (current, previous, returning) = match self.phase {
+            Phase::Fence => (&self.old, Some(&self.new), true),
             Phase::Begin => (&self.new, Some(&self.old), false),
             Phase::Commit => (&self.new, None, false),
             Phase::CancelReturn => (&self.old, Some(&self.new), true),
@@ -381,6 +396,8 @@ pub struct NodeState {
     pub paused: bool,
     pub keys: u64,
     pub used_memory: u64,
+    /// Routed calls in flight there that were routed by rings older than the current ones.
+    pub calls_before: u64,
 }
 
 impl NodeState {
@@ -423,6 +440,7 @@ impl NodeState {
                 b"paused" => st.paused = text() == "yes",
                 b"keys" => st.keys = int(),
                 b"used_memory" => st.used_memory = int(),
+                b"calls_before" => st.calls_before = int(),
                 _ => {}
             }
         }
@@ -517,6 +535,76 @@ pub fn check_start(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> V
         }
     }
     problems
+}
+
+/// The rings a node holds, as the plan sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rings {
+    /// No ring at all (a joining node before the fence).
+    Empty,
+    /// The old ring alone.
+    Old,
+    /// The old ring over the new one, returning (the fence, or a cancel's return).
+    Fenced,
+    /// The new ring over the old one.
+    Begun,
+    /// The new ring alone.
+    New,
+    Other,
+}
+
+fn rings_of(plan: &FleetPlan, st: &NodeState) -> Rings {
+    let (old, new) = (plan.old.digest(), plan.new.digest());
+    let (d, p) = (st.digest.as_str(), st.previous_digest.as_str());
+    match (d, p, st.returning) {
+        ("", "", false) => Rings::Empty,
+        (d, "", false) if d == old => Rings::Old,
+        (d, p, true) if d == old && p == new => Rings::Fenced,
+        (d, p, false) if d == new && p == old => Rings::Begun,
+        (d, "", false) if d == new => Rings::New,
+        _ => Rings::Other,
+    }
+}
+
+/// RESUME's check: each node that answers must hold rings the plan's phase can be in (those of
+/// the phase, or of the one before, since a phase's rings reach the nodes one by one). A plan
+/// restored from an older copy (an RDB, or a replica promoted before it got the last phase)
+/// whose fleet has moved on is refused, naming the nodes, rather than driven backwards.
+pub fn check_resume(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> Vec<String> {
+    use Rings::*;
+    let fits: &[Rings] = match plan.phase {
+        Phase::Fence => &[Empty, Old, Fenced],
+        Phase::Begin => &[Fenced, Begun],
+        Phase::Copy => &[Begun],
+        Phase::Commit => &[Begun, New],
+        Phase::Cleanup => &[New],
+        Phase::CancelStop | Phase::CancelReturn => &[Empty, Old, Fenced, Begun],
+        Phase::CancelRevert => &[Fenced, Old],
+        Phase::CancelCleanup => &[Old],
+        Phase::Done | Phase::Cancelled => return Vec::new(),
+    };
+    plan.nodes
+        .iter()
+        .zip(answers)
+        .filter_map(|(node, answer)| {
+            let st = answer.as_ref().ok()?;
+            let rings = rings_of(plan, st);
+            (!fits.contains(&rings) && !(rings == Empty && node.role == Role::New && plan.phase.cancellable()))
+                .then(|| {
+                    format!(
+                        "node {} ({}) holds ring {}{}{}, which does not fit phase {} of this plan (old {}, new {}): the plan is older than the fleet",
+                        node.name,
+                        node.address,
+                        if st.digest.is_empty() { "none" } else { &st.digest },
+                        previous_text(st),
+                        if st.returning { " (returning)" } else { "" },
+                        plan.phase,
+                        plan.old.digest(),
+                        plan.new.digest()
+                    )
+                })
+        })
+        .collect()
 }
 
 fn previous_text(st: &NodeState) -> String {
@@ -713,6 +801,14 @@ mod tests {
     #[test]
     fn installs_per_phase() {
         let mut p = grow();
+        assert_eq!(p.phase, Phase::Fence);
+        let i = p.install().unwrap();
+        assert_eq!(
+            (i.current, i.previous, i.returning),
+            (&p.old, Some(&p.new), true)
+        );
+        assert!(p.phase.waits_for_calls());
+        p.enter(p.phase.next());
         let i = p.install().unwrap();
         assert_eq!(
             (i.current, i.previous, i.returning),
@@ -788,6 +884,35 @@ mod tests {
         let mut wrong_self = fine;
         wrong_self[0] = state("x", &old, "", 1);
         assert!(check_start(&p, &wrong_self)[0].contains("calls itself 'x'"));
+    }
+
+    #[test]
+    fn resume_refuses_a_plan_older_than_the_fleet() {
+        let mut p = grow();
+        let (old, new) = (p.old.digest(), p.new.digest());
+        p.enter(Phase::Copy);
+        let begun: Vec<_> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| state(n, &new, &old, 5))
+            .collect();
+        assert!(check_resume(&p, &begun).is_empty());
+        // The fleet was cancelled meanwhile: every node back on the old ring alone.
+        let cancelled: Vec<_> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| state(n, &old, "", 5))
+            .collect();
+        let problems = check_resume(&p, &cancelled);
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].contains("node a") && problems[0].contains("phase copy"));
+        // A node that does not answer is the driver's to retry, not a refusal.
+        let mut partly = begun.clone();
+        partly[2] = Err("refused".into());
+        assert!(check_resume(&p, &partly).is_empty());
+        // Commit reaches the nodes one by one: both rings fit.
+        p.enter(Phase::Commit);
+        let mut mixed = begun;
+        mixed[0] = state("a", &new, "", 5);
+        assert!(check_resume(&p, &mixed).is_empty());
     }
 
     #[test]

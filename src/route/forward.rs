@@ -83,15 +83,16 @@ type Slots = RefCell<FxHashMap<Waiter, Slot>>;
 struct Blocked(*mut raw::RedisModuleBlockedClient);
 
 enum Waiting {
-    /// The client's reply is this one reply.
-    Direct(Blocked),
+    /// The client's reply is this one reply; the ring epoch it was routed by.
+    Direct(Blocked, u64),
     /// A step of the call with this id.
     Step(u64),
 }
 
 struct Call {
-    /// The blocked client the output goes to; none for a background task (`spawn`).
-    client: Option<Blocked>,
+    /// The blocked client the output goes to, and the ring epoch the call was routed by; none
+    /// for a background task (`spawn`).
+    client: Option<(Blocked, u64)>,
     /// `None` while it is being polled.
     future: Option<CallFuture>,
     slots: Rc<Slots>,
@@ -127,10 +128,11 @@ pub unsafe fn forward(
 ) -> Result<(), String> {
     // SAFETY: as the caller promises.
     let client = unsafe { block(ctx)? };
+    let epoch = begin_call();
     let waiter = CALLS.with(|c| {
         let mut calls = c.borrow_mut();
         let id = calls.id();
-        calls.waiting.insert(id, Waiting::Direct(client));
+        calls.waiting.insert(id, Waiting::Direct(client, epoch));
         id
     });
     conn::request(at, link, args, waiter);
@@ -149,6 +151,7 @@ where
 {
     // SAFETY: as the caller promises.
     let client = unsafe { block(ctx)? };
+    let epoch = begin_call();
     let slots: Rc<Slots> = Rc::default();
     let id = CALLS.with(|c| {
         let mut calls = c.borrow_mut();
@@ -156,7 +159,7 @@ where
         calls.calls.insert(
             id,
             Call {
-                client: Some(client),
+                client: Some((client, epoch)),
                 future: None,
                 slots: Rc::clone(&slots),
             },
@@ -170,6 +173,36 @@ where
     };
     poll_call(id, Some(Box::pin(make(steps))));
     Ok(())
+}
+
+thread_local! {
+    /// Client calls in flight, by the ring epoch they were routed by.
+    static BY_EPOCH: RefCell<BTreeMap<u64, usize>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Counts a client call in flight under the current ring epoch; returns the epoch.
+fn begin_call() -> u64 {
+    let epoch = crate::state::lock().rings.epoch;
+    BY_EPOCH.with(|m| *m.borrow_mut().entry(epoch).or_default() += 1);
+    epoch
+}
+
+fn end_call(epoch: u64) {
+    BY_EPOCH.with(|m| {
+        let mut m = m.borrow_mut();
+        if let Some(n) = m.get_mut(&epoch) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&epoch);
+            }
+        }
+    });
+}
+
+/// Client calls still in flight that were routed by rings older than `epoch` (a fleet
+/// operation waits for none to be left before it lets the new owners take writes).
+pub fn calls_before(epoch: u64) -> usize {
+    BY_EPOCH.with(|m| m.borrow().range(..epoch).map(|(_, n)| n).sum())
 }
 
 /// Runs the future `make` builds over the network steps in the background, with no client
@@ -225,7 +258,8 @@ fn deliver(waiter: Waiter, outcome: Outcome) {
         return;
     };
     match waiting {
-        Waiting::Direct(client) => {
+        Waiting::Direct(client, epoch) => {
+            end_call(epoch);
             let reply = match outcome {
                 Ok(reply) => {
                     count(|s| s.forwarded += 1);
@@ -296,7 +330,8 @@ fn poll_call(id: u64, first: Option<CallFuture>) {
             .retain(|_, w| !matches!(w, Waiting::Step(c) if *c == id));
         call
     });
-    if let Some(client) = call.and_then(|c| c.client) {
+    if let Some((client, epoch)) = call.and_then(|c| c.client) {
+        end_call(epoch);
         unblock(client, done);
     }
 }
