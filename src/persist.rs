@@ -52,11 +52,11 @@ impl Persisted {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Persisted, String> {
-        let mut r = Reader { bytes, pos: 0 };
+        let mut r = Reader::new(bytes);
         if r.take(4, "magic")? != MAGIC {
             return Err("not shard data (bad magic)".into());
         }
-        let version = r.take(1, "version")?[0];
+        let version = r.byte("version")?;
         if version != FORMAT_VERSION && version != 1 {
             return Err(format!(
                 "unknown format version {version} (this build reads version {FORMAT_VERSION}): \
@@ -68,14 +68,8 @@ impl Persisted {
         let current = r.ring("current ring")?;
         let previous = r.ring("previous ring")?;
         let (returning, fleet) = if version >= 2 {
-            let returning = match r.take(1, "returning flag")?[0] {
-                0 => false,
-                1 => true,
-                other => return Err(format!("the returning flag is {other}, not 0 or 1")),
-            };
-            let len = r.u64("fleet plan")?;
-            let len = usize::try_from(len).map_err(|_| "the fleet plan is too long".to_string())?;
-            let plan = r.take(len, "fleet plan")?;
+            let returning = r.flag("returning flag")?;
+            let plan = r.sized("fleet plan")?;
             (returning, (!plan.is_empty()).then(|| plan.to_vec()))
         } else {
             (false, None)
@@ -100,13 +94,19 @@ impl Persisted {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
+/// Reads length-checked fields from bytes (this format's, and the fleet plan's): every read
+/// that would pass the end is an error naming the field, never a panic.
+pub(crate) struct Reader<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, pos: 0 }
+    }
+
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
         let end = self.pos.checked_add(n).filter(|e| *e <= self.bytes.len());
         let end = end.ok_or_else(|| format!("truncated data: the {what} is cut short"))?;
         let out = &self.bytes[self.pos..end];
@@ -114,24 +114,48 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, String> {
+    pub(crate) fn byte(&mut self, what: &str) -> Result<u8, String> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    /// A byte that must be 0 or 1.
+    pub(crate) fn flag(&mut self, what: &str) -> Result<bool, String> {
+        match self.byte(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(format!("the {what} is {other}, not 0 or 1")),
+        }
+    }
+
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, String> {
         let b = self.take(8, what)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(u64::from_le_bytes(a))
     }
 
-    fn i64(&mut self, what: &str) -> Result<i64, String> {
+    pub(crate) fn i64(&mut self, what: &str) -> Result<i64, String> {
         self.u64(what).map(|v| v as i64)
     }
 
-    fn ring(&mut self, what: &str) -> Result<Option<RingSpec>, String> {
+    /// A field prefixed with its u64 length.
+    pub(crate) fn sized(&mut self, what: &str) -> Result<&'a [u8], String> {
         let len = self.u64(what)?;
         let len = usize::try_from(len).map_err(|_| format!("the {what} is too long"))?;
-        if len == 0 {
+        self.take(len, what)
+    }
+
+    pub(crate) fn string(&mut self, what: &str) -> Result<String, String> {
+        let b = self.sized(what)?;
+        String::from_utf8(b.to_vec()).map_err(|_| format!("the {what} is not UTF-8"))
+    }
+
+    /// A ring's canonical text prefixed with its length; empty for none.
+    pub(crate) fn ring(&mut self, what: &str) -> Result<Option<RingSpec>, String> {
+        let text = self.sized(what)?;
+        if text.is_empty() {
             return Ok(None);
         }
-        let text = self.take(len, what)?;
         parse_canonical(text)
             .map(Some)
             .map_err(|e| format!("the {what} is invalid: {e}"))

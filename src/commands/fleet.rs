@@ -412,11 +412,7 @@ pub fn start(call: &Call) -> CmdResult {
     // SAFETY: the context of this call.
     let started = unsafe {
         forward::run(call.ctx.ctx, link, move |steps| async move {
-            let endpoints: Vec<Endpoint> = plan
-                .nodes
-                .iter()
-                .filter_map(|n| coordinator::endpoint_of(&plan, &n.name, &reach.me.name))
-                .collect();
+            let endpoints = coordinator::endpoints(&plan, &reach.me.name);
             let answers = coordinator::ask_states(&steps, &endpoints).await;
             let problems = check_start(&plan, &answers);
             if !problems.is_empty() {

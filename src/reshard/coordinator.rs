@@ -96,6 +96,14 @@ pub fn endpoint_of(plan: &FleetPlan, name: &str, self_name: &str) -> Option<Endp
     Some(Endpoint::of(node, self_name))
 }
 
+/// The endpoints of every node of the plan, in the plan's order.
+pub fn endpoints(plan: &FleetPlan, self_name: &str) -> Vec<Endpoint> {
+    plan.nodes
+        .iter()
+        .filter_map(|n| endpoint_of(plan, &n.name, self_name))
+        .collect()
+}
+
 async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
     check_fleet(steps, reach).await?;
     // A RESUME gives every unfinished node its tries again.
@@ -131,11 +139,7 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
 /// answers must hold rings that fit the plan's phase; a plan older than the fleet is refused.
 async fn check_fleet(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
     let plan = current_plan()?;
-    let nodes: Vec<Endpoint> = plan
-        .nodes
-        .iter()
-        .filter_map(|n| endpoint_of(&plan, &n.name, &reach.me.name))
-        .collect();
+    let nodes = endpoints(&plan, &reach.me.name);
     let answers = ask_states(steps, &nodes).await;
     let problems = super::fleet::check_resume(&plan, &answers);
     if problems.is_empty() {
@@ -155,11 +159,7 @@ async fn check_fleet(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
 /// four times the call timeout (the longest a call's steps can take) it goes on.
 async fn wait_for_calls(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
     let plan = current_plan()?;
-    let nodes: Vec<Endpoint> = plan
-        .nodes
-        .iter()
-        .filter_map(|n| endpoint_of(&plan, &n.name, &reach.me.name))
-        .collect();
+    let nodes = endpoints(&plan, &reach.me.name);
     let look = POLL / 5;
     let cap = (reach.quiet * 4).as_millis() / look.as_millis();
     for _ in 0..=cap {

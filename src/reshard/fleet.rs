@@ -19,6 +19,7 @@
 
 use std::fmt;
 
+use crate::persist::Reader;
 use crate::ring::RingSpec;
 use crate::route::Resp;
 
@@ -589,8 +590,7 @@ pub fn check_resume(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> 
         .filter_map(|(node, answer)| {
             let st = answer.as_ref().ok()?;
             let rings = rings_of(plan, st);
-            (!fits.contains(&rings) && !(rings == Empty && node.role == Role::New && plan.phase.cancellable()))
-                .then(|| {
+            (!fits.contains(&rings)).then(|| {
                     format!(
                         "node {} ({}) holds ring {}{}{}, which does not fit phase {} of this plan (old {}, new {}): the plan is older than the fleet",
                         node.name,
@@ -647,7 +647,7 @@ impl FleetPlan {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<FleetPlan, String> {
-        let mut r = Reader { bytes, pos: 0 };
+        let mut r = Reader::new(bytes);
         if r.take(4, "magic")? != MAGIC {
             return Err("not a fleet plan (bad magic)".into());
         }
@@ -655,8 +655,8 @@ impl FleetPlan {
         if version != VERSION {
             return Err(format!("unknown fleet plan version {version}"));
         }
-        let old = r.ring("old ring")?;
-        let new = r.ring("new ring")?;
+        let old = r.ring("old ring")?.ok_or("the plan has no old ring")?;
+        let new = r.ring("new ring")?.ok_or("the plan has no new ring")?;
         let max_rate = r.u64("max rate")?;
         let phase = Phase::from_code(r.byte("phase")?).ok_or("unknown phase")?;
         let cancel = r.flag("cancel flag")?;
@@ -700,52 +700,6 @@ impl FleetPlan {
 fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.bytes.len());
-        let end = end.ok_or_else(|| format!("truncated plan: the {what} is cut short"))?;
-        let out = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(out)
-    }
-
-    fn byte(&mut self, what: &str) -> Result<u8, String> {
-        Ok(self.take(1, what)?[0])
-    }
-
-    fn flag(&mut self, what: &str) -> Result<bool, String> {
-        match self.byte(what)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            other => Err(format!("the {what} is {other}, not 0 or 1")),
-        }
-    }
-
-    fn u64(&mut self, what: &str) -> Result<u64, String> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8, what)?);
-        Ok(u64::from_le_bytes(a))
-    }
-
-    fn string(&mut self, what: &str) -> Result<String, String> {
-        let len =
-            usize::try_from(self.u64(what)?).map_err(|_| format!("the {what} is too long"))?;
-        let b = self.take(len, what)?;
-        String::from_utf8(b.to_vec()).map_err(|_| format!("the {what} is not UTF-8"))
-    }
-
-    fn ring(&mut self, what: &str) -> Result<RingSpec, String> {
-        let text = self.string(what)?;
-        crate::persist::parse_canonical(text.as_bytes())
-            .map_err(|e| format!("the {what} is invalid: {e}"))
-    }
 }
 
 #[cfg(test)]

@@ -151,7 +151,16 @@ where
 {
     // SAFETY: as the caller promises.
     let client = unsafe { block(ctx)? };
-    let epoch = begin_call();
+    start(Some((client, begin_call())), link, make);
+    Ok(())
+}
+
+/// Registers a call (a blocked client's, or a background task's) and polls its future first.
+fn start<F, Fut>(client: Option<(Blocked, u64)>, link: Link, make: F)
+where
+    F: FnOnce(NetSteps) -> Fut,
+    Fut: Future<Output = CallReply> + 'static,
+{
     let slots: Rc<Slots> = Rc::default();
     let id = CALLS.with(|c| {
         let mut calls = c.borrow_mut();
@@ -159,7 +168,7 @@ where
         calls.calls.insert(
             id,
             Call {
-                client: Some((client, epoch)),
+                client,
                 future: None,
                 slots: Rc::clone(&slots),
             },
@@ -172,7 +181,6 @@ where
         link,
     };
     poll_call(id, Some(Box::pin(make(steps))));
-    Ok(())
 }
 
 thread_local! {
@@ -212,26 +220,7 @@ where
     F: FnOnce(NetSteps) -> Fut,
     Fut: Future<Output = CallReply> + 'static,
 {
-    let slots: Rc<Slots> = Rc::default();
-    let id = CALLS.with(|c| {
-        let mut calls = c.borrow_mut();
-        let id = calls.id();
-        calls.calls.insert(
-            id,
-            Call {
-                client: None,
-                future: None,
-                slots: Rc::clone(&slots),
-            },
-        );
-        id
-    });
-    let steps = NetSteps {
-        call: id,
-        slots,
-        link,
-    };
-    poll_call(id, Some(Box::pin(make(steps))));
+    start(None, link, make);
 }
 
 /// Hands replies (or errors) to their waiters.
