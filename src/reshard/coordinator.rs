@@ -298,11 +298,8 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
                         Err(e) => Some(e.to_string()),
                     };
                     if let Some(why) = refused {
-                        node.last_error = why;
-                        if node.attempts >= MAX_ATTEMPTS {
-                            gave_up = Some(give_up(p.phase, node));
-                        } else {
-                            retry_at[i] = Some(tick + ticks(backoff(node.attempts)));
+                        if let Some(e) = retry_later(p.phase, node, why, &mut retry_at[i], tick) {
+                            gave_up.get_or_insert(e);
                         }
                     }
                 }
@@ -356,11 +353,8 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
                         finished_one = true;
                     }
                     JobVerdict::Retry(why) => {
-                        node.last_error = why;
-                        if node.attempts >= MAX_ATTEMPTS {
-                            gave_up = Some(give_up(p.phase, node));
-                        } else {
-                            retry_at[i] = Some(tick + ticks(backoff(node.attempts)));
+                        if let Some(e) = retry_later(p.phase, node, why, &mut retry_at[i], tick) {
+                            gave_up.get_or_insert(e);
                         }
                     }
                 }
@@ -375,11 +369,24 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
     }
 }
 
-fn give_up(phase: Phase, node: &super::fleet::NodeProgress) -> String {
-    format!(
-        "phase {phase}: node {} failed {} times, last: {}; SHARD.RESHARD RESUME to try again, or CANCEL",
-        node.name, node.attempts, node.last_error
-    )
+/// A node's step failed (`why`): it is tried again after a backoff (`retry_at`, in looks), or,
+/// once it has had its tries, the coordinator gives up with this error.
+fn retry_later(
+    phase: Phase,
+    node: &mut super::fleet::NodeProgress,
+    why: String,
+    retry_at: &mut Option<u32>,
+    tick: u32,
+) -> Option<String> {
+    node.last_error = why;
+    if node.attempts >= MAX_ATTEMPTS {
+        return Some(format!(
+            "phase {phase}: node {} failed {} times, last: {}; SHARD.RESHARD RESUME to try again, or CANCEL",
+            node.name, node.attempts, node.last_error
+        ));
+    }
+    *retry_at = Some(tick + ticks(backoff(node.attempts)));
+    None
 }
 
 /// `wait` in looks at the jobs.

@@ -21,22 +21,13 @@ impl Ring {
             }
         };
         let total = match &self.inner {
-            Inner::Ketama(p) => {
+            Inner::Ketama(p) | Inner::RedisShard(p) => {
+                let wrap = matches!(self.inner, Inner::Ketama(_));
                 let e = p.entries();
                 arcs(
                     e.iter().map(|&(pt, o)| (u128::from(pt), o)),
                     1u128 << 32,
-                    true,
-                    &mut add,
-                );
-                (1u128 << 32) as f64
-            }
-            Inner::RedisShard(p) => {
-                let e = p.entries();
-                arcs(
-                    e.iter().map(|&(pt, o)| (u128::from(pt), o)),
-                    1u128 << 32,
-                    false,
+                    wrap,
                     &mut add,
                 );
                 (1u128 << 32) as f64
