@@ -30,6 +30,15 @@ pub struct Config {
     pub special_keys: String,
     /// Shardjs's field-name dictionary: `long:short ...` (hash commands through SHARD.CALL).
     pub fields: String,
+    /// The sentinels that give the addresses of ring nodes written `sentinel`: `host:port ...`.
+    pub sentinels: String,
+    /// The user and password toward the sentinels (the password empty for none).
+    pub sentinel_user: String,
+    pub sentinel_password: String,
+    /// Where SHARD.CALL's reads go: `primary`, `replica` or `replica-preferred`.
+    pub read_from: String,
+    /// How often Sentinel (and, for reads from replicas, each primary's ROLE) is asked again.
+    pub topology_refresh_ms: i64,
 }
 
 impl Default for Config {
@@ -45,6 +54,11 @@ impl Default for Config {
             cluster_protocol: "no".into(),
             special_keys: String::new(),
             fields: String::new(),
+            sentinels: String::new(),
+            sentinel_user: String::new(),
+            sentinel_password: String::new(),
+            read_from: "primary".into(),
+            topology_refresh_ms: 1000,
         }
     }
 }
@@ -161,6 +175,11 @@ config_field!(AUTH_PASSWORD: TextConfig => auth_password);
 config_field!(CLUSTER_PROTOCOL: TextConfig => cluster_protocol);
 config_field!(SPECIAL_KEYS: TextConfig => special_keys);
 config_field!(FIELDS: TextConfig => fields);
+config_field!(SENTINELS: TextConfig => sentinels);
+config_field!(SENTINEL_USER: TextConfig => sentinel_user);
+config_field!(SENTINEL_PASSWORD: TextConfig => sentinel_password);
+config_field!(READ_FROM: TextConfig => read_from);
+config_field!(TOPOLOGY_REFRESH_MS: IntConfig => topology_refresh_ms);
 
 /// Every configuration name, as accepted in `loadmodule` arguments.
 pub const NAMES: &[&str] = &[
@@ -184,7 +203,24 @@ pub const NAMES: &[&str] = &[
     "cluster-protocol",
     "special-keys",
     "fields",
+    "sentinels",
+    "sentinel-user",
+    "sentinel-password",
+    "read-from",
+    "topology-refresh-ms",
 ];
+
+/// Checks the high-availability settings: the sentinels' addresses and where reads go.
+pub fn check_topology(c: &Config) -> Result<(), String> {
+    crate::route::sentinel::parse_sentinels(&c.sentinels)?;
+    if crate::route::topology::ReadFrom::parse(&c.read_from).is_none() {
+        return Err(format!(
+            "shard.read-from must be primary, replica or replica-preferred, got '{}'",
+            c.read_from
+        ));
+    }
+    Ok(())
+}
 
 /// Checks `loadmodule` arguments: name/value pairs of known configurations.
 pub fn check_module_args(args: &[Vec<u8>]) -> Result<(), String> {

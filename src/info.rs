@@ -97,7 +97,28 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         },
     );
     raw::add_info_field_str(ctx, "fleet_error", fleet.map_or("", |f| f.error.as_str()));
+    // Where each node is now (Sentinel's address for a `sentinel` node, empty while unknown).
+    let mut nodes: Vec<(String, String)> = Vec::new();
+    for placement in [rings.current.as_ref(), rings.previous.as_ref()].into_iter().flatten() {
+        for n in &placement.spec.nodes {
+            if nodes.iter().any(|(name, _)| *name == n.name) {
+                continue;
+            }
+            let address = match n.via_sentinel() {
+                true => crate::route::topology::address_of(&n.name).unwrap_or_default(),
+                false => n.address.clone(),
+            };
+            nodes.push((n.name.clone(), address));
+        }
+    }
     drop(st);
+    let (failovers, subscribed, sentinel_error) = crate::route::topology::summary();
+    raw::add_info_field_long_long(ctx, "failovers_seen", int(failovers));
+    raw::add_info_field_str(ctx, "sentinel_subscribed", if subscribed { "yes" } else { "no" });
+    raw::add_info_field_str(ctx, "sentinel_error", &sentinel_error);
+    for (name, address) in &nodes {
+        raw::add_info_field_str(ctx, &format!("node_{}_address", field_name(name)), address);
+    }
     let calls = forward::stats();
     raw::add_info_field_long_long(ctx, "call_local", int(calls.local));
     raw::add_info_field_long_long(ctx, "call_forwarded", int(calls.forwarded));
@@ -108,19 +129,26 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let (connections, in_flight) = conn::counts();
     raw::add_info_field_long_long(ctx, "call_connections", int(connections as u64));
     raw::add_info_field_long_long(ctx, "call_in_flight", int(in_flight as u64));
+    raw::add_info_field_long_long(ctx, "replica_reads", int(calls.replica_reads));
+    raw::add_info_field_long_long(ctx, "replica_fallbacks", int(calls.replica_fallbacks));
     for (node, (errors, timeouts)) in &calls.per_node {
-        let field: String = node
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let field = field_name(node);
         raw::add_info_field_long_long(ctx, &format!("call_errors_{field}"), int(*errors));
         raw::add_info_field_long_long(ctx, &format!("call_timeouts_{field}"), int(*timeouts));
     }
     Ok(())
+}
+
+/// A node name as part of an INFO field name: characters other than letters, digits, `-`,
+/// `_` and `.` become `_`.
+fn field_name(node: &str) -> String {
+    node.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }

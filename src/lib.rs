@@ -94,6 +94,7 @@ redis_module! {
             ["call-timeout-ms", &config::CALL_TIMEOUT_MS, 1000, 1, 600_000, ConfigurationFlags::DEFAULT, None],
             ["big-key-bytes", &config::BIG_KEY_BYTES, 1_048_576, 1024, 536_870_912, ConfigurationFlags::DEFAULT, None],
             ["big-key-elements", &config::BIG_KEY_ELEMENTS, 4096, 16, 1_000_000_000, ConfigurationFlags::DEFAULT, None],
+            ["topology-refresh-ms", &config::TOPOLOGY_REFRESH_MS, 1000, 100, 60_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [
             ["layout", &config::LAYOUT, "snowflake", ConfigurationFlags::DEFAULT, None],
@@ -110,6 +111,10 @@ redis_module! {
             ["cluster-protocol", &config::CLUSTER_PROTOCOL, "no", ConfigurationFlags::DEFAULT, None],
             ["special-keys", &config::SPECIAL_KEYS, "", ConfigurationFlags::DEFAULT, None],
             ["fields", &config::FIELDS, "", ConfigurationFlags::DEFAULT, None],
+            ["sentinels", &config::SENTINELS, "", ConfigurationFlags::DEFAULT, None],
+            ["sentinel-user", &config::SENTINEL_USER, "", ConfigurationFlags::DEFAULT, None],
+            ["sentinel-password", &config::SENTINEL_PASSWORD, "", ConfigurationFlags::SENSITIVE, None],
+            ["read-from", &config::READ_FROM, "primary", ConfigurationFlags::DEFAULT, None],
         ],
         bool: [],
         enum: [],

@@ -58,6 +58,7 @@ impl ModuleState {
             return Ok(());
         }
         let keys = KeySettings::resolve(&next.keys)?;
+        crate::config::check_topology(&next)?;
         crate::route::cluster_glue::check_config(&next, self.rings.current.as_deref())?;
         check_shardjs_config(&next, &keys)?;
         let ring = if next.ring.source_differs(&self.config.ring) {
@@ -76,6 +77,7 @@ impl ModuleState {
     /// from now on every change is checked.
     pub fn finish_load(&mut self) -> Result<(), String> {
         let keys = KeySettings::resolve(&self.config.keys)?;
+        crate::config::check_topology(&self.config)?;
         check_shardjs_config(&self.config, &keys)?;
         let ring = ring_from_file(&self.config)?;
         self.install(self.config.clone(), keys, ring);
@@ -92,6 +94,11 @@ impl ModuleState {
             self.generator.rebase(&self.keys.layout, &keys.layout);
         }
         crate::route::cluster_glue::set_enabled(config.cluster_protocol == "yes");
+        // Checked before: the mode parses.
+        crate::route::topology::set_read_from(
+            crate::route::topology::ReadFrom::parse(&config.read_from)
+                .unwrap_or(crate::route::topology::ReadFrom::Primary),
+        );
         // Checked before: the dictionary parses.
         crate::route::fields::install(
             crate::route::fields::FieldDict::parse(&config.fields).unwrap_or_default(),

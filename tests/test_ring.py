@@ -31,10 +31,14 @@ def test_set_and_get(r):
     assert r.execute_command("SHARD.RING", "SET", "ketama", *THREE) == b"OK"
     got = ring_get(r)
     assert got["algo"] == b"ketama" and got["hashtag"] == b"none" and got["epoch"] == 1
+    # A plain node's address is the one in use; no replicas are learned under read-from primary.
     assert got["nodes"] == [
-        {"name": b"a", "address": b"127.0.0.1:7001", "weight": 1},
-        {"name": b"b", "address": b"127.0.0.1:7002", "weight": 2},
-        {"name": b"c", "address": b"127.0.0.1:7003", "weight": 1},
+        {"name": b"a", "address": b"127.0.0.1:7001", "weight": 1,
+         "resolved": b"127.0.0.1:7001", "replicas": []},
+        {"name": b"b", "address": b"127.0.0.1:7002", "weight": 2,
+         "resolved": b"127.0.0.1:7002", "replicas": []},
+        {"name": b"c", "address": b"127.0.0.1:7003", "weight": 1,
+         "resolved": b"127.0.0.1:7003", "replicas": []},
     ]
     assert len(got["digest"]) == 32
     r.execute_command("SHARD.RING", "SET", "jedis", *THREE)

@@ -30,6 +30,7 @@ use crate::route::conn::{link_timeout, Link};
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::split::{self, Part, Splittable};
 use crate::route::{execute, read_reply, CommandKind, Endpoint, Plan, Resp, Routed, StepError};
+use crate::route::topology::{self, ReadFrom};
 use crate::route::{fields, filter};
 use crate::state;
 
@@ -145,7 +146,14 @@ pub fn call(call: &Call) -> CmdResult {
             return started.map_err(CmdError::err);
         }
     }
-    if !moving && single_owner && placed[0].current.is_self {
+    let kind = CommandKind::of(name, meta.readonly);
+    // Reads that go to a replica of their owner (`shard.read-from`); keys that move in a
+    // resharding keep the primaries' fallback rules.
+    let replica_reads = match topology::read_from() {
+        ReadFrom::Primary => None,
+        mode => (kind == CommandKind::Read && !moving).then_some(mode),
+    };
+    if !moving && single_owner && placed[0].current.is_self && replica_reads.is_none() {
         forward::count(|s| s.local += 1);
         return call_here(call, name);
     }
@@ -163,9 +171,23 @@ pub fn call(call: &Call) -> CmdResult {
     }
     refuse_waiting(call, &placed[0].current)?;
     let inner: Vec<&[u8]> = (1..args.len()).map(|i| args.get(i)).collect();
-    let kind = CommandKind::of(name, meta.readonly);
     let ctx = call.ctx.ctx;
-    let started = if !moving && single_owner {
+    let started = if let Some(mode) = replica_reads.filter(|_| single_owner) {
+        let primary = placed.swap_remove(0).current;
+        let args: Vec<Vec<u8>> = inner.iter().map(|a| a.to_vec()).collect();
+        // SAFETY: the context of this call.
+        unsafe {
+            forward::run(ctx, link, move |steps| async move {
+                match read_at_replica(&steps, &primary, &args, mode).await {
+                    Ok(reply) => {
+                        forward::count(|s| s.forwarded += 1);
+                        CallReply::Reply(reply)
+                    }
+                    Err(e) => CallReply::failed(&e),
+                }
+            })
+        }
+    } else if !moving && single_owner {
         // One other node runs it whole.
         // SAFETY: the context of this call.
         unsafe { forward::forward(ctx, &placed[0].current, &link, &inner) }
@@ -176,7 +198,8 @@ pub fn call(call: &Call) -> CmdResult {
         // so it goes the way a client's MSET goes, over a connection).
         let mut local = Vec::with_capacity(parts.len());
         for p in &parts {
-            let here = p.plan.current.is_self && p.plan.previous.is_none();
+            let here =
+                p.plan.current.is_self && p.plan.previous.is_none() && replica_reads.is_none();
             local.push(if here && how.merge != split::Merge::AllOk {
                 Some(run_here(call, &p.plan.args)?)
             } else {
@@ -184,7 +207,11 @@ pub fn call(call: &Call) -> CmdResult {
             });
         }
         // SAFETY: the context of this call.
-        unsafe { forward::run(ctx, link, move |steps| run_parts(steps, parts, local, how)) }
+        unsafe {
+            forward::run(ctx, link, move |steps| {
+                run_parts(steps, parts, local, how, replica_reads)
+            })
+        }
     } else {
         let Placed { current, previous } = placed.swap_remove(0);
         let plan = Plan {
@@ -293,20 +320,66 @@ async fn run_plan(steps: NetSteps, plan: Plan) -> CallReply {
     }
 }
 
-/// A part's reply: the one it got here already, else its plan's.
+/// A part's reply: the one it got here already, else its plan's (at a replica of its owner
+/// for reads under `shard.read-from`).
 async fn part_reply(
     steps: &NetSteps,
     plan: &Plan,
     here: Option<Resp>,
+    replica: Option<ReadFrom>,
 ) -> Result<Routed, StepError> {
-    match here {
-        Some(reply) => Ok(Routed {
-            reply,
-            fallback: false,
-            copied: false,
-        }),
-        None => execute(plan, steps).await,
+    let reply = match (here, replica) {
+        (Some(reply), _) => reply,
+        (None, Some(mode)) => read_at_replica(steps, &plan.current, &plan.args, mode).await?,
+        (None, None) => return execute(plan, steps).await,
+    };
+    Ok(Routed {
+        reply,
+        fallback: false,
+        copied: false,
+    })
+}
+
+/// A read run by a replica of `primary`: under `replica-preferred` by the primary when no
+/// replica is known or the one picked does not answer (or answers that it cannot serve);
+/// under `replica` that is an error naming the node.
+async fn read_at_replica(
+    steps: &NetSteps,
+    primary: &Endpoint,
+    args: &[Vec<u8>],
+    mode: ReadFrom,
+) -> Result<Resp, StepError> {
+    let why = match topology::pick_replica(primary) {
+        Ok(replica) => match steps.send(&replica, args).await {
+            Ok(reply) if !replica_cannot_serve(&reply) => {
+                forward::count(|s| s.replica_reads += 1);
+                return Ok(reply);
+            }
+            Ok(reply) => format!(
+                "replica {} cannot serve reads: {}",
+                replica.address,
+                String::from_utf8_lossy(reply.error_text().unwrap_or_default())
+            ),
+            Err(e) => format!("replica {} did not answer: {}", replica.address, e.message),
+        },
+        Err(why) => why,
+    };
+    if mode == ReadFrom::Replica {
+        return Err(StepError::new(
+            primary,
+            format!("no replica to read from (shard.read-from replica): {why}"),
+        ));
     }
+    forward::count(|s| s.replica_fallbacks += 1);
+    steps.send(primary, args).await
+}
+
+/// A replica's error replies that mean "ask someone else": still loading, or cut off from its
+/// primary with `replica-serve-stale-data no`.
+fn replica_cannot_serve(reply: &Resp) -> bool {
+    reply
+        .error_text()
+        .is_some_and(|e| e.starts_with(b"LOADING") || e.starts_with(b"MASTERDOWN"))
 }
 
 async fn run_parts(
@@ -314,12 +387,13 @@ async fn run_parts(
     parts: Vec<PlannedPart>,
     local: Vec<Option<Resp>>,
     how: Splittable,
+    replica: Option<ReadFrom>,
 ) -> CallReply {
     let keys: usize = parts.iter().map(|p| p.part.positions.len()).sum();
     let runs = parts
         .iter()
         .zip(local)
-        .map(|(p, here)| part_reply(&steps, &p.plan, here));
+        .map(|(p, here)| part_reply(&steps, &p.plan, here, replica));
     let outcomes = futures_util::future::join_all(runs).await;
     let mut replies: Vec<Resp> = Vec::with_capacity(outcomes.len());
     for outcome in outcomes {
@@ -353,13 +427,7 @@ fn endpoint(placement: &Placement, key: &[u8], self_name: &str) -> Result<Endpoi
         .nodes
         .get(owner)
         .ok_or_else(|| CmdError::err("internal error: an owner outside the ring"))?;
-    Ok(Endpoint {
-        name: node.name.clone(),
-        host: node.host.clone(),
-        port: node.port,
-        address: node.address.clone(),
-        is_self: !self_name.is_empty() && node.name == self_name,
-    })
+    Ok(Endpoint::of(node, self_name))
 }
 
 /// The positions of the keys of the command `call` carries after its own name (`SHARD.CALL

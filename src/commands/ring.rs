@@ -182,9 +182,22 @@ fn reply_nodes(call: &Call, placement: &Placement) {
     let reply = &call.reply;
     reply.array(placement.spec.nodes.len());
     for node in &placement.spec.nodes {
-        reply.map(3);
+        reply.map(5);
         reply.field_bulk("name", node.name.as_bytes());
         reply.field_bulk("address", node.address.as_bytes());
         reply.field_int("weight", i64::from(node.weight));
+        // The address in use (Sentinel's for a `sentinel` node, nil while unknown), and the
+        // replicas known for reads.
+        let resolved = match node.via_sentinel() {
+            true => crate::route::topology::address_of(&node.name),
+            false => Some(node.address.clone()),
+        };
+        reply.field_opt("resolved", resolved.as_ref().map(|a| a.as_bytes()));
+        let replicas = crate::route::topology::replicas_of(&node.name);
+        reply.bulk(b"replicas");
+        reply.array(replicas.len());
+        for r in &replicas {
+            reply.bulk(r.as_bytes());
+        }
     }
 }

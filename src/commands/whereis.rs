@@ -43,9 +43,15 @@ fn owner<'p, 'k>(
                 .nodes
                 .get(loc.node)
                 .ok_or_else(|| CmdError::err("the ring has no node at the located index"))?;
+            // A `sentinel` node: the address in use now.
+            let address = match node.via_sentinel() {
+                true => crate::route::topology::address_of(&node.name)
+                    .map_or(Cow::Borrowed(node.address.as_str()), Cow::Owned),
+                false => Cow::Borrowed(node.address.as_str()),
+            };
             Ok(Owner {
                 name: Cow::Borrowed(&node.name),
-                address: Cow::Borrowed(&node.address),
+                address,
                 hashed: loc.hashed,
                 point: loc.point,
             })

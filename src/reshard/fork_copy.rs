@@ -321,7 +321,8 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
         .iter()
         .map(|n| Target {
             name: n.name.clone(),
-            address: n.address.clone(),
+            // A `sentinel` node's address as the parent knew it at the fork.
+            address: crate::route::Endpoint::of(n, "").address,
         })
         .collect();
     let mut state = ScanState {

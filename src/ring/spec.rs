@@ -1,5 +1,9 @@
 //! `NodeSpec` and `RingSpec`: a validated ring description (algo, hash-tag rule, nodes with
 //! `name host:port weight`), parsed from command arguments, with a canonical text and its digest.
+//!
+//! A node's address may be the word `sentinel`: the node is then a Sentinel master of its name,
+//! and its address is whatever Sentinel says at the time (`route::topology`). Placement hashes
+//! names only, so the digest, which keeps the word, survives every failover.
 
 use md5::{Digest, Md5};
 
@@ -20,11 +24,11 @@ pub struct NodeSpec {
     /// The name the peers hash (`name-i`, `name*n`, `name:x`): UTF-8, no whitespace,
     /// control characters or `#`.
     pub name: String,
-    /// `host:port` exactly as given.
+    /// `host:port` exactly as given, or `sentinel`.
     pub address: String,
-    /// The host without IPv6 brackets.
+    /// The host without IPv6 brackets (empty for a Sentinel node).
     pub host: String,
-    /// The port, 1..=65535.
+    /// The port, 1..=65535 (0 for a Sentinel node).
     pub port: u16,
     /// The weight, 1..=1000.
     pub weight: u32,
@@ -46,7 +50,15 @@ impl NodeSpec {
             weight,
         })
     }
+
+    /// Whether the node's address comes from Sentinel (its master of the same name).
+    pub fn via_sentinel(&self) -> bool {
+        self.port == 0
+    }
 }
+
+/// The address word of a node whose address Sentinel gives.
+pub const SENTINEL_ADDRESS: &str = "sentinel";
 
 fn parse_name(name: &[u8]) -> Result<String, RingError> {
     if name.is_empty() {
@@ -82,6 +94,9 @@ fn parse_address(address: &[u8], name: &str) -> Result<(String, u16), RingError>
             why
         ))
     };
+    if address == SENTINEL_ADDRESS.as_bytes() {
+        return Ok((String::new(), 0));
+    }
     if address.iter().any(|&b| b <= b' ' || b == 0x7f) {
         return Err(bad("whitespace or control character"));
     }
@@ -344,6 +359,18 @@ mod tests {
         assert!(e.to_string().contains("not valid utf-8"));
         let e = RingSpec::from_args(b"ketama", Some(b"bogus"), &[b"a", b"h:1", b"1"]).unwrap_err();
         assert!(e.to_string().starts_with("unknown hashtag rule 'bogus'"));
+    }
+
+    #[test]
+    fn a_sentinel_node_keeps_the_word_in_its_digest() {
+        let s = RingSpec::from_args(b"ketama", None, &args("n0 sentinel 1 n1 127.0.0.1:7001 2"))
+            .unwrap();
+        assert!(s.nodes[0].via_sentinel());
+        assert!(!s.nodes[1].via_sentinel());
+        assert_eq!(s.nodes[0].address, "sentinel");
+        assert!(s.canonical().contains("node n0 sentinel 1\n"));
+        assert!(err("ketama", "a Sentinel 1").contains("missing ':port'"));
+        assert!(err("ketama", "a sentinel:0 1").contains("port must be"));
     }
 
     #[test]

@@ -119,10 +119,16 @@ pub struct NodeOf {
     index: usize,
 }
 
+/// `host:port` of a node as a redirect names it: Sentinel's address now for a `sentinel` node.
+fn address_in_use(n: &crate::ring::NodeSpec) -> String {
+    let at = super::Endpoint::of(n, "");
+    format!("{}:{}", at.host, at.port)
+}
+
 impl std::fmt::Display for NodeOf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.placement.spec.nodes.get(self.index) {
-            Some(n) => write!(f, "{}:{}", n.host, n.port),
+            Some(n) => f.write_str(&address_in_use(n)),
             None => f.write_str("?"),
         }
     }
@@ -477,7 +483,7 @@ pub fn redirect(call: &Call) -> CmdResult {
         }
         return Err(CmdError::code(
             "MOVED",
-            format!("{slot} {}:{}", current.host, current.port),
+            format!("{slot} {}", address_in_use(&current)),
         ));
     }
     let Some(previous) = previous else {
@@ -495,7 +501,7 @@ pub fn redirect(call: &Call) -> CmdResult {
     if readonly && previous_in_map {
         return Err(CmdError::code(
             "ASK",
-            format!("{slot} {}:{}", previous.host, previous.port),
+            format!("{slot} {}", address_in_use(&previous)),
         ));
     }
     // A write of a key not copied yet: SHARD.CALL's copy-before-write, then the write here. A

@@ -170,11 +170,13 @@ impl ClusterView {
 }
 
 fn view_node(n: &NodeSpec, ranges: Vec<(u16, u16)>, self_name: &str) -> ViewNode {
+    // A `sentinel` node's address is Sentinel's now.
+    let at = super::Endpoint::of(n, "");
     ViewNode {
         id: node_id(&n.name),
         name: n.name.clone(),
-        host: n.host.clone(),
-        port: n.port,
+        host: at.host,
+        port: at.port,
         ranges,
         is_self: !self_name.is_empty() && n.name == self_name,
     }

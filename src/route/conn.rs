@@ -120,6 +120,8 @@ impl Handshake {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// Waiting for Sentinel to give the address of a `sentinel` node (`route::watcher`).
+    AwaitSentinel,
     /// Waiting for the address of a host name (a resolver thread).
     Resolving,
     /// A non-blocking connect under way.
@@ -263,7 +265,95 @@ pub fn counts() -> (usize, usize) {
     })
 }
 
+/// The pool key of a connection waiting for a Sentinel node's address (`\u{1}` cannot start
+/// an address or a node name).
+fn awaiting_key(name: &str) -> String {
+    format!("\u{1}{name}")
+}
+
+/// Acts on what the topology watcher learned (on the main thread): the connections to a
+/// primary that failed over are closed, failing their calls with an error naming the node (the
+/// next call goes to the new primary); the connections waiting for a Sentinel node's address
+/// connect to it, or fail with the reason none came.
+pub fn topology_changed(applied: super::topology::Applied) {
+    let mut failed: Deliveries = Vec::new();
+    NET.with(|net| {
+        let mut net = net.borrow_mut();
+        for (name, old, new) in &applied.moved {
+            redis_module::logging::log_notice(format!(
+                "shard: node {name} failed over from {old} to {new} (Sentinel)"
+            ));
+            let gone: Vec<(ConnId, Endpoint)> = net
+                .conns
+                .values()
+                .filter(|c| c.at.name == *name && c.at.address == *old)
+                .map(|c| (c.id, c.at.clone()))
+                .collect();
+            for (id, at) in gone {
+                let e = StepError::new(
+                    &at,
+                    format!("failed over to {new}: the call may or may not have run on {old}"),
+                );
+                net.fail(id, &e, &mut failed);
+            }
+        }
+        for (name, address) in applied.known {
+            let waiting: Vec<ConnId> = net
+                .conns
+                .values()
+                .filter(|c| c.state == State::AwaitSentinel && c.at.name == name)
+                .map(|c| c.id)
+                .collect();
+            for id in waiting {
+                net.sentinel_answered(id, &address, &mut failed);
+            }
+        }
+    });
+    super::forward::deliver_all(failed);
+}
+
 impl Net {
+    /// Sentinel's answer for a connection waiting for its node's address.
+    fn sentinel_answered(&mut self, id: ConnId, address: &Result<String, String>, failed: &mut Deliveries) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        let target = match address {
+            Ok(a) => super::topology::split_address(a)
+                .and_then(|(host, port)| Some((host.parse::<IpAddr>().ok()?, port, a.clone())))
+                .ok_or_else(|| format!("Sentinel gave an address that is not ip:port: {a}")),
+            Err(e) => Err(e.clone()),
+        };
+        let (ip, port, address) = match target {
+            Ok(t) => t,
+            Err(why) => {
+                let e = StepError::new(&conn.at, why);
+                self.fail(id, &e, failed);
+                return;
+            }
+        };
+        // Pooled under its address from now on, unless another connection already is.
+        let Some(mut conn) = self.remove(id) else {
+            return;
+        };
+        conn.at.host = ip.to_string();
+        conn.at.port = port;
+        conn.at.address = address.clone();
+        conn.state = State::Resolving;
+        let link = conn.link.clone();
+        self.pool(&link).entry(address).or_insert(id);
+        let connected = conn.connect(SocketAddr::new(ip, port));
+        self.conns.insert(id, conn);
+        match connected {
+            Err(e) => self.fail(id, &e, failed),
+            Ok(()) => {
+                if self.conns.get(&id).map(|c| c.state) == Some(State::Ready) {
+                    self.flush(id, failed);
+                }
+            }
+        }
+    }
+
     /// The connections for `link`'s RESP version and database, by node address.
     fn pool(&mut self, link: &Link) -> &mut HashMap<String, ConnId> {
         if link.db == 0 {
@@ -275,12 +365,18 @@ impl Net {
 
     /// The connection to `at` for `link`'s RESP version and database, opened if there is none.
     fn connection(&mut self, at: &Endpoint, link: &Link) -> Result<ConnId, StepError> {
-        if let Some(&id) = self.pool(link).get(at.address.as_str()) {
+        let unknown = at.port == 0;
+        let key = if unknown {
+            awaiting_key(&at.name)
+        } else {
+            at.address.clone()
+        };
+        if let Some(&id) = self.pool(link).get(key.as_str()) {
             return Ok(id);
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.pool(link).insert(at.address.clone(), id);
+        self.pool(link).insert(key, id);
         let mut conn = Conn {
             id,
             at: at.clone(),
@@ -300,6 +396,13 @@ impl Net {
             was_idle: false,
             used: false,
         };
+        if unknown {
+            // A Sentinel node whose address the watcher has not given yet.
+            conn.state = State::AwaitSentinel;
+            self.conns.insert(id, conn);
+            super::watcher::wake();
+            return Ok(id);
+        }
         match at.host.parse::<IpAddr>() {
             Ok(ip) => {
                 if let Err(e) = conn.connect(SocketAddr::new(ip, at.port)) {
@@ -354,11 +457,18 @@ impl Net {
                     .is_some_and(|p| p.deadline <= now)
             })
             .map(|c| {
-                let e = StepError::of_kind(
-                    &c.at,
-                    format!("did not answer within {} ms", c.link.timeout.as_millis()),
-                    StepErrorKind::Timeout,
-                );
+                let why = if c.state == State::AwaitSentinel {
+                    let known = super::topology::address_error(&c.at.name);
+                    format!(
+                        "its address did not come from Sentinel within {} ms{}{}",
+                        c.link.timeout.as_millis(),
+                        if known.is_empty() { "" } else { ": " },
+                        known
+                    )
+                } else {
+                    format!("did not answer within {} ms", c.link.timeout.as_millis())
+                };
+                let e = StepError::of_kind(&c.at, why, StepErrorKind::Timeout);
                 (c.id, e)
             })
             .collect();
@@ -386,9 +496,14 @@ impl Net {
 
     fn remove(&mut self, id: ConnId) -> Option<Conn> {
         let mut conn = self.conns.remove(&id)?;
+        let key = if conn.state == State::AwaitSentinel {
+            awaiting_key(&conn.at.name)
+        } else {
+            conn.at.address.clone()
+        };
         let pool = self.pool(&conn.link);
-        if pool.get(conn.at.address.as_str()) == Some(&id) {
-            pool.remove(conn.at.address.as_str());
+        if pool.get(key.as_str()) == Some(&id) {
+            pool.remove(key.as_str());
         }
         conn.unregister();
         Some(conn)

@@ -327,6 +327,13 @@ unsafe fn local_call(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
     if meta.blocking {
         return false;
     }
+    // A replica runs no routed call itself (its primary does), and reads that go to replicas
+    // are SHARD.CALL's to send.
+    if super::topology::is_replica()
+        || (meta.readonly && super::topology::read_from() != super::topology::ReadFrom::Primary)
+    {
+        return false;
+    }
     let Some(positions) = meta.fixed_keys(inner_argc) else {
         return false;
     };

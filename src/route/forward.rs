@@ -34,6 +34,9 @@ pub struct RouteStats {
     pub copies: u64,
     pub timeouts: u64,
     pub errors: u64,
+    /// Reads a replica answered (`shard.read-from`), and reads that fell back to the primary.
+    pub replica_reads: u64,
+    pub replica_fallbacks: u64,
     /// Per node: (errors, timeouts).
     pub per_node: BTreeMap<String, (u64, u64)>,
 }
@@ -417,6 +420,9 @@ impl Step for NetSteps {
         key: &[u8],
     ) -> impl Future<Output = Result<(), StepError>> {
         let timeout_ms = u64::try_from(self.link.timeout.as_millis()).unwrap_or(u64::MAX);
+        let unknown = (to.port == 0).then(|| {
+            StepError::new(to, "its address is not known yet from Sentinel: retry in a moment")
+        });
         let mut args = vec![b"MIGRATE".to_vec()];
         // MIGRATE reads the key in its connection's database, the call's: the copy goes into
         // the same database at the new owner.
@@ -429,9 +435,12 @@ impl Step for NetSteps {
             false,
             self.link.auth.as_ref(),
         ));
-        let reply = self.run(from, args);
+        let reply = unknown.is_none().then(|| self.run(from, args));
         let (from, to_name) = (from.clone(), to.name.clone());
         async move {
+            let Some(reply) = reply else {
+                return Err(unknown.unwrap_or_else(|| StepError::new(&from, "no address")));
+            };
             match reply.await? {
                 Resp::Error(e) if !e.windows(7).any(|w| w == b"BUSYKEY") => Err(StepError::new(
                     &from,

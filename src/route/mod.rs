@@ -2,9 +2,11 @@
 //!
 //! Pure parts: the RESP wire format (`resp`, `frame`), the plan of a call while a resharding
 //! may be open (`plan`), the split of multi-key commands over owners (`split`), the key
-//! positions of a command from the server's table (`command`). Glue: the pipelined
-//! connections to other nodes (`conn`), the calls in flight (`forward`), and the command
-//! filter that turns a call whose keys are all here into the plain command (`filter`).
+//! positions of a command from the server's table (`command`), what Sentinel and `ROLE` say
+//! (`sentinel`). Glue: the pipelined connections to other nodes (`conn`), the calls in flight
+//! (`forward`), the command filter that turns a call whose keys are all here into the plain
+//! command (`filter`), and where the nodes and their replicas are now (`topology`, learned by
+//! the `watcher` thread).
 
 pub mod cluster_glue;
 pub mod cluster_view;
@@ -16,7 +18,10 @@ pub mod forward;
 pub mod frame;
 pub mod plan;
 pub mod resp;
+pub mod sentinel;
 pub mod split;
+pub mod topology;
+pub mod watcher;
 
 pub use plan::{execute, CommandKind, Endpoint, Plan, Routed, Step, StepError, StepErrorKind};
 pub use resp::{encode_command, read_reply, Resp, RespError};
@@ -57,5 +62,29 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
     if subscribed != raw::REDISMODULE_OK as std::os::raw::c_int {
         return Err("cannot subscribe to the event loop events (Redis 7.0 or later needed)".into());
     }
-    Ok(())
+    // Whether this server is a replica, now and after every change of role.
+    extern "C" fn on_role_change(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        subevent: u64,
+        _data: *mut std::os::raw::c_void,
+    ) {
+        topology::set_replica(
+            subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA,
+        );
+    }
+    let role_event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+        dataver: 1,
+    };
+    // SAFETY: OnLoad's context; the callback lives as long as the module.
+    unsafe {
+        if let Some(flags) = raw::RedisModule_GetContextFlags {
+            topology::set_replica(flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE as std::os::raw::c_int != 0);
+        }
+        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
+            subscribe(ctx, role_event, Some(on_role_change));
+        }
+    }
+    watcher::start()
 }

@@ -19,14 +19,32 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// The endpoint of a ring's node; `self_name` is this server's.
+    /// The endpoint of a ring's node; `self_name` is this server's. A node whose address is
+    /// `sentinel` gets the address Sentinel gives now (`topology`); while none is known its
+    /// port is 0 and the connection layer waits for one. A server that is a replica is no
+    /// ring node's self: what its shard owns is run by its primary.
     pub fn of(node: &crate::ring::NodeSpec, self_name: &str) -> Endpoint {
+        let is_self =
+            !self_name.is_empty() && node.name == self_name && !super::topology::is_replica();
+        if node.via_sentinel() {
+            if let Some((address, (host, port))) = super::topology::address_of(&node.name)
+                .and_then(|a| super::topology::split_address(&a).map(|hp| (a, hp)))
+            {
+                return Endpoint {
+                    name: node.name.clone(),
+                    host,
+                    port,
+                    address,
+                    is_self,
+                };
+            }
+        }
         Endpoint {
             name: node.name.clone(),
             host: node.host.clone(),
             port: node.port,
             address: node.address.clone(),
-            is_self: !self_name.is_empty() && node.name == self_name,
+            is_self,
         }
     }
 }

@@ -36,6 +36,14 @@ impl Resp {
     pub fn is_error(&self) -> bool {
         matches!(self, Resp::Error(_))
     }
+
+    /// An error reply's text, its code included.
+    pub fn error_text(&self) -> Option<&[u8]> {
+        match self {
+            Resp::Error(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 /// Why a reply could not be read.

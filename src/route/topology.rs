@@ -1,0 +1,314 @@
+//! Where the ring's nodes are right now, and their replicas: what `route::watcher` learns from
+//! Sentinel and from the primaries' `ROLE`, kept on the main thread for everything that talks
+//! to other nodes.
+//!
+//! - A node whose ring address is `sentinel` gets the address its Sentinel master has at the
+//!   time: `Endpoint::of` asks `address_of`. A change of that address is a failover followed:
+//!   counted, logged, and the connections to the old address are closed at once, so calls in
+//!   flight to it fail naming the node instead of waiting for their timeout, and the next call
+//!   goes to the new primary. A name whose address is not known yet waits in the connection
+//!   layer (`conn`) for the watcher's first answer. A known address is kept when every sentinel
+//!   is down: Sentinel being away says nothing about the primary.
+//! - Replicas (`shard.read-from`): per node, those Sentinel lists as up and linked, or those its
+//!   primary's `ROLE` shows; picked in turn.
+//! - Whether this server is itself a replica (the server's role events): a replica never runs a
+//!   routed write for its own shard; it forwards it to its primary.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use super::plan::Endpoint;
+
+/// Where `SHARD.CALL` reads go (`shard.read-from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    Primary,
+    Replica,
+    ReplicaPreferred,
+}
+
+impl ReadFrom {
+    pub fn parse(text: &str) -> Option<ReadFrom> {
+        match text {
+            "primary" => Some(ReadFrom::Primary),
+            "replica" => Some(ReadFrom::Replica),
+            "replica-preferred" => Some(ReadFrom::ReplicaPreferred),
+            _ => None,
+        }
+    }
+}
+
+static READ_FROM: AtomicU8 = AtomicU8::new(0);
+static IS_REPLICA: AtomicBool = AtomicBool::new(false);
+
+/// Sets where reads go (from the configuration).
+pub fn set_read_from(mode: ReadFrom) {
+    READ_FROM.store(mode as u8, Ordering::Relaxed);
+}
+
+pub fn read_from() -> ReadFrom {
+    match READ_FROM.load(Ordering::Relaxed) {
+        1 => ReadFrom::Replica,
+        2 => ReadFrom::ReplicaPreferred,
+        _ => ReadFrom::Primary,
+    }
+}
+
+/// Records whether this server is a replica (at load and on every role change).
+pub fn set_replica(replica: bool) {
+    IS_REPLICA.store(replica, Ordering::Relaxed);
+}
+
+/// Whether this server is a replica: it then owns no key for routed writes.
+pub fn is_replica() -> bool {
+    IS_REPLICA.load(Ordering::Relaxed)
+}
+
+/// What the watcher learned in one look.
+#[derive(Debug, Clone)]
+pub enum Update {
+    /// A Sentinel master's address, or why no sentinel gave it.
+    Master {
+        name: String,
+        address: Result<String, String>,
+    },
+    /// A node's replicas that can serve reads, or why they could not be learned.
+    Replicas {
+        name: String,
+        replicas: Result<Vec<String>, String>,
+    },
+    /// The `+switch-master` subscription is up (`None`) or down (why).
+    Subscription(Option<String>),
+}
+
+#[derive(Default)]
+struct Node {
+    address: Option<String>,
+    /// Why the address is not known (the last look's error).
+    error: String,
+    replicas: Option<Vec<String>>,
+    replicas_error: String,
+    next_replica: usize,
+}
+
+/// The main thread's picture of the fleet.
+#[derive(Default)]
+struct Table {
+    nodes: HashMap<String, Node>,
+    failovers: u64,
+    subscribed: bool,
+    sentinel_error: String,
+}
+
+thread_local! {
+    static TABLE: RefCell<Table> = RefCell::new(Table::default());
+}
+
+/// The address a Sentinel node has now, if known.
+pub fn address_of(name: &str) -> Option<String> {
+    TABLE.with(|t| t.borrow().nodes.get(name).and_then(|n| n.address.clone()))
+}
+
+/// Why a Sentinel node's address is not known (empty if it is, or if nobody asked yet).
+pub fn address_error(name: &str) -> String {
+    TABLE.with(|t| {
+        t.borrow()
+            .nodes
+            .get(name)
+            .map(|n| n.error.clone())
+            .unwrap_or_default()
+    })
+}
+
+/// The replicas known of a node.
+pub fn replicas_of(name: &str) -> Vec<String> {
+    TABLE.with(|t| {
+        t.borrow()
+            .nodes
+            .get(name)
+            .and_then(|n| n.replicas.clone())
+            .unwrap_or_default()
+    })
+}
+
+/// A replica of `primary` to read from (each in turn), or why there is none.
+pub fn pick_replica(primary: &Endpoint) -> Result<Endpoint, String> {
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        let Some(node) = t.nodes.get_mut(&primary.name) else {
+            return Err("its replicas are not known yet".into());
+        };
+        let replicas = match &node.replicas {
+            Some(r) if !r.is_empty() => r,
+            Some(_) => return Err("it has no replica that is up".into()),
+            None if node.replicas_error.is_empty() => {
+                return Err("its replicas are not known yet".into())
+            }
+            None => return Err(format!("its replicas are unknown: {}", node.replicas_error)),
+        };
+        let i = node.next_replica % replicas.len();
+        node.next_replica = node.next_replica.wrapping_add(1);
+        let address = replicas[i].clone();
+        let (host, port) = split_address(&address).ok_or("a replica address that does not parse")?;
+        Ok(Endpoint {
+            name: format!("{} replica", primary.name),
+            host,
+            port,
+            address,
+            is_self: false,
+        })
+    })
+}
+
+/// `host:port` (IPv6 in brackets) into its parts.
+pub fn split_address(address: &str) -> Option<(String, u16)> {
+    let (host, port) = address.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+/// (failovers followed, subscription up, the last sentinel error) for INFO.
+pub fn summary() -> (u64, bool, String) {
+    TABLE.with(|t| {
+        let t = t.borrow();
+        (t.failovers, t.subscribed, t.sentinel_error.clone())
+    })
+}
+
+/// Applies what the watcher learned, on the main thread. Returns the connections to close
+/// (node, old address, new address) and the names whose address became known or failed, for
+/// the connection layer.
+pub fn apply(updates: Vec<Update>) -> Applied {
+    let mut applied = Applied::default();
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        for u in updates {
+            match u {
+                Update::Master { name, address } => {
+                    let node = t.nodes.entry(name.clone()).or_default();
+                    match address {
+                        Ok(address) => {
+                            node.error.clear();
+                            match node.address.replace(address.clone()) {
+                                Some(old) if old != address => {
+                                    t.failovers += 1;
+                                    applied.moved.push((name.clone(), old, address.clone()));
+                                }
+                                Some(_) => {}
+                                None => applied.known.push((name, Ok(address))),
+                            }
+                        }
+                        Err(e) => {
+                            node.error = e.clone();
+                            if node.address.is_none() {
+                                applied.known.push((name, Err(e.clone())));
+                            }
+                            t.sentinel_error = e;
+                        }
+                    }
+                }
+                Update::Replicas { name, replicas } => {
+                    let node = t.nodes.entry(name).or_default();
+                    match replicas {
+                        Ok(r) => {
+                            node.replicas = Some(r);
+                            node.replicas_error.clear();
+                        }
+                        Err(e) => {
+                            node.replicas = None;
+                            node.replicas_error = e;
+                        }
+                    }
+                }
+                Update::Subscription(None) => {
+                    t.subscribed = true;
+                }
+                Update::Subscription(Some(e)) => {
+                    t.subscribed = false;
+                    t.sentinel_error = e;
+                }
+            }
+        }
+    });
+    applied
+}
+
+/// What `apply` changed that the connection layer must act on.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Failovers: (node, old address, new address).
+    pub moved: Vec<(String, String, String)>,
+    /// Addresses learned (or not) for nodes that had none.
+    pub known: Vec<(String, Result<String, String>)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(name: &str) -> Endpoint {
+        Endpoint {
+            name: name.into(),
+            host: String::new(),
+            port: 0,
+            address: "sentinel".into(),
+            is_self: false,
+        }
+    }
+
+    #[test]
+    fn a_failover_is_a_changed_address() {
+        let a = apply(vec![Update::Master {
+            name: "n0".into(),
+            address: Ok("127.0.0.1:7000".into()),
+        }]);
+        assert_eq!(a.known.len(), 1);
+        assert!(a.moved.is_empty());
+        assert_eq!(address_of("n0").as_deref(), Some("127.0.0.1:7000"));
+        // Sentinels down: the address stays.
+        let a = apply(vec![Update::Master {
+            name: "n0".into(),
+            address: Err("no sentinel answers".into()),
+        }]);
+        assert!(a.known.is_empty() && a.moved.is_empty());
+        assert_eq!(address_of("n0").as_deref(), Some("127.0.0.1:7000"));
+        let a = apply(vec![Update::Master {
+            name: "n0".into(),
+            address: Ok("127.0.0.1:7001".into()),
+        }]);
+        assert_eq!(
+            a.moved,
+            vec![("n0".into(), "127.0.0.1:7000".into(), "127.0.0.1:7001".into())]
+        );
+        assert_eq!(summary().0, 1);
+        // Never known, and no sentinel answers: the waiting calls are told.
+        let a = apply(vec![Update::Master {
+            name: "n9".into(),
+            address: Err("no sentinel answers".into()),
+        }]);
+        assert_eq!(a.known, vec![("n9".into(), Err("no sentinel answers".into()))]);
+        assert_eq!(address_error("n9"), "no sentinel answers");
+    }
+
+    #[test]
+    fn replicas_are_picked_in_turn() {
+        assert!(pick_replica(&ep("r0")).unwrap_err().contains("not known yet"));
+        apply(vec![Update::Replicas {
+            name: "r0".into(),
+            replicas: Ok(vec!["127.0.0.1:1".into(), "[::1]:2".into()]),
+        }]);
+        let a = pick_replica(&ep("r0")).unwrap();
+        let b = pick_replica(&ep("r0")).unwrap();
+        let c = pick_replica(&ep("r0")).unwrap();
+        assert_eq!((a.host.as_str(), a.port), ("127.0.0.1", 1));
+        assert_eq!((b.host.as_str(), b.port, b.address.as_str()), ("::1", 2, "[::1]:2"));
+        assert_eq!(c.address, a.address);
+        assert_eq!(a.name, "r0 replica");
+        apply(vec![Update::Replicas {
+            name: "r0".into(),
+            replicas: Ok(vec![]),
+        }]);
+        assert!(pick_replica(&ep("r0")).unwrap_err().contains("no replica"));
+    }
+}
