@@ -16,7 +16,31 @@ def test_defaults_are_visible_in_config_get(r):
         "shard.auth-user": "", "shard.auth-password": "", "shard.call-timeout-ms": "1000",
         "shard.cluster-protocol": "no", "shard.special-keys": "", "shard.fields": "",
         "shard.big-key-bytes": "1048576", "shard.big-key-elements": "4096",
+        "shard.sentinels": "", "shard.sentinel-user": "", "shard.sentinel-password": "",
+        "shard.read-from": "primary", "shard.topology-refresh-ms": "1000",
     }
+
+
+@pytest.mark.parametrize(
+    "name,value,message",
+    [
+        ("shard.read-from", "replicas", "shard.read-from must be primary, replica or replica-preferred, got 'replicas'"),
+        ("shard.sentinels", "127.0.0.1:26379 nope", "shard.sentinels: 'nope' is not host:port"),
+        ("shard.sentinels", "127.0.0.1:0", "shard.sentinels: '127.0.0.1:0' is not host:port"),
+    ],
+)
+def test_high_availability_settings_are_checked(r, name, value, message):
+    with pytest.raises(redis.ResponseError, match=message):
+        r.config_set(name, value)
+    # Nothing changed.
+    assert r.config_get(name)[name] in ("", "primary")
+
+
+def test_sentinel_password_never_shows_in_info_or_the_ring(r):
+    r.config_set("shard.sentinel-password", "s3cret")
+    r.execute_command("SHARD.RING", "SET", "ketama", "n0", "sentinel", 1)
+    assert "s3cret" not in str(r.info("shard"))
+    assert "s3cret" not in str(r.execute_command("SHARD.RING", "GET"))
 
 
 def test_module_arguments_set_configuration(server_factory):
