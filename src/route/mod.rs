@@ -44,6 +44,7 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
         let _ = std::panic::catch_unwind(|| {
             if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
                 conn::before_sleep();
+                watcher::tick();
             } else {
                 conn::after_sleep();
             }

@@ -86,12 +86,26 @@ impl Watch {
     }
 }
 
-static WAKE: OnceLock<Mutex<Sender<()>>> = OnceLock::new();
+/// What the main thread tells the watcher.
+enum Order {
+    /// What to watch now (sent when it changes).
+    Watch(Watch),
+    /// Look now: a node's address is needed and not known.
+    Wake,
+}
+
+static ORDERS: OnceLock<Mutex<Sender<Order>>> = OnceLock::new();
+
+thread_local! {
+    /// The main thread's last look at the state, and what it sent.
+    static SENT: std::cell::RefCell<(Option<Instant>, Option<Watch>)> =
+        const { std::cell::RefCell::new((None, None)) };
+}
 
 /// Starts the watcher (once, at load).
 pub fn start() -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
-    if WAKE.set(Mutex::new(tx)).is_err() {
+    if ORDERS.set(Mutex::new(tx)).is_err() {
         return Ok(());
     }
     std::thread::Builder::new()
@@ -101,11 +115,41 @@ pub fn start() -> Result<(), String> {
         .map_err(|e| format!("cannot start the topology watcher: {e}"))
 }
 
-/// Asks for a look now (a node's address is needed and not known).
-pub fn wake() {
-    if let Some(tx) = WAKE.get() {
-        let _ = tx.lock().unwrap_or_else(PoisonError::into_inner).send(());
+fn send(order: Order) {
+    if let Some(tx) = ORDERS.get() {
+        let _ = tx.lock().unwrap_or_else(PoisonError::into_inner).send(order);
     }
+}
+
+/// On the main thread before it sleeps: at most every 100 ms, tells the watcher what to watch
+/// when that changed. The watcher never takes the module's state lock itself: a fork (a
+/// snapshot, a copy) while another thread held it would leave the child's copy locked.
+pub fn tick() {
+    let now = Instant::now();
+    let due = SENT.with(|s| {
+        s.borrow()
+            .0
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_millis(100))
+    });
+    if !due {
+        return;
+    }
+    let watch = Watch::of(&state::lock());
+    SENT.with(|s| {
+        let mut s = s.borrow_mut();
+        s.0 = Some(now);
+        if s.1.as_ref() != Some(&watch) {
+            s.1 = Some(watch.clone());
+            send(Order::Watch(watch));
+        }
+    });
+}
+
+/// Asks for a look now (a node's address is needed and not known); the next `tick` also
+/// sends what to watch, should the node be new.
+pub fn wake() {
+    SENT.with(|s| s.borrow_mut().0 = None);
+    send(Order::Wake);
 }
 
 /// A blocking RESP2 connection with timeouts.
@@ -170,7 +214,7 @@ struct Watcher {
     next_look: Instant,
 }
 
-fn run(wake: Receiver<()>) {
+fn run(orders: Receiver<Order>) {
     let mut w = Watcher {
         subscription: None,
         next_subscribe: Instant::now(),
@@ -178,26 +222,64 @@ fn run(wake: Receiver<()>) {
         roles: HashMap::new(),
         next_look: Instant::now(),
     };
-    let mut last: Option<Watch> = None;
+    let mut watch: Option<Watch> = None;
     loop {
-        let watch = Watch::of(&state::lock());
-        if last.as_ref().is_some_and(|l| l.sentinels != watch.sentinels || l.sentinel_auth != watch.sentinel_auth) {
-            w.subscription = None;
-            w.query = None;
-            w.next_subscribe = Instant::now();
-        }
-        if last.as_ref() != Some(&watch) {
-            w.next_look = Instant::now();
-        }
-        if watch.idle() {
-            w.subscription = None;
-            w.query = None;
-            w.roles.clear();
-        }
-        last = Some(watch.clone());
         let mut updates = Vec::new();
+        // Wait for a message, an order or the next look, at most 100 ms.
+        let mut woken = false;
+        let mut received = Vec::new();
+        if let Some(sub) = w.subscription.as_mut() {
+            match listen(sub) {
+                Ok(Some((name, address))) => {
+                    if watch.as_ref().is_some_and(|wt| wt.masters.contains(&name)) {
+                        updates.push(Update::Master {
+                            name,
+                            address: Ok(address),
+                        });
+                        woken = true;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    w.subscription = None;
+                    updates.push(Update::Subscription(Some(e)));
+                }
+            }
+        } else {
+            match orders.recv_timeout(Duration::from_millis(100)) {
+                Ok(order) => received.push(order),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        received.extend(orders.try_iter());
+        for order in received {
+            match order {
+                Order::Wake => woken = true,
+                Order::Watch(next) => {
+                    let before = watch.take();
+                    if before.as_ref().is_none_or(|b| {
+                        b.sentinels != next.sentinels || b.sentinel_auth != next.sentinel_auth
+                    }) {
+                        w.subscription = None;
+                        w.query = None;
+                        w.next_subscribe = Instant::now();
+                    }
+                    if next.idle() {
+                        w.subscription = None;
+                        w.query = None;
+                        w.roles.clear();
+                    }
+                    w.next_look = Instant::now();
+                    watch = Some(next);
+                }
+            }
+        }
+        let Some(watch) = watch.as_ref() else {
+            continue;
+        };
         if !watch.masters.is_empty() && w.subscription.is_none() && Instant::now() >= w.next_subscribe {
-            match subscribe(&watch) {
+            match subscribe(watch) {
                 Ok(client) => {
                     w.subscription = Some(client);
                     updates.push(Update::Subscription(None));
@@ -208,36 +290,8 @@ fn run(wake: Receiver<()>) {
                 }
             }
         }
-        // Wait for a message, a wake-up or the next look, at most 100 ms.
-        let mut woken = false;
-        if let Some(sub) = w.subscription.as_mut() {
-            match listen(sub) {
-                Ok(Some((name, address))) if watch.masters.contains(&name) => {
-                    updates.push(Update::Master {
-                        name,
-                        address: Ok(address),
-                    });
-                    woken = true;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    w.subscription = None;
-                    updates.push(Update::Subscription(Some(e)));
-                }
-            }
-            woken |= wake.try_recv().is_ok();
-        } else {
-            match wake.recv_timeout(Duration::from_millis(100)) {
-                Ok(()) => woken = true,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
-        }
-        while wake.try_recv().is_ok() {
-            woken = true;
-        }
         if !watch.idle() && (woken || Instant::now() >= w.next_look) {
-            look(&mut w, &watch, &mut updates);
+            look(&mut w, watch, &mut updates);
             w.next_look = Instant::now() + watch.refresh;
         }
         if !updates.is_empty() {
