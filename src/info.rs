@@ -99,7 +99,10 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_str(ctx, "fleet_error", fleet.map_or("", |f| f.error.as_str()));
     // Where each node is now (Sentinel's address for a `sentinel` node, empty while unknown).
     let mut nodes: Vec<(String, String)> = Vec::new();
-    for placement in [rings.current.as_ref(), rings.previous.as_ref()].into_iter().flatten() {
+    for placement in [rings.current.as_ref(), rings.previous.as_ref()]
+        .into_iter()
+        .flatten()
+    {
         for n in &placement.spec.nodes {
             if nodes.iter().any(|(name, _)| *name == n.name) {
                 continue;
@@ -114,7 +117,11 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     drop(st);
     let (failovers, subscribed, sentinel_error) = crate::route::topology::summary();
     raw::add_info_field_long_long(ctx, "failovers_seen", int(failovers));
-    raw::add_info_field_str(ctx, "sentinel_subscribed", if subscribed { "yes" } else { "no" });
+    raw::add_info_field_str(
+        ctx,
+        "sentinel_subscribed",
+        if subscribed { "yes" } else { "no" },
+    );
     raw::add_info_field_str(ctx, "sentinel_error", &sentinel_error);
     for (name, address) in &nodes {
         raw::add_info_field_str(ctx, &format!("node_{}_address", field_name(name)), address);

@@ -29,8 +29,8 @@ use crate::route::command::{self, CommandMeta};
 use crate::route::conn::{link_timeout, Link};
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::split::{self, Part, Splittable};
-use crate::route::{execute, read_reply, CommandKind, Endpoint, Plan, Resp, Routed, StepError};
 use crate::route::topology::{self, ReadFrom};
+use crate::route::{execute, read_reply, CommandKind, Endpoint, Plan, Resp, Routed, StepError};
 use crate::route::{fields, filter};
 use crate::state;
 

@@ -314,7 +314,12 @@ pub fn topology_changed(applied: super::topology::Applied) {
 
 impl Net {
     /// Sentinel's answer for a connection waiting for its node's address.
-    fn sentinel_answered(&mut self, id: ConnId, address: &Result<String, String>, failed: &mut Deliveries) {
+    fn sentinel_answered(
+        &mut self,
+        id: ConnId,
+        address: &Result<String, String>,
+        failed: &mut Deliveries,
+    ) {
         let Some(conn) = self.conns.get(&id) else {
             return;
         };

@@ -421,7 +421,10 @@ impl Step for NetSteps {
     ) -> impl Future<Output = Result<(), StepError>> {
         let timeout_ms = u64::try_from(self.link.timeout.as_millis()).unwrap_or(u64::MAX);
         let unknown = (to.port == 0).then(|| {
-            StepError::new(to, "its address is not known yet from Sentinel: retry in a moment")
+            StepError::new(
+                to,
+                "its address is not known yet from Sentinel: retry in a moment",
+            )
         });
         let mut args = vec![b"MIGRATE".to_vec()];
         // MIGRATE reads the key in its connection's database, the call's: the copy goes into

@@ -70,9 +70,7 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
         subevent: u64,
         _data: *mut std::os::raw::c_void,
     ) {
-        topology::set_replica(
-            subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA,
-        );
+        topology::set_replica(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA);
     }
     let role_event = raw::RedisModuleEvent {
         id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
@@ -81,7 +79,9 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
     // SAFETY: OnLoad's context; the callback lives as long as the module.
     unsafe {
         if let Some(flags) = raw::RedisModule_GetContextFlags {
-            topology::set_replica(flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE as std::os::raw::c_int != 0);
+            topology::set_replica(
+                flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE as std::os::raw::c_int != 0,
+            );
         }
         if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
             subscribe(ctx, role_event, Some(on_role_change));

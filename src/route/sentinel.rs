@@ -143,9 +143,10 @@ pub fn switch_master(payload: &[u8]) -> Option<(String, String)> {
     let text = std::str::from_utf8(payload).ok()?;
     let words: Vec<&str> = text.split_whitespace().collect();
     match words.as_slice() {
-        [name, _, _, host, port] => {
-            Some((name.to_string(), address_of(host.as_bytes(), port.as_bytes())?))
-        }
+        [name, _, _, host, port] => Some((
+            name.to_string(),
+            address_of(host.as_bytes(), port.as_bytes())?,
+        )),
         _ => None,
     }
 }
@@ -174,7 +175,10 @@ mod tests {
     #[test]
     fn a_master_address_or_none() {
         let r = Resp::Array(vec![bulk("127.0.0.1"), bulk("6380")]);
-        assert_eq!(master_address(&r).unwrap().as_deref(), Some("127.0.0.1:6380"));
+        assert_eq!(
+            master_address(&r).unwrap().as_deref(),
+            Some("127.0.0.1:6380")
+        );
         let r = Resp::Array(vec![bulk("::1"), bulk("6380")]);
         assert_eq!(master_address(&r).unwrap().as_deref(), Some("[::1]:6380"));
         assert_eq!(master_address(&Resp::NullArray).unwrap(), None);
@@ -229,7 +233,10 @@ mod tests {
         ]);
         assert_eq!(role_replicas(&r).unwrap(), vec!["127.0.0.1:7001"]);
         let r = Resp::Array(vec![bulk("slave"), bulk("127.0.0.1"), Resp::Int(7000)]);
-        assert_eq!(role_replicas(&r).unwrap_err(), "it is a slave, not a primary");
+        assert_eq!(
+            role_replicas(&r).unwrap_err(),
+            "it is a slave, not a primary"
+        );
     }
 
     #[test]

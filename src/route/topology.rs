@@ -150,7 +150,8 @@ pub fn pick_replica(primary: &Endpoint) -> Result<Endpoint, String> {
         let i = node.next_replica % replicas.len();
         node.next_replica = node.next_replica.wrapping_add(1);
         let address = replicas[i].clone();
-        let (host, port) = split_address(&address).ok_or("a replica address that does not parse")?;
+        let (host, port) =
+            split_address(&address).ok_or("a replica address that does not parse")?;
         Ok(Endpoint {
             name: format!("{} replica", primary.name),
             host,
@@ -279,7 +280,11 @@ mod tests {
         }]);
         assert_eq!(
             a.moved,
-            vec![("n0".into(), "127.0.0.1:7000".into(), "127.0.0.1:7001".into())]
+            vec![(
+                "n0".into(),
+                "127.0.0.1:7000".into(),
+                "127.0.0.1:7001".into()
+            )]
         );
         assert_eq!(summary().0, 1);
         // Never known, and no sentinel answers: the waiting calls are told.
@@ -287,13 +292,18 @@ mod tests {
             name: "n9".into(),
             address: Err("no sentinel answers".into()),
         }]);
-        assert_eq!(a.known, vec![("n9".into(), Err("no sentinel answers".into()))]);
+        assert_eq!(
+            a.known,
+            vec![("n9".into(), Err("no sentinel answers".into()))]
+        );
         assert_eq!(address_error("n9"), "no sentinel answers");
     }
 
     #[test]
     fn replicas_are_picked_in_turn() {
-        assert!(pick_replica(&ep("r0")).unwrap_err().contains("not known yet"));
+        assert!(pick_replica(&ep("r0"))
+            .unwrap_err()
+            .contains("not known yet"));
         apply(vec![Update::Replicas {
             name: "r0".into(),
             replicas: Ok(vec!["127.0.0.1:1".into(), "[::1]:2".into()]),
@@ -302,7 +312,10 @@ mod tests {
         let b = pick_replica(&ep("r0")).unwrap();
         let c = pick_replica(&ep("r0")).unwrap();
         assert_eq!((a.host.as_str(), a.port), ("127.0.0.1", 1));
-        assert_eq!((b.host.as_str(), b.port, b.address.as_str()), ("::1", 2, "[::1]:2"));
+        assert_eq!(
+            (b.host.as_str(), b.port, b.address.as_str()),
+            ("::1", 2, "[::1]:2")
+        );
         assert_eq!(c.address, a.address);
         assert_eq!(a.name, "r0 replica");
         apply(vec![Update::Replicas {

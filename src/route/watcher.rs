@@ -89,7 +89,7 @@ impl Watch {
 /// What the main thread tells the watcher.
 enum Order {
     /// What to watch now (sent when it changes).
-    Watch(Watch),
+    Watch(Box<Watch>),
     /// Look now: a node's address is needed and not known.
     Wake,
 }
@@ -117,7 +117,10 @@ pub fn start() -> Result<(), String> {
 
 fn send(order: Order) {
     if let Some(tx) = ORDERS.get() {
-        let _ = tx.lock().unwrap_or_else(PoisonError::into_inner).send(order);
+        let _ = tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(order);
     }
 }
 
@@ -140,7 +143,7 @@ pub fn tick() {
         s.0 = Some(now);
         if s.1.as_ref() != Some(&watch) {
             s.1 = Some(watch.clone());
-            send(Order::Watch(watch));
+            send(Order::Watch(Box::new(watch)));
         }
     });
 }
@@ -160,7 +163,11 @@ struct Client {
 }
 
 impl Client {
-    fn open(address: &str, timeout: Duration, auth: Option<&(String, String)>) -> Result<Client, String> {
+    fn open(
+        address: &str,
+        timeout: Duration,
+        auth: Option<&(String, String)>,
+    ) -> Result<Client, String> {
         let fail = |e: io::Error| format!("{address}: {e}");
         let addr = address
             .to_socket_addrs()
@@ -271,14 +278,17 @@ fn run(orders: Receiver<Order>) {
                         w.roles.clear();
                     }
                     w.next_look = Instant::now();
-                    watch = Some(next);
+                    watch = Some(*next);
                 }
             }
         }
         let Some(watch) = watch.as_ref() else {
             continue;
         };
-        if !watch.masters.is_empty() && w.subscription.is_none() && Instant::now() >= w.next_subscribe {
+        if !watch.masters.is_empty()
+            && w.subscription.is_none()
+            && Instant::now() >= w.next_subscribe
+        {
             match subscribe(watch) {
                 Ok(client) => {
                     w.subscription = Some(client);
@@ -321,7 +331,10 @@ fn subscribe(watch: &Watch) -> Result<Client, String> {
             Err(e) => errors.push(e),
         }
     }
-    Err(format!("no sentinel takes the subscription: {}", errors.join("; ")))
+    Err(format!(
+        "no sentinel takes the subscription: {}",
+        errors.join("; ")
+    ))
 }
 
 /// Waits up to 100 ms for a `+switch-master` message.
@@ -335,8 +348,10 @@ fn listen(sub: &mut Client) -> Result<Option<(String, String)>, String> {
         }),
         Ok(_) => Ok(None),
         Err(super::resp::RespError::Io(e))
-            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
-                && sub.reader.buffer().is_empty() =>
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) && sub.reader.buffer().is_empty() =>
         {
             Ok(None)
         }
@@ -378,7 +393,8 @@ fn look(w: &mut Watcher, watch: &Watch, updates: &mut Vec<Update>) {
     if !watch.replicas {
         return;
     }
-    w.roles.retain(|a, _| watch.plain.iter().any(|(_, p)| p == a));
+    w.roles
+        .retain(|a, _| watch.plain.iter().any(|(_, p)| p == a));
     for (name, address) in &watch.plain {
         let replicas = role_of(w, watch, address).map_err(|e| format!("ROLE of {name}: {e}"));
         updates.push(Update::Replicas {
