@@ -195,7 +195,10 @@ class Writer(threading.Thread):
             i += 1
 
 
-def test_failover_is_followed_without_a_ring_change(fleet):
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_failover_is_followed_without_a_ring_change(fleet, how):
+    """A primary killed, or frozen (its calls in flight then end at the call timeout, or when
+    the switch closes their connections: never later)."""
     c1 = fleet.primaries["n1"].client()
     digest = ring_get(c1)[b"digest"]
     n0_keys = fleet.keys_of(c1, "n0", 50)
@@ -218,7 +221,10 @@ def test_failover_is_followed_without_a_ring_change(fleet):
         w.start()
     until(lambda: all(len(w.acked) > 20 for w in writers), "writers running")
     killed_at = time.monotonic()
-    old.stop(signal.SIGKILL)
+    if how == signal.SIGKILL:
+        old.stop(signal.SIGKILL)
+    else:
+        old.proc.send_signal(signal.SIGSTOP)
     until(lambda: switches, "+switch-master for n0", timeout=30)
     switched = switches[0]
     new_address = f"127.0.0.1:{new.port}"
