@@ -182,8 +182,22 @@ pub fn summary() -> (u64, bool, String) {
 /// the connection layer.
 pub fn apply(updates: Vec<Update>) -> Applied {
     let mut applied = Applied::default();
+    // A look that found every master, with no error: the last error is history.
+    let clean = updates.iter().any(|u| matches!(u, Update::Master { .. }))
+        && !updates.iter().any(|u| {
+            matches!(
+                u,
+                Update::Master {
+                    address: Err(_),
+                    ..
+                } | Update::Subscription(Some(_))
+            )
+        });
     TABLE.with(|t| {
         let mut t = t.borrow_mut();
+        if clean && t.subscribed {
+            t.sentinel_error.clear();
+        }
         for u in updates {
             match u {
                 Update::Master { name, address } => {
@@ -297,6 +311,14 @@ mod tests {
             vec![("n9".into(), Err("no sentinel answers".into()))]
         );
         assert_eq!(address_error("n9"), "no sentinel answers");
+        assert_eq!(summary().2, "no sentinel answers");
+        // Subscribed, and a look that finds every master: the error is cleared.
+        apply(vec![Update::Subscription(None)]);
+        apply(vec![Update::Master {
+            name: "n9".into(),
+            address: Ok("127.0.0.1:7009".into()),
+        }]);
+        assert_eq!(summary().2, "");
     }
 
     #[test]
