@@ -325,11 +325,11 @@ impl Net {
         };
         let target = match address {
             Ok(a) => super::topology::split_address(a)
-                .and_then(|(host, port)| Some((host.parse::<IpAddr>().ok()?, port, a.clone())))
-                .ok_or_else(|| format!("Sentinel gave an address that is not ip:port: {a}")),
+                .map(|(host, port)| (host, port, a.clone()))
+                .ok_or_else(|| format!("Sentinel gave an address that is not host:port: {a}")),
             Err(e) => Err(e.clone()),
         };
-        let (ip, port, address) = match target {
+        let (host, port, address) = match target {
             Ok(t) => t,
             Err(why) => {
                 let e = StepError::new(&conn.at, why);
@@ -341,12 +341,18 @@ impl Net {
         let Some(mut conn) = self.remove(id) else {
             return;
         };
-        conn.at.host = ip.to_string();
+        conn.at.host = host.clone();
         conn.at.port = port;
         conn.at.address = address.clone();
         conn.state = State::Resolving;
         let link = conn.link.clone();
         self.pool(&link).entry(address).or_insert(id);
+        let Ok(ip) = host.parse::<IpAddr>() else {
+            // A host name (Sentinel's `resolve-hostnames yes`): looked up off the main thread.
+            self.conns.insert(id, conn);
+            resolve_in_background(id, host, port);
+            return;
+        };
         let connected = conn.connect(SocketAddr::new(ip, port));
         self.conns.insert(id, conn);
         match connected {
