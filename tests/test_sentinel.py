@@ -126,6 +126,15 @@ def start_fleet(server_factory, sentinel_factory, sentinel_list=None, extra=()):
                     return False
             return True
         until(sentinels_see_replica, f"sentinels know {n}'s replica")
+
+        def sentinels_know_each_other():
+            for s in sentinels:
+                master = s.client().execute_command("SENTINEL", "MASTER", n)
+                if dict(zip(master[::2], master[1::2]))[b"num-other-sentinels"] != b"2":
+                    return False
+            return True
+        # A quorum of 2 elects a leader only among sentinels that have met.
+        until(sentinels_know_each_other, f"the sentinels of {n} know each other")
         c = replicas[n].client()
         until(lambda: c.execute_command("SHARD.RING", "GET"), f"{n}'s replica has the ring")
     return Fleet(primaries, replicas, sentinels)
@@ -379,3 +388,18 @@ def test_all_sentinels_down(server_factory):
     ring = ring_get(c)
     assert ring[b"nodes"][0][b"address"] == b"sentinel" and ring[b"nodes"][0][b"resolved"] is None
     assert c.execute_command("SHARD.LOCATE", n0_key)[3] == b"sentinel"
+
+
+def test_a_known_address_is_kept_when_every_sentinel_dies(fleet):
+    c = fleet.primaries["n1"].client()
+    key = fleet.keys_of(c, "n0", 1)[0]
+    assert c.execute_command("SHARD.CALL", "SET", key, "before") == b"OK"
+    for s in fleet.sentinels:
+        s.stop()
+    until(lambda: info_shard(c)["sentinel_subscribed"] == "no", "subscription lost", timeout=5)
+    time.sleep(0.5)  # a few refresh intervals (200 ms) with no sentinel answering
+    # Sentinel being away says nothing about the primary: calls still go to it.
+    assert c.execute_command("SHARD.CALL", "SET", key, "after") == b"OK"
+    assert fleet.primaries["n0"].client().get(key) == b"after"
+    assert info_shard(c)["node_n0_address"] == f"127.0.0.1:{fleet.primaries['n0'].port}"
+    assert info_shard(c)["sentinel_error"] != ""
