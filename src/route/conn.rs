@@ -353,12 +353,25 @@ impl Net {
             resolve_in_background(id, host, port);
             return;
         };
-        let connected = conn.connect(SocketAddr::new(ip, port));
         self.conns.insert(id, conn);
-        match connected {
+        self.connect_known(id, Ok(SocketAddr::new(ip, port)), failed);
+    }
+
+    /// Connects a connection whose address has just become known (or fails it with why it
+    /// did not), and writes what it has queued if it is ready at once.
+    fn connect_known(
+        &mut self,
+        id: ConnId,
+        addr: Result<SocketAddr, StepError>,
+        failed: &mut Deliveries,
+    ) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        match addr.and_then(|a| conn.connect(a)) {
             Err(e) => self.fail(id, &e, failed),
             Ok(()) => {
-                if self.conns.get(&id).map(|c| c.state) == Some(State::Ready) {
+                if conn.state == State::Ready {
                     self.flush(id, failed);
                 }
             }
@@ -377,17 +390,15 @@ impl Net {
     /// The connection to `at` for `link`'s RESP version and database, opened if there is none.
     fn connection(&mut self, at: &Endpoint, link: &Link) -> Result<ConnId, StepError> {
         let unknown = at.port == 0;
-        let key = if unknown {
-            awaiting_key(&at.name)
-        } else {
-            at.address.clone()
-        };
-        if let Some(&id) = self.pool(link).get(key.as_str()) {
+        // Looked up without allocating: this runs for every forwarded request.
+        let waiting_key = unknown.then(|| awaiting_key(&at.name));
+        let key = waiting_key.as_deref().unwrap_or(at.address.as_str());
+        if let Some(&id) = self.pool(link).get(key) {
             return Ok(id);
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.pool(link).insert(key, id);
+        self.pool(link).insert(key.to_string(), id);
         let mut conn = Conn {
             id,
             at: at.clone(),
@@ -961,27 +972,16 @@ fn resolve_in_background(id: ConnId, host: String, port: u16) {
         let mut failed: Deliveries = Vec::new();
         NET.with(|net| {
             let mut net = net.borrow_mut();
-            let Some(conn) = net.conns.get_mut(&resolved.id) else {
+            let Some(conn) = net.conns.get(&resolved.id) else {
                 return;
             };
             if conn.state != State::Resolving {
                 return;
             }
-            let result = match resolved.addr {
-                Ok(addr) => conn.connect(addr),
-                Err(e) => Err(StepError::new(
-                    &conn.at,
-                    format!("the address does not resolve: {e}"),
-                )),
-            };
-            match result {
-                Err(e) => net.fail(resolved.id, &e, &mut failed),
-                Ok(()) => {
-                    if net.conns.get(&resolved.id).map(|c| c.state) == Some(State::Ready) {
-                        net.flush(resolved.id, &mut failed);
-                    }
-                }
-            }
+            let addr = resolved.addr.map_err(|e| {
+                StepError::new(&conn.at, format!("the address does not resolve: {e}"))
+            });
+            net.connect_known(resolved.id, addr, &mut failed);
         });
         super::forward::deliver_all(failed);
     }

@@ -107,29 +107,22 @@ thread_local! {
 
 /// The address a Sentinel node has now, if known.
 pub fn address_of(name: &str) -> Option<String> {
-    TABLE.with(|t| t.borrow().nodes.get(name).and_then(|n| n.address.clone()))
+    read_node(name, |n| n.address.clone())
+}
+
+/// What `read` takes from the node called `name`, if the table has it.
+fn read_node<T>(name: &str, read: impl FnOnce(&Node) -> Option<T>) -> Option<T> {
+    TABLE.with(|t| t.borrow().nodes.get(name).and_then(read))
 }
 
 /// Why a Sentinel node's address is not known (empty if it is, or if nobody asked yet).
 pub fn address_error(name: &str) -> String {
-    TABLE.with(|t| {
-        t.borrow()
-            .nodes
-            .get(name)
-            .map(|n| n.error.clone())
-            .unwrap_or_default()
-    })
+    read_node(name, |n| Some(n.error.clone())).unwrap_or_default()
 }
 
 /// The replicas known of a node.
 pub fn replicas_of(name: &str) -> Vec<String> {
-    TABLE.with(|t| {
-        t.borrow()
-            .nodes
-            .get(name)
-            .and_then(|n| n.replicas.clone())
-            .unwrap_or_default()
-    })
+    read_node(name, |n| n.replicas.clone()).unwrap_or_default()
 }
 
 /// A replica of `primary` to read from (each in turn), or why there is none.
