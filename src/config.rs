@@ -39,6 +39,10 @@ pub struct Config {
     pub read_from: String,
     /// How often Sentinel (and, for reads from replicas, each primary's ROLE) is asked again.
     pub topology_refresh_ms: i64,
+    /// `yes`: every connection to another server speaks TLS (`route::tls`).
+    pub tls: String,
+    /// The TLS files, empty for the server's own `tls-*` setting of the same name.
+    pub tls_files: crate::route::tls::TlsFiles,
 }
 
 impl Default for Config {
@@ -59,6 +63,8 @@ impl Default for Config {
             sentinel_password: String::new(),
             read_from: "primary".into(),
             topology_refresh_ms: 1000,
+            tls: "no".into(),
+            tls_files: Default::default(),
         }
     }
 }
@@ -180,6 +186,12 @@ config_field!(SENTINEL_USER: TextConfig => sentinel_user);
 config_field!(SENTINEL_PASSWORD: TextConfig => sentinel_password);
 config_field!(READ_FROM: TextConfig => read_from);
 config_field!(TOPOLOGY_REFRESH_MS: IntConfig => topology_refresh_ms);
+config_field!(TLS: TextConfig => tls);
+config_field!(TLS_CERT_FILE: TextConfig => tls_files.cert_file);
+config_field!(TLS_KEY_FILE: TextConfig => tls_files.key_file);
+config_field!(TLS_CA_CERT_FILE: TextConfig => tls_files.ca_cert_file);
+config_field!(TLS_CA_CERT_DIR: TextConfig => tls_files.ca_cert_dir);
+config_field!(TLS_SERVER_NAME: TextConfig => tls_files.server_name);
 
 /// Every configuration name, as accepted in `loadmodule` arguments.
 pub const NAMES: &[&str] = &[
@@ -208,6 +220,12 @@ pub const NAMES: &[&str] = &[
     "sentinel-password",
     "read-from",
     "topology-refresh-ms",
+    "tls",
+    "tls-cert-file",
+    "tls-key-file",
+    "tls-ca-cert-file",
+    "tls-ca-cert-dir",
+    "tls-server-name",
 ];
 
 /// Checks the high-availability settings: the sentinels' addresses and where reads go.
@@ -220,6 +238,46 @@ pub fn check_topology(c: &Config) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Checks the TLS settings that changed from `prev` to `next`, each on its own: `shard.tls`
+/// is `yes` or `no`, a file setting names a file that reads and holds what it should.
+pub fn check_tls(prev: &Config, next: &Config) -> Result<(), String> {
+    if next.tls != "yes" && next.tls != "no" {
+        return Err(format!("shard.tls must be yes or no, got '{}'", next.tls));
+    }
+    let (a, b) = (&prev.tls_files, &next.tls_files);
+    let files = [
+        ("shard.tls-cert-file", &a.cert_file, &b.cert_file),
+        ("shard.tls-key-file", &a.key_file, &b.key_file),
+        ("shard.tls-ca-cert-file", &a.ca_cert_file, &b.ca_cert_file),
+        ("shard.tls-ca-cert-dir", &a.ca_cert_dir, &b.ca_cert_dir),
+    ];
+    for (setting, _, path) in files.iter().filter(|(_, old, new)| old != new) {
+        crate::route::tls::check_file(setting, path)?;
+    }
+    crate::route::tls::check_server_name(&b.server_name)
+}
+
+/// The server's own TLS settings (`CONFIG GET tls-*`), which the module's fall back to. Main
+/// thread only.
+pub fn server_tls() -> crate::route::tls::ServerTls {
+    let detached = crate::route::filter::detached();
+    if detached.is_null() {
+        return Default::default();
+    }
+    let ctx = redis_module::Context::new(detached);
+    crate::route::tls::ServerTls::read(|name| match ctx.call("CONFIG", &["GET", name]) {
+        Ok(redis_module::RedisValue::Array(v)) => match v.get(1) {
+            Some(redis_module::RedisValue::BulkString(s) | redis_module::RedisValue::SimpleString(s)) => {
+                s.clone()
+            }
+            Some(redis_module::RedisValue::StringBuffer(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(redis_module::RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    })
 }
 
 /// Checks `loadmodule` arguments: name/value pairs of known configurations.

@@ -114,7 +114,16 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             nodes.push((n.name.clone(), address));
         }
     }
+    let tls_on = st.config.tls == "yes";
+    let tls_config_error = st.tls_config_error.clone().unwrap_or_default();
     drop(st);
+    let (handshakes, handshake_avg_us, tls_failures, tls_last_error) = crate::route::tls::stats();
+    raw::add_info_field_str(ctx, "tls", if tls_on { "yes" } else { "no" });
+    raw::add_info_field_long_long(ctx, "tls_handshakes", int(handshakes));
+    raw::add_info_field_long_long(ctx, "tls_handshake_avg_us", int(handshake_avg_us));
+    raw::add_info_field_long_long(ctx, "tls_failures", int(tls_failures));
+    raw::add_info_field_str(ctx, "tls_last_error", &tls_last_error);
+    raw::add_info_field_str(ctx, "tls_config_error", &tls_config_error);
     let (failovers, subscribed, sentinel_error) = crate::route::topology::summary();
     raw::add_info_field_long_long(ctx, "failovers_seen", int(failovers));
     raw::add_info_field_str(

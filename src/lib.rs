@@ -47,6 +47,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&e);
         return Status::Err;
     }
+    // SAFETY: OnLoad's own context.
+    unsafe { route::filter::detach(ctx.ctx) };
     if let Err(e) = state::lock().finish_load() {
         ctx.log_warning(&format!("invalid configuration: {e}"));
         return Status::Err;
@@ -115,6 +117,12 @@ redis_module! {
             ["sentinel-user", &config::SENTINEL_USER, "", ConfigurationFlags::DEFAULT, None],
             ["sentinel-password", &config::SENTINEL_PASSWORD, "", ConfigurationFlags::SENSITIVE, None],
             ["read-from", &config::READ_FROM, "primary", ConfigurationFlags::DEFAULT, None],
+            ["tls", &config::TLS, "no", ConfigurationFlags::DEFAULT, None],
+            ["tls-cert-file", &config::TLS_CERT_FILE, "", ConfigurationFlags::DEFAULT, None],
+            ["tls-key-file", &config::TLS_KEY_FILE, "", ConfigurationFlags::DEFAULT, None],
+            ["tls-ca-cert-file", &config::TLS_CA_CERT_FILE, "", ConfigurationFlags::DEFAULT, None],
+            ["tls-ca-cert-dir", &config::TLS_CA_CERT_DIR, "", ConfigurationFlags::DEFAULT, None],
+            ["tls-server-name", &config::TLS_SERVER_NAME, "", ConfigurationFlags::DEFAULT, None],
         ],
         bool: [],
         enum: [],

@@ -31,6 +31,9 @@ pub struct ModuleState {
     /// The high-water mark last propagated as SHARD.ADVANCE: the mark only moves when the tick
     /// does, so replicas and the AOF get it once per tick, not once per call.
     pub propagated_high_water: Option<i64>,
+    /// Why the TLS settings as set are not in force (a certificate whose key does not match):
+    /// the previous configuration serves until they are mended.
+    pub tls_config_error: Option<String>,
     /// False while Redis applies the configuration at load time: values are only stored then,
     /// and checked together once all are in.
     loaded: bool,
@@ -59,6 +62,8 @@ impl ModuleState {
         }
         let keys = KeySettings::resolve(&next.keys)?;
         crate::config::check_topology(&next)?;
+        crate::config::check_tls(&self.config, &next)?;
+        let tls = self.tls_update(&next)?;
         crate::route::cluster_glue::check_config(&next, self.rings.current.as_deref())?;
         check_shardjs_config(&next, &keys)?;
         let ring = if next.ring.source_differs(&self.config.ring) {
@@ -70,7 +75,61 @@ impl ModuleState {
             None
         };
         self.install(next, keys, ring);
+        if let Some(tls) = tls {
+            crate::route::tls::install(tls);
+        }
         Ok(())
+    }
+
+    /// The TLS configuration to put in force for `next`, `None` to keep the one in force:
+    /// built again when a TLS setting was set. A certificate whose key does not match (one of
+    /// the pair changed, the other may follow in the same `CONFIG SET`) keeps the previous
+    /// configuration in force; `refresh_tls` checks it again once the command is done.
+    fn tls_update(
+        &mut self,
+        next: &Config,
+    ) -> Result<Option<Option<Arc<crate::route::tls::Tls>>>, String> {
+        if next.tls == self.config.tls && next.tls_files == self.config.tls_files {
+            return Ok(None);
+        }
+        if next.tls != "yes" {
+            self.tls_config_error = None;
+            return Ok(Some(None));
+        }
+        match crate::route::tls::build(&next.tls_files, &crate::config::server_tls()) {
+            Ok(tls) => {
+                self.tls_config_error = None;
+                Ok(Some(Some(Arc::new(tls))))
+            }
+            Err(e) if e.keys_mismatch && self.config.tls == "yes" => {
+                self.tls_config_error = Some(e.message);
+                Ok(None)
+            }
+            Err(e) => Err(e.message),
+        }
+    }
+
+    /// Builds the TLS configuration again (the server's `tls-*` files or the module's changed):
+    /// after a `CONFIG SET` of either, so a certificate and its key set in one command are
+    /// checked together. On failure the configuration in force stays, and the log and INFO
+    /// (`tls_config_error`) say why.
+    pub fn refresh_tls(&mut self) {
+        if self.config.tls != "yes" {
+            return;
+        }
+        match crate::route::tls::build(&self.config.tls_files, &crate::config::server_tls()) {
+            Ok(tls) => {
+                self.tls_config_error = None;
+                crate::route::tls::install(Some(Arc::new(tls)));
+            }
+            Err(e) => {
+                redis_module::logging::log_warning(format!(
+                    "shard: the TLS settings are not in force ({e}); new connections keep the \
+                     previous certificate"
+                ));
+                self.tls_config_error = Some(e.message);
+            }
+        }
     }
 
     /// Checks the configuration given at load time and loads the ring file if one is named;
@@ -78,9 +137,18 @@ impl ModuleState {
     pub fn finish_load(&mut self) -> Result<(), String> {
         let keys = KeySettings::resolve(&self.config.keys)?;
         crate::config::check_topology(&self.config)?;
+        crate::config::check_tls(&Config::default(), &self.config)?;
         check_shardjs_config(&self.config, &keys)?;
         let ring = ring_from_file(&self.config)?;
+        let tls = if self.config.tls == "yes" {
+            let built = crate::route::tls::build(&self.config.tls_files, &crate::config::server_tls())
+                .map_err(|e| format!("shard.tls yes: {e}"))?;
+            Some(Arc::new(built))
+        } else {
+            None
+        };
         self.install(self.config.clone(), keys, ring);
+        crate::route::tls::install(tls);
         self.loaded = true;
         Ok(())
     }

@@ -38,6 +38,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::os::fd::AsRawFd;
 use std::os::raw::c_int;
 use std::time::{Duration, Instant};
@@ -48,6 +49,8 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use super::frame::FrameScanner;
 use super::plan::{Endpoint, StepError, StepErrorKind};
 use super::resp::{encode_command, read_reply, Resp};
+use super::tls::Tls;
+use super::transport::Transport;
 
 /// How the module reaches other nodes: the call timeout, the credentials, the RESP version,
 /// and the database the requests run in (the calling client's).
@@ -136,7 +139,10 @@ struct Conn {
     at: Endpoint,
     link: Link,
     state: State,
-    stream: Option<TcpStream>,
+    stream: Option<Transport>,
+    /// The TLS configuration in force when the connection was made (`None`: plain TCP): a
+    /// rotated certificate serves the connections made after it.
+    tls: Option<Arc<Tls>>,
     /// Requests not yet written (in order), then those written and unanswered.
     unsent: VecDeque<Pending>,
     in_flight: VecDeque<Pending>,
@@ -405,6 +411,7 @@ impl Net {
             link: link.clone(),
             state: State::Resolving,
             stream: None,
+            tls: super::tls::current(),
             unsent: VecDeque::new(),
             in_flight: VecDeque::new(),
             out: Vec::new(),
@@ -487,6 +494,16 @@ impl Net {
                         if known.is_empty() { "" } else { ": " },
                         known
                     )
+                } else if c.stream.as_ref().is_some_and(Transport::handshaking) {
+                    let why = format!(
+                        "TLS handshake did not complete within {} ms (does the node speak TLS?)",
+                        c.link.timeout.as_millis()
+                    );
+                    super::tls::count_failure(&format!(
+                        "node {} ({}): {why}",
+                        c.at.name, c.at.address
+                    ));
+                    why
                 } else {
                     format!("did not answer within {} ms", c.link.timeout.as_millis())
                 };
@@ -612,7 +629,7 @@ impl Net {
             return;
         }
         if mask & raw::REDISMODULE_EVENTLOOP_WRITABLE as c_int != 0 {
-            if conn.out_pos < conn.out.len() {
+            if conn.out_pos < conn.out.len() || conn.stream.as_ref().is_some_and(Transport::wants_write) {
                 if let Err(e) = conn.write_out() {
                     let e = conn.io_error("cannot send", &e);
                     self.fail(id, &e, failed);
@@ -635,8 +652,26 @@ impl Net {
         let closed = match conn.read_in() {
             Ok(true) => None,
             Ok(false) => Some(io::Error::from(io::ErrorKind::UnexpectedEof)),
-            Err(e) => Some(e),
+            Err(e) => {
+                if let Some(why) = super::tls::failure(&e) {
+                    // A refused peer: never a reason to send the requests again.
+                    let e = StepError::new(&conn.at, why);
+                    super::tls::count_failure(&e.to_string());
+                    self.fail(id, &e, failed);
+                    return;
+                }
+                Some(e)
+            }
         };
+        // Handshake records (or an alert) the read produced, and requests written during the
+        // handshake, go out now.
+        if closed.is_none() && conn.stream.as_ref().is_some_and(Transport::wants_write) {
+            if let Err(e) = conn.write_out() {
+                let e = conn.io_error("cannot send", &e);
+                self.fail(id, &e, failed);
+                return;
+            }
+        }
         // Whole replies first: a node may answer and then close.
         let became_ready = match conn.take_replies(failed) {
             Ok(ready) => ready,
@@ -669,7 +704,11 @@ impl Conn {
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => true,
             Err(e) => return Err(fail(e)),
         };
-        self.stream = Some(TcpStream::from(socket));
+        // The peer's name is the ring address's host (or shard.tls-server-name), not the IP
+        // it resolved to.
+        let transport = Transport::new(TcpStream::from(socket), self.tls.as_ref(), &at.host)
+            .map_err(|e| StepError::new(&at, format!("TLS: {e}")))?;
+        self.stream = Some(transport);
         if in_progress {
             self.state = State::Connecting;
             self.want_writable();
@@ -681,7 +720,7 @@ impl Conn {
 
     /// The connect finished (or failed): start the handshake.
     fn connected(&mut self) -> io::Result<()> {
-        let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?;
+        let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?.tcp();
         if let Some(e) = stream.take_error()? {
             return Err(e);
         }
@@ -729,6 +768,9 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
+        }
+        if !stream.flush_pending()? {
+            self.want_writable();
         }
         self.out.clear();
         self.out_pos = 0;
@@ -848,7 +890,7 @@ impl Conn {
     }
 
     fn fd(&self) -> Option<c_int> {
-        self.stream.as_ref().map(AsRawFd::as_raw_fd)
+        self.stream.as_ref().map(|s| s.tcp().as_raw_fd())
     }
 
     fn register(&self, mask: c_int) -> io::Result<()> {

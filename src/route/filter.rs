@@ -65,17 +65,29 @@ pub fn detached() -> *mut raw::RedisModuleCtx {
     DETACHED.load(Ordering::Relaxed)
 }
 
-/// Registers the filter.
+/// Makes the module's detached context (once).
 ///
 /// # Safety
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
-pub unsafe fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+pub unsafe fn detach(ctx: *mut raw::RedisModuleCtx) {
+    if !DETACHED.load(Ordering::Relaxed).is_null() {
+        return;
+    }
     // SAFETY: called from OnLoad with its context.
     unsafe {
         if let Some(detach) = raw::RedisModule_GetDetachedThreadSafeContext {
             DETACHED.store(detach(ctx), Ordering::Relaxed);
         }
     }
+}
+
+/// Registers the filter.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    // SAFETY: called from OnLoad with its context.
+    unsafe { detach(ctx) };
     // SAFETY: called from OnLoad with its context.
     let filter = unsafe {
         let register = raw::RedisModule_RegisterCommandFilter

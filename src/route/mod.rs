@@ -20,7 +20,9 @@ pub mod plan;
 pub mod resp;
 pub mod sentinel;
 pub mod split;
+pub mod tls;
 pub mod topology;
+pub mod transport;
 pub mod watcher;
 
 pub use plan::{execute, CommandKind, Endpoint, Plan, Routed, Step, StepError, StepErrorKind};
@@ -85,6 +87,44 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
         }
         if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
             subscribe(ctx, role_event, Some(on_role_change));
+        }
+    }
+    // The TLS configuration is built again after a CONFIG SET of a TLS file, the module's or
+    // the server's own (whose files the module's fall back to).
+    extern "C" fn on_config_change(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        _subevent: u64,
+        data: *mut std::os::raw::c_void,
+    ) {
+        let _ = std::panic::catch_unwind(|| {
+            if data.is_null() {
+                return;
+            }
+            // SAFETY: Redis passes a RedisModuleConfigChange for this event, valid during the
+            // callback.
+            let change = unsafe { &*(data as *const raw::RedisModuleConfigChange) };
+            let names = (0..change.num_changes as usize).filter_map(|i| {
+                // SAFETY: `config_names` holds `num_changes` C strings.
+                let name = unsafe { *change.config_names.add(i) };
+                (!name.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(name) })
+            });
+            let tls = names
+                .map(|n| n.to_bytes())
+                .any(|n| n.starts_with(b"tls-") || n.starts_with(b"shard.tls"));
+            if tls {
+                crate::state::lock().refresh_tls();
+            }
+        });
+    }
+    let config_event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_CONFIG,
+        dataver: 1,
+    };
+    // SAFETY: OnLoad's context; the callback lives as long as the module.
+    unsafe {
+        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
+            subscribe(ctx, config_event, Some(on_config_change));
         }
     }
     watcher::start()
