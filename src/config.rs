@@ -269,10 +269,12 @@ pub fn server_tls() -> crate::route::tls::ServerTls {
     let ctx = redis_module::Context::new(detached);
     crate::route::tls::ServerTls::read(|name| match ctx.call("CONFIG", &["GET", name]) {
         Ok(redis_module::RedisValue::Array(v)) => match v.get(1) {
-            Some(redis_module::RedisValue::BulkString(s) | redis_module::RedisValue::SimpleString(s)) => {
-                s.clone()
+            Some(
+                redis_module::RedisValue::BulkString(s) | redis_module::RedisValue::SimpleString(s),
+            ) => s.clone(),
+            Some(redis_module::RedisValue::StringBuffer(b)) => {
+                String::from_utf8_lossy(b).into_owned()
             }
-            Some(redis_module::RedisValue::StringBuffer(b)) => String::from_utf8_lossy(b).into_owned(),
             Some(redis_module::RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
             _ => String::new(),
         },

@@ -141,8 +141,9 @@ impl ModuleState {
         check_shardjs_config(&self.config, &keys)?;
         let ring = ring_from_file(&self.config)?;
         let tls = if self.config.tls == "yes" {
-            let built = crate::route::tls::build(&self.config.tls_files, &crate::config::server_tls())
-                .map_err(|e| format!("shard.tls yes: {e}"))?;
+            let built =
+                crate::route::tls::build(&self.config.tls_files, &crate::config::server_tls())
+                    .map_err(|e| format!("shard.tls yes: {e}"))?;
             Some(Arc::new(built))
         } else {
             None

@@ -310,6 +310,13 @@ pub fn doc(name: &str) -> Option<Doc> {
             REDIRECT,
             c"read write slow",
         ),
+        "shard.dump" => d(
+            c"Internal: a key's DUMP payload and PTTL in one step, for the copy-before-write of SHARD.CALL over TLS",
+            c"O(1) to access the key and additional O(N*M) to serialize it",
+            2,
+            KEY,
+            c"read slow",
+        ),
         "shard.advance" => d(
             c"Internal: carries the generator's high-water mark to replicas and the AOF",
             c"O(1)",

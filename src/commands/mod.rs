@@ -9,6 +9,7 @@ pub mod call;
 pub mod debug;
 pub mod decode;
 pub mod docs;
+pub mod dump;
 pub mod encode;
 pub mod error;
 pub mod fleet;

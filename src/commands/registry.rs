@@ -111,6 +111,11 @@ fn table() -> Vec<Spec> {
             c"admin",
         ),
         command(
+            c"shard.dump",
+            command_fn!("shard.dump", super::dump::dump),
+            c"readonly",
+        ),
+        command(
             c"shard.advance",
             command_fn!("shard.advance", crate::durability::advance),
             c"write",

@@ -335,7 +335,13 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
         ctx,
         shared,
         pace: Pace::default(),
-        shipper: Shipper::new(Window::default(), pass.timeout, pass.auth.clone()),
+        // The TLS configuration in force at the fork (the child's copy of the main thread's).
+        shipper: Shipper::new(
+            Window::default(),
+            pass.timeout,
+            pass.auth.clone(),
+            crate::route::tls::current(),
+        ),
         targets,
         replace: pass.replace,
         big: pass.big,

@@ -16,12 +16,14 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::route::frame::FrameScanner;
 use crate::route::resp::{encode_command, encode_command_into};
+use crate::route::tls::Tls;
+use crate::route::transport::{self, Transport};
 
 /// How much may be in flight to one destination.
 #[derive(Debug, Clone, Copy)]
@@ -78,7 +80,7 @@ pub struct Target {
 struct Dest {
     target: Target,
     db: i32,
-    stream: Option<TcpStream>,
+    stream: Option<Transport>,
     out: Vec<u8>,
     out_pos: usize,
     /// Bytes and meaning of each request in flight, oldest first (their replies come in this
@@ -102,17 +104,25 @@ pub struct Shipper {
     window: Window,
     timeout: Duration,
     auth: Option<(String, String)>,
+    /// TLS toward the destinations (`None`: plain TCP).
+    tls: Option<Arc<Tls>>,
     pub tally: Tally,
 }
 
 impl Shipper {
-    pub fn new(window: Window, timeout: Duration, auth: Option<(String, String)>) -> Shipper {
+    pub fn new(
+        window: Window,
+        timeout: Duration,
+        auth: Option<(String, String)>,
+        tls: Option<Arc<Tls>>,
+    ) -> Shipper {
         Shipper {
             dests: HashMap::new(),
             db: 0,
             window,
             timeout,
             auth,
+            tls,
             tally: Tally::default(),
         }
     }
@@ -213,7 +223,14 @@ impl Shipper {
             error: None,
             last_reply: Instant::now(),
         };
-        match connect(&target.address, self.timeout, self.auth.as_ref(), self.db) {
+        let tls = self.tls.as_ref();
+        match connect(
+            &target.address,
+            self.timeout,
+            self.auth.as_ref(),
+            self.db,
+            tls,
+        ) {
             Ok(stream) => dest.stream = Some(stream),
             Err(e) if self.db != 0 => {
                 dest.error = Some(format!(
@@ -225,25 +242,25 @@ impl Shipper {
                 dest.error = Some(format!("{} ({}): {e}", target.name, target.address));
             }
         }
+        if let Some(e) = dest.error.as_deref().filter(|_| dest.stream.is_none()) {
+            if e.contains("TLS") {
+                crate::route::tls::count_failure(e);
+            }
+        }
         dest
     }
 }
 
-/// A logged-in, non-blocking connection to `address`.
+/// A logged-in, non-blocking connection to `address` (in TLS with `tls`, verified before a
+/// byte of the login is sent).
 fn connect(
     address: &str,
     timeout: Duration,
     auth: Option<&(String, String)>,
     db: i32,
-) -> io::Result<TcpStream> {
-    let addr: SocketAddr = address
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
+    tls: Option<&Arc<Tls>>,
+) -> io::Result<Transport> {
+    let mut stream = transport::dial(address, timeout, tls)?;
     let mut hello: Vec<u8> = Vec::new();
     let mut tolerant = Vec::new();
     if let Some((user, password)) = auth {
@@ -267,7 +284,9 @@ fn connect(
     hello.extend(encode_command(&[b"SHARD.CLUSTER".as_slice(), b"INTERNAL"]));
     tolerant.push(true);
     stream.write_all(&hello)?;
-    let mut reader = io::BufReader::new(stream.try_clone()?);
+    stream.flush()?;
+    // Nothing else is in flight: the reader cannot take bytes of a later reply.
+    let mut reader = io::BufReader::new(&mut stream);
     for ok_only in tolerant.iter().map(|t| !t) {
         match crate::route::resp::read_reply(&mut reader) {
             Ok(crate::route::resp::Resp::Error(e)) if ok_only => {
@@ -280,7 +299,8 @@ fn connect(
             Err(e) => return Err(io::Error::other(e.to_string())),
         }
     }
-    stream.set_nonblocking(true)?;
+    drop(reader);
+    stream.tcp().set_nonblocking(true)?;
     Ok(stream)
 }
 
@@ -295,11 +315,11 @@ fn pump(dest: &mut Dest, tally: &mut Tally, wait: bool, timeout: Duration) {
     };
     if wait {
         let mut events = libc::POLLIN;
-        if dest.out_pos < dest.out.len() {
+        if dest.out_pos < dest.out.len() || stream.wants_write() {
             events |= libc::POLLOUT;
         }
         let mut fd = libc::pollfd {
-            fd: stream.as_raw_fd(),
+            fd: stream.tcp().as_raw_fd(),
             events,
             revents: 0,
         };
@@ -331,12 +351,12 @@ fn write_out(dest: &mut Dest) -> io::Result<()> {
         match stream.write(&dest.out[dest.out_pos..]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => dest.out_pos += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    stream.flush_pending().map(|_| ())
 }
 
 /// Reads the replies that arrived and counts them.
@@ -480,7 +500,7 @@ mod tests {
             requests: 3,
             bytes: 1 << 20,
         };
-        let mut shipper = Shipper::new(window, Duration::from_secs(5), None);
+        let mut shipper = Shipper::new(window, Duration::from_secs(5), None, None);
         let t = target(&address);
         for i in 0..300 {
             let key = format!("{}{i}", ["a", "b", "e"][i % 3]);
@@ -508,7 +528,7 @@ mod tests {
             "oom" => "-OOM command not allowed\r\n",
             _ => "+OK\r\n",
         });
-        let mut shipper = Shipper::new(Window::default(), Duration::from_secs(5), None);
+        let mut shipper = Shipper::new(Window::default(), Duration::from_secs(5), None, None);
         let t = target(&address);
         shipper.send_as(&t, &[b"HSET", b"tmp", b"f", b"v"], Expect::Piece);
         shipper.send_as(&t, &[b"RENAMENX", b"new", b"k1"], Expect::Rename);
@@ -535,7 +555,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap().to_string();
         drop(listener);
-        let mut shipper = Shipper::new(Window::default(), Duration::from_millis(500), None);
+        let mut shipper = Shipper::new(Window::default(), Duration::from_millis(500), None, None);
         for _ in 0..5 {
             shipper.send(&target(&address), &[b"RESTORE", b"k", b"0", b"p"]);
         }

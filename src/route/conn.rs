@@ -38,9 +38,9 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::Arc;
 use std::os::fd::AsRawFd;
 use std::os::raw::c_int;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_module::raw;
@@ -629,7 +629,9 @@ impl Net {
             return;
         }
         if mask & raw::REDISMODULE_EVENTLOOP_WRITABLE as c_int != 0 {
-            if conn.out_pos < conn.out.len() || conn.stream.as_ref().is_some_and(Transport::wants_write) {
+            if conn.out_pos < conn.out.len()
+                || conn.stream.as_ref().is_some_and(Transport::wants_write)
+            {
                 if let Err(e) = conn.write_out() {
                     let e = conn.io_error("cannot send", &e);
                     self.fail(id, &e, failed);
@@ -720,7 +722,11 @@ impl Conn {
 
     /// The connect finished (or failed): start the handshake.
     fn connected(&mut self) -> io::Result<()> {
-        let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?.tcp();
+        let stream = self
+            .stream
+            .as_ref()
+            .ok_or(io::ErrorKind::NotConnected)?
+            .tcp();
         if let Some(e) = stream.take_error()? {
             return Err(e);
         }

@@ -419,6 +419,85 @@ impl Step for NetSteps {
         to: &Endpoint,
         key: &[u8],
     ) -> impl Future<Output = Result<(), StepError>> {
+        let tls = super::tls::current().is_some();
+        let via_module = tls.then(|| self.copy_over_own_connections(from, to, key));
+        let via_migrate = (!tls).then(|| self.copy_with_migrate(from, to, key));
+        async move {
+            match (via_module, via_migrate) {
+                (Some(copy), _) => copy.await,
+                (_, Some(copy)) => copy.await,
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+impl NetSteps {
+    fn clone_for_copy(&self) -> NetSteps {
+        NetSteps {
+            call: self.call,
+            slots: Rc::clone(&self.slots),
+            link: self.link.clone(),
+        }
+    }
+
+    /// Copy-before-write on a TLS fleet: `SHARD.DUMP` at the previous owner, `RESTORE` (never
+    /// replacing) at the new one, both over the module's own verified TLS connections.
+    /// `MIGRATE` would connect from the server itself: in clear unless it has `tls-cluster
+    /// yes`, credentials included, and without checking the peer's name. (On a plain fleet
+    /// `MIGRATE` stays: one round trip from here instead of two.)
+    fn copy_over_own_connections(
+        &self,
+        from: &Endpoint,
+        to: &Endpoint,
+        key: &[u8],
+    ) -> impl Future<Output = Result<(), StepError>> {
+        let dump = self.send(from, &[b"SHARD.DUMP".to_vec(), key.to_vec()]);
+        let (from, to) = (from.clone(), to.clone());
+        let key = key.to_vec();
+        let steps = self.clone_for_copy();
+        async move {
+            let (payload, pttl) = match dump.await? {
+                Resp::Array(items) => match items.as_slice() {
+                    [Resp::Bulk(payload), Resp::Int(pttl)] => (payload.clone(), *pttl),
+                    _ => return Err(StepError::new(&from, "SHARD.DUMP gave an unexpected reply")),
+                },
+                Resp::Null | Resp::NullArray => return Ok(()), // nothing to copy: the write makes it
+                Resp::Error(e) => {
+                    return Err(StepError::new(
+                        &from,
+                        format!(
+                            "reading the key to copy it to {} failed: {}",
+                            to.name,
+                            String::from_utf8_lossy(&e)
+                        ),
+                    ))
+                }
+                _ => return Err(StepError::new(&from, "SHARD.DUMP gave an unexpected reply")),
+            };
+            let ttl = pttl.max(0).to_string().into_bytes();
+            let restore = vec![b"RESTORE".to_vec(), key, ttl, payload];
+            match steps.send(&to, &restore).await? {
+                Resp::Error(e) if !e.starts_with(b"BUSYKEY") => Err(StepError::new(
+                    &to,
+                    format!(
+                        "copying the key from {} failed: {}",
+                        from.name,
+                        String::from_utf8_lossy(&e)
+                    ),
+                )),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    /// Copy-before-write on a plain fleet: `MIGRATE ... COPY` run by the previous owner.
+    fn copy_with_migrate(
+        &self,
+        from: &Endpoint,
+        to: &Endpoint,
+        key: &[u8],
+    ) -> impl Future<Output = Result<(), StepError>> {
         let timeout_ms = u64::try_from(self.link.timeout.as_millis()).unwrap_or(u64::MAX);
         let unknown = (to.port == 0).then(|| {
             StepError::new(
@@ -438,7 +517,7 @@ impl Step for NetSteps {
             false,
             self.link.auth.as_ref(),
         ));
-        let reply = unknown.is_none().then(|| self.run(from, args));
+        let reply = unknown.is_none().then(|| self.send(from, &args));
         let (from, to_name) = (from.clone(), to.name.clone());
         async move {
             let Some(reply) = reply else {

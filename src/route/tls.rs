@@ -181,7 +181,8 @@ fn private_key(src: &Source) -> Result<PrivateKeyDer<'static>, String> {
 }
 
 fn ca_dir(src: &Source) -> Result<Vec<CertificateDer<'static>>, String> {
-    let entries = std::fs::read_dir(&src.path).map_err(|e| format!("{src}: cannot read it: {e}"))?;
+    let entries =
+        std::fs::read_dir(&src.path).map_err(|e| format!("{src}: cannot read it: {e}"))?;
     let mut certs = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
@@ -344,16 +345,15 @@ pub fn explain(e: &rustls::Error, name: &str) -> String {
             "its certificate is not valid for {name} (the ring address's host, \
              or shard.tls-server-name)"
         ),
-        E::InvalidCertificate(CertificateError::Expired | CertificateError::ExpiredContext { .. }) => {
-            "its certificate has expired".to_string()
-        }
+        E::InvalidCertificate(
+            CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        ) => "its certificate has expired".to_string(),
         E::InvalidCertificate(
             CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. },
         ) => "its certificate is not valid yet".to_string(),
         E::InvalidCertificate(other) => format!("its certificate is refused: {other:?}"),
         E::InvalidMessage(_) | E::InappropriateMessage { .. } => {
-            "it does not speak TLS (it answered with something else than a TLS record)"
-                .to_string()
+            "it does not speak TLS (it answered with something else than a TLS record)".to_string()
         }
         E::AlertReceived(alert) => format!(
             "it refused the handshake ({alert:?}): does it trust this node's certificate \
@@ -408,11 +408,13 @@ pub fn count_failure(why: &str) {
 pub fn stats() -> (u64, u64, u64, String) {
     let n = HANDSHAKES.load(Ordering::Relaxed);
     let us = HANDSHAKE_US.load(Ordering::Relaxed);
-    let last = LAST_ERROR
-        .try_lock()
-        .map(|s| s.clone())
-        .unwrap_or_default();
-    (n, us.checked_div(n).unwrap_or(0), FAILURES.load(Ordering::Relaxed), last)
+    let last = LAST_ERROR.try_lock().map(|s| s.clone()).unwrap_or_default();
+    (
+        n,
+        us.checked_div(n).unwrap_or(0),
+        FAILURES.load(Ordering::Relaxed),
+        last,
+    )
 }
 
 thread_local! {
@@ -453,7 +455,10 @@ mod tests {
                 ],
             )
         };
-        assert_eq!(pick_cert("/own.crt").map(|s| s.path), Some("/own.crt".into()));
+        assert_eq!(
+            pick_cert("/own.crt").map(|s| s.path),
+            Some("/own.crt".into())
+        );
         assert_eq!(
             pick_cert("").map(|s| s.to_string()),
             Some("tls-client-cert-file /c.crt".into())

@@ -108,10 +108,7 @@ impl Transport {
                 break;
             }
             if t.conn.read_tls(&mut t.tcp)? == 0 {
-                return Err(failure(format!(
-                    "TLS handshake failed: the connection was closed (does it speak TLS, \
-                     and trust this node's certificate?)"
-                )));
+                return Err(closed_in_handshake());
             }
             t.process()?;
         }
@@ -125,6 +122,14 @@ impl Transport {
 
 fn failure(why: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, TlsFailure(why))
+}
+
+fn closed_in_handshake() -> io::Error {
+    failure(
+        "TLS handshake failed: the connection was closed (does it speak TLS, and trust this \
+         node's certificate?)"
+            .to_string(),
+    )
 }
 
 impl TlsStream {
@@ -182,11 +187,7 @@ impl Read for Transport {
                 t.flush_pending()?;
             }
             if n == 0 && t.conn.is_handshaking() {
-                return Err(failure(
-                    "TLS handshake failed: the connection was closed (does it speak TLS, \
-                     and trust this node's certificate?)"
-                        .to_string(),
-                ));
+                return Err(closed_in_handshake());
             }
         }
     }

@@ -18,16 +18,17 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io::{self, BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis_module::raw;
 
 use super::resp::{encode_command, read_reply, Resp};
 use super::sentinel;
+use super::tls::Tls;
 use super::topology::{self, ReadFrom, Update};
+use super::transport::{self, Transport};
 use crate::state::{self, ModuleState};
 
 /// What to watch, read from the module's state at every turn.
@@ -43,6 +44,22 @@ struct Watch {
     /// The other ring nodes, (name, address): asked for `ROLE` when reads may go to replicas.
     plain: Vec<(String, String)>,
     replicas: bool,
+    /// TLS toward the sentinels and the nodes, as in force on the main thread.
+    tls: SameTls,
+}
+
+/// The TLS configuration, equal when it is the same one (a rotated certificate is a change).
+#[derive(Debug, Clone)]
+struct SameTls(Option<Arc<Tls>>);
+
+impl PartialEq for SameTls {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 impl Watch {
@@ -78,6 +95,7 @@ impl Watch {
             masters,
             plain,
             replicas: ReadFrom::parse(&c.read_from).is_some_and(|m| m != ReadFrom::Primary),
+            tls: SameTls(super::tls::current()),
         }
     }
 
@@ -158,31 +176,29 @@ pub fn wake() {
 /// A blocking RESP2 connection with timeouts.
 struct Client {
     address: String,
-    stream: TcpStream,
-    reader: BufReader<TcpStream>,
+    /// The connection; requests are written through `get_mut`.
+    reader: BufReader<Transport>,
 }
 
 impl Client {
+    /// Connects (in TLS when `tls` is given, verified before the credentials are sent) and
+    /// authenticates.
     fn open(
         address: &str,
         timeout: Duration,
         auth: Option<&(String, String)>,
+        tls: &SameTls,
     ) -> Result<Client, String> {
-        let fail = |e: io::Error| format!("{address}: {e}");
-        let addr = address
-            .to_socket_addrs()
-            .map_err(fail)?
-            .next()
-            .ok_or_else(|| format!("{address}: no address"))?;
-        let stream = TcpStream::connect_timeout(&addr, timeout).map_err(fail)?;
-        stream.set_read_timeout(Some(timeout)).map_err(fail)?;
-        stream.set_write_timeout(Some(timeout)).map_err(fail)?;
-        stream.set_nodelay(true).map_err(fail)?;
-        let reader = BufReader::new(stream.try_clone().map_err(fail)?);
+        let stream = transport::dial(address, timeout, tls.0.as_ref()).map_err(|e| {
+            let text = format!("{address}: {e}");
+            if super::tls::failure(&e).is_some() {
+                super::tls::count_failure(&text);
+            }
+            text
+        })?;
         let mut client = Client {
             address: address.to_string(),
-            stream,
-            reader,
+            reader: BufReader::new(stream),
         };
         if let Some((user, password)) = auth {
             let args: Vec<&[u8]> = if user.is_empty() {
@@ -198,8 +214,10 @@ impl Client {
     }
 
     fn call(&mut self, args: &[&[u8]]) -> Result<Resp, String> {
-        self.stream
+        let stream = self.reader.get_mut();
+        stream
             .write_all(&encode_command(args))
+            .and_then(|()| stream.flush())
             .map_err(|e| format!("{}: {e}", self.address))?;
         self.read()
     }
@@ -317,15 +335,24 @@ fn subscribe(watch: &Watch) -> Result<Client, String> {
     }
     let mut errors = Vec::new();
     for address in &watch.sentinels {
-        let subscribed = Client::open(address, watch.timeout, watch.sentinel_auth.as_ref())
-            .and_then(|mut c| match c.call(&[b"SUBSCRIBE", b"+switch-master"])? {
-                Resp::Array(_) => Ok(c),
-                Resp::Error(e) => Err(format!("{address}: {}", String::from_utf8_lossy(&e))),
-                _ => Err(format!("{address}: an unexpected reply to SUBSCRIBE")),
-            });
+        let subscribed = Client::open(
+            address,
+            watch.timeout,
+            watch.sentinel_auth.as_ref(),
+            &watch.tls,
+        )
+        .and_then(|mut c| match c.call(&[b"SUBSCRIBE", b"+switch-master"])? {
+            Resp::Array(_) => Ok(c),
+            Resp::Error(e) => Err(format!("{address}: {}", String::from_utf8_lossy(&e))),
+            _ => Err(format!("{address}: an unexpected reply to SUBSCRIBE")),
+        });
         match subscribed {
             Ok(c) => {
-                let _ = c.stream.set_read_timeout(Some(Duration::from_millis(100)));
+                let _ = c
+                    .reader
+                    .get_ref()
+                    .tcp()
+                    .set_read_timeout(Some(Duration::from_millis(100)));
                 return Ok(c);
             }
             Err(e) => errors.push(e),
@@ -423,7 +450,12 @@ fn ask_sentinels<T>(
         let address = &watch.sentinels[i];
         let client = match w.query.take() {
             Some((j, c)) if j == i => Ok(c),
-            _ => Client::open(address, watch.timeout, watch.sentinel_auth.as_ref()),
+            _ => Client::open(
+                address,
+                watch.timeout,
+                watch.sentinel_auth.as_ref(),
+                &watch.tls,
+            ),
         };
         match client.and_then(|mut c| c.call(args).map(|r| (c, r))) {
             Ok((c, reply)) => {
@@ -443,7 +475,7 @@ fn ask_sentinels<T>(
 fn role_of(w: &mut Watcher, watch: &Watch, address: &str) -> Result<Vec<String>, String> {
     let client = match w.roles.remove(address) {
         Some(c) => Ok(c),
-        None => Client::open(address, watch.timeout, watch.node_auth.as_ref()),
+        None => Client::open(address, watch.timeout, watch.node_auth.as_ref(), &watch.tls),
     };
     let (client, reply) = client.and_then(|mut c| c.call(&[b"ROLE"]).map(|r| (c, r)))?;
     w.roles.insert(address.to_string(), client);

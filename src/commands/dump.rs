@@ -1,0 +1,43 @@
+//! `SHARD.DUMP key`: a key's `DUMP` payload and its `PTTL`, read in one step, or nil when the
+//! key is missing. Internal: SHARD.CALL's copy-before-write on a TLS fleet reads the key with
+//! it from its previous owner and writes it to the new one with `RESTORE`, both over the
+//! module's own (TLS) connections, where `MIGRATE` would open the server's own connection
+//! (plain TCP unless the server has `tls-cluster yes`, and never checking the peer's name).
+
+use redis_module::RedisValue;
+
+use super::{Call, CmdError, CmdResult};
+
+pub fn dump(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.dump"));
+    }
+    let key = call.args.get(1);
+    let failed =
+        |what: &str, e: redis_module::RedisError| CmdError::err(format!("{what} failed: {e}"));
+    let payload = match call
+        .ctx
+        .call("DUMP", &[key])
+        .map_err(|e| failed("DUMP", e))?
+    {
+        RedisValue::StringBuffer(b) => b,
+        RedisValue::BulkString(s) => s.into_bytes(),
+        RedisValue::BulkRedisString(s) => s.as_slice().to_vec(),
+        _ => {
+            call.reply.null();
+            return Ok(());
+        }
+    };
+    let pttl = match call
+        .ctx
+        .call("PTTL", &[key])
+        .map_err(|e| failed("PTTL", e))?
+    {
+        RedisValue::Integer(n) => n,
+        _ => -1,
+    };
+    call.reply.array(2);
+    call.reply.bulk(&payload);
+    call.reply.int(pttl);
+    Ok(())
+}
