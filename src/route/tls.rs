@@ -339,6 +339,11 @@ pub fn explain(e: &rustls::Error, name: &str) -> String {
              (shard.tls-ca-cert-file / shard.tls-ca-cert-dir)"
                 .to_string()
         }
+        E::InvalidCertificate(CertificateError::BadSignature) => {
+            "its certificate is not signed by a CA this node trusts (a CA of the same name \
+             signed it: shard.tls-ca-cert-file / shard.tls-ca-cert-dir)"
+                .to_string()
+        }
         E::InvalidCertificate(
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
         ) => format!(
