@@ -69,6 +69,7 @@ bench: build $(VENV)/.installed ## Benchmarks side by side with the server's own
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/fleet.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/fields.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) VALKEY_SERVER=$(VALKEY_SERVER) python3 bench/copy.py
+	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/tls.py
 
 # Fuzzing (issue 8): every target runs FUZZ_SECONDS; FUZZ_TARGETS picks some, e.g.
 # `make fuzz FUZZ_TARGETS=resp FUZZ_SECONDS=600`. Crashes land in fuzz/artifacts/<target>/.

@@ -56,7 +56,7 @@ class ServerFailed(Exception):
 class RedisServer:
     """One redis-server with the module, started by `start()` and stopped by `stop()`."""
 
-    def __init__(self, workdir, module_args=(), config=(), env=None, password=None):
+    def __init__(self, workdir, module_args=(), config=(), env=None, password=None, tls=None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.module_args = [str(a) for a in module_args]
@@ -65,13 +65,21 @@ class RedisServer:
         self.password = password
         if password:
             self.config.append(("requirepass", password))
+        # TLS only (tests/tls_certs.py `Certs.server_tls`): `port` is then the TLS port.
+        self.tls = tls
         self.port = None
         self.proc = None
         self.logfile = self.workdir / "redis.log"
 
     def command_line(self):
+        listen = ["--port", str(self.port)]
+        if self.tls:
+            listen = ["--port", "0", "--tls-port", str(self.port),
+                      "--tls-cert-file", self.tls["cert"], "--tls-key-file", self.tls["key"],
+                      "--tls-ca-cert-file", self.tls["ca"],
+                      "--tls-auth-clients", self.tls.get("auth_clients", "yes")]
         conf = [
-            "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            *listen, "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", str(self.workdir), "--logfile", str(self.logfile),
             "--loadmodule", str(MODULE), *self.module_args,
         ]
@@ -106,6 +114,11 @@ class RedisServer:
     def client(self, protocol=2, **kwargs):
         kwargs.setdefault("socket_timeout", 30)
         kwargs.setdefault("password", self.password)
+        if self.tls:
+            kwargs.setdefault("ssl", True)
+            kwargs.setdefault("ssl_ca_certs", self.tls["client_ca"])
+            kwargs.setdefault("ssl_certfile", self.tls["client_cert"])
+            kwargs.setdefault("ssl_keyfile", self.tls["client_key"])
         return redis.Redis(host="127.0.0.1", port=self.port, protocol=protocol, **kwargs)
 
     def log(self):
@@ -135,8 +148,9 @@ def server_factory(tmp_path):
     """Starts servers on demand: `server_factory(module_args=..., config=...)`."""
     servers = []
 
-    def make(module_args=(), config=(), start=True, env=None, password=None):
-        s = RedisServer(tmp_path / f"server{len(servers)}", module_args, config, env, password)
+    def make(module_args=(), config=(), start=True, env=None, password=None, tls=None):
+        s = RedisServer(tmp_path / f"server{len(servers)}", module_args, config, env, password,
+                        tls)
         servers.append(s)
         return s.start() if start else s
 

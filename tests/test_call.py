@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from conftest import info_shard
+from tls_certs import client_context
 
 NAMES = ("n0", "n1", "n2")
 TIMEOUT_MS = 500
@@ -41,8 +42,10 @@ def encode(args):
 class Raw:
     """One connection; `pipeline` sends commands in chunks and returns each reply's bytes."""
 
-    def __init__(self, port, protocol=2, user=None, password=None, timeout=30):
+    def __init__(self, port, protocol=2, user=None, password=None, timeout=30, tls=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if tls:  # a TLS-only server (its `RedisServer.tls`)
+            self.sock = client_context(tls).wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.buf = bytearray()
         if protocol == 3 or password:
             hello = ["HELLO", protocol]
@@ -141,6 +144,7 @@ class Fleet:
     def raw(self, name, **kwargs):
         s = self.servers[name]
         kwargs.setdefault("password", s.password)
+        kwargs.setdefault("tls", s.tls)
         return Raw(s.port, **kwargs)
 
     def ring_args(self, names, extra=()):

@@ -20,6 +20,7 @@ from redis.cluster import RedisCluster
 
 from conftest import FILTER_SEES_CLIENT
 from test_call import key_names, random_ops
+from tls_certs import cli_tls_args, redis_py_tls_args
 
 NAMES = ("n0", "n1", "n2")
 
@@ -43,6 +44,7 @@ def fleet(server_factory):
 
 def cluster_client(servers, **kwargs):
     s = servers["n0"]
+    kwargs = {**redis_py_tls_args(s), **kwargs}
     return RedisCluster(host="127.0.0.1", port=s.port, socket_timeout=10, **kwargs)
 
 
@@ -335,7 +337,8 @@ class CliLoad:
 
     def __init__(self, servers, keys):
         self.counts, self.errors, self.wrong, self.ops = {}, [], [], 0
-        self.proc = subprocess.Popen(["redis-cli", "-c", "-p", str(servers["n0"].port)],
+        self.proc = subprocess.Popen(["redis-cli", *cli_tls_args(servers["n0"]), "-c", "-p",
+                                      str(servers["n0"].port)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.run, args=(keys,))
