@@ -81,7 +81,7 @@ class Server:
         self.port = base.free_port()
         log = base.TMP / f"tls-{name}.log"
         argv = [base.REDIS_SERVER, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", str(base.TMP), "--logfile", str(log)]
+                "--dir", str(base.TMP), "--logfile", str(log), "--enable-debug-command", "yes"]
         if tls:
             f = tls_files()
             argv += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", f["cert"],

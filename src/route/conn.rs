@@ -161,6 +161,9 @@ struct Conn {
     reply_bytes_since_idle: usize,
     was_idle: bool,
     used: bool,
+    /// Out of the pool (`shard.tls` was turned on or off): closes once its requests are
+    /// answered.
+    retiring: bool,
 }
 
 /// Every connection, the main thread's only.
@@ -275,6 +278,34 @@ pub fn counts() -> (usize, usize) {
 /// an address or a node name).
 fn awaiting_key(name: &str) -> String {
     format!("\u{1}{name}")
+}
+
+/// `shard.tls` was turned on or off: no new request goes on a connection of the other kind.
+/// Idle connections close now; busy ones leave the pool and close once their requests are
+/// answered (their callers get their replies).
+pub fn retire_all() {
+    NET.with(|net| {
+        let mut net = net.borrow_mut();
+        let ids: Vec<ConnId> = net.conns.keys().copied().collect();
+        for id in ids {
+            let idle = net
+                .conns
+                .get(&id)
+                .is_some_and(|c| c.in_flight.is_empty() && c.unsent.is_empty());
+            if idle {
+                net.remove(id);
+            } else if let Some(conn) = net.conns.get(&id) {
+                let (key, link) = (net.pool_key(conn), conn.link.clone());
+                let pool = net.pool(&link);
+                if pool.get(key.as_str()) == Some(&id) {
+                    pool.remove(key.as_str());
+                }
+                if let Some(conn) = net.conns.get_mut(&id) {
+                    conn.retiring = true;
+                }
+            }
+        }
+    });
 }
 
 /// Acts on what the topology watcher learned (on the main thread): the connections to a
@@ -424,6 +455,7 @@ impl Net {
             reply_bytes_since_idle: 0,
             was_idle: false,
             used: false,
+            retiring: false,
         };
         if unknown {
             // A Sentinel node whose address the watcher has not given yet.
@@ -533,13 +565,18 @@ impl Net {
         }
     }
 
-    fn remove(&mut self, id: ConnId) -> Option<Conn> {
-        let mut conn = self.conns.remove(&id)?;
-        let key = if conn.state == State::AwaitSentinel {
+    /// The key a connection is pooled under.
+    fn pool_key(&self, conn: &Conn) -> String {
+        if conn.state == State::AwaitSentinel {
             awaiting_key(&conn.at.name)
         } else {
             conn.at.address.clone()
-        };
+        }
+    }
+
+    fn remove(&mut self, id: ConnId) -> Option<Conn> {
+        let mut conn = self.conns.remove(&id)?;
+        let key = self.pool_key(&conn);
         let pool = self.pool(&conn.link);
         if pool.get(key.as_str()) == Some(&id) {
             pool.remove(key.as_str());
@@ -684,6 +721,10 @@ impl Net {
         };
         if let Some(cause) = closed {
             self.closed(id, cause, failed);
+            return;
+        }
+        if conn.retiring && conn.in_flight.is_empty() && conn.unsent.is_empty() {
+            self.remove(id);
             return;
         }
         if became_ready {

@@ -434,9 +434,19 @@ pub fn current() -> Option<Arc<Tls>> {
     CURRENT.with(|c| c.borrow().clone())
 }
 
-/// Puts `tls` in force for new connections (existing ones keep theirs until they close).
+/// Puts `tls` in force for new connections: a rotated certificate serves the connections made
+/// from now on, while open ones keep theirs until they close; turning TLS on or off retires
+/// the open connections of the other kind (`conn::retire_all`). Main thread only.
 pub fn install(tls: Option<Arc<Tls>>) {
-    CURRENT.with(|c| *c.borrow_mut() = tls);
+    let flipped = CURRENT.with(|c| {
+        let mut current = c.borrow_mut();
+        let flipped = current.is_some() != tls.is_some();
+        *current = tls;
+        flipped
+    });
+    if flipped {
+        super::conn::retire_all();
+    }
 }
 
 #[cfg(test)]

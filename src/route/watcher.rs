@@ -290,6 +290,16 @@ fn run(orders: Receiver<Order>) {
                         w.query = None;
                         w.next_subscribe = Instant::now();
                     }
+                    // TLS turned on or off: no connection of the other kind stays.
+                    if before
+                        .as_ref()
+                        .is_some_and(|b| b.tls.0.is_some() != next.tls.0.is_some())
+                    {
+                        w.subscription = None;
+                        w.query = None;
+                        w.roles.clear();
+                        w.next_subscribe = Instant::now();
+                    }
                     if next.idle() {
                         w.subscription = None;
                         w.query = None;
