@@ -192,6 +192,7 @@ CATEGORIES = {
     "shard.maxify": {"read", "fast"},
     "shard.cluster": {"connection", "slow"},
     "shard.redirect": {"read", "write", "slow"},
+    "shard.dump": {"read", "slow"},
 }
 
 
