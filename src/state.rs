@@ -82,9 +82,10 @@ impl ModuleState {
     }
 
     /// The TLS configuration to put in force for `next`, `None` to keep the one in force:
-    /// built again when a TLS setting was set. A certificate whose key does not match (one of
-    /// the pair changed, the other may follow in the same `CONFIG SET`) keeps the previous
-    /// configuration in force; `refresh_tls` checks it again once the command is done.
+    /// built again when a TLS setting was set. Settings that do not fit together while TLS is
+    /// on (a certificate whose key is still the old one: the other of the pair may follow in the
+    /// same `CONFIG SET`) keep the previous configuration in force; `refresh_tls` checks them
+    /// again once the command is done. A file that does not read is refused before this.
     fn tls_update(
         &mut self,
         next: &Config,
@@ -101,7 +102,7 @@ impl ModuleState {
                 self.tls_config_error = None;
                 Ok(Some(Some(Arc::new(tls))))
             }
-            Err(e) if e.keys_mismatch && self.config.tls == "yes" => {
+            Err(e) if e.combination && self.config.tls == "yes" => {
                 self.tls_config_error = Some(e.message);
                 Ok(None)
             }

@@ -20,12 +20,19 @@ pub fn dump(call: &Call) -> CmdResult {
         .call("DUMP", &[key])
         .map_err(|e| failed("DUMP", e))?
     {
+        // A payload that happens to be valid UTF-8 comes back as a "simple string": every
+        // string form is the payload, and only a null reply means the key is missing.
         RedisValue::StringBuffer(b) => b,
-        RedisValue::BulkString(s) => s.into_bytes(),
+        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s.into_bytes(),
         RedisValue::BulkRedisString(s) => s.as_slice().to_vec(),
-        _ => {
+        RedisValue::Null => {
             call.reply.null();
             return Ok(());
+        }
+        other => {
+            return Err(CmdError::err(format!(
+                "DUMP gave an unexpected reply: {other:?}"
+            )))
         }
     };
     let pttl = match call

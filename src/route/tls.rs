@@ -205,16 +205,26 @@ fn ca_dir(src: &Source) -> Result<Vec<CertificateDer<'static>>, String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildError {
     pub message: String,
-    /// Only because the key is not the certificate's: one of a pair changed, the other may be
-    /// on its way in the same `CONFIG SET`.
-    pub keys_mismatch: bool,
+    /// The settings do not fit together (no CA, a certificate without its key, a key that is
+    /// not the certificate's), though each file reads: the setting that mends it may be next in
+    /// the same `CONFIG SET`.
+    pub combination: bool,
 }
 
 impl From<String> for BuildError {
     fn from(message: String) -> Self {
         BuildError {
             message,
-            keys_mismatch: false,
+            combination: false,
+        }
+    }
+}
+
+impl BuildError {
+    fn combination(message: String) -> BuildError {
+        BuildError {
+            message,
+            combination: true,
         }
     }
 }
@@ -238,11 +248,11 @@ pub fn build(own: &TlsFiles, server: &ServerTls) -> Result<Tls, BuildError> {
         &[(&server.ca_cert_dir, "tls-ca-cert-dir")],
     );
     if ca_file.is_none() && ca_dir_src.is_none() {
-        return Err(String::from(
+        return Err(BuildError::combination(
             "TLS needs a CA to verify the other servers: set shard.tls-ca-cert-file \
-             (or shard.tls-ca-cert-dir), or the server's tls-ca-cert-file",
-        )
-        .into());
+             (or shard.tls-ca-cert-dir), or the server's tls-ca-cert-file"
+                .into(),
+        ));
     }
     let mut roots = RootCertStore::empty();
     let mut described = Vec::new();
@@ -296,22 +306,20 @@ pub fn build(own: &TlsFiles, server: &ServerTls) -> Result<Tls, BuildError> {
                             "{key} is not the key of the certificate in {cert} \
                              (change both in one CONFIG SET)"
                         ),
-                        keys_mismatch: true,
+                        combination: true,
                     },
                     e => format!("{cert} with {key}: {e}").into(),
                 })?
         }
         (Some(cert), None) => {
-            return Err(format!(
+            return Err(BuildError::combination(format!(
                 "{cert} has no key: set shard.tls-key-file (or the server's tls-key-file)"
-            )
-            .into())
+            )))
         }
         (None, Some(key)) => {
-            return Err(format!(
+            return Err(BuildError::combination(format!(
                 "{key} has no certificate: set shard.tls-cert-file (or the server's tls-cert-file)"
-            )
-            .into())
+            )))
         }
         (None, None) => builder.with_no_client_auth(),
     };
