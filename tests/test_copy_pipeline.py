@@ -93,6 +93,10 @@ def test_clients_writing_the_moving_keys_all_along_leave_their_last_value(server
         time.sleep(0.1)
         a.execute_command("SHARD.RESHARD", "COPY")
         st = wait_job(a)
+        # Every counter written at least once (the copy may end before one round of them).
+        deadline = time.monotonic() + 20
+        while len(last) < len(counters) and time.monotonic() < deadline and not errors:
+            time.sleep(0.02)
         time.sleep(0.1)
     finally:
         stop.set()
