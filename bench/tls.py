@@ -107,12 +107,7 @@ class Server:
     def client(self):
         return TlsClient(self.port) if self.tls else base.Client(self.port)
 
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+    stop = fleet.Proc.stop
 
 
 def pipelined(c, commands):

@@ -97,7 +97,7 @@ impl ModuleState {
             self.tls_config_error = None;
             return Ok(Some(None));
         }
-        match crate::route::tls::build(&next.tls_files, &crate::config::server_tls()) {
+        match build_tls(next) {
             Ok(tls) => {
                 self.tls_config_error = None;
                 Ok(Some(Some(Arc::new(tls))))
@@ -118,7 +118,7 @@ impl ModuleState {
         if self.config.tls != "yes" {
             return;
         }
-        match crate::route::tls::build(&self.config.tls_files, &crate::config::server_tls()) {
+        match build_tls(&self.config) {
             Ok(tls) => {
                 self.tls_config_error = None;
                 crate::route::tls::install(Some(Arc::new(tls)));
@@ -142,9 +142,7 @@ impl ModuleState {
         check_shardjs_config(&self.config, &keys)?;
         let ring = ring_from_file(&self.config)?;
         let tls = if self.config.tls == "yes" {
-            let built =
-                crate::route::tls::build(&self.config.tls_files, &crate::config::server_tls())
-                    .map_err(|e| format!("shard.tls yes: {e}"))?;
+            let built = build_tls(&self.config).map_err(|e| format!("shard.tls yes: {e}"))?;
             Some(Arc::new(built))
         } else {
             None
@@ -248,6 +246,11 @@ pub fn special_key_type(keys: &KeySettings, name: &str) -> Result<u64, String> {
             "type '{name}' is neither a configured type name (types) nor a number of 0..3843"
         )),
     }
+}
+
+/// The TLS configuration of `config`'s settings, over the server's own `tls-*` files.
+fn build_tls(config: &Config) -> Result<crate::route::tls::Tls, crate::route::tls::BuildError> {
+    crate::route::tls::build(&config.tls_files, &crate::config::server_tls())
 }
 
 fn ring_from_file(config: &Config) -> Result<Option<Placement>, String> {

@@ -269,6 +269,17 @@ def run_job(servers, names, verb):
             time.sleep(0.05)
 
 
+def check_load(rc, keys, load):
+    """What a cluster client load must leave after a grow and a shrink: no error, no wrong
+    reply, enough work done, every key's value and every acknowledged INCR there."""
+    assert not load.errors, load.errors[:5]
+    assert not load.wrong, load.wrong[:5]
+    assert load.ops > 100 and len(load.counts) > 50, (load.ops, len(load.counts))
+    for k in keys:
+        assert rc.get(k) == f"v-{k}".encode()
+        assert int(rc.get(f"{k}:n") or 0) == load.counts.get(k, 0), k
+
+
 def grow_and_shrink(servers, old, new, grow_begun=False):
     """From the ring of `old` to that of `new` and back: BEGIN everywhere (unless the grow's was
     done already), COPY on the nodes of the ring left, COMMIT everywhere, CLEANUP on the nodes of
@@ -397,13 +408,8 @@ def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory, clie
         grow_and_shrink(servers, old, new)
     finally:
         load.stop()
-    assert not load.errors, load.errors[:5]
-    assert not load.wrong, load.wrong[:5]
-    assert load.ops > 100 and len(load.counts) > 50, (load.ops, len(load.counts))
-    # Every acknowledged INCR is there, every key is on its owner only (n3 has left).
-    for k in keys:
-        assert rc.get(k) == f"v-{k}".encode()
-        assert int(rc.get(f"{k}:n") or 0) == load.counts.get(k, 0), k
+    check_load(rc, keys, load)
+    # Every key is on its owner only (n3 has left).
     # n3 has left the map; what it still holds (a leaving node is shut down, not cleaned up)
     # was copied to the owners before the commit.
     assert len(fleet["n0"].client().execute_command("CLUSTER", "NODES").splitlines()) == 3

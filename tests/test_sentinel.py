@@ -204,90 +204,107 @@ class Writer(threading.Thread):
             i += 1
 
 
+class Failover:
+    """n0's primary killed (or frozen) while two writers write n0's keys through the n1 and n2
+    primaries, until every primary serves n0's keys again; what happened, for the checks."""
+
+    def __init__(self, fleet, how, n_keys, serve_within):
+        c1 = fleet.primaries["n1"].client()
+        self.n0_keys = fleet.keys_of(c1, "n0", n_keys)
+        self.old, self.new = fleet.primaries["n0"], fleet.replicas["n0"]
+        # Every key gets its own writer's values, so the last acknowledged value per key is known.
+        entry = {"n1": fleet.primaries["n1"], "n2": fleet.primaries["n2"]}
+        self.writers = [Writer(entry[n], self.n0_keys[i::2], n) for i, n in enumerate(entry)]
+        self.nodes = {"n1": fleet.primaries["n1"], "n2": fleet.primaries["n2"],
+                      "n0 (promoted)": self.new}
+        switches = []
+        sub = fleet.sentinels[0].client().pubsub()
+        sub.subscribe("+switch-master")
+
+        def listen():
+            for m in sub.listen():
+                if m["type"] == "message" and m["data"].startswith(b"n0 "):
+                    switches.append(time.monotonic())
+                    return
+        threading.Thread(target=listen, daemon=True).start()
+        for w in self.writers:
+            w.start()
+        try:
+            until(lambda: all(len(w.acked) > 20 for w in self.writers), "writers running")
+            self.killed_at = time.monotonic()
+            if how == signal.SIGKILL:
+                self.old.stop(signal.SIGKILL)
+            else:
+                self.old.proc.send_signal(signal.SIGSTOP)
+            until(lambda: switches, "+switch-master for n0", timeout=30)
+            self.switched = switches[0]
+            # Every node that is a primary now serves n0's keys again within `serve_within`
+            # seconds of the switch.
+            for label, server in self.nodes.items():
+                c = server.client(socket_timeout=5)
+                key = self.n0_keys[0]
+
+                def works():
+                    return (c.execute_command("SHARD.CALL", "SET", key, f"probe-{label}") == b"OK"
+                            and c.execute_command("SHARD.CALL", "GET", key)
+                            == f"probe-{label}".encode())
+                until(works, f"n0's keys through {label}",
+                      timeout=self.switched + serve_within - time.monotonic() + 0.001, every=0.02)
+            self.back_at = time.monotonic()
+            time.sleep(0.5)
+        finally:
+            for w in self.writers:
+                w.stop.set()
+            for w in self.writers:
+                w.join(timeout=10)
+
+    def lost(self):
+        """(lost, lost after the kill): the last acknowledged value of a key missing at the new
+        primary. Before the kill the server's asynchronous replication may lose some; after
+        it, none may be missing."""
+        store = self.new.client()
+        last = {}
+        for w in self.writers:
+            for at, key, value in w.acked:
+                last[key] = (at, value)
+        lost_before, lost_after = 0, 0
+        for w in self.writers:
+            for at, key, value in w.acked:
+                if (at, value) != last[key]:
+                    continue  # overwritten by a later acknowledged write of the same key
+                if store.get(key) != value.encode():
+                    if at <= self.killed_at:
+                        lost_before += 1
+                    else:
+                        lost_after += 1
+        return lost_before, lost_after
+
+
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
 def test_failover_is_followed_without_a_ring_change(fleet, how):
     """A primary killed, or frozen (its calls in flight then end at the call timeout, or when
     the switch closes their connections: never later)."""
     c1 = fleet.primaries["n1"].client()
     digest = ring_get(c1)[b"digest"]
-    n0_keys = fleet.keys_of(c1, "n0", 50)
-    old = fleet.primaries["n0"]
-    new = fleet.replicas["n0"]
-    # Every key gets its own writer's values, so the last acknowledged value per key is known.
-    entry = {"n1": fleet.primaries["n1"], "n2": fleet.primaries["n2"]}
-    writers = [Writer(entry[n], n0_keys[i::2], n) for i, n in enumerate(entry)]
-    switches = []
-    sub = fleet.sentinels[0].client().pubsub()
-    sub.subscribe("+switch-master")
-
-    def listen():
-        for m in sub.listen():
-            if m["type"] == "message" and m["data"].startswith(b"n0 "):
-                switches.append(time.monotonic())
-                return
-    threading.Thread(target=listen, daemon=True).start()
-    for w in writers:
-        w.start()
-    until(lambda: all(len(w.acked) > 20 for w in writers), "writers running")
-    killed_at = time.monotonic()
-    if how == signal.SIGKILL:
-        old.stop(signal.SIGKILL)
-    else:
-        old.proc.send_signal(signal.SIGSTOP)
-    until(lambda: switches, "+switch-master for n0", timeout=30)
-    switched = switches[0]
-    new_address = f"127.0.0.1:{new.port}"
-    # Every node that is a primary now serves n0's keys again within a second of the switch.
-    nodes = {"n1": fleet.primaries["n1"], "n2": fleet.primaries["n2"], "n0 (promoted)": new}
-    for label, server in nodes.items():
-        c = server.client(socket_timeout=5)
-        key = n0_keys[0]
-
-        def works():
-            return (c.execute_command("SHARD.CALL", "SET", key, f"probe-{label}") == b"OK"
-                    and c.execute_command("SHARD.CALL", "GET", key) == f"probe-{label}".encode())
-        until(works, f"n0's keys through {label}", timeout=switched + 1.0 - time.monotonic() + 0.001,
-              every=0.02)
-    back_at = time.monotonic()
-    time.sleep(0.5)
-    for w in writers:
-        w.stop.set()
-    for w in writers:
-        w.join(timeout=10)
-    print(f"\nfailover: +switch-master {switched - killed_at:.2f}s after the kill; "
-          f"n0's keys served everywhere {back_at - switched:.2f}s after it")
-    for label, server in nodes.items():
+    f = Failover(fleet, how, 50, serve_within=1.0)
+    print(f"\nfailover: +switch-master {f.switched - f.killed_at:.2f}s after the kill; "
+          f"n0's keys served everywhere {f.back_at - f.switched:.2f}s after it")
+    new_address = f"127.0.0.1:{f.new.port}"
+    for label, server in f.nodes.items():
         c = server.client()
         assert ring_get(c)[b"digest"] == digest
         if label != "n0 (promoted)":
             shard = info_shard(c)
             assert int(shard["failovers_seen"]) >= 1
             assert shard["node_n0_address"] == new_address
-            assert c.execute_command("SHARD.LOCATE", n0_keys[0])[3] == new_address.encode()
+            assert c.execute_command("SHARD.LOCATE", f.n0_keys[0])[3] == new_address.encode()
     # No call hung: each returned within the call timeout (1 s) and a margin.
-    for w in writers:
+    for w in f.writers:
         assert w.slowest < 2.5, w.slowest
         for at, message in w.errors:
             assert "n0" in message, message
-    # Acknowledged writes: the server's asynchronous replication may lose the last ones
-    # acknowledged before the kill; none acknowledged after the switch may be missing.
-    store = new.client()
-    last = {}
-    for w in writers:
-        for at, key, value in w.acked:
-            last[key] = (at, value)
-    lost_before, lost_after = 0, 0
-    for w in writers:
-        for at, key, value in w.acked:
-            got = store.get(key)
-            if (at, value) != last[key]:
-                continue  # overwritten by a later acknowledged write of the same key
-            if got != value.encode():
-                if at <= killed_at:
-                    lost_before += 1
-                else:
-                    lost_after += 1
-    acked = sum(len(w.acked) for w in writers)
+    lost_before, lost_after = f.lost()
+    acked = sum(len(w.acked) for w in f.writers)
     print(f"acknowledged writes: {acked}; last values lost by the failover (acknowledged before "
           f"the kill, not yet replicated): {lost_before}; lost after the kill: {lost_after}")
     assert lost_after == 0

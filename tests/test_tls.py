@@ -33,12 +33,12 @@ from redis.cluster import RedisCluster
 from conftest import REDIS_SERVER, RedisServer, ServerFailed, free_port, info_shard
 from test_call import (NAMES, Raw, assert_same_replies, check_placement as check_call_placement,
                        key_names, make_fleet, run_in_segments)
-from test_cluster_protocol import CliLoad, PyLoad, grow_and_shrink, slots_ring
+from test_cluster_protocol import CliLoad, PyLoad, check_load, grow_and_shrink, slots_ring
 from test_fleet import (Writers, assert_in_place, assert_one_ring, assert_owned_only, check_done,
                         check_writes, start, wait_fleet)
 from test_fleet import make_fleet as make_fleet4
 from test_reshard import populate, ring_args, set_ring, snapshot, wait_job
-from test_sentinel import DOWN_AFTER_MS, SHARDS, Writer, ring_get, until
+from test_sentinel import DOWN_AFTER_MS, SHARDS, Failover, ring_get, until
 from test_sentinel import start_fleet as start_sentinel_fleet
 from tls_certs import certs, cli_tls_args, redis_py_tls_args  # noqa: F401 (certs: a fixture)
 
@@ -391,43 +391,8 @@ def test_failover_through_sentinel_over_tls(tls_factory, tls_sentinel_factory):
         want = f"127.0.0.1:{fleet.primaries[n].port}"
         until(lambda: info_shard(c1).get(f"node_{n}_address") == want, f"{n} resolved", timeout=10)
     assert info_shard(c1)["sentinel_subscribed"] == "yes"
-    n0_keys = fleet.keys_of(c1, "n0", 30)
-    old, new = fleet.primaries["n0"], fleet.replicas["n0"]
-    entry = {"n1": fleet.primaries["n1"], "n2": fleet.primaries["n2"]}
-    writers = [Writer(entry[n], n0_keys[i::2], n) for i, n in enumerate(entry)]
-    switches = []
-    sub = fleet.sentinels[0].client().pubsub()
-    sub.subscribe("+switch-master")
-
-    def listen():
-        for m in sub.listen():
-            if m["type"] == "message" and m["data"].startswith(b"n0 "):
-                switches.append(time.monotonic())
-                return
-    threading.Thread(target=listen, daemon=True).start()
-    for w in writers:
-        w.start()
-    try:
-        until(lambda: all(len(w.acked) > 20 for w in writers), "writers running")
-        killed_at = time.monotonic()
-        old.stop(signal.SIGKILL)
-        until(lambda: switches, "+switch-master for n0", timeout=30)
-        nodes = {"n1": fleet.primaries["n1"], "n2": fleet.primaries["n2"], "n0 (promoted)": new}
-        for label, server in nodes.items():
-            c = server.client(socket_timeout=5)
-
-            def works():
-                return (c.execute_command("SHARD.CALL", "SET", n0_keys[0], f"probe-{label}") == b"OK"
-                        and c.execute_command("SHARD.CALL", "GET", n0_keys[0])
-                        == f"probe-{label}".encode())
-            until(works, f"n0's keys through {label}", timeout=15)
-        time.sleep(0.5)
-    finally:
-        for w in writers:
-            w.stop.set()
-        for w in writers:
-            w.join(timeout=10)
-    new_address = f"127.0.0.1:{new.port}"
+    f = Failover(fleet, signal.SIGKILL, 30, serve_within=15)
+    new_address = f"127.0.0.1:{f.new.port}"
     for label in ("n1", "n2"):
         c = fleet.primaries[label].client()
         assert ring_get(c)[b"digest"] == digest
@@ -435,20 +400,13 @@ def test_failover_through_sentinel_over_tls(tls_factory, tls_sentinel_factory):
         assert int(shard["failovers_seen"]) >= 1, shard
         assert shard["node_n0_address"] == new_address, shard
         assert int(shard["tls_handshakes"]) >= 2, shard
-    for w in writers:
+    for w in f.writers:
         assert len(w.acked) > 20
         for at, message in w.errors:
             assert "n0" in message, message
-    store = new.client()
-    last = {}
-    for w in writers:
-        for at, key, value in w.acked:
-            last[key] = (at, value)
-    lost_after = [(key, value) for w in writers for at, key, value in w.acked
-                  if (at, value) == last[key] and at > killed_at
-                  and store.get(key) != value.encode()]
-    assert not lost_after, f"writes acknowledged after the kill are missing: {lost_after[:5]}"
-    assert any(at > switches[0] for w in writers for at, _, _ in w.acked), \
+    _, lost_after = f.lost()
+    assert lost_after == 0, "writes acknowledged after the kill are missing"
+    assert any(at > f.switched for w in f.writers for at, _, _ in w.acked), \
         "writes were acknowledged after the switch"
 
 
@@ -520,12 +478,7 @@ def test_cluster_clients_through_a_grow_and_a_shrink_over_tls(cluster_fleet, tls
         grow_and_shrink(servers, old, new)
     finally:
         load.stop()
-    assert not load.errors, load.errors[:5]
-    assert not load.wrong, load.wrong[:5]
-    assert load.ops > 100 and len(load.counts) > 50, (load.ops, len(load.counts))
-    for k in keys:
-        assert rc.get(k) == f"v-{k}".encode()
-        assert int(rc.get(f"{k}:n") or 0) == load.counts.get(k, 0), k
+    check_load(rc, keys, load)
     for n in old:
         c = fleet[n].client()
         for k in c.keys("*"):

@@ -329,6 +329,7 @@ fn poll_call(id: u64, first: Option<CallFuture>) {
 }
 
 /// The steps of one call, sent over the module's connections.
+#[derive(Clone)]
 pub struct NetSteps {
     call: u64,
     slots: Rc<Slots>,
@@ -419,28 +420,15 @@ impl Step for NetSteps {
         to: &Endpoint,
         key: &[u8],
     ) -> impl Future<Output = Result<(), StepError>> {
-        let tls = super::tls::current().is_some();
-        let via_module = tls.then(|| self.copy_over_own_connections(from, to, key));
-        let via_migrate = (!tls).then(|| self.copy_with_migrate(from, to, key));
-        async move {
-            match (via_module, via_migrate) {
-                (Some(copy), _) => copy.await,
-                (_, Some(copy)) => copy.await,
-                _ => Ok(()),
-            }
+        if super::tls::current().is_some() {
+            futures_util::future::Either::Left(self.copy_over_own_connections(from, to, key))
+        } else {
+            futures_util::future::Either::Right(self.copy_with_migrate(from, to, key))
         }
     }
 }
 
 impl NetSteps {
-    fn clone_for_copy(&self) -> NetSteps {
-        NetSteps {
-            call: self.call,
-            slots: Rc::clone(&self.slots),
-            link: self.link.clone(),
-        }
-    }
-
     /// Copy-before-write on a TLS fleet: `SHARD.DUMP` at the previous owner, `RESTORE` (never
     /// replacing) at the new one, both over the module's own verified TLS connections.
     /// `MIGRATE` would connect from the server itself: in clear unless it has `tls-cluster
@@ -455,7 +443,7 @@ impl NetSteps {
         let dump = self.send(from, &[b"SHARD.DUMP".to_vec(), key.to_vec()]);
         let (from, to) = (from.clone(), to.clone());
         let key = key.to_vec();
-        let steps = self.clone_for_copy();
+        let steps = self.clone();
         async move {
             let (payload, pttl) = match dump.await? {
                 Resp::Array(items) => match items.as_slice() {

@@ -52,17 +52,8 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
             }
         });
     }
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_EVENTLOOP,
-        dataver: 1,
-    };
-    // SAFETY: OnLoad's context; the callback lives as long as the module.
-    let subscribed = unsafe {
-        let subscribe = raw::RedisModule_SubscribeToServerEvent
-            .ok_or("RedisModule_SubscribeToServerEvent is missing")?;
-        subscribe(ctx, event, Some(on_event_loop))
-    };
-    if subscribed != raw::REDISMODULE_OK as std::os::raw::c_int {
+    // SAFETY: OnLoad's context.
+    if !unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_EVENTLOOP, Some(on_event_loop)) } {
         return Err("cannot subscribe to the event loop events (Redis 7.0 or later needed)".into());
     }
     // Whether this server is a replica, now and after every change of role.
@@ -74,23 +65,22 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
     ) {
         topology::set_replica(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA);
     }
-    let role_event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-        dataver: 1,
-    };
-    // SAFETY: OnLoad's context; the callback lives as long as the module.
+    // SAFETY: OnLoad's context.
     unsafe {
         if let Some(flags) = raw::RedisModule_GetContextFlags {
             topology::set_replica(
                 flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE as std::os::raw::c_int != 0,
             );
         }
-        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
-            subscribe(ctx, role_event, Some(on_role_change));
-        }
+        subscribe(
+            ctx,
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            Some(on_role_change),
+        );
     }
     // The TLS configuration is built again after a CONFIG SET of a TLS file, the module's or
-    // the server's own (whose files the module's fall back to).
+    // the server's own (whose files the module's fall back to): files rewritten in place are
+    // read again, and settings left waiting for the rest of the command are checked whole.
     extern "C" fn on_config_change(
         _ctx: *mut raw::RedisModuleCtx,
         _event: raw::RedisModuleEvent,
@@ -117,15 +107,28 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
             }
         });
     }
-    let config_event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_CONFIG,
-        dataver: 1,
-    };
-    // SAFETY: OnLoad's context; the callback lives as long as the module.
-    unsafe {
-        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
-            subscribe(ctx, config_event, Some(on_config_change));
-        }
-    }
+    // SAFETY: OnLoad's context.
+    unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_CONFIG, Some(on_config_change)) };
     watcher::start()
+}
+
+/// Subscribes `callback` to the server event `id` (data version 1); false when the server
+/// refuses or lacks the API.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`; the callback lives as long
+/// as the module.
+unsafe fn subscribe(
+    ctx: *mut redis_module::raw::RedisModuleCtx,
+    id: u64,
+    callback: redis_module::raw::RedisModuleEventCallback,
+) -> bool {
+    use redis_module::raw;
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    // SAFETY: as the caller promises.
+    unsafe {
+        raw::RedisModule_SubscribeToServerEvent.is_some_and(|sub| {
+            sub(ctx, event, callback) == raw::REDISMODULE_OK as std::os::raw::c_int
+        })
+    }
 }

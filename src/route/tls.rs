@@ -112,13 +112,13 @@ fn pick(own: &str, own_name: &'static str, server: &[(&str, &'static str)]) -> O
 pub struct Tls {
     pub config: Arc<ClientConfig>,
     pub server_name: Option<ServerName<'static>>,
-    /// What it was built from, for INFO and the log.
-    pub described: String,
 }
 
 impl fmt::Debug for Tls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.described)
+        f.debug_struct("Tls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -257,21 +257,18 @@ pub fn build(own: &TlsFiles, server: &ServerTls) -> Result<Tls, BuildError> {
         ));
     }
     let mut roots = RootCertStore::empty();
-    let mut described = Vec::new();
     for src in ca_file.iter() {
         for cert in certificates(src)? {
             roots
                 .add(cert)
                 .map_err(|e| format!("{src}: a certificate cannot be used as a CA: {e}"))?;
         }
-        described.push(src.to_string());
     }
     for src in ca_dir_src.iter() {
         let (added, _ignored) = roots.add_parsable_certificates(ca_dir(src)?);
         if added == 0 {
             return Err(format!("{src}: holds no certificate usable as a CA").into());
         }
-        described.push(src.to_string());
     }
     let cert = pick(
         &own.cert_file,
@@ -298,8 +295,6 @@ pub fn build(own: &TlsFiles, server: &ServerTls) -> Result<Tls, BuildError> {
         (Some(cert), Some(key)) => {
             let chain = certificates(&cert)?;
             let pkey = private_key(&key)?;
-            described.push(cert.to_string());
-            described.push(key.to_string());
             builder
                 .with_client_auth_cert(chain, pkey)
                 .map_err(|e| match e {
@@ -329,13 +324,11 @@ pub fn build(own: &TlsFiles, server: &ServerTls) -> Result<Tls, BuildError> {
         None
     } else {
         check_server_name(&own.server_name)?;
-        described.push(format!("shard.tls-server-name {}", own.server_name));
         ServerName::try_from(own.server_name.clone()).ok()
     };
     Ok(Tls {
         config: Arc::new(config),
         server_name,
-        described: described.join(", "),
     })
 }
 

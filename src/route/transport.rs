@@ -67,10 +67,6 @@ impl Transport {
         }
     }
 
-    pub fn is_tls(&self) -> bool {
-        matches!(self, Transport::Tls(_))
-    }
-
     /// Still in the TLS handshake.
     pub fn handshaking(&self) -> bool {
         match self {
