@@ -42,7 +42,7 @@ pub struct Config {
     /// `yes`: every connection to another server speaks TLS (`route::tls`).
     pub tls: String,
     /// The TLS files, empty for the server's own `tls-*` setting of the same name.
-    pub tls_files: crate::route::tls::TlsFiles,
+    pub tls_files: crate::net::tls::TlsFiles,
 }
 
 impl Default for Config {
@@ -230,8 +230,8 @@ pub const NAMES: &[&str] = &[
 
 /// Checks the high-availability settings: the sentinels' addresses and where reads go.
 pub fn check_topology(c: &Config) -> Result<(), String> {
-    crate::route::sentinel::parse_sentinels(&c.sentinels)?;
-    if crate::route::topology::ReadFrom::parse(&c.read_from).is_none() {
+    crate::topology::sentinel::parse_sentinels(&c.sentinels)?;
+    if crate::topology::nodes::ReadFrom::parse(&c.read_from).is_none() {
         return Err(format!(
             "shard.read-from must be primary, replica or replica-preferred, got '{}'",
             c.read_from
@@ -254,20 +254,20 @@ pub fn check_tls(prev: &Config, next: &Config) -> Result<(), String> {
         ("shard.tls-ca-cert-dir", &a.ca_cert_dir, &b.ca_cert_dir),
     ];
     for (setting, _, path) in files.iter().filter(|(_, old, new)| old != new) {
-        crate::route::tls::check_file(setting, path)?;
+        crate::net::tls::check_file(setting, path)?;
     }
-    crate::route::tls::check_server_name(&b.server_name)
+    crate::net::tls::check_server_name(&b.server_name)
 }
 
 /// The server's own TLS settings (`CONFIG GET tls-*`), which the module's fall back to. Main
 /// thread only.
-pub fn server_tls() -> crate::route::tls::ServerTls {
+pub fn server_tls() -> crate::net::tls::ServerTls {
     let detached = crate::route::filter::detached();
     if detached.is_null() {
         return Default::default();
     }
     let ctx = redis_module::Context::new(detached);
-    crate::route::tls::ServerTls::read(|name| match ctx.call("CONFIG", &["GET", name]) {
+    crate::net::tls::ServerTls::read(|name| match ctx.call("CONFIG", &["GET", name]) {
         Ok(redis_module::RedisValue::Array(v)) => match v.get(1) {
             Some(
                 redis_module::RedisValue::BulkString(s) | redis_module::RedisValue::SimpleString(s),

@@ -6,7 +6,7 @@ use redis_module::{raw, InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::clock;
-use crate::route::{conn, forward};
+use crate::route::forward;
 use crate::state;
 
 fn int(n: u64) -> c_longlong {
@@ -90,7 +90,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_str(
         ctx,
         "fleet_running",
-        if crate::reshard::coordinator::running() {
+        if crate::reshard::fleet::coordinator::running() {
             "yes"
         } else {
             "no"
@@ -108,7 +108,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
                 continue;
             }
             let address = match n.via_sentinel() {
-                true => crate::route::topology::address_of(&n.name).unwrap_or_default(),
+                true => crate::topology::nodes::address_of(&n.name).unwrap_or_default(),
                 false => n.address.clone(),
             };
             nodes.push((n.name.clone(), address));
@@ -117,14 +117,14 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let tls_on = st.config.tls == "yes";
     let tls_config_error = st.tls_config_error.clone().unwrap_or_default();
     drop(st);
-    let (handshakes, handshake_avg_us, tls_failures, tls_last_error) = crate::route::tls::stats();
+    let (handshakes, handshake_avg_us, tls_failures, tls_last_error) = crate::net::tls::stats();
     raw::add_info_field_str(ctx, "tls", if tls_on { "yes" } else { "no" });
     raw::add_info_field_long_long(ctx, "tls_handshakes", int(handshakes));
     raw::add_info_field_long_long(ctx, "tls_handshake_avg_us", int(handshake_avg_us));
     raw::add_info_field_long_long(ctx, "tls_failures", int(tls_failures));
     raw::add_info_field_str(ctx, "tls_last_error", &tls_last_error);
     raw::add_info_field_str(ctx, "tls_config_error", &tls_config_error);
-    let (failovers, subscribed, sentinel_error) = crate::route::topology::summary();
+    let (failovers, subscribed, sentinel_error) = crate::topology::nodes::summary();
     raw::add_info_field_long_long(ctx, "failovers_seen", int(failovers));
     raw::add_info_field_str(
         ctx,
@@ -142,7 +142,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     raw::add_info_field_long_long(ctx, "call_copies", int(calls.copies));
     raw::add_info_field_long_long(ctx, "call_timeouts", int(calls.timeouts));
     raw::add_info_field_long_long(ctx, "call_errors", int(calls.errors));
-    let (connections, in_flight) = conn::counts();
+    let (connections, in_flight) = crate::net::pool::counts();
     raw::add_info_field_long_long(ctx, "call_connections", int(connections as u64));
     raw::add_info_field_long_long(ctx, "call_in_flight", int(in_flight as u64));
     raw::add_info_field_long_long(ctx, "replica_reads", int(calls.replica_reads));

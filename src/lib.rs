@@ -12,12 +12,13 @@ pub mod config;
 pub mod durability;
 pub mod info;
 pub mod keys;
+pub mod net;
 pub mod persist;
-pub mod placement;
 pub mod reshard;
 pub mod ring;
 pub mod route;
 pub mod state;
+pub mod topology;
 
 use durability::SHARD_AUX;
 use redis_module::configuration::ConfigurationFlags;

@@ -10,8 +10,8 @@ use lazy_static::lazy_static;
 use crate::config::Config;
 use crate::keys::{Generator, KeySettings};
 use crate::persist::Persisted;
-use crate::placement::{Placement, RingState};
 use crate::reshard::Job;
+use crate::ring::placement::{Placement, RingState};
 use crate::ring::{Algo, HashTag, RingSpec};
 
 /// Everything the module keeps between calls.
@@ -27,7 +27,7 @@ pub struct ModuleState {
     pub job: Job,
     /// The fleet operation this node coordinates (`SHARD.RESHARD START`), kept until another
     /// starts.
-    pub fleet: Option<crate::reshard::fleet::FleetPlan>,
+    pub fleet: Option<crate::reshard::fleet::plan::FleetPlan>,
     /// The high-water mark last propagated as SHARD.ADVANCE: the mark only moves when the tick
     /// does, so replicas and the AOF get it once per tick, not once per call.
     pub propagated_high_water: Option<i64>,
@@ -64,11 +64,11 @@ impl ModuleState {
         crate::config::check_topology(&next)?;
         crate::config::check_tls(&self.config, &next)?;
         let tls = self.tls_update(&next)?;
-        crate::route::cluster_glue::check_config(&next, self.rings.current.as_deref())?;
+        crate::cluster::protocol::check_config(&next, self.rings.current.as_deref())?;
         check_shardjs_config(&next, &keys)?;
         let ring = if next.ring.source_differs(&self.config.ring) {
             if self.rings.previous.is_some() && !next.ring.file.is_empty() {
-                return Err(crate::placement::RESHARDING_OPEN.into());
+                return Err(crate::ring::placement::RESHARDING_OPEN.into());
             }
             ring_from_file(&next)?
         } else {
@@ -76,7 +76,7 @@ impl ModuleState {
         };
         self.install(next, keys, ring);
         if let Some(tls) = tls {
-            crate::route::tls::install(tls);
+            crate::net::tls::install(tls);
         }
         Ok(())
     }
@@ -89,7 +89,7 @@ impl ModuleState {
     fn tls_update(
         &mut self,
         next: &Config,
-    ) -> Result<Option<Option<Arc<crate::route::tls::Tls>>>, String> {
+    ) -> Result<Option<Option<Arc<crate::net::tls::Tls>>>, String> {
         if next.tls == self.config.tls && next.tls_files == self.config.tls_files {
             return Ok(None);
         }
@@ -121,7 +121,7 @@ impl ModuleState {
         match build_tls(&self.config) {
             Ok(tls) => {
                 self.tls_config_error = None;
-                crate::route::tls::install(Some(Arc::new(tls)));
+                crate::net::tls::install(Some(Arc::new(tls)));
             }
             Err(e) => {
                 redis_module::logging::log_warning(format!(
@@ -148,7 +148,7 @@ impl ModuleState {
             None
         };
         self.install(self.config.clone(), keys, ring);
-        crate::route::tls::install(tls);
+        crate::net::tls::install(tls);
         self.loaded = true;
         Ok(())
     }
@@ -161,11 +161,11 @@ impl ModuleState {
         if keys.layout != self.keys.layout || keys.node_id != self.keys.node_id {
             self.generator.rebase(&self.keys.layout, &keys.layout);
         }
-        crate::route::cluster_glue::set_enabled(config.cluster_protocol == "yes");
+        crate::cluster::protocol::set_enabled(config.cluster_protocol == "yes");
         // Checked before: the mode parses.
-        crate::route::topology::set_read_from(
-            crate::route::topology::ReadFrom::parse(&config.read_from)
-                .unwrap_or(crate::route::topology::ReadFrom::Primary),
+        crate::topology::nodes::set_read_from(
+            crate::topology::nodes::ReadFrom::parse(&config.read_from)
+                .unwrap_or(crate::topology::nodes::ReadFrom::Primary),
         );
         // Checked before: the dictionary parses.
         crate::route::fields::install(
@@ -201,7 +201,7 @@ impl ModuleState {
         let fleet = persisted
             .fleet
             .as_deref()
-            .map(crate::reshard::fleet::FleetPlan::decode)
+            .map(crate::reshard::fleet::plan::FleetPlan::decode)
             .transpose()
             .map_err(|e| format!("the fleet plan: {e}"))?;
         if let Some(ms) = persisted.high_water_ms {
@@ -249,8 +249,8 @@ pub fn special_key_type(keys: &KeySettings, name: &str) -> Result<u64, String> {
 }
 
 /// The TLS configuration of `config`'s settings, over the server's own `tls-*` files.
-fn build_tls(config: &Config) -> Result<crate::route::tls::Tls, crate::route::tls::BuildError> {
-    crate::route::tls::build(&config.tls_files, &crate::config::server_tls())
+fn build_tls(config: &Config) -> Result<crate::net::tls::Tls, crate::net::tls::BuildError> {
+    crate::net::tls::build(&config.tls_files, &crate::config::server_tls())
 }
 
 fn ring_from_file(config: &Config) -> Result<Option<Placement>, String> {

@@ -22,17 +22,17 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, ContextFlags, RedisValue};
 
-use super::args::printable;
-use super::{Call, CmdError, CmdResult};
-use crate::placement::Placement;
-use crate::route::command::{self, CommandMeta};
-use crate::route::conn::{link_timeout, Link};
+use crate::commands::args::printable;
+use crate::commands::{Call, CmdError, CmdResult};
+use crate::net::pool::{link_timeout, Link};
+use crate::ring::placement::Placement;
+use crate::route::command_table::{self, CommandMeta};
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::split::{self, Part, Splittable};
-use crate::route::topology::{self, ReadFrom};
 use crate::route::{execute, read_reply, CommandKind, Endpoint, Plan, Resp, Routed, StepError};
 use crate::route::{fields, filter};
 use crate::state;
+use crate::topology::nodes::ReadFrom;
 
 /// errno values RedisModule_GetCommandKeys sets (Linux).
 const ENOENT: i32 = 2;
@@ -65,7 +65,7 @@ pub fn call(call: &Call) -> CmdResult {
     // Where each key lives, from one look at the rings.
     let (mut placed, link, returning) = {
         let st = state::lock();
-        let current = super::whereis::current_ring(&st)?;
+        let current = crate::commands::whereis::current_ring(&st)?;
         let self_name = st.config.ring.self_name.as_str();
         let mut placed = Vec::with_capacity(positions.len());
         for &pos in &positions {
@@ -149,7 +149,7 @@ pub fn call(call: &Call) -> CmdResult {
     let kind = CommandKind::of(name, meta.readonly);
     // Reads that go to a replica of their owner (`shard.read-from`); keys that move in a
     // resharding keep the primaries' fallback rules.
-    let replica_reads = match topology::read_from() {
+    let replica_reads = match crate::topology::nodes::read_from() {
         ReadFrom::Primary => None,
         mode => (kind == CommandKind::Read && !moving).then_some(mode),
     };
@@ -349,7 +349,7 @@ async fn read_at_replica(
     args: &[Vec<u8>],
     mode: ReadFrom,
 ) -> Result<Resp, StepError> {
-    let why = match topology::pick_replica(primary) {
+    let why = match crate::topology::nodes::pick_replica(primary) {
         Ok(replica) => match steps.send(&replica, args).await {
             Ok(reply) if !replica_cannot_serve(&reply) => {
                 forward::count(|s| s.replica_reads += 1);
@@ -633,7 +633,7 @@ fn check_acl(call: &Call, name: &str) -> CmdResult {
 
 /// A command's entry in the server's table (`COMMAND INFO`), learnt once per name.
 fn command_meta(call: &Call, name: &[u8], name_text: &str) -> Result<CommandMeta, CmdError> {
-    if let Some(known) = command::known(name) {
+    if let Some(known) = command_table::known(name) {
         return Ok(known);
     }
     let info = call
@@ -686,13 +686,13 @@ fn learn_entry(entry: &RedisValue) -> Option<CommandMeta> {
         _ => Vec::new(),
     };
     let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let meta = command::meta_from_info(
+    let meta = command_table::meta_from_info(
         int(fields.get(1)),
         &flag_refs,
         int(fields.get(3)),
         int(fields.get(4)),
         int(fields.get(5)),
     );
-    command::learn(name.as_bytes(), meta);
+    command_table::learn(name.as_bytes(), meta);
     Some(meta)
 }

@@ -4,8 +4,8 @@
 
 use redis_module::RedisValue;
 
-use super::args::is;
-use super::{Call, CmdError, CmdResult};
+use crate::commands::args::is;
+use crate::commands::{Call, CmdError, CmdResult};
 
 pub fn debug(call: &Call) -> CmdResult {
     if call.args.len() != 2 || !is(call.args.get(1), "PANIC") {

@@ -6,7 +6,7 @@
 
 use redis_module::RedisValue;
 
-use super::{Call, CmdError, CmdResult};
+use crate::commands::{Call, CmdError, CmdResult};
 
 pub fn dump(call: &Call) -> CmdResult {
     if call.args.len() != 2 {

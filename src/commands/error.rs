@@ -25,7 +25,7 @@ impl CmdError {
     pub fn unknown_option(command: &str, arg: &[u8]) -> CmdError {
         CmdError::err(format!(
             "unknown option '{}' for '{command}'",
-            super::args::printable(arg)
+            crate::commands::args::printable(arg)
         ))
     }
 
@@ -33,7 +33,7 @@ impl CmdError {
     pub fn given_twice(option: &[u8]) -> CmdError {
         CmdError::err(format!(
             "{} is given twice",
-            super::args::printable(option).to_ascii_uppercase()
+            crate::commands::args::printable(option).to_ascii_uppercase()
         ))
     }
 

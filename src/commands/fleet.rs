@@ -7,14 +7,14 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use redis_module::RedisValue;
 
-use super::args::{int_in, is, printable};
-use super::{Call, CmdError, CmdResult};
-use crate::placement::Placement;
-use crate::reshard::coordinator::{self, Reach, REQUEST_TIMEOUT};
-use crate::reshard::fleet::{check_start, FleetPlan, Install, NodeState};
+use crate::commands::args::{int_in, is, printable};
+use crate::commands::{Call, CmdError, CmdResult};
+use crate::net::pool::{link_timeout, Link};
+use crate::reshard::fleet::coordinator::{self, Reach, REQUEST_TIMEOUT};
+use crate::reshard::fleet::plan::{check_start, FleetPlan, Install, NodeState};
 use crate::reshard::jobs;
+use crate::ring::placement::Placement;
 use crate::ring::{NodeSpec, RingSpec};
-use crate::route::conn::{link_timeout, Link};
 use crate::route::forward::{self, CallReply};
 use crate::route::{Endpoint, Resp};
 use crate::state::{self, ModuleState};
@@ -26,7 +26,7 @@ pub fn node_state(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.ring|state"));
     }
     // INFO first: the state's lock is not held while the server gathers it.
-    let keys = crate::reshard::plan::keys_in_keyspace(&info(call, "keyspace"));
+    let keys = crate::reshard::fate::keys_in_keyspace(&info(call, "keyspace"));
     let used_memory = info_field(&info(call, "memory"), "used_memory").unwrap_or(0);
     let st = state::lock();
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -113,7 +113,7 @@ pub fn install(call: &Call) -> CmdResult {
     };
     let current = build(2)?;
     let previous = if texts == 4 { Some(build(3)?) } else { None };
-    crate::route::cluster_glue::check_ring_change(call, &current)?;
+    crate::cluster::protocol::check_ring_change(call, &current)?;
     if jobs::running() {
         return Err(CmdError::err(
             "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",
@@ -144,7 +144,7 @@ type FleetNode<'a> = (Endpoint, Option<&'a NodeSpec>, bool);
 
 /// The nodes of the current and previous rings, each once.
 fn fleet_nodes(st: &ModuleState) -> Result<Vec<FleetNode<'_>>, CmdError> {
-    let current = super::whereis::current_ring(st)?;
+    let current = crate::commands::whereis::current_ring(st)?;
     if current.ring.is_none() {
         return Err(CmdError::err(
             "the cluster algo has no ring of shard's own: Redis Cluster holds the slot map",
@@ -176,7 +176,7 @@ pub fn push(call: &Call) -> CmdResult {
     let (nodes, args, link) = {
         let st = state::lock();
         let nodes: Vec<Endpoint> = fleet_nodes(&st)?.into_iter().map(|n| n.0).collect();
-        let current = super::whereis::current_ring(&st)?;
+        let current = crate::commands::whereis::current_ring(&st)?;
         let previous = st.rings.previous.as_ref();
         let args = Install {
             current: &current.spec,
@@ -243,7 +243,7 @@ pub fn check(call: &Call) -> CmdResult {
     }
     let (rows, digest, previous_digest, link) = {
         let st = state::lock();
-        let current = super::whereis::current_ring(&st)?;
+        let current = crate::commands::whereis::current_ring(&st)?;
         let shares = current
             .ring
             .as_ref()
@@ -335,10 +335,10 @@ fn parse_start(call: &Call) -> Result<(RingSpec, u64), CmdError> {
         max_rate = int_in(args[args.len() - 1], "MAXRATE", 0, 1_000_000_000)?.unsigned_abs();
         args.truncate(args.len() - 2);
     }
-    let mut spec = super::ring::parse_spec(args.as_slice(), "shard.reshard|start")?;
+    let mut spec = crate::commands::ring::parse_spec(args.as_slice(), "shard.reshard|start")?;
     let hashtag_given = args.len() > 3 && is(args[3], "HASHTAG");
     if !hashtag_given && state::lock().keys.layout.kind == crate::keys::LayoutKind::Shardjs {
-        spec = super::ring::with_shardjs_default(spec).map_err(CmdError::err)?;
+        spec = crate::commands::ring::with_shardjs_default(spec).map_err(CmdError::err)?;
     }
     if spec.algo == crate::ring::Algo::Cluster {
         return Err(CmdError::err(
@@ -390,7 +390,7 @@ pub fn start(call: &Call) -> CmdResult {
             call.reply.ok();
             return Ok(());
         }
-        let current = super::whereis::current_ring(&st)?;
+        let current = crate::commands::whereis::current_ring(&st)?;
         if st.rings.previous.is_some() {
             return Err(CmdError::err(
                 "a resharding is open on this node (SHARD.RING BEGIN): COMMIT or ABORT it first",

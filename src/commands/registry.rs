@@ -6,8 +6,8 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context};
 
-use super::docs;
 use crate::command_fn;
+use crate::commands::docs;
 
 type Entry = unsafe extern "C" fn(
     *mut raw::RedisModuleCtx,
@@ -43,7 +43,7 @@ fn container(name: &'static CStr, subcommands: Vec<Spec>) -> Spec {
 }
 
 fn table() -> Vec<Spec> {
-    use super::{decode, encode, fleet, genkey, reshard, ring, whereis};
+    use crate::commands::{decode, encode, fleet, genkey, reshard, ring, whereis};
     vec![
         command(
             c"shard.genkey",
@@ -62,22 +62,22 @@ fn table() -> Vec<Spec> {
         ),
         command(
             c"shard.specialkey",
-            command_fn!("shard.specialkey", super::shardjs::special_key),
+            command_fn!("shard.specialkey", crate::commands::shardjs::special_key),
             c"readonly fast",
         ),
         command(
             c"shard.retype",
-            command_fn!("shard.retype", super::shardjs::retype),
+            command_fn!("shard.retype", crate::commands::shardjs::retype),
             c"readonly fast",
         ),
         command(
             c"shard.minify",
-            command_fn!("shard.minify", super::shardjs::minify),
+            command_fn!("shard.minify", crate::commands::shardjs::minify),
             c"readonly fast",
         ),
         command(
             c"shard.maxify",
-            command_fn!("shard.maxify", super::shardjs::maxify),
+            command_fn!("shard.maxify", crate::commands::shardjs::maxify),
             c"readonly fast",
         ),
         command(
@@ -92,27 +92,27 @@ fn table() -> Vec<Spec> {
         ),
         command(
             c"shard.call",
-            command_fn!("shard.call", super::call::call),
+            command_fn!("shard.call", crate::commands::call::call),
             c"may-replicate deny-script blocking",
         ),
         command(
             c"shard.cluster",
-            command_fn!("shard.cluster", crate::route::cluster_glue::cluster),
+            command_fn!("shard.cluster", crate::cluster::protocol::cluster),
             c"fast allow-stale allow-loading",
         ),
         command(
             c"shard.redirect",
-            command_fn!("shard.redirect", crate::route::cluster_glue::redirect),
+            command_fn!("shard.redirect", crate::cluster::protocol::redirect),
             c"may-replicate deny-script blocking",
         ),
         command(
             c"shard.debug",
-            command_fn!("shard.debug", super::debug::debug),
+            command_fn!("shard.debug", crate::commands::debug::debug),
             c"admin",
         ),
         command(
             c"shard.dump",
-            command_fn!("shard.dump", super::dump::dump),
+            command_fn!("shard.dump", crate::commands::dump::dump),
             c"readonly",
         ),
         command(

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use super::args::{int_in, is, ArgList};
-use super::{Call, CmdError, CmdResult};
-use crate::placement::Placement;
+use crate::commands::args::{int_in, is, ArgList};
+use crate::commands::{Call, CmdError, CmdResult};
 use crate::reshard::jobs::{self, CopyOptions};
 use crate::reshard::{is_member, JobKind};
+use crate::ring::placement::Placement;
 use crate::state::{self, ModuleState};
 
 const DEFAULT_BATCH: usize = 100;
@@ -131,7 +131,7 @@ fn job_inputs(st: &ModuleState) -> Result<(Arc<Placement>, String), CmdError> {
             "a resharding job is already running: see SHARD.RESHARD STATUS, or SHARD.RESHARD STOP it",
         ));
     }
-    let ring = Arc::clone(super::whereis::current_ring(st)?);
+    let ring = Arc::clone(crate::commands::whereis::current_ring(st)?);
     if ring.ring.is_none() {
         return Err(CmdError::err(
             "the cluster algo is resharded by Redis Cluster itself, not by shard",
@@ -183,7 +183,7 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_bulk("paused", if job.paused { b"yes" } else { b"no" });
     // Keys copied (or deleted) by database: `db0=750,db3=12`.
     reply.field_bulk("by_db", job.by_db_text().as_bytes());
-    super::fleet::reply_status(call, &st);
+    crate::commands::fleet::reply_status(call, &st);
     Ok(())
 }
 
@@ -225,12 +225,12 @@ pub fn resume(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.reshard|resume"));
     }
     // Everything that can refuse is checked before anything resumes.
-    let plan = super::fleet::plan_to_resume()?;
-    let running_plan = crate::reshard::coordinator::running();
+    let plan = crate::commands::fleet::plan_to_resume()?;
+    let running_plan = crate::reshard::fleet::coordinator::running();
     let job = jobs::set_paused(false);
     let plan = match plan {
         Some(reach) => {
-            crate::reshard::coordinator::drive(reach);
+            crate::reshard::fleet::coordinator::drive(reach);
             true
         }
         None => running_plan,

@@ -2,17 +2,17 @@
 
 use redis_module::ContextFlags;
 
-use super::args::{is, ArgList};
-use super::{Call, CmdError, CmdResult};
-use crate::placement::Placement;
+use crate::commands::args::{is, ArgList};
+use crate::commands::{Call, CmdError, CmdResult};
 use crate::reshard::jobs;
+use crate::ring::placement::Placement;
 use crate::ring::{Algo, HashTag, RingSpec};
 use crate::state;
 
 /// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [...]`: replaces the ring whole.
 pub fn set(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|set")?;
-    crate::route::cluster_glue::check_ring_change(call, &placement)?;
+    crate::cluster::protocol::check_ring_change(call, &placement)?;
     if jobs::running() {
         return Err(CmdError::err(
             "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",
@@ -27,7 +27,7 @@ pub fn set(call: &Call) -> CmdResult {
 /// `SHARD.RING BEGIN algo [HASHTAG rule] name host:port weight [...]`: opens a resharding.
 pub fn begin(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|begin")?;
-    crate::route::cluster_glue::check_ring_change(call, &placement)?;
+    crate::cluster::protocol::check_ring_change(call, &placement)?;
     let current_is_cluster = state::lock()
         .rings
         .current
@@ -57,7 +57,7 @@ pub fn commit(call: &Call) -> CmdResult {
     change(
         call,
         "shard.ring|commit",
-        crate::placement::RingState::commit,
+        crate::ring::placement::RingState::commit,
     )
 }
 
@@ -65,15 +65,19 @@ pub fn commit(call: &Call) -> CmdResult {
 pub fn abort(call: &Call) -> CmdResult {
     let previous = state::lock().rings.previous.clone();
     if let Some(previous) = previous {
-        crate::route::cluster_glue::check_ring_change(call, &previous)?;
+        crate::cluster::protocol::check_ring_change(call, &previous)?;
     }
-    change(call, "shard.ring|abort", crate::placement::RingState::abort)
+    change(
+        call,
+        "shard.ring|abort",
+        crate::ring::placement::RingState::abort,
+    )
 }
 
 fn change(
     call: &Call,
     command: &str,
-    apply: fn(&mut crate::placement::RingState) -> Result<(), &'static str>,
+    apply: fn(&mut crate::ring::placement::RingState) -> Result<(), &'static str>,
 ) -> CmdResult {
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity(command));
@@ -154,7 +158,7 @@ pub fn get(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.ring|get"));
     }
     let st = state::lock();
-    let current = super::whereis::current_ring(&st)?;
+    let current = crate::commands::whereis::current_ring(&st)?;
     let reply = &call.reply;
     reply.map(6);
     reply.field_bulk("algo", current.spec.algo.name().as_bytes());
@@ -189,11 +193,11 @@ fn reply_nodes(call: &Call, placement: &Placement) {
         // The address in use (Sentinel's for a `sentinel` node, nil while unknown), and the
         // replicas known for reads.
         let resolved = match node.via_sentinel() {
-            true => crate::route::topology::address_of(&node.name),
+            true => crate::topology::nodes::address_of(&node.name),
             false => Some(node.address.clone()),
         };
         reply.field_opt("resolved", resolved.as_ref().map(|a| a.as_bytes()));
-        let replicas = crate::route::topology::replicas_of(&node.name);
+        let replicas = crate::topology::nodes::replicas_of(&node.name);
         reply.bulk(b"replicas");
         reply.array(replicas.len());
         for r in &replicas {

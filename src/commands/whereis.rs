@@ -3,10 +3,9 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::{Call, CmdError, CmdResult};
-use crate::cluster;
-use crate::placement::Placement;
+use crate::commands::{Call, CmdError, CmdResult};
 use crate::ring::key_slot;
+use crate::ring::placement::Placement;
 use crate::state::{self, ModuleState};
 
 /// The current ring, or the error that says how to set one.
@@ -45,7 +44,7 @@ fn owner<'p, 'k>(
                 .ok_or_else(|| CmdError::err("the ring has no node at the located index"))?;
             // A `sentinel` node: the address in use now.
             let address = match node.via_sentinel() {
-                true => crate::route::topology::address_of(&node.name)
+                true => crate::topology::nodes::address_of(&node.name)
                     .map_or(Cow::Borrowed(node.address.as_str()), Cow::Owned),
                 false => Cow::Borrowed(node.address.as_str()),
             };
@@ -59,7 +58,7 @@ fn owner<'p, 'k>(
         None => {
             let hashed = placement.spec.hashtag.extract(key);
             let slot = key_slot(key);
-            let node = cluster::owner(call.ctx, slot).map_err(CmdError::err)?;
+            let node = crate::cluster::live_slots::owner(call.ctx, slot).map_err(CmdError::err)?;
             Ok(Owner {
                 name: Cow::Owned(node.id),
                 address: Cow::Owned(node.address),

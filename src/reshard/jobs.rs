@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 
 use redis_module::{raw, Context, RedisString, RedisValue};
 
-use super::fork_cleanup;
-use super::fork_copy::{self, select_db, Pass, Source};
-use super::pace::Pace;
-use crate::placement::Placement;
+use crate::reshard::cleanup_child;
+use crate::reshard::copy_child::{self, select_db, Pass, Source};
 use crate::reshard::dirty::DbKey;
-use crate::reshard::job::AfterPass;
+use crate::reshard::pace::Pace;
+use crate::reshard::progress::AfterPass;
 use crate::reshard::{dirty, Job, JobKind};
+use crate::ring::placement::Placement;
 use crate::ring::Ring;
 use crate::state;
 
@@ -48,7 +48,7 @@ pub struct CopyOptions {
     /// Keys per second (`MAXRATE`, 0: no limit).
     pub max_rate: u64,
     /// Which keys travel in pieces (`big-key-bytes`, `big-key-elements`).
-    pub big: super::pieces::Limits,
+    pub big: crate::reshard::pieces::Limits,
 }
 
 /// A running job: what it works with, and where its scan stands.
@@ -70,7 +70,7 @@ struct Runner {
     /// A copy's or a cleanup's child, while one runs.
     child: Option<c_int>,
     /// A cleanup's child's names of keys to delete, while it sends them.
-    names: Option<fork_cleanup::Names>,
+    names: Option<cleanup_child::Names>,
     /// (when, keys walked) samples for `keys_per_sec`.
     samples: VecDeque<(Instant, u64)>,
     /// A cleanup's pace against `max_rate`.
@@ -102,13 +102,13 @@ pub fn start(
 ) -> Result<(), String> {
     if kind == JobKind::Copy {
         dirty::subscribe(ctx)?;
-        fork_copy::shared().ok_or("cannot map the page shared with the copy's child")?;
+        copy_child::shared().ok_or("cannot map the page shared with the copy's child")?;
     }
     let keys_total = match ctx.call("INFO", &["keyspace"]) {
-        Ok(RedisValue::SimpleString(text)) => crate::reshard::plan::keys_in_keyspace(&text),
-        Ok(RedisValue::BulkString(text)) => crate::reshard::plan::keys_in_keyspace(&text),
+        Ok(RedisValue::SimpleString(text)) => crate::reshard::fate::keys_in_keyspace(&text),
+        Ok(RedisValue::BulkString(text)) => crate::reshard::fate::keys_in_keyspace(&text),
         Ok(RedisValue::BulkRedisString(text)) => {
-            crate::reshard::plan::keys_in_keyspace(&String::from_utf8_lossy(text.as_slice()))
+            crate::reshard::fate::keys_in_keyspace(&String::from_utf8_lossy(text.as_slice()))
         }
         _ => 0,
     };
@@ -187,9 +187,9 @@ pub fn set_paused(paused: bool) -> bool {
 }
 
 /// Changes a control of the running job, in its state and in the page its child reads.
-fn control(change: impl FnOnce(&mut Job, &fork_copy::Shared)) -> bool {
+fn control(change: impl FnOnce(&mut Job, &copy_child::Shared)) -> bool {
     let mut st = state::lock();
-    let Some(shared) = fork_copy::shared().filter(|_| st.job.state.is_running()) else {
+    let Some(shared) = copy_child::shared().filter(|_| st.job.state.is_running()) else {
         return false;
     };
     change(&mut st.job, shared);
@@ -208,7 +208,7 @@ fn fork_cleanup_walk(ctx: &Context) {
         };
         dirty::begin();
         CHILD_DONE.with(|d| d.set(None));
-        match fork_cleanup::start(ctx, &runner.ring, &runner.self_name, on_child_done) {
+        match cleanup_child::start(ctx, &runner.ring, &runner.self_name, on_child_done) {
             Ok((pid, names)) => {
                 runner.child = Some(pid);
                 runner.names = Some(names);
@@ -222,7 +222,7 @@ fn fork_cleanup_walk(ctx: &Context) {
 fn child_outcome(runner: &Runner) -> Option<(c_int, bool)> {
     CHILD_DONE
         .with(Cell::take)
-        .or_else(|| runner.child.and_then(fork_copy::reap_if_exited))
+        .or_else(|| runner.child.and_then(copy_child::reap_if_exited))
 }
 
 /// A cleanup's child has sent every name (or died): what is left to do, on the main thread.
@@ -299,7 +299,7 @@ fn copy_tick(ctx: &Context) -> bool {
         let Some(runner) = slot.as_mut() else {
             return false;
         };
-        let Some(shared) = fork_copy::shared() else {
+        let Some(shared) = copy_child::shared() else {
             return false;
         };
         if state::lock().job.stop_requested() {
@@ -364,7 +364,7 @@ fn copy_tick(ctx: &Context) -> bool {
         };
         dirty::begin();
         CHILD_DONE.with(|d| d.set(None));
-        match fork_copy::start(ctx, &pass, on_child_done) {
+        match copy_child::start(ctx, &pass, on_child_done) {
             Ok(pid) => {
                 runner.child = Some(pid);
                 runner.scan_over = true;
@@ -712,7 +712,7 @@ impl Runner {
     /// Kills the job's child, if one runs, and stops recording written keys.
     fn end_child(&mut self) {
         if let Some(pid) = self.child.take() {
-            fork_copy::kill(pid);
+            copy_child::kill(pid);
         }
         self.names = None;
         dirty::end();
@@ -740,7 +740,7 @@ impl Runner {
     }
 
     /// Copies the running child's counts into the job, for STATUS and INFO.
-    fn follow(&mut self, shared: &fork_copy::Shared) {
+    fn follow(&mut self, shared: &copy_child::Shared) {
         let live = shared.counts();
         {
             let mut st = state::lock();

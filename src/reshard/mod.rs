@@ -6,19 +6,17 @@
 //! written meanwhile recorded by `dirty`), a cleanup's walk in another (`fork_cleanup`) that
 //! feeds the main thread's time-bounded deleting steps.
 
-pub mod coordinator;
+pub mod cleanup_child;
+pub mod copy_child;
 pub mod dirty;
+pub mod fate;
 pub mod fleet;
-pub mod fork_cleanup;
-pub mod fork_copy;
-pub mod job;
 pub mod jobs;
-pub mod migrate;
 pub mod pace;
 pub mod payload;
 pub mod pieces;
-pub mod plan;
+pub mod progress;
 pub mod ship;
 
-pub use job::{Job, JobKind, JobState, Outcome};
-pub use plan::{cleanup_deletes, copy_target, is_member};
+pub use fate::{cleanup_deletes, copy_target, is_member};
+pub use progress::{Job, JobKind, JobState, Outcome};

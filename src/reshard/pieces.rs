@@ -19,7 +19,7 @@
 
 use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context};
 
-use super::ship::{Expect, Shipper, Target};
+use crate::reshard::ship::{Expect, Shipper, Target};
 
 /// Which keys travel in pieces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

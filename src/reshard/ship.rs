@@ -20,10 +20,10 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::route::frame::FrameScanner;
-use crate::route::resp::{encode_command, encode_command_into};
-use crate::route::tls::Tls;
-use crate::route::transport::{self, Transport};
+use crate::net::frame::FrameScanner;
+use crate::net::resp::{encode_command, encode_command_into};
+use crate::net::tls::Tls;
+use crate::net::transport::{self, Transport};
 
 /// How much may be in flight to one destination.
 #[derive(Debug, Clone, Copy)]
@@ -244,7 +244,7 @@ impl Shipper {
         }
         if let Some(e) = dest.error.as_deref().filter(|_| dest.stream.is_none()) {
             if e.contains("TLS") {
-                crate::route::tls::count_failure(e);
+                crate::net::tls::count_failure(e);
             }
         }
         dest
@@ -288,8 +288,8 @@ fn connect(
     // Nothing else is in flight: the reader cannot take bytes of a later reply.
     let mut reader = io::BufReader::new(&mut stream);
     for ok_only in tolerant.iter().map(|t| !t) {
-        match crate::route::resp::read_reply(&mut reader) {
-            Ok(crate::route::resp::Resp::Error(e)) if ok_only => {
+        match crate::net::resp::read_reply(&mut reader) {
+            Ok(crate::net::resp::Resp::Error(e)) if ok_only => {
                 return Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,
                     String::from_utf8_lossy(&e).into_owned(),
@@ -456,13 +456,13 @@ mod tests {
             let mut writer = stream;
             let mut seen = 0;
             loop {
-                let Ok(crate::route::resp::Resp::Array(args)) =
-                    crate::route::resp::read_reply(&mut reader)
+                let Ok(crate::net::resp::Resp::Array(args)) =
+                    crate::net::resp::read_reply(&mut reader)
                 else {
                     return seen;
                 };
                 let text = |i: usize| match args.get(i) {
-                    Some(crate::route::resp::Resp::Bulk(b)) => {
+                    Some(crate::net::resp::Resp::Bulk(b)) => {
                         String::from_utf8_lossy(b).into_owned()
                     }
                     _ => String::new(),

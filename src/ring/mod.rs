@@ -8,6 +8,7 @@ mod file;
 mod hashtag;
 mod jedis;
 mod ketama;
+pub mod placement;
 mod points;
 mod redis_shard;
 mod share;

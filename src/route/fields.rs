@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::resp::Resp;
+use crate::net::resp::Resp;
 
 /// long name ↔ short name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use redis_module::raw;
 
-use super::cluster_glue::{self, Rewrite};
-use super::command;
-use crate::placement::Placement;
+use crate::cluster::protocol::Rewrite;
+use crate::ring::placement::Placement;
+use crate::route::command_table;
 use crate::state;
 
 /// Calls the filter turned into plain local commands.
@@ -108,7 +108,7 @@ extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // A panic here would reach Redis: on one, the command passes untouched.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         LAST.with(|last| last.set(None));
-        if cluster_glue::enabled() {
+        if crate::cluster::protocol::enabled() {
             // SAFETY: Redis passes a live filter context for the duration of this callback.
             unsafe { cluster_rewrite(fctx) };
         }
@@ -141,7 +141,7 @@ impl Filtered {
     }
 }
 
-impl<'a> cluster_glue::FilterEnv<'a> for Filtered {
+impl<'a> crate::cluster::protocol::FilterEnv<'a> for Filtered {
     fn arg(&self, i: usize) -> Option<&'a [u8]> {
         let pos = c_int::try_from(i).ok().filter(|p| *p < self.argc)?;
         // SAFETY: pos < argc; the argument outlives the callback.
@@ -231,9 +231,11 @@ unsafe fn cluster_rewrite(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         return;
     };
     let filtered = Filtered { fctx, argc };
-    let insert: &[u8] = match cluster_glue::decide(count, &filtered) {
+    let insert: &[u8] = match crate::cluster::protocol::decide(count, &filtered) {
         Rewrite::None => return,
-        Rewrite::Redirect(leave) if cluster_glue::FilterEnv::in_transaction(&filtered) => {
+        Rewrite::Redirect(leave)
+            if crate::cluster::protocol::FilterEnv::in_transaction(&filtered) =>
+        {
             // SAFETY: the filter context is live; the positions exist; the filter owns the
             // replacement string.
             unsafe { refuse(fctx, argc, &leave.refusal()) };
@@ -328,11 +330,11 @@ unsafe fn local_call(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
     let Some(name) = (unsafe { arg(fctx, 1) }) else {
         return false;
     };
-    let Some(meta) = command::known(name) else {
+    let Some(meta) = command_table::known(name) else {
         return false;
     };
     // A hash command whose field names the dictionary translates: SHARD.CALL's own work.
-    if super::fields::translates(name) {
+    if crate::route::fields::translates(name) {
         return false;
     }
     let inner_argc = usize::try_from(argc - 1).unwrap_or(0);
@@ -341,8 +343,9 @@ unsafe fn local_call(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
     }
     // A replica runs no routed call itself (its primary does), and reads that go to replicas
     // are SHARD.CALL's to send.
-    if super::topology::is_replica()
-        || (meta.readonly && super::topology::read_from() != super::topology::ReadFrom::Primary)
+    if crate::topology::nodes::is_replica()
+        || (meta.readonly
+            && crate::topology::nodes::read_from() != crate::topology::nodes::ReadFrom::Primary)
     {
         return false;
     }

@@ -19,11 +19,11 @@ use std::task::{Context, Poll, Waker};
 use redis_module::raw;
 use rustc_hash::FxHashMap;
 
-use super::conn::{self, Link, Outcome, Waiter};
-use super::plan::{Endpoint, Step, StepError, StepErrorKind};
-use super::resp::Resp;
 use crate::commands::Reply;
-use crate::reshard::migrate;
+use crate::net::pool::{Link, Outcome, Waiter};
+use crate::net::resp::Resp;
+use crate::route::migrate;
+use crate::route::steps::{Endpoint, Step, StepError, StepErrorKind};
 
 /// Counters shown in `INFO shard`.
 #[derive(Debug, Default, Clone)]
@@ -49,7 +49,7 @@ pub fn stats() -> RouteStats {
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
         .unwrap_or_default();
-    stats.local += super::filter::REWRITTEN.load(std::sync::atomic::Ordering::Relaxed);
+    stats.local += crate::route::filter::REWRITTEN.load(std::sync::atomic::Ordering::Relaxed);
     stats
 }
 
@@ -138,7 +138,7 @@ pub unsafe fn forward(
         calls.waiting.insert(id, Waiting::Direct(client, epoch));
         id
     });
-    conn::request(at, link, args, waiter);
+    crate::net::pool::request(at, link, args, waiter);
     Ok(())
 }
 
@@ -370,7 +370,7 @@ impl NetSteps {
             calls.waiting.insert(id, Waiting::Step(self.call));
             id
         });
-        let detached = super::filter::detached();
+        let detached = crate::route::filter::detached();
         if detached.is_null() {
             deliver(waiter, Ok(Resp::Null));
         } else {
@@ -397,7 +397,7 @@ impl NetSteps {
             calls.waiting.insert(id, Waiting::Step(self.call));
             id
         });
-        conn::request(at, &self.link, args, waiter);
+        crate::net::pool::request(at, &self.link, args, waiter);
         StepReply {
             waiter,
             slots: Rc::clone(&self.slots),
@@ -420,7 +420,7 @@ impl Step for NetSteps {
         to: &Endpoint,
         key: &[u8],
     ) -> impl Future<Output = Result<(), StepError>> {
-        if super::tls::current().is_some() {
+        if crate::net::tls::current().is_some() {
             futures_util::future::Either::Left(self.copy_over_own_connections(from, to, key))
         } else {
             futures_util::future::Either::Right(self.copy_with_migrate(from, to, key))

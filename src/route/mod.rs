@@ -8,25 +8,16 @@
 //! command (`filter`), and where the nodes and their replicas are now (`topology`, learned by
 //! the `watcher` thread).
 
-pub mod cluster_glue;
-pub mod cluster_view;
-pub mod command;
-pub mod conn;
+pub mod command_table;
 pub mod fields;
 pub mod filter;
 pub mod forward;
-pub mod frame;
-pub mod plan;
-pub mod resp;
-pub mod sentinel;
+pub mod migrate;
 pub mod split;
-pub mod tls;
-pub mod topology;
-pub mod transport;
-pub mod watcher;
+pub mod steps;
 
-pub use plan::{execute, CommandKind, Endpoint, Plan, Routed, Step, StepError, StepErrorKind};
-pub use resp::{encode_command, read_reply, Resp, RespError};
+pub use crate::net::resp::{encode_command, read_reply, Resp, RespError};
+pub use steps::{execute, CommandKind, Endpoint, Plan, Routed, Step, StepError, StepErrorKind};
 
 /// Hooks routing into the server: the command filter of local calls, and the event-loop events
 /// that flush the connections' queued requests and expire late ones.
@@ -45,10 +36,10 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
     ) {
         let _ = std::panic::catch_unwind(|| {
             if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
-                conn::before_sleep();
-                watcher::tick();
+                crate::net::pool::before_sleep();
+                crate::topology::watcher::tick();
             } else {
-                conn::after_sleep();
+                crate::net::pool::after_sleep();
             }
         });
     }
@@ -63,12 +54,14 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
         subevent: u64,
         _data: *mut std::os::raw::c_void,
     ) {
-        topology::set_replica(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA);
+        crate::topology::nodes::set_replica(
+            subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA,
+        );
     }
     // SAFETY: OnLoad's context.
     unsafe {
         if let Some(flags) = raw::RedisModule_GetContextFlags {
-            topology::set_replica(
+            crate::topology::nodes::set_replica(
                 flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE as std::os::raw::c_int != 0,
             );
         }
@@ -109,7 +102,7 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
     }
     // SAFETY: OnLoad's context.
     unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_CONFIG, Some(on_config_change)) };
-    watcher::start()
+    crate::topology::watcher::start()
 }
 
 /// Subscribes `callback` to the server event `id` (data version 1); false when the server

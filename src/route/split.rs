@@ -4,7 +4,7 @@
 //! counting ones the sum, `MSET` OK only when every part succeeded, else the first error).
 //! Any other command whose keys have several owners is refused by the caller.
 
-use super::resp::Resp;
+use crate::net::resp::Resp;
 
 /// How the replies of the parts become one reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

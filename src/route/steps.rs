@@ -5,7 +5,7 @@
 use std::fmt;
 use std::future::Future;
 
-use super::resp::Resp;
+use crate::net::resp::Resp;
 
 /// A node a step runs on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,11 +24,12 @@ impl Endpoint {
     /// port is 0 and the connection layer waits for one. A server that is a replica is no
     /// ring node's self: what its shard owns is run by its primary.
     pub fn of(node: &crate::ring::NodeSpec, self_name: &str) -> Endpoint {
-        let is_self =
-            !self_name.is_empty() && node.name == self_name && !super::topology::is_replica();
+        let is_self = !self_name.is_empty()
+            && node.name == self_name
+            && !crate::topology::nodes::is_replica();
         if node.via_sentinel() {
-            if let Some((address, (host, port))) = super::topology::address_of(&node.name)
-                .and_then(|a| super::topology::split_address(&a).map(|hp| (a, hp)))
+            if let Some((address, (host, port))) = crate::topology::nodes::address_of(&node.name)
+                .and_then(|a| crate::topology::nodes::split_address(&a).map(|hp| (a, hp)))
             {
                 return Endpoint {
                     name: node.name.clone(),
@@ -243,7 +244,7 @@ mod tests {
 
     fn execute(plan: &Plan, fleet: &mut Fleet) -> Result<Routed, StepError> {
         let shared = Shared(RefCell::new(std::mem::take(fleet)));
-        let out = block_on(super::execute(plan, &shared));
+        let out = block_on(crate::route::execute(plan, &shared));
         *fleet = shared.0.into_inner();
         out
     }

@@ -29,13 +29,13 @@ use std::sync::{Arc, Mutex};
 
 use redis_module::{raw, ContextFlags};
 
-use super::cluster_view::ClusterView;
-use super::command;
-use super::resp::Resp;
+use crate::cluster::replies::ClusterView;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::config::Config;
-use crate::placement::Placement;
+use crate::net::resp::Resp;
+use crate::ring::placement::Placement;
 use crate::ring::{key_slot, HashTag};
+use crate::route::command_table;
 use crate::state;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -121,7 +121,7 @@ pub struct NodeOf {
 
 /// `host:port` of a node as a redirect names it: Sentinel's address now for a `sentinel` node.
 fn address_in_use(n: &crate::ring::NodeSpec) -> String {
-    let at = super::Endpoint::of(n, "");
+    let at = crate::route::Endpoint::of(n, "");
     format!("{}:{}", at.host, at.port)
 }
 
@@ -188,7 +188,7 @@ pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
     if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard.") {
         return Rewrite::None;
     }
-    let Some(meta) = command::known(name) else {
+    let Some(meta) = command_table::known(name) else {
         return Rewrite::None;
     };
     let here = match meta.fixed_keys(argc) {
@@ -477,7 +477,7 @@ pub fn redirect(call: &Call) -> CmdResult {
     }
     if current.name != self_name {
         // A read of a key still at its previous owner, asked for after an ASK.
-        let readonly = command::known(args.get(1)).is_some_and(|m| m.readonly);
+        let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);
         if asking && readonly && previous.as_ref().is_some_and(|p| p.name == self_name) {
             return run_here(call);
         }
@@ -497,7 +497,7 @@ pub fn redirect(call: &Call) -> CmdResult {
     if restore || keys.iter().all(|k| exists(call, k)) {
         return run_here(call);
     }
-    let readonly = command::known(args.get(1)).is_some_and(|m| m.readonly);
+    let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);
     if readonly && previous_in_map {
         return Err(CmdError::code(
             "ASK",

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rustls::ClientConnection;
 
-use super::tls::{self, Tls, TlsFailure};
+use crate::net::tls::{self, Tls, TlsFailure};
 
 /// A connection's stream.
 pub enum Transport {
@@ -224,7 +224,7 @@ pub fn dial(address: &str, timeout: Duration, tls: Option<&Arc<Tls>>) -> io::Res
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
-    let host = super::topology::split_address(address)
+    let host = crate::topology::nodes::split_address(address)
         .map(|(h, _)| h)
         .unwrap_or_else(|| addr.ip().to_string());
     let stream = TcpStream::connect_timeout(&addr, timeout)?;
@@ -246,7 +246,7 @@ mod tests {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-    use crate::route::tls::{build, ServerTls, TlsFiles};
+    use crate::net::tls::{build, ServerTls, TlsFiles};
 
     struct Ca {
         cert: rcgen::Certificate,

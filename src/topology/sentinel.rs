@@ -9,7 +9,7 @@
 //! - A `+switch-master` message: `<name> <old-ip> <old-port> <new-ip> <new-port>`.
 //! - `ROLE` on a primary: `["master", offset, [[ip, port, offset], ...]]`.
 
-use super::resp::Resp;
+use crate::net::resp::Resp;
 use crate::ring::NodeSpec;
 
 /// `host:port`, with brackets around an IPv6 host.

@@ -27,18 +27,18 @@ use std::time::{Duration, Instant};
 
 use redis_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
 
-use super::pace::Pace;
-use super::payload;
-use super::pieces::{self, Kind, Limits};
-use super::ship::{Shipper, Tally, Target, Window};
-use crate::placement::Placement;
+use crate::reshard::pace::Pace;
+use crate::reshard::payload;
+use crate::reshard::pieces::{self, Kind, Limits};
+use crate::reshard::ship::{Shipper, Tally, Target, Window};
+use crate::ring::placement::Placement;
 
 /// Where a pass finds its keys.
 pub enum Source {
     /// Every key of the snapshot.
     Scan,
     /// These keys only (written after the previous pass's fork), sorted by database.
-    Keys(Vec<super::dirty::DbKey>),
+    Keys(Vec<crate::reshard::dirty::DbKey>),
 }
 
 /// What a pass needs to know.
@@ -340,7 +340,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
             Window::default(),
             pass.timeout,
             pass.auth.clone(),
-            crate::route::tls::current(),
+            crate::net::tls::current(),
         ),
         targets,
         replace: pass.replace,

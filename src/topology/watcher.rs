@@ -1,6 +1,6 @@
 //! The thread that watches the fleet's topology: Sentinel's masters and their failovers, and
 //! the replicas reads may go to. It hands what it learns to the main thread
-//! (`topology::apply`), never touching the server itself.
+//! (`crate::topology::nodes::apply`), never touching the server itself.
 //!
 //! - A subscription to `+switch-master` on one sentinel at a time (the first of
 //!   `shard.sentinels` that answers), opened again on another one when it is lost.
@@ -24,12 +24,12 @@ use std::time::{Duration, Instant};
 
 use redis_module::raw;
 
-use super::resp::{encode_command, read_reply, Resp};
-use super::sentinel;
-use super::tls::Tls;
-use super::topology::{self, ReadFrom, Update};
-use super::transport::{self, Transport};
+use crate::net::resp::{encode_command, read_reply, Resp};
+use crate::net::tls::Tls;
+use crate::net::transport::{self, Transport};
 use crate::state::{self, ModuleState};
+use crate::topology::nodes::{ReadFrom, Update};
+use crate::topology::sentinel;
 
 /// What to watch, read from the module's state at every turn.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,7 +95,7 @@ impl Watch {
             masters,
             plain,
             replicas: ReadFrom::parse(&c.read_from).is_some_and(|m| m != ReadFrom::Primary),
-            tls: SameTls(super::tls::current()),
+            tls: SameTls(crate::net::tls::current()),
         }
     }
 
@@ -191,8 +191,8 @@ impl Client {
     ) -> Result<Client, String> {
         let stream = transport::dial(address, timeout, tls.0.as_ref()).map_err(|e| {
             let text = format!("{address}: {e}");
-            if super::tls::failure(&e).is_some() {
-                super::tls::count_failure(&text);
+            if crate::net::tls::failure(&e).is_some() {
+                crate::net::tls::count_failure(&text);
             }
             text
         })?;
@@ -384,7 +384,7 @@ fn listen(sub: &mut Client) -> Result<Option<(String, String)>, String> {
             _ => None,
         }),
         Ok(_) => Ok(None),
-        Err(super::resp::RespError::Io(e))
+        Err(crate::net::resp::RespError::Io(e))
             if matches!(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
@@ -498,7 +498,7 @@ fn hand_over(updates: Vec<Update>) {
         // SAFETY: made by Box::into_raw below, handed over exactly once.
         let updates = unsafe { Box::from_raw(data.cast::<Vec<Update>>()) };
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            super::conn::topology_changed(topology::apply(*updates));
+            crate::net::pool::topology_changed(crate::topology::nodes::apply(*updates));
         }));
     }
     let data = Box::into_raw(Box::new(updates));

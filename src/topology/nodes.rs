@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use super::plan::Endpoint;
+use crate::route::steps::Endpoint;
 
 /// Where `SHARD.CALL` reads go (`shard.read-from`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

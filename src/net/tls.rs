@@ -448,7 +448,7 @@ pub fn install(tls: Option<Arc<Tls>>) {
         flipped
     });
     if flipped {
-        super::conn::retire_all();
+        crate::net::pool::retire_all();
     }
 }
 

@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::fleet::{job_verdict, FleetPlan, JobVerdict, NodeState, Phase, MAX_ATTEMPTS};
-use crate::route::conn::Link;
+use crate::net::pool::Link;
+use crate::reshard::fleet::plan::{
+    job_verdict, FleetPlan, JobVerdict, NodeState, Phase, MAX_ATTEMPTS,
+};
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::{Endpoint, Resp};
 use crate::state;
@@ -141,7 +143,7 @@ async fn check_fleet(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
     let plan = current_plan()?;
     let nodes = endpoints(&plan, &reach.me.name);
     let answers = ask_states(steps, &nodes).await;
-    let problems = super::fleet::check_resume(&plan, &answers);
+    let problems = crate::reshard::fleet::plan::check_resume(&plan, &answers);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -373,7 +375,7 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
 /// once it has had its tries, the coordinator gives up with this error.
 fn retry_later(
     phase: Phase,
-    node: &mut super::fleet::NodeProgress,
+    node: &mut crate::reshard::fleet::plan::NodeProgress,
     why: String,
     retry_at: &mut Option<u32>,
     tick: u32,

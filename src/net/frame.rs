@@ -3,10 +3,10 @@
 //! Replies arrive in pieces of whatever size the socket gives. [`FrameScanner`] remembers how far
 //! it got (the position and, for aggregates, how many elements each open level still needs), so
 //! a reply of a million elements arriving in a thousand reads is scanned once in all, not once
-//! per read. Once a whole reply is there, [`super::resp::read_reply`] parses it from the slice.
+//! per read. Once a whole reply is there, [`crate::net::resp::read_reply`] parses it from the slice.
 //! No crate scans RESP3 resumably with Redis's own limits, hence this small one.
 
-use super::resp::{RespError, MAX_BULK, MAX_DEPTH, MAX_ELEMENTS, MAX_LINE};
+use crate::net::resp::{RespError, MAX_BULK, MAX_DEPTH, MAX_ELEMENTS, MAX_LINE};
 
 /// A resumable scan of one reply at the start of a buffer.
 #[derive(Debug, Default)]
@@ -124,7 +124,7 @@ fn length(body: &[u8], max: usize) -> Result<Option<usize>, RespError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::resp::{read_reply, Resp};
+    use crate::net::resp::{read_reply, Resp};
 
     /// Feeds `bytes` one byte at a time; returns where the first reply ends.
     fn end_fed_bytewise(bytes: &[u8]) -> Option<usize> {

@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use redis_module::{raw, Context, RedisString};
 
-use super::dirty::DbKey;
-use super::fork_copy::{exit_child, fork_child, select_db};
-use crate::placement::Placement;
+use crate::reshard::copy_child::{exit_child, fork_child, select_db};
+use crate::reshard::dirty::DbKey;
+use crate::ring::placement::Placement;
 
 /// The read end of the pipe, non-blocking, and what was read of a name not yet whole.
 pub struct Names {
@@ -105,7 +105,7 @@ pub fn start(
     ctx: &Context,
     ring: &Arc<Placement>,
     self_name: &str,
-    done: super::fork_copy::Done,
+    done: crate::reshard::copy_child::Done,
 ) -> Result<(c_int, Names), String> {
     let mut fds = [0 as c_int; 2];
     // SAFETY: two fds for a new pipe.

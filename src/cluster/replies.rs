@@ -8,7 +8,7 @@
 
 use sha1::{Digest, Sha1};
 
-use super::resp::Resp;
+use crate::net::resp::Resp;
 use crate::ring::{NodeSpec, Ring};
 
 /// A node as the cluster protocol shows it.
@@ -171,7 +171,7 @@ impl ClusterView {
 
 fn view_node(n: &NodeSpec, ranges: Vec<(u16, u16)>, self_name: &str) -> ViewNode {
     // A `sentinel` node's address is Sentinel's now.
-    let at = super::Endpoint::of(n, "");
+    let at = crate::route::Endpoint::of(n, "");
     ViewNode {
         id: node_id(&n.name),
         name: n.name.clone(),

@@ -46,11 +46,11 @@ use std::time::{Duration, Instant};
 use redis_module::raw;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::frame::FrameScanner;
-use super::plan::{Endpoint, StepError, StepErrorKind};
-use super::resp::{encode_command, read_reply, Resp};
-use super::tls::Tls;
-use super::transport::Transport;
+use crate::net::frame::FrameScanner;
+use crate::net::resp::{encode_command, read_reply, Resp};
+use crate::net::tls::Tls;
+use crate::net::transport::Transport;
+use crate::route::steps::{Endpoint, StepError, StepErrorKind};
 
 /// How the module reaches other nodes: the call timeout, the credentials, the RESP version,
 /// and the database the requests run in (the calling client's).
@@ -232,7 +232,7 @@ pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Wa
             net.dirty.push(id);
         }
     });
-    super::forward::deliver_all(failed);
+    crate::route::forward::deliver_all(failed);
 }
 
 /// Writes what every connection has queued: at `BEFORE_SLEEP`, once per turn of the loop.
@@ -249,7 +249,7 @@ pub fn before_sleep() {
             net.expire(&mut failed);
         }
     });
-    super::forward::deliver_all(failed);
+    crate::route::forward::deliver_all(failed);
 }
 
 /// The loop woke up: requests queued from now on go out at the next `BEFORE_SLEEP`.
@@ -312,7 +312,7 @@ pub fn retire_all() {
 /// primary that failed over are closed, failing their calls with an error naming the node (the
 /// next call goes to the new primary); the connections waiting for a Sentinel node's address
 /// connect to it, or fail with the reason none came.
-pub fn topology_changed(applied: super::topology::Applied) {
+pub fn topology_changed(applied: crate::topology::nodes::Applied) {
     let mut failed: Deliveries = Vec::new();
     NET.with(|net| {
         let mut net = net.borrow_mut();
@@ -346,7 +346,7 @@ pub fn topology_changed(applied: super::topology::Applied) {
             }
         }
     });
-    super::forward::deliver_all(failed);
+    crate::route::forward::deliver_all(failed);
 }
 
 impl Net {
@@ -361,7 +361,7 @@ impl Net {
             return;
         };
         let target = match address {
-            Ok(a) => super::topology::split_address(a)
+            Ok(a) => crate::topology::nodes::split_address(a)
                 .map(|(host, port)| (host, port, a.clone()))
                 .ok_or_else(|| format!("Sentinel gave an address that is not host:port: {a}")),
             Err(e) => Err(e.clone()),
@@ -442,7 +442,7 @@ impl Net {
             link: link.clone(),
             state: State::Resolving,
             stream: None,
-            tls: super::tls::current(),
+            tls: crate::net::tls::current(),
             unsent: VecDeque::new(),
             in_flight: VecDeque::new(),
             out: Vec::new(),
@@ -461,7 +461,7 @@ impl Net {
             // A Sentinel node whose address the watcher has not given yet.
             conn.state = State::AwaitSentinel;
             self.conns.insert(id, conn);
-            super::watcher::wake();
+            crate::topology::watcher::wake();
             return Ok(id);
         }
         match at.host.parse::<IpAddr>() {
@@ -519,7 +519,7 @@ impl Net {
             })
             .map(|c| {
                 let why = if c.state == State::AwaitSentinel {
-                    let known = super::topology::address_error(&c.at.name);
+                    let known = crate::topology::nodes::address_error(&c.at.name);
                     format!(
                         "its address did not come from Sentinel within {} ms{}{}",
                         c.link.timeout.as_millis(),
@@ -531,7 +531,7 @@ impl Net {
                         "TLS handshake did not complete within {} ms (does the node speak TLS?)",
                         c.link.timeout.as_millis()
                     );
-                    super::tls::count_failure(&format!(
+                    crate::net::tls::count_failure(&format!(
                         "node {} ({}): {why}",
                         c.at.name, c.at.address
                     ));
@@ -692,10 +692,10 @@ impl Net {
             Ok(true) => None,
             Ok(false) => Some(io::Error::from(io::ErrorKind::UnexpectedEof)),
             Err(e) => {
-                if let Some(why) = super::tls::failure(&e) {
+                if let Some(why) = crate::net::tls::failure(&e) {
                     // A refused peer: never a reason to send the requests again.
                     let e = StepError::new(&conn.at, why);
-                    super::tls::count_failure(&e.to_string());
+                    crate::net::tls::count_failure(&e.to_string());
                     self.fail(id, &e, failed);
                     return;
                 }
@@ -1045,7 +1045,7 @@ extern "C" fn on_socket_event(_fd: c_int, user_data: *mut c_void, mask: c_int) {
             }
         });
     }
-    super::forward::deliver_all(failed);
+    crate::route::forward::deliver_all(failed);
 }
 
 /// Looks a host name up on a thread of its own (a DNS query must never hold the server), then
@@ -1072,7 +1072,7 @@ fn resolve_in_background(id: ConnId, host: String, port: u16) {
             });
             net.connect_known(resolved.id, addr, &mut failed);
         });
-        super::forward::deliver_all(failed);
+        crate::route::forward::deliver_all(failed);
     }
     let spawned = std::thread::Builder::new()
         .name("shard-resolve".into())

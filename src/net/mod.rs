@@ -1,0 +1,9 @@
+//! The network: the RESP wire format (`resp`, `frame`), the byte stream of every connection
+//! the module opens, plain or TLS (`transport`, `tls`), and the pool of pipelined connections
+//! driven by the server's event loop (`pool`).
+
+pub mod frame;
+pub mod pool;
+pub mod resp;
+pub mod tls;
+pub mod transport;
