@@ -6,13 +6,11 @@
 //!   mark, never the command itself, so a replica does not generate keys of its own), and the
 //!   ring commands propagate verbatim.
 
-use std::os::raw::{c_int, c_longlong};
+use std::os::raw::c_int;
 
 use redis_module::native_types::RedisType;
-use redis_module::{logging, raw, ContextFlags};
+use redis_module::{logging, raw};
 
-use crate::commands::args::int_in;
-use crate::commands::{Call, CmdError, CmdResult};
 use crate::persist::Persisted;
 use crate::state;
 
@@ -46,7 +44,7 @@ pub static SHARD_AUX: RedisType = RedisType::new(
 );
 
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    let bytes = std::panic::catch_unwind(|| state::lock().snapshot().encode());
+    let bytes = std::panic::catch_unwind(|| snapshot().encode());
     match bytes {
         Ok(bytes) => raw::save_slice(rdb, &bytes),
         // Never leave the field empty: an empty value would not decode at load.
@@ -63,8 +61,7 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
         }
         let buffer =
             raw::load_string_buffer(rdb).map_err(|e| format!("cannot read shard's data: {e}"))?;
-        let persisted = Persisted::decode(buffer.as_ref())?;
-        state::lock().restore(persisted)
+        restore(Persisted::decode(buffer.as_ref())?)
     });
     let error = match result {
         Ok(Ok(())) => return raw::REDISMODULE_OK as c_int,
@@ -75,37 +72,27 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
     raw::REDISMODULE_ERR as c_int
 }
 
-/// Propagates a new high-water mark to replicas and the AOF as `SHARD.ADVANCE ms`.
-pub fn propagate_high_water(call: &Call, high_water_ms: i64) {
-    // SAFETY: called from a command callback with its live context; "l" takes one long long.
-    unsafe {
-        if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
-                call.ctx.ctx,
-                c"shard.advance".as_ptr(),
-                c"l".as_ptr(),
-                high_water_ms as c_longlong,
-            );
-        }
-    }
+/// What survives a restart: the state's high-water mark and rings, and the plan of the fleet
+/// operation this node coordinates.
+pub fn snapshot() -> Persisted {
+    let mut persisted = state::lock().snapshot();
+    persisted.fleet = crate::reshard::current::lock()
+        .fleet
+        .as_ref()
+        .map(|f| f.encode());
+    persisted
 }
 
-/// `SHARD.ADVANCE ms`: applies a master's (or the AOF's) high-water mark. Internal: refused
-/// from ordinary clients, who could otherwise push the generator ahead of the clock.
-pub fn advance(call: &Call) -> CmdResult {
-    let flags = call.ctx.get_flags();
-    if !flags.contains(ContextFlags::REPLICATED) && !flags.contains(ContextFlags::LOADING) {
-        return Err(CmdError::err(
-            "shard.advance is internal: it carries the generator's high-water mark from a master or the AOF",
-        ));
-    }
-    if call.args.len() != 2 {
-        return Err(CmdError::wrong_arity("shard.advance"));
-    }
-    let ms = int_in(call.args.get(1), "the high-water mark", 0, i64::MAX)?;
-    let mut st = state::lock();
-    let st = &mut *st;
-    st.generator.advance_past_ms(&st.keys.layout, ms);
-    call.reply.ok();
+/// Takes the persisted state (an RDB at start, or a master's at a full sync), whole or not at
+/// all: the fleet plan is decoded before anything changes.
+pub fn restore(persisted: Persisted) -> Result<(), String> {
+    let fleet = persisted
+        .fleet
+        .as_deref()
+        .map(crate::reshard::fleet::plan::FleetPlan::decode)
+        .transpose()
+        .map_err(|e| format!("the fleet plan: {e}"))?;
+    state::lock().restore(persisted)?;
+    crate::reshard::current::lock().fleet = fleet;
     Ok(())
 }

@@ -58,7 +58,8 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         rings.current.as_ref().map_or("", |c| c.digest.as_str()),
     );
     raw::add_info_field_long_long(ctx, "resharding_open", i64::from(rings.previous.is_some()));
-    let job = &st.job;
+    let current = crate::reshard::current::lock();
+    let job = &current.job;
     raw::add_info_field_str(ctx, "reshard_state", job.state.name());
     raw::add_info_field_long_long(ctx, "reshard_scanned", int(job.scanned()));
     raw::add_info_field_long_long(ctx, "reshard_copied", int(job.copied()));
@@ -85,7 +86,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     );
     // The fleet operation this node coordinates: its phase (`none` when there is none), whether
     // it is being driven, and its last problem.
-    let fleet = st.fleet.as_ref();
+    let fleet = current.fleet.as_ref();
     raw::add_info_field_str(ctx, "fleet_phase", fleet.map_or("none", |f| f.phase.name()));
     raw::add_info_field_str(
         ctx,

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod durability;
+pub mod host;
 pub mod info;
 pub mod keys;
 pub mod net;
@@ -63,6 +64,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             "shard: {e}; SHARD.CALL learns each command at its first call"
         ));
     }
+    net::pool::set_hooks(net::pool::Hooks {
+        deliver: route::forward::deliver_all,
+        wake_resolver: topology::watcher::wake,
+        resolver_error: topology::nodes::address_error,
+    });
     // SAFETY: OnLoad's own context.
     if let Err(e) = unsafe { route::register(ctx.ctx) } {
         ctx.log_warning(&e);

@@ -10,7 +10,6 @@ use lazy_static::lazy_static;
 use crate::config::Config;
 use crate::keys::{Generator, KeySettings};
 use crate::persist::Persisted;
-use crate::reshard::Job;
 use crate::ring::placement::{Placement, RingState};
 use crate::ring::{Algo, HashTag, RingSpec};
 
@@ -23,11 +22,6 @@ pub struct ModuleState {
     pub keys: KeySettings,
     pub generator: Generator,
     pub rings: RingState,
-    /// The last or running resharding job.
-    pub job: Job,
-    /// The fleet operation this node coordinates (`SHARD.RESHARD START`), kept until another
-    /// starts.
-    pub fleet: Option<crate::reshard::fleet::plan::FleetPlan>,
     /// The high-water mark last propagated as SHARD.ADVANCE: the mark only moves when the tick
     /// does, so replicas and the AOF get it once per tick, not once per call.
     pub propagated_high_water: Option<i64>,
@@ -185,7 +179,7 @@ impl ModuleState {
             current: self.rings.current.as_ref().map(|p| p.spec.clone()),
             previous: self.rings.previous.as_ref().map(|p| p.spec.clone()),
             returning: self.rings.returning,
-            fleet: self.fleet.as_ref().map(|f| f.encode()),
+            fleet: None,
         }
     }
 
@@ -198,12 +192,6 @@ impl ModuleState {
         };
         let current = build(persisted.current)?;
         let previous = build(persisted.previous)?;
-        let fleet = persisted
-            .fleet
-            .as_deref()
-            .map(crate::reshard::fleet::plan::FleetPlan::decode)
-            .transpose()
-            .map_err(|e| format!("the fleet plan: {e}"))?;
         if let Some(ms) = persisted.high_water_ms {
             self.generator.advance_past_ms(&self.keys.layout, ms);
         }
@@ -217,7 +205,6 @@ impl ModuleState {
                 returning: persisted.returning,
             };
         }
-        self.fleet = fleet;
         Ok(())
     }
 }

@@ -121,7 +121,7 @@ pub struct NodeOf {
 
 /// `host:port` of a node as a redirect names it: Sentinel's address now for a `sentinel` node.
 fn address_in_use(n: &crate::ring::NodeSpec) -> String {
-    let at = crate::route::Endpoint::of(n, "");
+    let at = crate::topology::nodes::endpoint_of(n, "");
     format!("{}:{}", at.host, at.port)
 }
 

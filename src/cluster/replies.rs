@@ -171,7 +171,7 @@ impl ClusterView {
 
 fn view_node(n: &NodeSpec, ranges: Vec<(u16, u16)>, self_name: &str) -> ViewNode {
     // A `sentinel` node's address is Sentinel's now.
-    let at = crate::route::Endpoint::of(n, "");
+    let at = crate::topology::nodes::endpoint_of(n, "");
     ViewNode {
         id: node_id(&n.name),
         name: n.name.clone(),

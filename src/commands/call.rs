@@ -427,7 +427,7 @@ fn endpoint(placement: &Placement, key: &[u8], self_name: &str) -> Result<Endpoi
         .nodes
         .get(owner)
         .ok_or_else(|| CmdError::err("internal error: an owner outside the ring"))?;
-    Ok(Endpoint::of(node, self_name))
+    Ok(crate::topology::nodes::endpoint_of(node, self_name))
 }
 
 /// The positions of the keys of the command `call` carries after its own name (`SHARD.CALL

@@ -39,7 +39,8 @@ pub fn node_state(call: &Call) -> CmdResult {
     reply.field_bulk("previous_digest", digest(&st.rings.previous).as_bytes());
     reply.field_int("epoch", int(st.rings.epoch));
     reply.field_bulk("returning", yes_no(st.rings.returning));
-    let job = &st.job;
+    let current = crate::reshard::current::lock();
+    let job = &current.job;
     let kind = match job.kind {
         Some(crate::reshard::JobKind::Copy) => "copy",
         Some(crate::reshard::JobKind::Cleanup) => "cleanup",
@@ -155,13 +156,23 @@ fn fleet_nodes(st: &ModuleState) -> Result<Vec<FleetNode<'_>>, CmdError> {
         .spec
         .nodes
         .iter()
-        .map(|n| (Endpoint::of(n, self_name), Some(n), false))
+        .map(|n| {
+            (
+                crate::topology::nodes::endpoint_of(n, self_name),
+                Some(n),
+                false,
+            )
+        })
         .collect();
     if let Some(previous) = &st.rings.previous {
         for n in &previous.spec.nodes {
             match out.iter_mut().find(|(e, _, _)| e.name == n.name) {
                 Some(entry) => entry.2 = true,
-                None => out.push((Endpoint::of(n, self_name), None, true)),
+                None => out.push((
+                    crate::topology::nodes::endpoint_of(n, self_name),
+                    None,
+                    true,
+                )),
             }
         }
     }
@@ -375,7 +386,8 @@ pub fn start(call: &Call) -> CmdResult {
     let (new, max_rate) = parse_start(call)?;
     let (plan, reach) = {
         let st = state::lock();
-        if let Some(plan) = st.fleet.as_ref().filter(|p| !p.phase.finished()) {
+        let current = crate::reshard::current::lock();
+        if let Some(plan) = current.fleet.as_ref().filter(|p| !p.phase.finished()) {
             if plan.new.digest() != new.digest() {
                 return Err(CmdError::err(format!(
                     "a fleet operation to ring {} is in phase {}: SHARD.RESHARD RESUME it, or CANCEL it first",
@@ -422,17 +434,18 @@ pub fn start(call: &Call) -> CmdResult {
                 ));
             }
             {
-                let mut st = state::lock();
-                if st.fleet.as_ref().is_some_and(|p| !p.phase.finished()) || coordinator::running()
+                let mut current = crate::reshard::current::lock();
+                if current.fleet.as_ref().is_some_and(|p| !p.phase.finished())
+                    || coordinator::running()
                 {
                     return CallReply::Error(
                         "ERR shard.reshard start: another fleet operation started meanwhile".into(),
                     );
                 }
-                st.fleet = Some(plan);
+                current.fleet = Some(plan);
             }
             if let Err(e) = coordinator::persist(&steps, &reach).await {
-                state::lock().fleet = None;
+                crate::reshard::current::lock().fleet = None;
                 return CallReply::Error(format!("ERR shard.reshard start: {e}"));
             }
             coordinator::drive(reach);
@@ -450,8 +463,9 @@ pub fn cancel(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.reshard|cancel"));
     }
     let (reach, bytes) = {
-        let mut st = state::lock();
-        let Some(plan) = st.fleet.as_ref().filter(|p| !p.phase.finished()) else {
+        let st = state::lock();
+        let mut current = crate::reshard::current::lock();
+        let Some(plan) = current.fleet.as_ref().filter(|p| !p.phase.finished()) else {
             return Err(CmdError::err(
                 "no fleet operation to cancel here: CANCEL runs on the node where START ran",
             ));
@@ -460,7 +474,7 @@ pub fn cancel(call: &Call) -> CmdResult {
         next.request_cancel().map_err(CmdError::err)?;
         let reach = reach(&st, &next)?;
         let bytes = next.encode();
-        st.fleet = Some(next);
+        current.fleet = Some(next);
         (reach, bytes)
     };
     call.ctx
@@ -473,7 +487,8 @@ pub fn cancel(call: &Call) -> CmdResult {
 /// Whether there is an interrupted fleet operation to resume here, and how to reach its fleet.
 pub fn plan_to_resume() -> Result<Option<Reach>, CmdError> {
     let st = state::lock();
-    let Some(plan) = st.fleet.as_ref().filter(|p| !p.phase.finished()) else {
+    let current = crate::reshard::current::lock();
+    let Some(plan) = current.fleet.as_ref().filter(|p| !p.phase.finished()) else {
         return Ok(None);
     };
     if coordinator::running() {
@@ -500,7 +515,7 @@ pub fn save_plan(call: &Call) -> CmdResult {
         })?)
     };
     if !coordinator::running() {
-        state::lock().fleet = plan;
+        crate::reshard::current::lock().fleet = plan;
     }
     call.ctx.replicate_verbatim();
     call.reply.ok();
@@ -508,10 +523,10 @@ pub fn save_plan(call: &Call) -> CmdResult {
 }
 
 /// STATUS's `fleet` field: nil, or the coordinator's plan and each node's progress.
-pub fn reply_status(call: &Call, st: &ModuleState) {
+pub fn reply_status(call: &Call, fleet: Option<&FleetPlan>) {
     let reply = &call.reply;
     reply.bulk(b"fleet");
-    let Some(plan) = &st.fleet else {
+    let Some(plan) = fleet else {
         reply.null();
         return;
     };

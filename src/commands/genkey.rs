@@ -3,7 +3,6 @@
 use crate::clock;
 use crate::commands::args::{int_in, is, ArgList};
 use crate::commands::{Call, CmdError, CmdResult};
-use crate::durability;
 use crate::keys::{KeyFormatter, Request};
 use crate::state;
 
@@ -67,7 +66,7 @@ pub fn genkey(call: &Call) -> CmdResult {
         .high_water_ms(&keys.layout)
         .filter(|m| Some(*m) != st.propagated_high_water);
     if let Some(mark) = moved {
-        durability::propagate_high_water(call, mark);
+        propagate_high_water(call, mark);
         st.propagated_high_water = Some(mark);
     }
 
@@ -80,4 +79,9 @@ pub fn genkey(call: &Call) -> CmdResult {
             .bulk(formatter.format(&keys.layout, keys.encoding, &fields));
     }
     Ok(())
+}
+
+/// Propagates a new high-water mark to replicas and the AOF as `SHARD.ADVANCE ms`.
+pub fn propagate_high_water(call: &Call, high_water_ms: i64) {
+    crate::host::replicate::replicate_with_int(call.ctx, c"shard.advance", high_water_ms);
 }

@@ -4,6 +4,7 @@
 //! bug becomes an `ERR` reply and a warning in the Redis log instead of aborting redis-server.
 //! Handlers compute first and reply last, so an error never follows a half-written reply.
 
+pub mod advance;
 pub mod args;
 pub mod call;
 pub mod debug;

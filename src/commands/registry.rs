@@ -117,7 +117,7 @@ fn table() -> Vec<Spec> {
         ),
         command(
             c"shard.advance",
-            command_fn!("shard.advance", crate::durability::advance),
+            command_fn!("shard.advance", crate::commands::advance::advance),
             c"write",
         ),
         container(

@@ -151,8 +151,8 @@ pub fn status(call: &Call) -> CmdResult {
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.reshard|status"));
     }
-    let st = state::lock();
-    let job = &st.job;
+    let current = crate::reshard::current::lock();
+    let job = &current.job;
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let reply = &call.reply;
     reply.map(21);
@@ -183,7 +183,7 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_bulk("paused", if job.paused { b"yes" } else { b"no" });
     // Keys copied (or deleted) by database: `db0=750,db3=12`.
     reply.field_bulk("by_db", job.by_db_text().as_bytes());
-    crate::commands::fleet::reply_status(call, &st);
+    crate::commands::fleet::reply_status(call, current.fleet.as_ref());
     Ok(())
 }
 

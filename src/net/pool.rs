@@ -46,11 +46,11 @@ use std::time::{Duration, Instant};
 use redis_module::raw;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
 use crate::net::frame::FrameScanner;
 use crate::net::resp::{encode_command, read_reply, Resp};
 use crate::net::tls::Tls;
 use crate::net::transport::Transport;
-use crate::route::steps::{Endpoint, StepError, StepErrorKind};
 
 /// How the module reaches other nodes: the call timeout, the credentials, the RESP version,
 /// and the database the requests run in (the calling client's).
@@ -192,6 +192,47 @@ thread_local! {
     static NET: RefCell<Net> = RefCell::new(Net::default());
 }
 
+/// What the pool reports upward, set once at load by the layers above (`lib.rs`): the network
+/// knows no ring and no routed call, so replies and failures go to whoever registered.
+#[derive(Clone, Copy)]
+pub struct Hooks {
+    /// Hands replies and failures to their waiters (`route::forward`).
+    pub deliver: fn(Vec<(Waiter, Outcome)>),
+    /// Asks for the address of a node that has none yet (`topology::watcher`).
+    pub wake_resolver: fn(),
+    /// Why a node's address is not known, for a request that waited for it in vain.
+    pub resolver_error: fn(&str) -> String,
+}
+
+fn ignore(_: Vec<(Waiter, Outcome)>) {}
+fn nothing() {}
+fn no_reason(_: &str) -> String {
+    String::new()
+}
+
+thread_local! {
+    static HOOKS: std::cell::Cell<Hooks> = const {
+        std::cell::Cell::new(Hooks { deliver: ignore, wake_resolver: nothing, resolver_error: no_reason })
+    };
+}
+
+/// Registers what the pool reports upward (once, at load).
+pub fn set_hooks(hooks: Hooks) {
+    HOOKS.with(|h| h.set(hooks));
+}
+
+fn hooks() -> Hooks {
+    HOOKS.with(|h| h.get())
+}
+
+/// What the topology learned, for the connections: failovers (node, old address, new address),
+/// and addresses learned (or not) for nodes that had none.
+#[derive(Debug, Default)]
+pub struct TopologyChange {
+    pub moved: Vec<(String, String, String)>,
+    pub known: Vec<(String, Result<String, String>)>,
+}
+
 /// What the event handlers found for the waiters: delivered after `NET` is released, since a
 /// waiter may queue its next request at once.
 type Deliveries = Vec<(Waiter, Outcome)>;
@@ -232,7 +273,7 @@ pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Wa
             net.dirty.push(id);
         }
     });
-    crate::route::forward::deliver_all(failed);
+    (hooks().deliver)(failed);
 }
 
 /// Writes what every connection has queued: at `BEFORE_SLEEP`, once per turn of the loop.
@@ -249,7 +290,7 @@ pub fn before_sleep() {
             net.expire(&mut failed);
         }
     });
-    crate::route::forward::deliver_all(failed);
+    (hooks().deliver)(failed);
 }
 
 /// The loop woke up: requests queued from now on go out at the next `BEFORE_SLEEP`.
@@ -312,7 +353,7 @@ pub fn retire_all() {
 /// primary that failed over are closed, failing their calls with an error naming the node (the
 /// next call goes to the new primary); the connections waiting for a Sentinel node's address
 /// connect to it, or fail with the reason none came.
-pub fn topology_changed(applied: crate::topology::nodes::Applied) {
+pub fn topology_changed(applied: TopologyChange) {
     let mut failed: Deliveries = Vec::new();
     NET.with(|net| {
         let mut net = net.borrow_mut();
@@ -346,7 +387,7 @@ pub fn topology_changed(applied: crate::topology::nodes::Applied) {
             }
         }
     });
-    crate::route::forward::deliver_all(failed);
+    (hooks().deliver)(failed);
 }
 
 impl Net {
@@ -361,7 +402,7 @@ impl Net {
             return;
         };
         let target = match address {
-            Ok(a) => crate::topology::nodes::split_address(a)
+            Ok(a) => crate::net::endpoint::split_address(a)
                 .map(|(host, port)| (host, port, a.clone()))
                 .ok_or_else(|| format!("Sentinel gave an address that is not host:port: {a}")),
             Err(e) => Err(e.clone()),
@@ -461,7 +502,7 @@ impl Net {
             // A Sentinel node whose address the watcher has not given yet.
             conn.state = State::AwaitSentinel;
             self.conns.insert(id, conn);
-            crate::topology::watcher::wake();
+            (hooks().wake_resolver)();
             return Ok(id);
         }
         match at.host.parse::<IpAddr>() {
@@ -519,7 +560,7 @@ impl Net {
             })
             .map(|c| {
                 let why = if c.state == State::AwaitSentinel {
-                    let known = crate::topology::nodes::address_error(&c.at.name);
+                    let known = (hooks().resolver_error)(&c.at.name);
                     format!(
                         "its address did not come from Sentinel within {} ms{}{}",
                         c.link.timeout.as_millis(),
@@ -1045,7 +1086,7 @@ extern "C" fn on_socket_event(_fd: c_int, user_data: *mut c_void, mask: c_int) {
             }
         });
     }
-    crate::route::forward::deliver_all(failed);
+    (hooks().deliver)(failed);
 }
 
 /// Looks a host name up on a thread of its own (a DNS query must never hold the server), then
@@ -1072,7 +1113,7 @@ fn resolve_in_background(id: ConnId, host: String, port: u16) {
             });
             net.connect_known(resolved.id, addr, &mut failed);
         });
-        crate::route::forward::deliver_all(failed);
+        (hooks().deliver)(failed);
     }
     let spawned = std::thread::Builder::new()
         .name("shard-resolve".into())

@@ -224,7 +224,7 @@ pub fn dial(address: &str, timeout: Duration, tls: Option<&Arc<Tls>>) -> io::Res
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
-    let host = crate::topology::nodes::split_address(address)
+    let host = crate::net::endpoint::split_address(address)
         .map(|(h, _)| h)
         .unwrap_or_else(|| addr.ip().to_string());
     let stream = TcpStream::connect_timeout(&addr, timeout)?;

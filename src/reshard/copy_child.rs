@@ -322,7 +322,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
         .map(|n| Target {
             name: n.name.clone(),
             // A `sentinel` node's address as the parent knew it at the fork.
-            address: crate::route::Endpoint::of(n, "").address,
+            address: crate::topology::nodes::endpoint_of(n, "").address,
         })
         .collect();
     let mut state = ScanState {

@@ -27,7 +27,6 @@ use crate::reshard::progress::AfterPass;
 use crate::reshard::{dirty, Job, JobKind};
 use crate::ring::placement::Placement;
 use crate::ring::Ring;
-use crate::state;
 
 /// How long one step may run before it yields back to the event loop.
 const STEP_BUDGET: Duration = Duration::from_millis(2);
@@ -115,7 +114,7 @@ pub fn start(
     let mut job = Job::start(kind);
     job.keys_total = keys_total;
     job.max_rate = options.max_rate;
-    state::lock().job = job;
+    crate::reshard::current::lock().job = job;
     CHILD_DONE.with(|d| d.set(None));
     let replace_now = options.replace;
     RUNNER.with(|r| {
@@ -150,7 +149,7 @@ pub fn start(
 /// Asks the running job to stop after its current batch (a copy's child is killed at once).
 pub fn request_stop() -> bool {
     {
-        let mut st = state::lock();
+        let mut st = crate::reshard::current::lock();
         if !st.job.state.is_running() {
             return false;
         }
@@ -188,7 +187,7 @@ pub fn set_paused(paused: bool) -> bool {
 
 /// Changes a control of the running job, in its state and in the page its child reads.
 fn control(change: impl FnOnce(&mut Job, &copy_child::Shared)) -> bool {
-    let mut st = state::lock();
+    let mut st = crate::reshard::current::lock();
     let Some(shared) = copy_child::shared().filter(|_| st.job.state.is_running()) else {
         return false;
     };
@@ -268,7 +267,9 @@ fn on_copy_timer(ctx: &Context) {
     let outcome = catch_unwind(AssertUnwindSafe(|| copy_tick(ctx)));
     // What the main thread spent (the fork, mostly): how long the job held the server.
     let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-    state::lock().job.record_step(micros.max(1));
+    crate::reshard::current::lock()
+        .job
+        .record_step(micros.max(1));
     match outcome {
         Ok(true) => {
             ctx.create_timer(POLL_INTERVAL, |ctx: &Context, ()| on_copy_timer(ctx), ());
@@ -285,7 +286,7 @@ fn fail_job() {
     if let Some(mut runner) = runner {
         runner.end_child();
     }
-    let mut st = state::lock();
+    let mut st = crate::reshard::current::lock();
     st.job.last_error = "internal error in the resharding job; see the Redis log".into();
     st.job.failed += 1;
     st.job.finish();
@@ -302,7 +303,7 @@ fn copy_tick(ctx: &Context) -> bool {
         let Some(shared) = copy_child::shared() else {
             return false;
         };
-        if state::lock().job.stop_requested() {
+        if crate::reshard::current::lock().job.stop_requested() {
             runner.end_child();
             finish(runner);
             *slot = None;
@@ -322,14 +323,14 @@ fn copy_tick(ctx: &Context) -> bool {
             }
             let written = dirty::count();
             let after = {
-                let mut st = state::lock();
+                let mut st = crate::reshard::current::lock();
                 st.job.add_pass(shared.counts(), &shared.copied_by_db(), &error);
                 if broken {
                     st.job.failed += 1;
                 }
                 st.job.end_fork_pass(written)
             };
-            let walked = state::lock().job.scanned();
+            let walked = crate::reshard::current::lock().job.scanned();
             runner.record_rate(walked);
             if after == AfterPass::Finished {
                 dirty::end();
@@ -348,7 +349,7 @@ fn copy_tick(ctx: &Context) -> bool {
             Source::Scan
         };
         let (max_rate, paused) = {
-            let st = state::lock();
+            let st = crate::reshard::current::lock();
             (st.job.max_rate, st.job.paused)
         };
         let pass = Pass {
@@ -375,7 +376,7 @@ fn copy_tick(ctx: &Context) -> bool {
                 if let Source::Keys(keys) = pass.source {
                     dirty::restore(keys);
                 }
-                state::lock().job.last_error = format!("waiting to fork: {why}");
+                crate::reshard::current::lock().job.last_error = format!("waiting to fork: {why}");
             }
         }
         true
@@ -402,7 +403,7 @@ fn on_timer(ctx: &Context) {
     let started = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(|| step(ctx)));
     let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-    state::lock().job.record_step(micros);
+    crate::reshard::current::lock().job.record_step(micros);
     match outcome {
         Ok(Next::Now) => schedule(ctx, Duration::ZERO),
         Ok(Next::After(after)) => schedule(ctx, after),
@@ -452,7 +453,7 @@ fn step(ctx: &Context) -> Next {
             return Next::Done;
         };
         loop {
-            if state::lock().job.stop_requested() {
+            if crate::reshard::current::lock().job.stop_requested() {
                 runner.end_child();
                 finish(runner);
                 *slot = None;
@@ -462,7 +463,9 @@ fn step(ctx: &Context) -> Next {
                 if let Some(names) = runner.names.as_mut() {
                     let before = names.walked;
                     let open = names.read(&mut runner.pending, 4 * DELETE_BATCH);
-                    state::lock().job.record_many(names.walked - before, 0, 0);
+                    crate::reshard::current::lock()
+                        .job
+                        .record_many(names.walked - before, 0, 0);
                     if runner.pending.is_empty() {
                         if open {
                             runner.update_rate();
@@ -476,7 +479,7 @@ fn step(ctx: &Context) -> Next {
                 } else if runner.scan_over {
                     // The pass is over: another one, or the end. (The lock is released before
                     // `finish` takes it again.)
-                    let after = state::lock().job.end_pass();
+                    let after = crate::reshard::current::lock().job.end_pass();
                     match after {
                         AfterPass::Again => runner.new_pass(),
                         AfterPass::Finished => {
@@ -504,7 +507,7 @@ fn step(ctx: &Context) -> Next {
                 let names: Vec<DbKey> = runner.pending.drain(..n).collect();
                 let deleted = unlink(ctx, &names);
                 runner.pace.spend(names.len() as u64);
-                let mut st = state::lock();
+                let mut st = crate::reshard::current::lock();
                 for (db, n) in deleted {
                     st.job.record_many(0, n, 0);
                     st.job.record_db(db, n);
@@ -524,7 +527,7 @@ fn step(ctx: &Context) -> Next {
 /// Records the end of the job.
 fn finish(runner: &Runner) {
     let elapsed = runner.started.elapsed().as_millis();
-    let mut st = state::lock();
+    let mut st = crate::reshard::current::lock();
     st.job.elapsed_ms = u64::try_from(elapsed).unwrap_or(u64::MAX);
     if st.job.state.is_running() {
         st.job.finish();
@@ -639,7 +642,9 @@ fn scan_batch(ctx: &Context, runner: &mut Runner) -> bool {
         }
     }
     let scanned = state.scanned;
-    state::lock().job.record_many(scanned, 0, 0);
+    crate::reshard::current::lock()
+        .job
+        .record_many(scanned, 0, 0);
     if over && select_db(ctx, runner.db + 1) {
         // The next database, from its start.
         runner.db += 1;
@@ -722,7 +727,7 @@ impl Runner {
     /// or ahead of the rate).
     fn allowed(&mut self) -> Result<usize, Duration> {
         let (paused, rate) = {
-            let st = state::lock();
+            let st = crate::reshard::current::lock();
             (st.job.paused, st.job.max_rate)
         };
         if paused {
@@ -743,7 +748,7 @@ impl Runner {
     fn follow(&mut self, shared: &copy_child::Shared) {
         let live = shared.counts();
         {
-            let mut st = state::lock();
+            let mut st = crate::reshard::current::lock();
             st.job.live = live;
             st.job.live_by_db = shared.copied_by_db();
             st.job.in_flight = shared.in_flight.load(Ordering::Relaxed);
@@ -754,13 +759,13 @@ impl Runner {
     /// Brings the job's elapsed time, `keys_per_sec` and `eta_ms` up to date.
     fn update_rate(&mut self) {
         let walked = {
-            let mut st = state::lock();
+            let mut st = crate::reshard::current::lock();
             st.job.elapsed_ms =
                 u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
             st.job.scanned()
         };
         self.record_rate(walked);
-        let mut st = state::lock();
+        let mut st = crate::reshard::current::lock();
         let job = &mut st.job;
         if let (Some(&(t0, k0)), Some(&(t1, k1))) = (self.samples.front(), self.samples.back()) {
             let secs = t1.duration_since(t0).as_secs_f64();

@@ -8,6 +8,7 @@
 
 pub mod cleanup_child;
 pub mod copy_child;
+pub mod current;
 pub mod dirty;
 pub mod fate;
 pub mod fleet;

@@ -20,10 +20,11 @@ use redis_module::raw;
 use rustc_hash::FxHashMap;
 
 use crate::commands::Reply;
+use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
 use crate::net::pool::{Link, Outcome, Waiter};
 use crate::net::resp::Resp;
 use crate::route::migrate;
-use crate::route::steps::{Endpoint, Step, StepError, StepErrorKind};
+use crate::route::steps::Step;
 
 /// Counters shown in `INFO shard`.
 #[derive(Debug, Default, Clone)]

@@ -16,8 +16,9 @@ pub mod migrate;
 pub mod split;
 pub mod steps;
 
+pub use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
 pub use crate::net::resp::{encode_command, read_reply, Resp, RespError};
-pub use steps::{execute, CommandKind, Endpoint, Plan, Routed, Step, StepError, StepErrorKind};
+pub use steps::{execute, CommandKind, Plan, Routed, Step};
 
 /// Hooks routing into the server: the command filter of local calls, and the event-loop events
 /// that flush the connections' queued requests and expire late ones.

@@ -2,53 +2,10 @@
 //! a resharding is open, reads fall back to the previous owner when the key is not at the
 //! current one, a write first copies the key from the previous owner, and a delete runs at both.
 
-use std::fmt;
 use std::future::Future;
 
+use crate::net::endpoint::{Endpoint, StepError};
 use crate::net::resp::Resp;
-
-/// A node a step runs on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    pub name: String,
-    pub host: String,
-    pub port: u16,
-    pub address: String,
-    /// This server itself (the `self` configuration).
-    pub is_self: bool,
-}
-
-impl Endpoint {
-    /// The endpoint of a ring's node; `self_name` is this server's. A node whose address is
-    /// `sentinel` gets the address Sentinel gives now (`topology`); while none is known its
-    /// port is 0 and the connection layer waits for one. A server that is a replica is no
-    /// ring node's self: what its shard owns is run by its primary.
-    pub fn of(node: &crate::ring::NodeSpec, self_name: &str) -> Endpoint {
-        let is_self = !self_name.is_empty()
-            && node.name == self_name
-            && !crate::topology::nodes::is_replica();
-        if node.via_sentinel() {
-            if let Some((address, (host, port))) = crate::topology::nodes::address_of(&node.name)
-                .and_then(|a| crate::topology::nodes::split_address(&a).map(|hp| (a, hp)))
-            {
-                return Endpoint {
-                    name: node.name.clone(),
-                    host,
-                    port,
-                    address,
-                    is_self,
-                };
-            }
-        }
-        Endpoint {
-            name: node.name.clone(),
-            host: node.host.clone(),
-            port: node.port,
-            address: node.address.clone(),
-            is_self,
-        }
-    }
-}
 
 /// How a command is routed during a resharding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,50 +40,6 @@ pub struct Plan {
     pub current: Endpoint,
     /// The previous owner, when a resharding is open and it differs from the current one.
     pub previous: Option<Endpoint>,
-}
-
-/// Why a step failed, as far as what the caller does next is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepErrorKind {
-    /// The node did not answer within the call timeout.
-    Timeout,
-    /// The node closed or reset the connection without answering a byte. On a pooled
-    /// connection that is, nearly always, the node closing an idle client just as the request
-    /// went out; the caller may send the request once more on a new connection.
-    Closed,
-    /// Anything else: refused connections, handshake and protocol errors, error replies.
-    Failed,
-}
-
-/// A step that failed: which node, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepError {
-    pub node: String,
-    pub address: String,
-    pub message: String,
-    pub kind: StepErrorKind,
-}
-
-impl StepError {
-    /// A failure of kind [`StepErrorKind::Failed`].
-    pub fn new(at: &Endpoint, message: impl Into<String>) -> StepError {
-        StepError::of_kind(at, message, StepErrorKind::Failed)
-    }
-
-    pub fn of_kind(at: &Endpoint, message: impl Into<String>, kind: StepErrorKind) -> StepError {
-        StepError {
-            node: at.name.clone(),
-            address: at.address.clone(),
-            message: message.into(),
-            kind,
-        }
-    }
-}
-
-impl fmt::Display for StepError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node {} ({}): {}", self.node, self.address, self.message)
-    }
 }
 
 /// What runs the steps: the glue sends them over its connections; tests use a fake. Steps are

@@ -18,7 +18,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use crate::route::steps::Endpoint;
+use crate::net::endpoint::{split_address, Endpoint};
+use crate::net::pool::TopologyChange;
 
 /// Where `SHARD.CALL` reads go (`shard.read-from`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,13 +156,6 @@ pub fn pick_replica(primary: &Endpoint) -> Result<Endpoint, String> {
     })
 }
 
-/// `host:port` (IPv6 in brackets) into its parts.
-pub fn split_address(address: &str) -> Option<(String, u16)> {
-    let (host, port) = address.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    Some((host.to_string(), port.parse().ok()?))
-}
-
 /// (failovers followed, subscription up, the last sentinel error) for INFO.
 pub fn summary() -> (u64, bool, String) {
     TABLE.with(|t| {
@@ -173,8 +167,8 @@ pub fn summary() -> (u64, bool, String) {
 /// Applies what the watcher learned, on the main thread. Returns the connections to close
 /// (node, old address, new address) and the names whose address became known or failed, for
 /// the connection layer.
-pub fn apply(updates: Vec<Update>) -> Applied {
-    let mut applied = Applied::default();
+pub fn apply(updates: Vec<Update>) -> TopologyChange {
+    let mut applied = TopologyChange::default();
     // A look that found every master, with no error: the last error is history.
     let clean = updates.iter().any(|u| matches!(u, Update::Master { .. }))
         && !updates.iter().any(|u| {
@@ -242,13 +236,32 @@ pub fn apply(updates: Vec<Update>) -> Applied {
     applied
 }
 
-/// What `apply` changed that the connection layer must act on.
-#[derive(Debug, Default)]
-pub struct Applied {
-    /// Failovers: (node, old address, new address).
-    pub moved: Vec<(String, String, String)>,
-    /// Addresses learned (or not) for nodes that had none.
-    pub known: Vec<(String, Result<String, String>)>,
+/// The endpoint of a ring's node; `self_name` is this server's. A node whose address is
+/// `sentinel` gets the address Sentinel gives now (`topology`); while none is known its
+/// port is 0 and the connection layer waits for one. A server that is a replica is no
+/// ring node's self: what its shard owns is run by its primary.
+pub fn endpoint_of(node: &crate::ring::NodeSpec, self_name: &str) -> Endpoint {
+    let is_self = !self_name.is_empty() && node.name == self_name && !is_replica();
+    if node.via_sentinel() {
+        if let Some((address, (host, port))) = address_of(&node.name)
+            .and_then(|a| crate::net::endpoint::split_address(&a).map(|hp| (a, hp)))
+        {
+            return Endpoint {
+                name: node.name.clone(),
+                host,
+                port,
+                address,
+                is_self,
+            };
+        }
+    }
+    Endpoint {
+        name: node.name.clone(),
+        host: node.host.clone(),
+        port: node.port,
+        address: node.address.clone(),
+        is_self,
+    }
 }
 
 #[cfg(test)]

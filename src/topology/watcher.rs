@@ -67,11 +67,12 @@ impl Watch {
         let c = &st.config;
         let mut masters: Vec<String> = Vec::new();
         let mut plain: Vec<(String, String)> = Vec::new();
+        let more = (more_rings())();
         let specs = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
             .into_iter()
             .flatten()
             .map(|p| &p.spec)
-            .chain(st.fleet.iter().flat_map(|f| [&f.old, &f.new]));
+            .chain(more.iter());
         for spec in specs {
             for n in &spec.nodes {
                 if n.via_sentinel() {
@@ -102,6 +103,21 @@ impl Watch {
     fn idle(&self) -> bool {
         self.masters.is_empty() && !self.replicas
     }
+}
+
+thread_local! {
+    static MORE_RINGS: std::cell::Cell<fn() -> Vec<crate::ring::RingSpec>> =
+        const { std::cell::Cell::new(Vec::new) };
+}
+
+/// Registers where the watcher finds rings to watch beyond the node's own (a fleet operation's
+/// old and new rings, from `reshard`), once at load.
+pub fn set_more_rings(rings: fn() -> Vec<crate::ring::RingSpec>) {
+    MORE_RINGS.with(|m| m.set(rings));
+}
+
+fn more_rings() -> fn() -> Vec<crate::ring::RingSpec> {
+    MORE_RINGS.with(|m| m.get())
 }
 
 /// What the main thread tells the watcher.

@@ -23,7 +23,6 @@ use crate::reshard::fleet::plan::{
 };
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::{Endpoint, Resp};
-use crate::state;
 
 /// How often the coordinator looks at the nodes' jobs.
 const POLL: Duration = Duration::from_millis(100);
@@ -77,11 +76,11 @@ pub fn drive(reach: Reach) {
 
 /// Reads or changes the state's plan.
 fn with_plan<T>(f: impl FnOnce(&mut FleetPlan) -> T) -> Option<T> {
-    state::lock().fleet.as_mut().map(f)
+    crate::reshard::current::lock().fleet.as_mut().map(f)
 }
 
 fn current_plan() -> Result<FleetPlan, String> {
-    state::lock()
+    crate::reshard::current::lock()
         .fleet
         .clone()
         .ok_or_else(|| "the fleet plan is gone".to_string())
@@ -95,7 +94,7 @@ pub fn endpoint_of(plan: &FleetPlan, name: &str, self_name: &str) -> Option<Endp
         .iter()
         .chain(plan.old.nodes.iter())
         .find(|n| n.name == name)?;
-    Some(Endpoint::of(node, self_name))
+    Some(crate::topology::nodes::endpoint_of(node, self_name))
 }
 
 /// The endpoints of every node of the plan, in the plan's order.

@@ -1,0 +1,28 @@
+//! `SHARD.ADVANCE ms`: a master's (or the AOF's) high-water mark, as SHARD.GENKEY propagates
+//! it (`genkey::propagate_high_water`).
+
+use redis_module::ContextFlags;
+
+use crate::commands::args::int_in;
+use crate::commands::{Call, CmdError, CmdResult};
+use crate::state;
+
+/// `SHARD.ADVANCE ms`: applies a master's (or the AOF's) high-water mark. Internal: refused
+/// from ordinary clients, who could otherwise push the generator ahead of the clock.
+pub fn advance(call: &Call) -> CmdResult {
+    let flags = call.ctx.get_flags();
+    if !flags.contains(ContextFlags::REPLICATED) && !flags.contains(ContextFlags::LOADING) {
+        return Err(CmdError::err(
+            "shard.advance is internal: it carries the generator's high-water mark from a master or the AOF",
+        ));
+    }
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.advance"));
+    }
+    let ms = int_in(call.args.get(1), "the high-water mark", 0, i64::MAX)?;
+    let mut st = state::lock();
+    let st = &mut *st;
+    st.generator.advance_past_ms(&st.keys.layout, ms);
+    call.reply.ok();
+    Ok(())
+}

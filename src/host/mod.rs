@@ -1,0 +1,10 @@
+//! The server edge: the one place that calls the raw module API (`redis_module::raw`).
+//!
+//! Everything else in the crate reaches Redis through the safe functions here: the detached
+//! context, server and keyspace events, timers, the event loop, blocked clients, fork and the
+//! child's keyspace walk, command keys and ACL checks, running a command as its caller,
+//! replication, the RDB auxiliary field, replies and INFO fields. Each file owns one family;
+//! every `unsafe` block says what makes it sound. Nothing here knows a ring, a command of the
+//! module, or a setting.
+
+pub mod replicate;
