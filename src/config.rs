@@ -5,107 +5,173 @@
 use redis_module::configuration::{ConfigurationContext, ConfigurationValue};
 use redis_module::{RedisError, RedisString};
 
-use crate::keys::KeyConfig;
-use crate::state;
+use std::sync::Arc;
 
-/// Every configuration value as set.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    pub keys: KeyConfig,
-    pub ring: RingConfig,
-    /// The user shard authenticates as toward other nodes (MIGRATE); empty for `default`.
-    pub auth_user: String,
-    /// The password shard authenticates with toward other nodes; empty for none.
-    pub auth_password: String,
-    /// How long SHARD.CALL waits for another node.
-    pub call_timeout_ms: i64,
-    /// A copy sends a key in pieces when its value is larger than this many bytes...
-    pub big_key_bytes: i64,
-    /// ... or a collection of more than this many elements.
-    pub big_key_elements: i64,
-    /// `yes`: the node answers the cluster commands from its `slots` ring and redirects keyed
-    /// commands for other nodes' slots (`route::cluster_glue`); `no` (the default): plain.
-    pub cluster_protocol: String,
-    /// Shardjs's special keys: `name:offset:type ...` (`SHARD.SPECIALKEY name`).
-    pub special_keys: String,
-    /// Shardjs's field-name dictionary: `long:short ...` (hash commands through SHARD.CALL).
-    pub fields: String,
-    /// The sentinels that give the addresses of ring nodes written `sentinel`: `host:port ...`.
-    pub sentinels: String,
-    /// The user and password toward the sentinels (the password empty for none).
-    pub sentinel_user: String,
-    pub sentinel_password: String,
-    /// Where SHARD.CALL's reads go: `primary`, `replica` or `replica-preferred`.
-    pub read_from: String,
-    /// How often Sentinel (and, for reads from replicas, each primary's ROLE) is asked again.
-    pub topology_refresh_ms: i64,
-    /// `yes`: every connection to another server speaks TLS (`route::tls`).
-    pub tls: String,
-    /// The TLS files, empty for the server's own `tls-*` setting of the same name.
-    pub tls_files: crate::net::tls::TlsFiles,
+use crate::keys::KeySettings;
+use crate::state::{self, Config, ModuleState};
+
+/// A configuration change, checked against every capability before it is put in place.
+trait Change {
+    fn change(&mut self, change: impl FnOnce(&mut Config)) -> Result<(), String>;
+    fn tls_update(
+        &mut self,
+        next: &Config,
+    ) -> Result<Option<Option<Arc<crate::net::tls::Tls>>>, String>;
+    fn refresh_tls(&mut self);
+    fn finish_load(&mut self) -> Result<(), String>;
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            keys: KeyConfig::default(),
-            ring: RingConfig::default(),
-            auth_user: String::new(),
-            auth_password: String::new(),
-            call_timeout_ms: 1000,
-            big_key_bytes: 1 << 20,
-            big_key_elements: 4096,
-            cluster_protocol: "no".into(),
-            special_keys: String::new(),
-            fields: String::new(),
-            sentinels: String::new(),
-            sentinel_user: String::new(),
-            sentinel_password: String::new(),
-            read_from: "primary".into(),
-            topology_refresh_ms: 1000,
-            tls: "no".into(),
-            tls_files: Default::default(),
+impl Change for ModuleState {
+    /// Applies a configuration change whole, or refuses it and changes nothing.
+    ///
+    /// A change of `ring-file`, `ring-algo` or `ring-hashtag` while a ring file is named loads
+    /// the file again and replaces the current ring.
+    fn change(&mut self, change: impl FnOnce(&mut Config)) -> Result<(), String> {
+        let mut next = self.config.clone();
+        change(&mut next);
+        if !self.loaded {
+            self.config = next;
+            return Ok(());
+        }
+        let keys = KeySettings::resolve(&next.keys)?;
+        check_topology(&next)?;
+        check_tls(&self.config, &next)?;
+        let tls = self.tls_update(&next)?;
+        crate::cluster::protocol::check_config(&next, self.rings.current.as_deref())?;
+        check_shardjs_config(&next, &keys)?;
+        let ring = if next.ring.source_differs(&self.config.ring) {
+            if self.rings.previous.is_some() && !next.ring.file.is_empty() {
+                return Err(crate::ring::placement::RESHARDING_OPEN.into());
+            }
+            crate::state::ring_from_file(&next)?
+        } else {
+            None
+        };
+        self.install(next, keys, ring);
+        apply(&self.config);
+        if let Some(tls) = tls {
+            crate::net::tls::install(tls);
+        }
+        Ok(())
+    }
+
+    /// The TLS configuration to put in force for `next`, `None` to keep the one in force:
+    /// built again when a TLS setting was set. Settings that do not fit together while TLS is
+    /// on (a certificate whose key is still the old one: the other of the pair may follow in the
+    /// same `CONFIG SET`) keep the previous configuration in force; `refresh_tls` checks them
+    /// again once the command is done. A file that does not read is refused before this.
+    fn tls_update(
+        &mut self,
+        next: &Config,
+    ) -> Result<Option<Option<Arc<crate::net::tls::Tls>>>, String> {
+        if next.tls == self.config.tls && next.tls_files == self.config.tls_files {
+            return Ok(None);
+        }
+        if next.tls != "yes" {
+            self.tls_config_error = None;
+            return Ok(Some(None));
+        }
+        match build_tls(next) {
+            Ok(tls) => {
+                self.tls_config_error = None;
+                Ok(Some(Some(Arc::new(tls))))
+            }
+            Err(e) if e.combination && self.config.tls == "yes" => {
+                self.tls_config_error = Some(e.message);
+                Ok(None)
+            }
+            Err(e) => Err(e.message),
         }
     }
-}
 
-impl Config {
-    /// The credentials toward other nodes, `(user, password)`, when a password is set.
-    pub fn auth(&self) -> Option<(String, String)> {
-        (!self.auth_password.is_empty())
-            .then(|| (self.auth_user.clone(), self.auth_password.clone()))
-    }
-}
-
-/// Where the ring comes from at load time, and which node this server is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RingConfig {
-    /// A ring file, one `name host:port weight` per line; empty for none.
-    pub file: String,
-    /// The algorithm of the ring file's ring.
-    pub algo: String,
-    /// The hash-tag rule of the ring file's ring; empty for the algorithm's own.
-    pub hashtag: String,
-    /// The name of this server's node in the ring.
-    pub self_name: String,
-}
-
-impl Default for RingConfig {
-    fn default() -> Self {
-        RingConfig {
-            file: String::new(),
-            algo: "ketama".into(),
-            hashtag: String::new(),
-            self_name: String::new(),
+    /// Builds the TLS configuration again (the server's `tls-*` files or the module's changed):
+    /// after a `CONFIG SET` of either, so a certificate and its key set in one command are
+    /// checked together. On failure the configuration in force stays, and the log and INFO
+    /// (`tls_config_error`) say why.
+    fn refresh_tls(&mut self) {
+        if self.config.tls != "yes" {
+            return;
+        }
+        match build_tls(&self.config) {
+            Ok(tls) => {
+                self.tls_config_error = None;
+                crate::net::tls::install(Some(Arc::new(tls)));
+            }
+            Err(e) => {
+                redis_module::logging::log_warning(format!(
+                    "shard: the TLS settings are not in force ({e}); new connections keep the \
+                     previous certificate"
+                ));
+                self.tls_config_error = Some(e.message);
+            }
         }
     }
+
+    /// Checks the configuration given at load time and loads the ring file if one is named;
+    /// from now on every change is checked.
+    fn finish_load(&mut self) -> Result<(), String> {
+        let keys = KeySettings::resolve(&self.config.keys)?;
+        check_topology(&self.config)?;
+        check_tls(&Config::default(), &self.config)?;
+        check_shardjs_config(&self.config, &keys)?;
+        let ring = crate::state::ring_from_file(&self.config)?;
+        let tls = if self.config.tls == "yes" {
+            let built = build_tls(&self.config).map_err(|e| format!("shard.tls yes: {e}"))?;
+            Some(Arc::new(built))
+        } else {
+            None
+        };
+        self.install(self.config.clone(), keys, ring);
+        apply(&self.config);
+        crate::net::tls::install(tls);
+        self.loaded = true;
+        Ok(())
+    }
 }
 
-impl RingConfig {
-    /// True when the ring file's ring would be different.
-    pub fn source_differs(&self, other: &RingConfig) -> bool {
-        self.file != other.file || self.algo != other.algo || self.hashtag != other.hashtag
+/// Builds the TLS configuration again (after a `CONFIG SET` of the module's or the server's
+/// TLS files); on failure the configuration in force stays and INFO says why.
+pub fn refresh_tls() {
+    state::lock().refresh_tls();
+}
+
+/// Checks the configuration given at load time and loads the ring file if one is named; from
+/// now on every change is checked.
+pub fn finish_load() -> Result<(), String> {
+    state::lock().finish_load()
+}
+
+/// Puts the settings in force in each capability that keeps its own copy (read on hot paths
+/// without the state's lock).
+fn apply(config: &Config) {
+    crate::cluster::protocol::set_enabled(config.cluster_protocol == "yes");
+    // Checked before: the mode parses.
+    crate::topology::nodes::set_read_from(
+        crate::topology::nodes::ReadFrom::parse(&config.read_from)
+            .unwrap_or(crate::topology::nodes::ReadFrom::Primary),
+    );
+    // Checked before: the dictionary parses.
+    crate::route::fields::install(
+        crate::route::fields::FieldDict::parse(&config.fields).unwrap_or_default(),
+    );
+}
+
+/// Checks the special keys (each type known to the configured `types`, or a number a Shardjs
+/// type holds) and the field dictionary.
+fn check_shardjs_config(config: &Config, keys: &KeySettings) -> Result<(), String> {
+    for k in crate::keys::shardjs::parse_special_keys(&config.special_keys)
+        .map_err(|e| format!("special-keys: {e}"))?
+    {
+        crate::state::special_key_type(keys, &k.key_type)
+            .map_err(|e| format!("special-keys: {e}"))?;
     }
+    crate::route::fields::FieldDict::parse(&config.fields).map_err(|e| format!("fields: {e}"))?;
+    Ok(())
+}
+
+/// The TLS configuration of `config`'s settings, over the server's own `tls-*` files.
+fn build_tls(config: &Config) -> Result<crate::net::tls::Tls, crate::net::tls::BuildError> {
+    crate::net::tls::build(&config.tls_files, &server_tls())
 }
 
 /// A text configuration: how to read and write its field.
@@ -128,7 +194,7 @@ impl ConfigurationValue<RedisString> for TextConfig {
     fn set(&self, _: &ConfigurationContext, value: RedisString) -> Result<(), RedisError> {
         let text = value.try_as_str()?.to_owned();
         state::lock()
-            .change_config(|c| (self.set)(c, text))
+            .change(|c| (self.set)(c, text))
             .map_err(RedisError::String)
     }
 }
@@ -140,7 +206,7 @@ impl ConfigurationValue<i64> for IntConfig {
 
     fn set(&self, _: &ConfigurationContext, value: i64) -> Result<(), RedisError> {
         state::lock()
-            .change_config(|c| (self.set)(c, value))
+            .change(|c| (self.set)(c, value))
             .map_err(RedisError::String)
     }
 }
@@ -262,24 +328,7 @@ pub fn check_tls(prev: &Config, next: &Config) -> Result<(), String> {
 /// The server's own TLS settings (`CONFIG GET tls-*`), which the module's fall back to. Main
 /// thread only.
 pub fn server_tls() -> crate::net::tls::ServerTls {
-    let detached = crate::route::filter::detached();
-    if detached.is_null() {
-        return Default::default();
-    }
-    let ctx = redis_module::Context::new(detached);
-    crate::net::tls::ServerTls::read(|name| match ctx.call("CONFIG", &["GET", name]) {
-        Ok(redis_module::RedisValue::Array(v)) => match v.get(1) {
-            Some(
-                redis_module::RedisValue::BulkString(s) | redis_module::RedisValue::SimpleString(s),
-            ) => s.clone(),
-            Some(redis_module::RedisValue::StringBuffer(b)) => {
-                String::from_utf8_lossy(b).into_owned()
-            }
-            Some(redis_module::RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
-            _ => String::new(),
-        },
-        _ => String::new(),
-    })
+    crate::net::tls::ServerTls::read(crate::host::context::server_config)
 }
 
 /// Checks `loadmodule` arguments: name/value pairs of known configurations.

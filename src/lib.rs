@@ -50,8 +50,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     // SAFETY: OnLoad's own context.
-    unsafe { route::filter::detach(ctx.ctx) };
-    if let Err(e) = state::lock().finish_load() {
+    unsafe { host::context::detach(ctx.ctx) };
+    if let Err(e) = config::finish_load() {
         ctx.log_warning(&format!("invalid configuration: {e}"));
         return Status::Err;
     }
@@ -64,6 +64,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             "shard: {e}; SHARD.CALL learns each command at its first call"
         ));
     }
+    // SAFETY: OnLoad's own context.
+    if let Err(e) = unsafe { host::filter::register(ctx.ctx, on_command) } {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
     net::pool::set_hooks(net::pool::Hooks {
         deliver: route::forward::deliver_all,
         wake_resolver: topology::watcher::wake,
@@ -75,6 +80,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     Status::Ok
+}
+
+/// The module's command filter, run on every command a client sends: the cluster protocol's
+/// rewrites when it is on, then SHARD.CALL's rewrite of a call whose keys are all here.
+fn on_command(args: &mut host::filter::FilterArgs) {
+    if cluster::protocol::enabled() {
+        cluster::filter::rewrite(args);
+    }
+    route::filter::rewrite_local_call(args);
 }
 
 /// Redis's allocator in the module; the system's in `cargo test` and wherever the crate runs

@@ -31,12 +31,12 @@ use redis_module::{raw, ContextFlags};
 
 use crate::cluster::replies::ClusterView;
 use crate::commands::{Call, CmdError, CmdResult};
-use crate::config::Config;
 use crate::net::resp::Resp;
 use crate::ring::placement::Placement;
 use crate::ring::{key_slot, HashTag};
 use crate::route::command_table;
 use crate::state;
+use crate::state::Config;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 

@@ -3,8 +3,8 @@
 
 use redis_module::ContextFlags;
 
-use crate::commands::args::int_in;
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::int_in;
 use crate::state;
 
 /// `SHARD.ADVANCE ms`: applies a master's (or the AOF's) high-water mark. Internal: refused

@@ -22,8 +22,8 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, ContextFlags, RedisValue};
 
-use crate::commands::args::printable;
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::printable;
 use crate::net::pool::{link_timeout, Link};
 use crate::ring::placement::Placement;
 use crate::route::command_table::{self, CommandMeta};
@@ -35,8 +35,6 @@ use crate::state;
 use crate::topology::nodes::ReadFrom;
 
 /// errno values RedisModule_GetCommandKeys sets (Linux).
-const ENOENT: i32 = 2;
-const EINVAL: i32 = 22;
 
 /// Where one key of the call lives.
 struct Placed {
@@ -451,48 +449,17 @@ fn positions_of(call: &Call, meta: CommandMeta, name: &str) -> Result<Vec<usize>
 /// The positions of the call's keys among the inner command's arguments (0 is its name), as
 /// the server's key specs give them.
 fn key_spec_positions(call: &Call, name: &str) -> Result<Vec<usize>, CmdError> {
-    let argv = &call.args.raw()[1..];
-    let argc = c_int::try_from(argv.len()).map_err(|_| CmdError::err("too many arguments"))?;
-    let mut num_keys: c_int = 0;
-    // SAFETY: argv are the live argument strings of this call; the result is freed below.
-    let (positions, errno) = unsafe {
-        let p = match raw::RedisModule_GetCommandKeysWithFlags {
-            Some(get) => get(
-                call.ctx.ctx,
-                argv.as_ptr().cast_mut(),
-                argc,
-                &mut num_keys,
-                std::ptr::null_mut(),
-            ),
-            None => {
-                let get = raw::RedisModule_GetCommandKeys
-                    .ok_or_else(|| CmdError::err("RedisModule_GetCommandKeys is missing"))?;
-                get(call.ctx.ctx, argv.as_ptr().cast_mut(), argc, &mut num_keys)
-            }
-        };
-        (p, io::Error::last_os_error().raw_os_error())
+    use crate::host::command_keys::{positions, NoKeys};
+    let no_key = || {
+        CmdError::err(format!(
+            "'{name}' has no key here: SHARD.CALL routes commands by their keys"
+        ))
     };
-    if positions.is_null() {
-        return Err(match errno {
-            Some(ENOENT) => CmdError::err(format!("unknown command '{name}'")),
-            Some(EINVAL) => CmdError::wrong_arity(name),
-            _ => CmdError::err(format!(
-                "'{name}' has no key here: SHARD.CALL routes commands by their keys"
-            )),
-        });
-    }
-    // SAFETY: Redis returned num_keys positions; RedisModule_Free releases the array.
-    let keys: Vec<usize> = unsafe {
-        let n = usize::try_from(num_keys).unwrap_or(0);
-        let v = std::slice::from_raw_parts(positions, n)
-            .iter()
-            .filter_map(|&p| usize::try_from(p).ok())
-            .collect();
-        if let Some(free) = raw::RedisModule_Free {
-            free(positions.cast());
-        }
-        v
-    };
+    let keys = positions(call.ctx.ctx, &call.args.raw()[1..]).map_err(|e| match e {
+        NoKeys::UnknownCommand => CmdError::err(format!("unknown command '{name}'")),
+        NoKeys::WrongArity => CmdError::wrong_arity(name),
+        NoKeys::None => no_key(),
+    })?;
     if keys.is_empty() {
         return Err(CmdError::err(format!(
             "'{name}' has no key here: SHARD.CALL routes commands by their keys"

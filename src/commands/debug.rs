@@ -4,8 +4,8 @@
 
 use redis_module::RedisValue;
 
-use crate::commands::args::is;
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::is;
 
 pub fn debug(call: &Call) -> CmdResult {
     if call.args.len() != 2 || !is(call.args.get(1), "PANIC") {

@@ -1,7 +1,7 @@
 //! `SHARD.DECODE key [LAYOUT name] [EPOCH ms]`: take a key apart.
 
-use crate::commands::args::{is, printable, ArgList, Cursor};
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::{is, printable, ArgList, Cursor};
 use crate::keys::settings::parse_epoch;
 use crate::keys::{codec, shardjs, time, LayoutKind};
 use crate::state;

@@ -3,9 +3,9 @@
 //! `OFFSET` (Shardjs's `ts`, milliseconds from the epoch) or `SUFFIX` make Shardjs's fixed key
 //! (`fixedKey`): every field padded to two characters, then `-suffix`.
 
-use crate::commands::args::{int_in, is, printable, ArgList};
 use crate::commands::decode::LayoutOptions;
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::{int_in, is, printable, ArgList};
 use crate::keys::{codec, shardjs, KeyFields};
 use crate::state;
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use redis_module::RedisValue;
 
-use crate::commands::args::{int_in, is, printable};
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::{int_in, is, printable};
 use crate::net::pool::{link_timeout, Link};
 use crate::reshard::fleet::coordinator::{self, Reach, REQUEST_TIMEOUT};
 use crate::reshard::fleet::plan::{check_start, FleetPlan, Install, NodeState};
@@ -349,7 +349,7 @@ fn parse_start(call: &Call) -> Result<(RingSpec, u64), CmdError> {
     let mut spec = crate::commands::ring::parse_spec(args.as_slice(), "shard.reshard|start")?;
     let hashtag_given = args.len() > 3 && is(args[3], "HASHTAG");
     if !hashtag_given && state::lock().keys.layout.kind == crate::keys::LayoutKind::Shardjs {
-        spec = crate::commands::ring::with_shardjs_default(spec).map_err(CmdError::err)?;
+        spec = spec.with_shardjs_default().map_err(CmdError::err)?;
     }
     if spec.algo == crate::ring::Algo::Cluster {
         return Err(CmdError::err(

@@ -1,8 +1,8 @@
 //! `SHARD.GENKEY [TYPE name|number] [COUNT n]`: issue time-sorted unique keys.
 
 use crate::clock;
-use crate::commands::args::{int_in, is, ArgList};
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::{int_in, is, ArgList};
 use crate::keys::{KeyFormatter, Request};
 use crate::state;
 

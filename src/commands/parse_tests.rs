@@ -1,8 +1,8 @@
 // Compiled only under #[cfg(test)], as declared in mod.rs.
 //! Option parsing of every command, on plain byte slices (no server needed).
 
-use crate::commands::args::ArgList;
 use crate::commands::{decode, encode, genkey, reshard, ring};
+use crate::host::args::ArgList;
 
 fn args(words: &[&str]) -> Vec<&'static [u8]> {
     words

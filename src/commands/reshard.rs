@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::commands::args::{int_in, is, ArgList};
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::{int_in, is, ArgList};
 use crate::reshard::jobs::{self, CopyOptions};
 use crate::reshard::{is_member, JobKind};
 use crate::ring::placement::Placement;

@@ -2,8 +2,8 @@
 
 use redis_module::ContextFlags;
 
-use crate::commands::args::{is, ArgList};
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::{is, ArgList};
 use crate::reshard::jobs;
 use crate::ring::placement::Placement;
 use crate::ring::{Algo, HashTag, RingSpec};
@@ -132,7 +132,7 @@ pub fn parse_ring(call: &Call, command: &str) -> Result<Placement, CmdError> {
     let hashtag_given = call.args.len() > 3 && is(call.args.get(3), "HASHTAG");
     let shardjs = state::lock().keys.layout.kind == crate::keys::LayoutKind::Shardjs;
     if !hashtag_given && shardjs {
-        spec = with_shardjs_default(spec).map_err(CmdError::err)?;
+        spec = spec.with_shardjs_default().map_err(CmdError::err)?;
     }
     if spec.algo == Algo::Cluster && !call.ctx.get_flags().contains(ContextFlags::CLUSTER) {
         return Err(CmdError::err(
@@ -140,16 +140,6 @@ pub fn parse_ring(call: &Call, command: &str) -> Result<Placement, CmdError> {
         ));
     }
     Placement::build(spec).map_err(CmdError::err)
-}
-
-/// A ring used with the shardjs layout and no hash-tag rule of its own hashes what comes before
-/// a key's first `-`, as Shardjs does (the slot algos keep Redis Cluster's rule). The rule is
-/// part of the ring spec, so the ring (and its digest) does not change if the layout does.
-pub fn with_shardjs_default(spec: RingSpec) -> Result<RingSpec, crate::ring::RingError> {
-    if matches!(spec.algo, Algo::Slots | Algo::Cluster) {
-        return Ok(spec);
-    }
-    RingSpec::new(spec.algo, HashTag::Shardjs, spec.nodes)
 }
 
 /// `SHARD.RING GET`: algo, hashtag, epoch, digest and nodes of the current ring.

@@ -2,8 +2,8 @@
 //! type` (`changeKeyType`), `SHARD.MINIFY field ...` and `SHARD.MAXIFY field ...` (the field
 //! dictionary, for clients that talk to a key's owner directly).
 
-use crate::commands::args::printable;
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::host::args::printable;
 use crate::keys::{codec, shardjs};
 use crate::route::fields;
 use crate::state;

@@ -7,4 +7,11 @@
 //! every `unsafe` block says what makes it sound. Nothing here knows a ring, a command of the
 //! module, or a setting.
 
+pub mod args;
+pub mod command;
+pub mod command_keys;
+pub mod context;
+pub mod error;
+pub mod filter;
 pub mod replicate;
+pub mod reply;

@@ -438,10 +438,7 @@ unsafe extern "C" fn on_names_ready(_fd: c_int, _: *mut c_void, _mask: c_int) {
 /// Runs a cleanup step from outside a timer (the event loop's callback, a STOP while the step
 /// waited for names).
 fn wake() {
-    let detached = crate::route::filter::detached();
-    if !detached.is_null() {
-        Context::new(detached).create_timer(Duration::ZERO, |ctx: &Context, ()| on_timer(ctx), ());
-    }
+    crate::host::context::after(Duration::ZERO, |ctx: &Context, ()| on_timer(ctx), ());
 }
 
 /// Runs one step of a cleanup.

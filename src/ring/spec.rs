@@ -179,6 +179,17 @@ pub struct RingSpec {
 }
 
 impl RingSpec {
+    /// The ring as used with the shardjs layout when it has no hash-tag rule of its own: it
+    /// hashes what comes before a key's first `-`, as Shardjs does (the slot algos keep Redis
+    /// Cluster's rule). The rule is part of the spec, so the ring (and its digest) does not
+    /// change if the layout does.
+    pub fn with_shardjs_default(self) -> Result<RingSpec, RingError> {
+        if matches!(self.algo, Algo::Slots | Algo::Cluster) {
+            return Ok(self);
+        }
+        RingSpec::new(self.algo, HashTag::Shardjs, self.nodes)
+    }
+
     /// Validates a spec: at least one node (the `cluster` algo may have none) and unique names.
     pub fn new(algo: Algo, hashtag: HashTag, nodes: Vec<NodeSpec>) -> Result<RingSpec, RingError> {
         if nodes.is_empty() && algo != Algo::Cluster {

@@ -371,15 +371,13 @@ impl NetSteps {
             calls.waiting.insert(id, Waiting::Step(self.call));
             id
         });
-        let detached = crate::route::filter::detached();
-        if detached.is_null() {
+        let armed = crate::host::context::after(
+            delay,
+            |_ctx: &redis_module::Context, waiter: Waiter| deliver(waiter, Ok(Resp::Null)),
+            waiter,
+        );
+        if !armed {
             deliver(waiter, Ok(Resp::Null));
-        } else {
-            redis_module::Context::new(detached).create_timer(
-                delay,
-                |_ctx: &redis_module::Context, waiter: Waiter| deliver(waiter, Ok(Resp::Null)),
-                waiter,
-            );
         }
         let reply = StepReply {
             waiter,

@@ -27,8 +27,6 @@ pub use steps::{execute, CommandKind, Plan, Routed, Step};
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
 pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<(), String> {
     use redis_module::raw;
-    // SAFETY: as the caller promises.
-    unsafe { filter::register(ctx)? };
     extern "C" fn on_event_loop(
         _ctx: *mut raw::RedisModuleCtx,
         _event: raw::RedisModuleEvent,
@@ -97,7 +95,7 @@ pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<()
                 .map(|n| n.to_bytes())
                 .any(|n| n.starts_with(b"tls-") || n.starts_with(b"shard.tls"));
             if tls {
-                crate::state::lock().refresh_tls();
+                crate::config::refresh_tls();
             }
         });
     }

@@ -25,7 +25,7 @@ impl CmdError {
     pub fn unknown_option(command: &str, arg: &[u8]) -> CmdError {
         CmdError::err(format!(
             "unknown option '{}' for '{command}'",
-            crate::commands::args::printable(arg)
+            crate::host::args::printable(arg)
         ))
     }
 
@@ -33,7 +33,7 @@ impl CmdError {
     pub fn given_twice(option: &[u8]) -> CmdError {
         CmdError::err(format!(
             "{} is given twice",
-            crate::commands::args::printable(option).to_ascii_uppercase()
+            crate::host::args::printable(option).to_ascii_uppercase()
         ))
     }
 

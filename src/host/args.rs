@@ -5,7 +5,7 @@ use std::slice;
 
 use redis_module::raw;
 
-use crate::commands::error::CmdError;
+use crate::host::error::CmdError;
 
 /// The arguments of one call; `get(0)` is the command name.
 pub struct Args<'a> {

@@ -1,0 +1,75 @@
+//! The module's detached context: what code outside any command callback (event-loop
+//! callbacks, timers armed from them, reading the server's own settings) uses to reach the
+//! server. Made once at load; main thread only.
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use redis_module::{raw, Context, RedisValue};
+
+static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the module's detached context (once).
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn detach(ctx: *mut raw::RedisModuleCtx) {
+    if !DETACHED.load(Ordering::Relaxed).is_null() {
+        return;
+    }
+    // SAFETY: called from OnLoad with its context.
+    unsafe {
+        if let Some(detach) = raw::RedisModule_GetDetachedThreadSafeContext {
+            DETACHED.store(detach(ctx), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The detached context, `None` before load (or in unit tests). Main thread only.
+pub fn detached() -> Option<Context> {
+    let ctx = DETACHED.load(Ordering::Relaxed);
+    (!ctx.is_null()).then(|| Context::new(ctx))
+}
+
+/// The raw detached context, for the other files of `host` (null before load).
+pub(crate) fn detached_raw() -> *mut raw::RedisModuleCtx {
+    DETACHED.load(Ordering::Relaxed)
+}
+
+/// A server setting as `CONFIG GET name` gives it; empty when it is not set or unknown (or
+/// before load). Main thread only.
+pub fn server_config(name: &str) -> String {
+    let Some(ctx) = detached() else {
+        return String::new();
+    };
+    match ctx.call("CONFIG", &["GET", name]) {
+        Ok(RedisValue::Array(v)) => match v.get(1) {
+            Some(RedisValue::BulkString(s) | RedisValue::SimpleString(s)) => s.clone(),
+            Some(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+/// Runs `callback(data)` on the main thread after `delay`, on a timer of the server's event
+/// loop armed on the detached context. False (and nothing armed) before load.
+pub fn after<T: 'static>(delay: std::time::Duration, callback: fn(&Context, T), data: T) -> bool {
+    let Some(ctx) = detached() else {
+        return false;
+    };
+    ctx.create_timer(delay, callback, data);
+    true
+}
+
+/// Whether this server is a replica now (its context flags). Main thread only.
+pub fn server_is_replica() -> bool {
+    let ctx = detached_raw();
+    // SAFETY: the API table is filled at load and read-only after.
+    let Some(flags) = (unsafe { raw::RedisModule_GetContextFlags }) else {
+        return false;
+    };
+    // SAFETY: the detached context lives as long as the module.
+    !ctx.is_null()
+        && unsafe { flags(ctx) } & raw::REDISMODULE_CTX_FLAGS_SLAVE as std::os::raw::c_int != 0
+}
