@@ -141,6 +141,26 @@ pub fn finish_load() -> Result<(), String> {
     state::lock().finish_load()
 }
 
+/// Follows `CONFIG SET`: the TLS configuration is built again after a change of a TLS file,
+/// the module's or the server's own (whose files the module's fall back to), so that files
+/// rewritten in place are read again and settings left waiting for the rest of the command
+/// are checked whole.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn follow_config_set(ctx: *mut redis_module::raw::RedisModuleCtx) {
+    fn changed(names: &[&[u8]]) {
+        if names
+            .iter()
+            .any(|n| n.starts_with(b"tls-") || n.starts_with(b"shard.tls"))
+        {
+            refresh_tls();
+        }
+    }
+    // SAFETY: as the caller promises.
+    unsafe { crate::host::events::on_config_change(ctx, changed) };
+}
+
 /// Puts the settings in force in each capability that keeps its own copy (read on hot paths
 /// without the state's lock).
 fn apply(config: &Config) {

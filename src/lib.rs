@@ -75,6 +75,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         resolver_error: topology::nodes::address_error,
     });
     // SAFETY: OnLoad's own context.
+    unsafe { config::follow_config_set(ctx.ctx) };
+    // SAFETY: OnLoad's own context.
     if let Err(e) = unsafe { route::register(ctx.ctx) } {
         ctx.log_warning(&e);
         return Status::Err;

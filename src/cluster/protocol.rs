@@ -31,6 +31,7 @@ use redis_module::{raw, ContextFlags};
 
 use crate::cluster::replies::ClusterView;
 use crate::commands::{Call, CmdError, CmdResult};
+use crate::net::resp::ReplyResp;
 use crate::net::resp::Resp;
 use crate::ring::placement::Placement;
 use crate::ring::{key_slot, HashTag};

@@ -25,6 +25,7 @@ use redis_module::{raw, ContextFlags, RedisValue};
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::printable;
 use crate::net::pool::{link_timeout, Link};
+use crate::net::resp::ReplyResp;
 use crate::ring::placement::Placement;
 use crate::route::command_table::{self, CommandMeta};
 use crate::route::forward::{self, CallReply, NetSteps};

@@ -12,6 +12,7 @@ pub mod command;
 pub mod command_keys;
 pub mod context;
 pub mod error;
+pub mod events;
 pub mod filter;
 pub mod replicate;
 pub mod reply;

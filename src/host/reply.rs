@@ -5,8 +5,6 @@ use std::os::raw::{c_char, c_int, c_long};
 
 use redis_module::raw;
 
-use crate::route::Resp;
-
 /// The reply channel of one call.
 #[derive(Clone, Copy)]
 pub struct Reply {
@@ -68,64 +66,52 @@ impl Reply {
         }
     }
 
-    /// Any reply read from another node, as it was.
-    pub fn resp(&self, r: &Resp) {
-        match r {
-            Resp::Simple(s) => match CString::new(s.clone()) {
-                Ok(c) => {
-                    raw::reply_with_simple_string(self.ctx, c.as_ptr());
-                }
-                Err(_) => self.bulk(s),
-            },
-            Resp::Error(e) => self.error(&String::from_utf8_lossy(e)),
-            Resp::Int(n) => self.int(*n),
-            Resp::Bulk(b) => self.bulk(b),
-            Resp::Null => self.null(),
-            Resp::NullArray => {
-                // SAFETY: the reply context of this call.
-                unsafe {
-                    if let Some(f) = raw::RedisModule_ReplyWithNullArray {
-                        f(self.ctx);
-                    }
-                }
+    /// A simple string reply (`+text`); a text that holds a NUL byte goes as a bulk string.
+    pub fn simple(&self, s: &[u8]) {
+        match CString::new(s.to_vec()) {
+            Ok(c) => {
+                raw::reply_with_simple_string(self.ctx, c.as_ptr());
             }
-            Resp::Array(items) => {
-                self.array(items.len());
-                items.iter().for_each(|i| self.resp(i));
-            }
-            Resp::Set(items) => {
-                raw::reply_with_set(
-                    self.ctx,
-                    c_long::try_from(items.len()).unwrap_or(c_long::MAX),
-                );
-                items.iter().for_each(|i| self.resp(i));
-            }
-            Resp::Map(pairs) => {
-                self.map(pairs.len());
-                for (k, v) in pairs {
-                    self.resp(k);
-                    self.resp(v);
-                }
-            }
-            Resp::Double(d) => {
-                raw::reply_with_double(self.ctx, *d);
-            }
-            Resp::Bool(b) => {
-                raw::reply_with_bool(self.ctx, c_int::from(*b));
-            }
-            Resp::BigNumber(n) => {
-                raw::reply_with_big_number(self.ctx, n.as_ptr().cast::<c_char>(), n.len());
-            }
-            Resp::Verbatim(format, text) => {
-                let format = [format[0], format[1], format[2], 0];
-                raw::reply_with_verbatim_string(
-                    self.ctx,
-                    text.as_ptr().cast::<c_char>(),
-                    text.len(),
-                    format.as_ptr().cast::<c_char>(),
-                );
+            Err(_) => self.bulk(s),
+        }
+    }
+
+    /// A null array (RESP2's `*-1`).
+    pub fn null_array(&self) {
+        // SAFETY: the reply context of this call.
+        unsafe {
+            if let Some(f) = raw::RedisModule_ReplyWithNullArray {
+                f(self.ctx);
             }
         }
+    }
+
+    /// A set of `len` elements (an array under RESP2), the elements to follow.
+    pub fn set(&self, len: usize) {
+        raw::reply_with_set(self.ctx, c_long::try_from(len).unwrap_or(c_long::MAX));
+    }
+
+    pub fn double(&self, d: f64) {
+        raw::reply_with_double(self.ctx, d);
+    }
+
+    pub fn boolean(&self, b: bool) {
+        raw::reply_with_bool(self.ctx, c_int::from(b));
+    }
+
+    pub fn big_number(&self, n: &[u8]) {
+        raw::reply_with_big_number(self.ctx, n.as_ptr().cast::<c_char>(), n.len());
+    }
+
+    /// A verbatim string of a three-letter `format` (`txt`, `mkd`).
+    pub fn verbatim(&self, format: [u8; 3], text: &[u8]) {
+        let format = [format[0], format[1], format[2], 0];
+        raw::reply_with_verbatim_string(
+            self.ctx,
+            text.as_ptr().cast::<c_char>(),
+            text.len(),
+            format.as_ptr().cast::<c_char>(),
+        );
     }
 
     /// An error reply; the message starts with its code. Line breaks become spaces.

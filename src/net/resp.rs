@@ -247,6 +247,43 @@ fn parse_double(body: &[u8]) -> Result<f64, RespError> {
     }
 }
 
+/// Writing a reply read from another node to the module's caller, as it was.
+pub trait ReplyResp {
+    fn resp(&self, r: &Resp);
+}
+
+impl ReplyResp for crate::host::reply::Reply {
+    fn resp(&self, r: &Resp) {
+        match r {
+            Resp::Simple(s) => self.simple(s),
+            Resp::Error(e) => self.error(&String::from_utf8_lossy(e)),
+            Resp::Int(n) => self.int(*n),
+            Resp::Bulk(b) => self.bulk(b),
+            Resp::Null => self.null(),
+            Resp::NullArray => self.null_array(),
+            Resp::Array(items) => {
+                self.array(items.len());
+                items.iter().for_each(|i| self.resp(i));
+            }
+            Resp::Set(items) => {
+                self.set(items.len());
+                items.iter().for_each(|i| self.resp(i));
+            }
+            Resp::Map(pairs) => {
+                self.map(pairs.len());
+                for (k, v) in pairs {
+                    self.resp(k);
+                    self.resp(v);
+                }
+            }
+            Resp::Double(d) => self.double(*d),
+            Resp::Bool(b) => self.boolean(*b),
+            Resp::BigNumber(n) => self.big_number(n),
+            Resp::Verbatim(format, text) => self.verbatim(*format, text),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

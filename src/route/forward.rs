@@ -19,9 +19,10 @@ use std::task::{Context, Poll, Waker};
 use redis_module::raw;
 use rustc_hash::FxHashMap;
 
-use crate::commands::Reply;
+use crate::host::reply::Reply;
 use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
 use crate::net::pool::{Link, Outcome, Waiter};
+use crate::net::resp::ReplyResp;
 use crate::net::resp::Resp;
 use crate::route::migrate;
 use crate::route::steps::Step;

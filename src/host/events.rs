@@ -1,0 +1,161 @@
+//! Server events the module follows, each handed to one Rust function registered at load:
+//! the event loop's turns (before it sleeps, after it wakes), the server becoming a primary or
+//! a replica, and a `CONFIG SET` (which settings changed). The handlers run on the main thread;
+//! a panic in one stops there.
+
+use std::cell::Cell;
+use std::ffi::CStr;
+use std::os::raw::{c_int, c_void};
+
+use redis_module::raw;
+
+#[derive(Clone, Copy)]
+struct Handlers {
+    before_sleep: fn(),
+    after_sleep: fn(),
+    role: fn(bool),
+    config: fn(&[&[u8]]),
+}
+
+fn nothing() {}
+fn no_role(_: bool) {}
+fn no_config(_: &[&[u8]]) {}
+
+thread_local! {
+    static HANDLERS: Cell<Handlers> = const {
+        Cell::new(Handlers {
+            before_sleep: nothing,
+            after_sleep: nothing,
+            role: no_role,
+            config: no_config,
+        })
+    };
+}
+
+fn handlers() -> Handlers {
+    HANDLERS.with(Cell::get)
+}
+
+fn set(change: impl FnOnce(&mut Handlers)) {
+    HANDLERS.with(|h| {
+        let mut all = h.get();
+        change(&mut all);
+        h.set(all);
+    });
+}
+
+/// Calls `before_sleep` each time the event loop is about to sleep and `after_sleep` each
+/// time it wakes.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn on_event_loop(
+    ctx: *mut raw::RedisModuleCtx,
+    before_sleep: fn(),
+    after_sleep: fn(),
+) -> Result<(), String> {
+    set(|h| {
+        h.before_sleep = before_sleep;
+        h.after_sleep = after_sleep;
+    });
+    extern "C" fn callback(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        subevent: u64,
+        _data: *mut c_void,
+    ) {
+        let _ = std::panic::catch_unwind(|| {
+            if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
+                (handlers().before_sleep)();
+            } else {
+                (handlers().after_sleep)();
+            }
+        });
+    }
+    // SAFETY: as the caller promises.
+    if !unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_EVENTLOOP, Some(callback)) } {
+        return Err("cannot subscribe to the event loop events (Redis 7.0 or later needed)".into());
+    }
+    Ok(())
+}
+
+/// Calls `role(is_replica)` now and each time the server becomes a replica or a primary.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn on_role_change(ctx: *mut raw::RedisModuleCtx, role: fn(bool)) {
+    set(|h| h.role = role);
+    extern "C" fn callback(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        subevent: u64,
+        _data: *mut c_void,
+    ) {
+        let _ = std::panic::catch_unwind(|| {
+            (handlers().role)(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA);
+        });
+    }
+    // SAFETY: as the caller promises.
+    unsafe {
+        if let Some(flags) = raw::RedisModule_GetContextFlags {
+            role(flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0);
+        }
+        subscribe(
+            ctx,
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            Some(callback),
+        );
+    }
+}
+
+/// Calls `config(names)` after each `CONFIG SET`, with the names of the settings it changed.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn on_config_change(ctx: *mut raw::RedisModuleCtx, config: fn(&[&[u8]])) {
+    set(|h| h.config = config);
+    extern "C" fn callback(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        _subevent: u64,
+        data: *mut c_void,
+    ) {
+        let _ = std::panic::catch_unwind(|| {
+            if data.is_null() {
+                return;
+            }
+            // SAFETY: Redis passes a RedisModuleConfigChange for this event, valid during the
+            // callback.
+            let change = unsafe { &*(data as *const raw::RedisModuleConfigChange) };
+            let names: Vec<&[u8]> = (0..change.num_changes as usize)
+                .filter_map(|i| {
+                    // SAFETY: `config_names` holds `num_changes` C strings.
+                    let name = unsafe { *change.config_names.add(i) };
+                    (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) }.to_bytes())
+                })
+                .collect();
+            (handlers().config)(&names);
+        });
+    }
+    // SAFETY: as the caller promises.
+    unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_CONFIG, Some(callback)) };
+}
+
+/// Subscribes `callback` to the server event `id` (data version 1); false when the server
+/// refuses or lacks the API.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`; the callback lives as long
+/// as the module.
+unsafe fn subscribe(
+    ctx: *mut raw::RedisModuleCtx,
+    id: u64,
+    callback: raw::RedisModuleEventCallback,
+) -> bool {
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    // SAFETY: as the caller promises.
+    unsafe {
+        raw::RedisModule_SubscribeToServerEvent
+            .is_some_and(|sub| sub(ctx, event, callback) == raw::REDISMODULE_OK as c_int)
+    }
+}
