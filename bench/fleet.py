@@ -211,6 +211,42 @@ def fill(nodes):
     return {n: owners.count(n) for n in nodes}
 
 
+def ketama_fleet(procs, extra_n0=(), tag=""):
+    """Three servers with the module (`self` n0 n1 n2; n0 on CPU 0 with `extra_n0` loaded too),
+    a ketama ring of the three, KEYS keys each on its owner. Each server joins `procs` as it
+    starts (the caller stops them); `tag` prefixes the log names, so that two fleets (bench/
+    compare.py: two builds of the module) can run side by side. Returns (nodes, keys per node)."""
+    nodes = {}
+    for n in NAMES:
+        nodes[n] = server(tag + n, 0 if n == "n0" else 1, extra=extra_n0 if n == "n0" else (),
+                          self_name=n)
+        procs.append(nodes[n])
+    ring = ["SHARD.RING", "SET", "ketama"]
+    for n, s in nodes.items():
+        ring += [n, f"127.0.0.1:{s.port}", 1]
+    for s in nodes.values():
+        s.client().call(*ring)
+    return nodes, fill(nodes)
+
+
+def protocol_fleet(procs, tag=""):
+    """Three servers with the module (`self` n0 n1 n2) on a slots ring of the three with
+    `shard.cluster-protocol yes`, for `redis-benchmark --cluster`; empty. Each joins `procs`
+    as it starts; `tag` as in ketama_fleet. Returns {name: Proc}."""
+    proto = {}
+    for n in NAMES:
+        proto[n] = server(f"{tag}c{n}", 0 if n == "n0" else 1, self_name=n)
+        procs.append(proto[n])
+    slots = ["SHARD.RING", "SET", "slots"]
+    for n, s in proto.items():
+        slots += [n, f"127.0.0.1:{s.port}", 1]
+    for s in proto.values():
+        c = s.client()
+        c.call(*slots)
+        c.call("CONFIG", "SET", "shard.cluster-protocol", "yes")
+    return proto
+
+
 def write_section(out, title, section):
     """Puts `section` (starting with its `title` line) into the results file, in place of an
     older one of the same title."""
@@ -239,15 +275,7 @@ def main():
     block = build("block")
     procs = []
     try:
-        nodes = {"n0": server("n0", 0, extra=[block]), "n1": server("n1", 1),
-                 "n2": server("n2", 1)}
-        procs += nodes.values()
-        ring = ["SHARD.RING", "SET", "ketama"]
-        for n, s in nodes.items():
-            ring += [n, f"127.0.0.1:{s.port}", 1]
-        for s in nodes.values():
-            s.client().call(*ring)
-        spread = fill(nodes)
+        nodes, spread = ketama_fleet(procs, extra_n0=[block])
         twem = nutcracker(nodes, 0)
         procs.append(twem)
         local = server("n0", 0)
@@ -265,15 +293,7 @@ def main():
         # Issue 22: the same three nodes on a slots ring with the cluster protocol on would
         # change the rows above; a second fleet of three, and a real Redis Cluster of three
         # cluster-mode servers, measured with redis-benchmark --cluster.
-        proto = {n: server(f"c{n}", 0 if n == "n0" else 1, self_name=n) for n in NAMES}
-        procs += proto.values()
-        slots = ["SHARD.RING", "SET", "slots"]
-        for n, s in proto.items():
-            slots += [n, f"127.0.0.1:{s.port}", 1]
-        for s in proto.values():
-            c = s.client()
-            c.call(*slots)
-            c.call("CONFIG", "SET", "shard.cluster-protocol", "yes")
+        proto = protocol_fleet(procs)
         real = real_cluster(procs)
         on, off = server("on", 0, self_name="n0"), server("off", 0, self_name="n0")
         procs += [on, off]
