@@ -1,6 +1,8 @@
 //! `SHARD.ADVANCE ms`: a master's (or the AOF's) high-water mark, as SHARD.GENKEY propagates
 //! it (`genkey::propagate_high_water`).
 
+use crate::command;
+use crate::host::register::{arg, Arg, CommandSpec, Kind};
 use redis_module::ContextFlags;
 
 use crate::commands::{Call, CmdError, CmdResult};
@@ -26,3 +28,17 @@ pub fn advance(call: &Call) -> CmdResult {
     call.reply.ok();
     Ok(())
 }
+
+static ARGS: &[Arg] = &[arg(c"high-water-ms", Kind::UnixTime)];
+
+/// `SHARD.ADVANCE`: how Redis registers and documents it.
+pub static COMMAND: CommandSpec = command! {
+    name: "shard.advance",
+    handler: advance,
+    flags: "write",
+    arity: 2,
+    summary: "Internal: carries the generator's high-water mark to replicas and the AOF",
+    complexity: "O(1)",
+    args: ARGS,
+    acl: "admin dangerous slow",
+};

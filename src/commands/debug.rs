@@ -2,6 +2,8 @@
 //! runs with `enable-debug-command yes` (or `local`, from a local connection), like Redis's
 //! own DEBUG command.
 
+use crate::command;
+use crate::host::register::CommandSpec;
 use redis_module::RedisValue;
 
 use crate::commands::{Call, CmdError, CmdResult};
@@ -28,3 +30,15 @@ pub fn debug(call: &Call) -> CmdResult {
     }
     panic!("SHARD.DEBUG PANIC was called");
 }
+
+/// `SHARD.DEBUG`: how Redis registers and documents it.
+pub static COMMAND: CommandSpec = command! {
+    name: "shard.debug",
+    handler: debug,
+    flags: "admin",
+    arity: 2,
+    summary: "Debugging: PANIC proves the panic guard (needs enable-debug-command)",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};

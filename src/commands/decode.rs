@@ -1,7 +1,9 @@
 //! `SHARD.DECODE key [LAYOUT name] [EPOCH ms]`: take a key apart.
 
+use crate::command;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::{is, printable, ArgList, Cursor};
+use crate::host::register::{arg, opt, Arg, CommandSpec, Kind};
 use crate::keys::settings::parse_epoch;
 use crate::keys::{codec, shardjs, time, LayoutKind};
 use crate::state;
@@ -110,3 +112,21 @@ pub fn decode(call: &Call) -> CmdResult {
 fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
+
+static ARGS: &[Arg] = &[
+    arg(c"key", Kind::Str),
+    opt(c"layout", c"LAYOUT", Kind::Str),
+    opt(c"epoch", c"EPOCH", Kind::UnixTime),
+];
+
+/// `SHARD.DECODE`: how Redis registers and documents it.
+pub static COMMAND: CommandSpec = command! {
+    name: "shard.decode",
+    handler: decode,
+    flags: "readonly fast",
+    arity: -2,
+    summary: "Takes a key apart: time, node, sequence, type",
+    complexity: "O(1)",
+    args: ARGS,
+    acl: "read fast",
+};

@@ -4,6 +4,8 @@
 //! module's own (TLS) connections, where `MIGRATE` would open the server's own connection
 //! (plain TCP unless the server has `tls-cluster yes`, and never checking the peer's name).
 
+use crate::command;
+use crate::host::register::{arg, Arg, CommandSpec, Kind};
 use redis_module::RedisValue;
 
 use crate::commands::{Call, CmdError, CmdResult};
@@ -48,3 +50,17 @@ pub fn dump(call: &Call) -> CmdResult {
     call.reply.int(pttl);
     Ok(())
 }
+
+static ARGS: &[Arg] = &[arg(c"key", Kind::Str)];
+
+/// `SHARD.DUMP`: how Redis registers and documents it.
+pub static COMMAND: CommandSpec = command! {
+    name: "shard.dump",
+    handler: dump,
+    flags: "readonly",
+    arity: 2,
+    summary: "Internal: a key's DUMP payload and PTTL in one step, for the copy-before-write of SHARD.CALL over TLS",
+    complexity: "O(1) to access the key and additional O(N*M) to serialize it",
+    args: ARGS,
+    acl: "read slow",
+};

@@ -3,9 +3,11 @@
 //! `OFFSET` (Shardjs's `ts`, milliseconds from the epoch) or `SUFFIX` make Shardjs's fixed key
 //! (`fixedKey`): every field padded to two characters, then `-suffix`.
 
+use crate::command;
 use crate::commands::decode::LayoutOptions;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::{int_in, is, printable, ArgList};
+use crate::host::register::{opt, tok, Arg, CommandSpec, Kind};
 use crate::keys::{codec, shardjs, KeyFields};
 use crate::state;
 
@@ -123,3 +125,35 @@ pub fn encode(call: &Call) -> CmdResult {
         .bulk(codec::format(&layout, keys.encoding, &fields).as_bytes());
     Ok(())
 }
+
+static ARGS: &[Arg] = &[
+    opt(c"layout", c"LAYOUT", Kind::Str),
+    opt(c"epoch", c"EPOCH", Kind::UnixTime),
+    Arg {
+        name: c"when",
+        kind: Kind::OneOf,
+        token: None,
+        optional: false,
+        multiple: false,
+        subargs: &[
+            tok(c"time", c"TIME", Kind::UnixTime),
+            tok(c"offset", c"OFFSET", Kind::Int),
+        ],
+    },
+    opt(c"node", c"NODE", Kind::Int),
+    opt(c"seq", c"SEQ", Kind::Int),
+    opt(c"type", c"TYPE", Kind::Str),
+    opt(c"suffix", c"SUFFIX", Kind::Str),
+];
+
+/// `SHARD.ENCODE`: how Redis registers and documents it.
+pub static COMMAND: CommandSpec = command! {
+    name: "shard.encode",
+    handler: encode,
+    flags: "readonly fast",
+    arity: -1,
+    summary: "Puts a key together from its fields",
+    complexity: "O(1)",
+    args: ARGS,
+    acl: "read fast",
+};

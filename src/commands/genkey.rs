@@ -1,8 +1,10 @@
 //! `SHARD.GENKEY [TYPE name|number] [COUNT n]`: issue time-sorted unique keys.
 
 use crate::clock;
+use crate::command;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::{int_in, is, ArgList};
+use crate::host::register::{opt, Arg, CommandSpec, Kind};
 use crate::keys::{KeyFormatter, Request};
 use crate::state;
 
@@ -85,3 +87,20 @@ pub fn genkey(call: &Call) -> CmdResult {
 pub fn propagate_high_water(call: &Call, high_water_ms: i64) {
     crate::host::replicate::replicate_with_int(call.ctx, c"shard.advance", high_water_ms);
 }
+
+static ARGS: &[Arg] = &[
+    opt(c"type", c"TYPE", Kind::Str),
+    opt(c"count", c"COUNT", Kind::Int),
+];
+
+/// `SHARD.GENKEY`: how Redis registers and documents it.
+pub static COMMAND: CommandSpec = command! {
+    name: "shard.genkey",
+    handler: genkey,
+    flags: "write deny-oom fast",
+    arity: -1,
+    summary: "Issues time-sorted unique keys, drawn atomically in the server",
+    complexity: "O(N) with N the COUNT, O(1) without",
+    args: ARGS,
+    acl: "write fast",
+};

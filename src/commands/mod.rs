@@ -8,7 +8,6 @@ pub mod advance;
 pub mod call;
 pub mod debug;
 pub mod decode;
-pub mod docs;
 pub mod dump;
 pub mod encode;
 pub mod fleet;

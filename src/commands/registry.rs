@@ -1,293 +1,384 @@
-//! The table of commands and their registration with Redis, container commands (`SHARD.RING`)
-//! with real subcommands (`shard.ring|get`), so that ACL rules can name each one.
+//! The module's commands, as Redis registers them: each command's description
+//! (`host::register::CommandSpec`: name, flags, arity, summary, complexity, arguments, ACL
+//! categories) sits beside its handler; this file lists them, in the order `COMMAND` shows
+//! them, and holds the containers `SHARD.RING` and `SHARD.RESHARD`.
 
-use std::ffi::CStr;
-use std::os::raw::c_int;
+use crate::command;
+use crate::commands::{advance, debug, decode, dump, encode, genkey, shardjs, whereis};
+use crate::host::register::{arg, flag, opt, Arg, CommandSpec, Kind};
 
-use redis_module::{raw, Context};
-
-use crate::command_fn;
-use crate::commands::docs;
-
-type Entry = unsafe extern "C" fn(
-    *mut raw::RedisModuleCtx,
-    *mut *mut raw::RedisModuleString,
-    c_int,
-) -> c_int;
-
-/// A command or subcommand: name, entry point and flags. No command of this module declares
-/// key positions: none takes a key of this server's keyspace as such.
-struct Spec {
-    name: &'static CStr,
-    entry: Option<Entry>,
-    flags: &'static CStr,
-    subcommands: Vec<Spec>,
-}
-
-fn command(name: &'static CStr, entry: Entry, flags: &'static CStr) -> Spec {
-    Spec {
-        name,
-        entry: Some(entry),
-        flags,
-        subcommands: Vec::new(),
-    }
-}
-
-fn container(name: &'static CStr, subcommands: Vec<Spec>) -> Spec {
-    Spec {
-        name,
-        entry: None,
-        flags: c"",
-        subcommands,
-    }
-}
-
-fn table() -> Vec<Spec> {
-    use crate::commands::{decode, encode, fleet, genkey, reshard, ring, whereis};
-    vec![
-        command(
-            c"shard.genkey",
-            command_fn!("shard.genkey", genkey::genkey),
-            c"write deny-oom fast",
-        ),
-        command(
-            c"shard.decode",
-            command_fn!("shard.decode", decode::decode),
-            c"readonly fast",
-        ),
-        command(
-            c"shard.encode",
-            command_fn!("shard.encode", encode::encode),
-            c"readonly fast",
-        ),
-        command(
-            c"shard.specialkey",
-            command_fn!("shard.specialkey", crate::commands::shardjs::special_key),
-            c"readonly fast",
-        ),
-        command(
-            c"shard.retype",
-            command_fn!("shard.retype", crate::commands::shardjs::retype),
-            c"readonly fast",
-        ),
-        command(
-            c"shard.minify",
-            command_fn!("shard.minify", crate::commands::shardjs::minify),
-            c"readonly fast",
-        ),
-        command(
-            c"shard.maxify",
-            command_fn!("shard.maxify", crate::commands::shardjs::maxify),
-            c"readonly fast",
-        ),
-        command(
-            c"shard.whereis",
-            command_fn!("shard.whereis", whereis::whereis),
-            c"readonly fast",
-        ),
-        command(
-            c"shard.locate",
-            command_fn!("shard.locate", whereis::locate),
-            c"readonly fast",
-        ),
-        command(
-            c"shard.call",
-            command_fn!("shard.call", crate::commands::call::call),
-            c"may-replicate deny-script blocking",
-        ),
-        command(
-            c"shard.cluster",
-            command_fn!("shard.cluster", crate::cluster::protocol::cluster),
-            c"fast allow-stale allow-loading",
-        ),
-        command(
-            c"shard.redirect",
-            command_fn!("shard.redirect", crate::cluster::protocol::redirect),
-            c"may-replicate deny-script blocking",
-        ),
-        command(
-            c"shard.debug",
-            command_fn!("shard.debug", crate::commands::debug::debug),
-            c"admin",
-        ),
-        command(
-            c"shard.dump",
-            command_fn!("shard.dump", crate::commands::dump::dump),
-            c"readonly",
-        ),
-        command(
-            c"shard.advance",
-            command_fn!("shard.advance", crate::commands::advance::advance),
-            c"write",
-        ),
-        container(
-            c"shard.ring",
-            vec![
-                command(c"set", command_fn!("shard.ring|set", ring::set), c"admin"),
-                command(
-                    c"get",
-                    command_fn!("shard.ring|get", ring::get),
-                    c"readonly fast",
-                ),
-                command(
-                    c"begin",
-                    command_fn!("shard.ring|begin", ring::begin),
-                    c"admin",
-                ),
-                command(
-                    c"commit",
-                    command_fn!("shard.ring|commit", ring::commit),
-                    c"admin",
-                ),
-                command(
-                    c"abort",
-                    command_fn!("shard.ring|abort", ring::abort),
-                    c"admin",
-                ),
-                command(
-                    c"install",
-                    command_fn!("shard.ring|install", fleet::install),
-                    c"admin",
-                ),
-                command(
-                    c"state",
-                    command_fn!("shard.ring|state", fleet::node_state),
-                    c"readonly",
-                ),
-                command(
-                    c"push",
-                    command_fn!("shard.ring|push", fleet::push),
-                    c"admin blocking deny-script",
-                ),
-                command(
-                    c"check",
-                    command_fn!("shard.ring|check", fleet::check),
-                    c"admin blocking deny-script",
-                ),
-            ],
-        ),
-        container(
-            c"shard.reshard",
-            vec![
-                command(
-                    c"copy",
-                    command_fn!("shard.reshard|copy", reshard::copy),
-                    c"admin",
-                ),
-                command(
-                    c"cleanup",
-                    command_fn!("shard.reshard|cleanup", reshard::cleanup),
-                    c"admin write",
-                ),
-                command(
-                    c"status",
-                    command_fn!("shard.reshard|status", reshard::status),
-                    c"readonly fast",
-                ),
-                command(
-                    c"stop",
-                    command_fn!("shard.reshard|stop", reshard::stop),
-                    c"admin",
-                ),
-                command(
-                    c"throttle",
-                    command_fn!("shard.reshard|throttle", reshard::throttle),
-                    c"admin",
-                ),
-                command(
-                    c"pause",
-                    command_fn!("shard.reshard|pause", reshard::pause),
-                    c"admin",
-                ),
-                command(
-                    c"resume",
-                    command_fn!("shard.reshard|resume", reshard::resume),
-                    c"admin",
-                ),
-                command(
-                    c"start",
-                    command_fn!("shard.reshard|start", fleet::start),
-                    c"admin blocking deny-script",
-                ),
-                command(
-                    c"cancel",
-                    command_fn!("shard.reshard|cancel", fleet::cancel),
-                    c"admin",
-                ),
-                command(
-                    c"plan",
-                    command_fn!("shard.reshard|plan", fleet::save_plan),
-                    c"admin",
-                ),
-            ],
-        ),
+/// Every command of the module.
+pub fn table() -> [&'static CommandSpec; 17] {
+    [
+        &genkey::COMMAND,
+        &decode::COMMAND,
+        &encode::COMMAND,
+        &shardjs::SPECIALKEY,
+        &shardjs::RETYPE,
+        &shardjs::MINIFY,
+        &shardjs::MAXIFY,
+        &whereis::WHEREIS,
+        &whereis::LOCATE,
+        &CALL,
+        &CLUSTER,
+        &REDIRECT,
+        &debug::COMMAND,
+        &dump::COMMAND,
+        &advance::COMMAND,
+        &RING,
+        &RESHARD,
     ]
 }
 
 /// Registers every command and subcommand; an error names the one that failed.
-pub fn register_all(ctx: &Context) -> Result<(), String> {
-    // SAFETY: called from OnLoad, after the module API was initialised.
-    let (create, get_command, create_sub) = unsafe {
-        (
-            raw::RedisModule_CreateCommand.ok_or("RedisModule_CreateCommand is missing")?,
-            raw::RedisModule_GetCommand.ok_or("RedisModule_GetCommand is missing")?,
-            raw::RedisModule_CreateSubcommand
-                .ok_or("RedisModule_CreateSubcommand is missing: shard needs Redis 7.0 or later")?,
-        )
-    };
-    let ok = raw::REDISMODULE_OK as c_int;
-    for spec in table() {
-        let name = spec.name.to_string_lossy();
-        // SAFETY: every pointer is a 'static NUL-terminated string or a valid entry point.
-        let status = unsafe {
-            create(
-                ctx.ctx,
-                spec.name.as_ptr(),
-                spec.entry,
-                spec.flags.as_ptr(),
-                0,
-                0,
-                0,
-            )
-        };
-        if status != ok {
-            return Err(format!("failed to create command {name}"));
-        }
-        // SAFETY: the command was just created under this name.
-        let parent = unsafe { get_command(ctx.ctx, spec.name.as_ptr()) };
-        if parent.is_null() {
-            return Err(format!("failed to find command {name}"));
-        }
-        // SAFETY: parent is a command of this module.
-        unsafe { docs::describe(parent, &name)? };
-        for sub in spec.subcommands {
-            // SAFETY: parent is a live command of this module; strings are 'static.
-            let status = unsafe {
-                create_sub(
-                    parent,
-                    sub.name.as_ptr(),
-                    sub.entry,
-                    sub.flags.as_ptr(),
-                    0,
-                    0,
-                    0,
-                )
-            };
-            let full = format!("{name}|{}", sub.name.to_string_lossy());
-            if status != ok {
-                return Err(format!("failed to create subcommand {full}"));
-            }
-            // SAFETY: the parent and the subcommand's name are live; the subcommand exists now.
-            let sub_command = unsafe {
-                let full_c = std::ffi::CString::new(full.clone()).map_err(|e| e.to_string())?;
-                get_command(ctx.ctx, full_c.as_ptr())
-            };
-            if sub_command.is_null() {
-                return Err(format!("failed to find subcommand {full}"));
-            }
-            // SAFETY: sub_command is a command of this module.
-            unsafe { docs::describe(sub_command, &full)? };
-        }
-    }
-    Ok(())
+pub fn register_all(ctx: &redis_module::Context) -> Result<(), String> {
+    crate::host::register::register_all(ctx, &table())
 }
+
+pub static RING: CommandSpec = command! {
+    name: "shard.ring",
+    container,
+    summary: "Manages the ring of nodes held in module memory",
+    subcommands: &[&RING_SET, &RING_GET, &RING_BEGIN, &RING_COMMIT, &RING_ABORT, &RING_INSTALL, &RING_STATE, &RING_PUSH, &RING_CHECK],
+};
+
+pub static RESHARD: CommandSpec = command! {
+    name: "shard.reshard",
+    container,
+    summary: "Runs the background jobs that move keys between nodes",
+    subcommands: &[&RESHARD_COPY, &RESHARD_CLEANUP, &RESHARD_STATUS, &RESHARD_STOP, &RESHARD_THROTTLE, &RESHARD_PAUSE, &RESHARD_RESUME, &RESHARD_START, &RESHARD_CANCEL, &RESHARD_PLAN],
+};
+
+pub static CALL: CommandSpec = command! {
+    name: "shard.call",
+    handler: crate::commands::call::call,
+    flags: "may-replicate deny-script blocking",
+    arity: -3,
+    summary: "Runs a command on the owner of its keys (multi-key commands split by owner)",
+    complexity: "Depends on the command",
+    args: CALL_ARGS,
+    acl: "",
+};
+
+pub static CLUSTER: CommandSpec = command! {
+    name: "shard.cluster",
+    handler: crate::cluster::protocol::cluster,
+    flags: "fast allow-stale allow-loading",
+    arity: -2,
+    summary: "What CLUSTER, READONLY, READWRITE and ASKING answer when shard.cluster-protocol is yes",
+    complexity: "O(N) with N the nodes; COUNTKEYSINSLOT and GETKEYSINSLOT O(N) with N the keys",
+    args: CLUSTER_ARGS,
+    acl: "connection slow",
+};
+
+pub static REDIRECT: CommandSpec = command! {
+    name: "shard.redirect",
+    handler: crate::cluster::protocol::redirect,
+    flags: "may-replicate deny-script blocking",
+    arity: -2,
+    summary: "A keyed command for another node's slot, when shard.cluster-protocol is yes: MOVED, ASK, CROSSSLOT or run here",
+    complexity: "Depends on the command",
+    args: REDIRECT_ARGS,
+    acl: "read write slow",
+};
+
+pub static RING_SET: CommandSpec = command! {
+    name: "shard.ring|set",
+    handler: crate::commands::ring::set,
+    flags: "admin",
+    arity: -3,
+    summary: "Replaces the ring",
+    complexity: "O(N log N) with N the points of the ring",
+    args: RING_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RING_GET: CommandSpec = command! {
+    name: "shard.ring|get",
+    handler: crate::commands::ring::get,
+    flags: "readonly fast",
+    arity: 2,
+    summary: "Shows the ring, its epoch and digest",
+    complexity: "O(N) with N the nodes",
+    args: &[],
+    acl: "read fast",
+};
+
+pub static RING_BEGIN: CommandSpec = command! {
+    name: "shard.ring|begin",
+    handler: crate::commands::ring::begin,
+    flags: "admin",
+    arity: -3,
+    summary: "Opens a resharding: the given ring becomes current, the old one previous",
+    complexity: "O(N log N) with N the points of the ring",
+    args: RING_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RING_COMMIT: CommandSpec = command! {
+    name: "shard.ring|commit",
+    handler: crate::commands::ring::commit,
+    flags: "admin",
+    arity: 2,
+    summary: "Closes the resharding, dropping the previous ring",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RING_ABORT: CommandSpec = command! {
+    name: "shard.ring|abort",
+    handler: crate::commands::ring::abort,
+    flags: "admin",
+    arity: 2,
+    summary: "Closes the resharding, putting the previous ring back",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RING_INSTALL: CommandSpec = command! {
+    name: "shard.ring|install",
+    handler: crate::commands::fleet::install,
+    flags: "admin",
+    arity: -3,
+    summary: "Installs the current and previous rings whole, as canonical texts (a fleet operation's step)",
+    complexity: "O(N log N) with N the points of the rings",
+    args: INSTALL_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RING_STATE: CommandSpec = command! {
+    name: "shard.ring|state",
+    handler: crate::commands::fleet::node_state,
+    flags: "readonly",
+    arity: 2,
+    summary: "Shows this node's ring digests, job, key count and memory",
+    complexity: "O(1)",
+    args: &[],
+    acl: "read",
+};
+
+pub static RING_PUSH: CommandSpec = command! {
+    name: "shard.ring|push",
+    handler: crate::commands::fleet::push,
+    flags: "admin blocking deny-script",
+    arity: 2,
+    summary: "Sends this node's rings to every node named in them",
+    complexity: "O(N) with N the nodes",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RING_CHECK: CommandSpec = command! {
+    name: "shard.ring|check",
+    handler: crate::commands::fleet::check,
+    flags: "admin blocking deny-script",
+    arity: 2,
+    summary: "Asks every node for its rings, job, keys and memory; shows whether they agree and each node's share of the keyspace",
+    complexity: "O(N) with N the nodes",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_COPY: CommandSpec = command! {
+    name: "shard.reshard|copy",
+    handler: crate::commands::reshard::copy,
+    flags: "admin",
+    arity: -2,
+    summary: "Copies, in the background, the local keys that belong to other nodes",
+    complexity: "O(1) to start; the job is O(N) with N the keys",
+    args: COPY_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_CLEANUP: CommandSpec = command! {
+    name: "shard.reshard|cleanup",
+    handler: crate::commands::reshard::cleanup,
+    flags: "admin write",
+    arity: -2,
+    summary: "Deletes, in the background, the local keys that belong to other nodes",
+    complexity: "O(1) to start; the job is O(N) with N the keys",
+    args: CLEANUP_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_STATUS: CommandSpec = command! {
+    name: "shard.reshard|status",
+    handler: crate::commands::reshard::status,
+    flags: "readonly fast",
+    arity: 2,
+    summary: "Shows the state and counters of the resharding job",
+    complexity: "O(1)",
+    args: &[],
+    acl: "read fast",
+};
+
+pub static RESHARD_STOP: CommandSpec = command! {
+    name: "shard.reshard|stop",
+    handler: crate::commands::reshard::stop,
+    flags: "admin",
+    arity: 2,
+    summary: "Stops the running resharding job after its current batch",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_THROTTLE: CommandSpec = command! {
+    name: "shard.reshard|throttle",
+    handler: crate::commands::reshard::throttle,
+    flags: "admin",
+    arity: 3,
+    summary: "Limits the running resharding job to a number of keys per second (0: no limit)",
+    complexity: "O(1)",
+    args: THROTTLE_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_PAUSE: CommandSpec = command! {
+    name: "shard.reshard|pause",
+    handler: crate::commands::reshard::pause,
+    flags: "admin",
+    arity: 2,
+    summary: "Pauses the running resharding job where it is, closing its connections",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_RESUME: CommandSpec = command! {
+    name: "shard.reshard|resume",
+    handler: crate::commands::reshard::resume,
+    flags: "admin",
+    arity: 2,
+    summary: "Resumes a paused resharding job, and an interrupted fleet operation, from where they stopped",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_START: CommandSpec = command! {
+    name: "shard.reshard|start",
+    handler: crate::commands::fleet::start,
+    flags: "admin blocking deny-script",
+    arity: -3,
+    summary: "Grows or shrinks the fleet to the given ring: checks every node, then opens, copies, commits and cleans up in the background",
+    complexity: "O(N) with N the nodes to start; the operation is O(K) with K the keys",
+    args: START_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_CANCEL: CommandSpec = command! {
+    name: "shard.reshard|cancel",
+    handler: crate::commands::fleet::cancel,
+    flags: "admin",
+    arity: 2,
+    summary: "Returns the fleet to the old ring (before COMMIT), bringing back the writes made since",
+    complexity: "O(1) to start",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_PLAN: CommandSpec = command! {
+    name: "shard.reshard|plan",
+    handler: crate::commands::fleet::save_plan,
+    flags: "admin",
+    arity: 3,
+    summary: "Stores the coordinator's plan (sent by the coordinator to itself; replicated)",
+    complexity: "O(N) with N the nodes",
+    args: PLAN_ARGS,
+    acl: "admin dangerous slow",
+};
+
+static NODE_TRIPLET: &[Arg] = &[
+    arg(c"name", Kind::Str),
+    arg(c"address", Kind::Str),
+    arg(c"weight", Kind::Int),
+];
+
+static CALL_ARGS: &[Arg] = &[
+    arg(c"command", Kind::Str),
+    arg(c"key", Kind::Str),
+    Arg {
+        name: c"arg",
+        kind: Kind::Str,
+        token: None,
+        optional: true,
+        multiple: true,
+        subargs: &[],
+    },
+];
+
+static CLUSTER_ARGS: &[Arg] = &[
+    arg(c"subcommand", Kind::Str),
+    Arg {
+        name: c"arg",
+        kind: Kind::Str,
+        token: None,
+        optional: true,
+        multiple: true,
+        subargs: &[],
+    },
+];
+
+static REDIRECT_ARGS: &[Arg] = &[
+    arg(c"command", Kind::Str),
+    Arg {
+        name: c"arg",
+        kind: Kind::Str,
+        token: None,
+        optional: true,
+        multiple: true,
+        subargs: &[],
+    },
+];
+
+static RING_ARGS: &[Arg] = &[
+    arg(c"algo", Kind::Str),
+    opt(c"rule", c"HASHTAG", Kind::Str),
+    Arg {
+        name: c"node",
+        kind: Kind::Block,
+        token: None,
+        optional: true,
+        multiple: true,
+        subargs: NODE_TRIPLET,
+    },
+];
+
+static INSTALL_ARGS: &[Arg] = &[
+    arg(c"current", Kind::Str),
+    Arg {
+        optional: true,
+        ..arg(c"previous", Kind::Str)
+    },
+    flag(c"returning", c"RETURNING"),
+];
+
+static COPY_ARGS: &[Arg] = &[
+    opt(c"batch", c"BATCH", Kind::Int),
+    opt(c"timeout", c"TIMEOUT", Kind::Int),
+    flag(c"replace", c"REPLACE"),
+    opt(c"keys-per-second", c"MAXRATE", Kind::Int),
+];
+
+static CLEANUP_ARGS: &[Arg] = &[opt(c"batch", c"BATCH", Kind::Int), flag(c"left", c"LEFT")];
+
+static THROTTLE_ARGS: &[Arg] = &[arg(c"keys-per-second", Kind::Int)];
+
+static START_ARGS: &[Arg] = &[
+    arg(c"algo", Kind::Str),
+    opt(c"rule", c"HASHTAG", Kind::Str),
+    Arg {
+        name: c"node",
+        kind: Kind::Block,
+        token: None,
+        optional: false,
+        multiple: true,
+        subargs: NODE_TRIPLET,
+    },
+    opt(c"keys-per-second", c"MAXRATE", Kind::Int),
+];
+
+static PLAN_ARGS: &[Arg] = &[arg(c"plan", Kind::Str)];

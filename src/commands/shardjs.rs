@@ -2,8 +2,10 @@
 //! type` (`changeKeyType`), `SHARD.MINIFY field ...` and `SHARD.MAXIFY field ...` (the field
 //! dictionary, for clients that talk to a key's owner directly).
 
+use crate::command;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::printable;
+use crate::host::register::{arg, Arg, CommandSpec, Kind};
 use crate::keys::{codec, shardjs};
 use crate::route::fields;
 use crate::state;
@@ -99,3 +101,64 @@ fn translate(
     }
     Ok(())
 }
+
+static NAME_ARGS: &[Arg] = &[arg(c"name", Kind::Str)];
+
+static RETYPE_ARGS: &[Arg] = &[arg(c"key", Kind::Str), arg(c"type", Kind::Str)];
+
+static FIELDS_ARGS: &[Arg] = &[Arg {
+    name: c"field",
+    kind: Kind::Str,
+    token: None,
+    optional: false,
+    multiple: true,
+    subargs: &[],
+}];
+
+/// `SHARD.SPECIALKEY`: how Redis registers and documents it.
+pub static SPECIALKEY: CommandSpec = command! {
+    name: "shard.specialkey",
+    handler: special_key,
+    flags: "readonly fast",
+    arity: 2,
+    summary: "The fixed key of a special key of the special-keys configuration (Shardjs)",
+    complexity: "O(N) with N the special keys",
+    args: NAME_ARGS,
+    acl: "read fast",
+};
+
+/// `SHARD.RETYPE`: how Redis registers and documents it.
+pub static RETYPE: CommandSpec = command! {
+    name: "shard.retype",
+    handler: retype,
+    flags: "readonly fast",
+    arity: 3,
+    summary: "The same key with another type (Shardjs's changeKeyType)",
+    complexity: "O(1)",
+    args: RETYPE_ARGS,
+    acl: "read fast",
+};
+
+/// `SHARD.MINIFY`: how Redis registers and documents it.
+pub static MINIFY: CommandSpec = command! {
+    name: "shard.minify",
+    handler: minify,
+    flags: "readonly fast",
+    arity: -2,
+    summary: "The stored (short) names of hash fields, from the fields dictionary",
+    complexity: "O(N) with N the fields",
+    args: FIELDS_ARGS,
+    acl: "read fast",
+};
+
+/// `SHARD.MAXIFY`: how Redis registers and documents it.
+pub static MAXIFY: CommandSpec = command! {
+    name: "shard.maxify",
+    handler: maxify,
+    flags: "readonly fast",
+    arity: -2,
+    summary: "The names clients see for stored hash fields, from the fields dictionary",
+    complexity: "O(N) with N the fields",
+    args: FIELDS_ARGS,
+    acl: "read fast",
+};

@@ -1,5 +1,7 @@
 //! `SHARD.WHEREIS key` and `SHARD.LOCATE key`: which node owns a key.
 
+use crate::command;
+use crate::host::register::{arg, Arg, CommandSpec, Kind};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -112,3 +114,29 @@ pub fn locate(call: &Call) -> CmdResult {
     );
     Ok(())
 }
+
+static ARGS: &[Arg] = &[arg(c"key", Kind::Str)];
+
+/// `SHARD.WHEREIS`: how Redis registers and documents it.
+pub static WHEREIS: CommandSpec = command! {
+    name: "shard.whereis",
+    handler: whereis,
+    flags: "readonly fast",
+    arity: 2,
+    summary: "Names the node that owns a key",
+    complexity: "O(log N) with N the points of the ring",
+    args: ARGS,
+    acl: "read fast",
+};
+
+/// `SHARD.LOCATE`: how Redis registers and documents it.
+pub static LOCATE: CommandSpec = command! {
+    name: "shard.locate",
+    handler: locate,
+    flags: "readonly fast",
+    arity: 2,
+    summary: "Tells which node owns a key, its address, the hashed part and the deciding point",
+    complexity: "O(log N) with N the points of the ring",
+    args: ARGS,
+    acl: "read fast",
+};

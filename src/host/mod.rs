@@ -14,5 +14,6 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod filter;
+pub mod register;
 pub mod replicate;
 pub mod reply;
