@@ -21,7 +21,7 @@ pub mod route;
 pub mod state;
 pub mod topology;
 
-use durability::SHARD_AUX;
+use host::aux::SHARD_AUX;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
@@ -44,6 +44,7 @@ fn install_panic_hook() {
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     install_panic_hook();
+    durability::register();
     let raw_args: Vec<Vec<u8>> = args.iter().map(|a| a.as_slice().to_vec()).collect();
     if let Err(e) = config::check_module_args(&raw_args) {
         ctx.log_warning(&e);

@@ -8,12 +8,14 @@
 //! module, or a setting.
 
 pub mod args;
+pub mod aux;
 pub mod command;
 pub mod command_keys;
 pub mod context;
 pub mod error;
 pub mod events;
 pub mod filter;
+pub mod info;
 pub mod register;
 pub mod replicate;
 pub mod reply;
