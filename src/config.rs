@@ -1,6 +1,8 @@
 //! Module configurations (`CONFIG SET shard.x`, `loadmodule ... x value`, `shard.x` in
-//! redis.conf). Each one edits the configuration held in the state, which checks the whole
-//! combination before accepting a value.
+//! redis.conf). A change is checked whole against every capability (the key settings, the
+//! sentinels, TLS, the cluster protocol, Shardjs's dictionaries) before anything changes; then
+//! the state takes it and each capability that keeps its own copy of a setting gets it
+//! (`apply`). Nothing is half-applied: a refused value leaves everything as it was.
 
 use redis_module::configuration::{ConfigurationContext, ConfigurationValue};
 use redis_module::{RedisError, RedisString};
@@ -10,135 +12,122 @@ use std::sync::Arc;
 use crate::keys::KeySettings;
 use crate::state::{self, Config, ModuleState};
 
-/// A configuration change, checked against every capability before it is put in place.
-trait Change {
-    fn change(&mut self, change: impl FnOnce(&mut Config)) -> Result<(), String>;
-    fn tls_update(
-        &mut self,
-        next: &Config,
-    ) -> Result<Option<Option<Arc<crate::net::tls::Tls>>>, String>;
-    fn refresh_tls(&mut self);
-    fn finish_load(&mut self) -> Result<(), String>;
+/// Applies a configuration change whole, or refuses it and changes nothing.
+///
+/// A change of `ring-file`, `ring-algo` or `ring-hashtag` while a ring file is named loads
+/// the file again and replaces the current ring.
+fn change_in(st: &mut ModuleState, change: impl FnOnce(&mut Config)) -> Result<(), String> {
+    let mut next = st.config.clone();
+    change(&mut next);
+    if !st.loaded {
+        st.config = next;
+        return Ok(());
+    }
+    let keys = KeySettings::resolve(&next.keys)?;
+    check_topology(&next)?;
+    check_tls(&st.config, &next)?;
+    let tls = tls_update(st, &next)?;
+    crate::cluster::protocol::check_config(&next, st.rings.current.as_deref())?;
+    check_shardjs_config(&next, &keys)?;
+    let ring = if next.ring.source_differs(&st.config.ring) {
+        if st.rings.previous.is_some() && !next.ring.file.is_empty() {
+            return Err(crate::ring::placement::RESHARDING_OPEN.into());
+        }
+        crate::state::ring_from_file(&next)?
+    } else {
+        None
+    };
+    st.install(next, keys, ring);
+    apply(&st.config);
+    if let Some(tls) = tls {
+        crate::net::tls::install(tls);
+    }
+    Ok(())
 }
 
-impl Change for ModuleState {
-    /// Applies a configuration change whole, or refuses it and changes nothing.
-    ///
-    /// A change of `ring-file`, `ring-algo` or `ring-hashtag` while a ring file is named loads
-    /// the file again and replaces the current ring.
-    fn change(&mut self, change: impl FnOnce(&mut Config)) -> Result<(), String> {
-        let mut next = self.config.clone();
-        change(&mut next);
-        if !self.loaded {
-            self.config = next;
-            return Ok(());
-        }
-        let keys = KeySettings::resolve(&next.keys)?;
-        check_topology(&next)?;
-        check_tls(&self.config, &next)?;
-        let tls = self.tls_update(&next)?;
-        crate::cluster::protocol::check_config(&next, self.rings.current.as_deref())?;
-        check_shardjs_config(&next, &keys)?;
-        let ring = if next.ring.source_differs(&self.config.ring) {
-            if self.rings.previous.is_some() && !next.ring.file.is_empty() {
-                return Err(crate::ring::placement::RESHARDING_OPEN.into());
-            }
-            crate::state::ring_from_file(&next)?
-        } else {
-            None
-        };
-        self.install(next, keys, ring);
-        apply(&self.config);
-        if let Some(tls) = tls {
-            crate::net::tls::install(tls);
-        }
-        Ok(())
+/// The TLS configuration to put in force for `next`, `None` to keep the one in force:
+/// built again when a TLS setting was set. Settings that do not fit together while TLS is
+/// on (a certificate whose key is still the old one: the other of the pair may follow in the
+/// same `CONFIG SET`) keep the previous configuration in force; `refresh_tls` checks them
+/// again once the command is done. A file that does not read is refused before this.
+fn tls_update(
+    st: &mut ModuleState,
+    next: &Config,
+) -> Result<Option<Option<Arc<crate::net::tls::Tls>>>, String> {
+    if next.tls == st.config.tls && next.tls_files == st.config.tls_files {
+        return Ok(None);
     }
+    if next.tls != "yes" {
+        st.tls_config_error = None;
+        return Ok(Some(None));
+    }
+    match build_tls(next) {
+        Ok(tls) => {
+            st.tls_config_error = None;
+            Ok(Some(Some(Arc::new(tls))))
+        }
+        Err(e) if e.combination && st.config.tls == "yes" => {
+            st.tls_config_error = Some(e.message);
+            Ok(None)
+        }
+        Err(e) => Err(e.message),
+    }
+}
 
-    /// The TLS configuration to put in force for `next`, `None` to keep the one in force:
-    /// built again when a TLS setting was set. Settings that do not fit together while TLS is
-    /// on (a certificate whose key is still the old one: the other of the pair may follow in the
-    /// same `CONFIG SET`) keep the previous configuration in force; `refresh_tls` checks them
-    /// again once the command is done. A file that does not read is refused before this.
-    fn tls_update(
-        &mut self,
-        next: &Config,
-    ) -> Result<Option<Option<Arc<crate::net::tls::Tls>>>, String> {
-        if next.tls == self.config.tls && next.tls_files == self.config.tls_files {
-            return Ok(None);
+/// Builds the TLS configuration again (the server's `tls-*` files or the module's changed):
+/// after a `CONFIG SET` of either, so a certificate and its key set in one command are
+/// checked together. On failure the configuration in force stays, and the log and INFO
+/// (`tls_config_error`) say why.
+fn refresh_tls_in(st: &mut ModuleState) {
+    if st.config.tls != "yes" {
+        return;
+    }
+    match build_tls(&st.config) {
+        Ok(tls) => {
+            st.tls_config_error = None;
+            crate::net::tls::install(Some(Arc::new(tls)));
         }
-        if next.tls != "yes" {
-            self.tls_config_error = None;
-            return Ok(Some(None));
-        }
-        match build_tls(next) {
-            Ok(tls) => {
-                self.tls_config_error = None;
-                Ok(Some(Some(Arc::new(tls))))
-            }
-            Err(e) if e.combination && self.config.tls == "yes" => {
-                self.tls_config_error = Some(e.message);
-                Ok(None)
-            }
-            Err(e) => Err(e.message),
+        Err(e) => {
+            redis_module::logging::log_warning(format!(
+                "shard: the TLS settings are not in force ({e}); new connections keep the \
+                 previous certificate"
+            ));
+            st.tls_config_error = Some(e.message);
         }
     }
+}
 
-    /// Builds the TLS configuration again (the server's `tls-*` files or the module's changed):
-    /// after a `CONFIG SET` of either, so a certificate and its key set in one command are
-    /// checked together. On failure the configuration in force stays, and the log and INFO
-    /// (`tls_config_error`) say why.
-    fn refresh_tls(&mut self) {
-        if self.config.tls != "yes" {
-            return;
-        }
-        match build_tls(&self.config) {
-            Ok(tls) => {
-                self.tls_config_error = None;
-                crate::net::tls::install(Some(Arc::new(tls)));
-            }
-            Err(e) => {
-                redis_module::logging::log_warning(format!(
-                    "shard: the TLS settings are not in force ({e}); new connections keep the \
-                     previous certificate"
-                ));
-                self.tls_config_error = Some(e.message);
-            }
-        }
-    }
-
-    /// Checks the configuration given at load time and loads the ring file if one is named;
-    /// from now on every change is checked.
-    fn finish_load(&mut self) -> Result<(), String> {
-        let keys = KeySettings::resolve(&self.config.keys)?;
-        check_topology(&self.config)?;
-        check_tls(&Config::default(), &self.config)?;
-        check_shardjs_config(&self.config, &keys)?;
-        let ring = crate::state::ring_from_file(&self.config)?;
-        let tls = if self.config.tls == "yes" {
-            let built = build_tls(&self.config).map_err(|e| format!("shard.tls yes: {e}"))?;
-            Some(Arc::new(built))
-        } else {
-            None
-        };
-        self.install(self.config.clone(), keys, ring);
-        apply(&self.config);
-        crate::net::tls::install(tls);
-        self.loaded = true;
-        Ok(())
-    }
+/// Checks the configuration given at load time and loads the ring file if one is named;
+/// from now on every change is checked.
+fn finish_load_in(st: &mut ModuleState) -> Result<(), String> {
+    let keys = KeySettings::resolve(&st.config.keys)?;
+    check_topology(&st.config)?;
+    check_tls(&Config::default(), &st.config)?;
+    check_shardjs_config(&st.config, &keys)?;
+    let ring = crate::state::ring_from_file(&st.config)?;
+    let tls = if st.config.tls == "yes" {
+        let built = build_tls(&st.config).map_err(|e| format!("shard.tls yes: {e}"))?;
+        Some(Arc::new(built))
+    } else {
+        None
+    };
+    st.install(st.config.clone(), keys, ring);
+    apply(&st.config);
+    crate::net::tls::install(tls);
+    st.loaded = true;
+    Ok(())
 }
 
 /// Builds the TLS configuration again (after a `CONFIG SET` of the module's or the server's
 /// TLS files); on failure the configuration in force stays and INFO says why.
 pub fn refresh_tls() {
-    state::lock().refresh_tls();
+    refresh_tls_in(&mut state::lock());
 }
 
 /// Checks the configuration given at load time and loads the ring file if one is named; from
 /// now on every change is checked.
 pub fn finish_load() -> Result<(), String> {
-    state::lock().finish_load()
+    finish_load_in(&mut state::lock())
 }
 
 /// Follows `CONFIG SET`: the TLS configuration is built again after a change of a TLS file,
@@ -213,9 +202,7 @@ impl ConfigurationValue<RedisString> for TextConfig {
 
     fn set(&self, _: &ConfigurationContext, value: RedisString) -> Result<(), RedisError> {
         let text = value.try_as_str()?.to_owned();
-        state::lock()
-            .change(|c| (self.set)(c, text))
-            .map_err(RedisError::String)
+        change_in(&mut state::lock(), |c| (self.set)(c, text)).map_err(RedisError::String)
     }
 }
 
@@ -225,9 +212,7 @@ impl ConfigurationValue<i64> for IntConfig {
     }
 
     fn set(&self, _: &ConfigurationContext, value: i64) -> Result<(), RedisError> {
-        state::lock()
-            .change(|c| (self.set)(c, value))
-            .map_err(RedisError::String)
+        change_in(&mut state::lock(), |c| (self.set)(c, value)).map_err(RedisError::String)
     }
 }
 
