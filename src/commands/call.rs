@@ -35,8 +35,6 @@ use crate::route::{fields, filter};
 use crate::state;
 use crate::topology::nodes::ReadFrom;
 
-/// errno values RedisModule_GetCommandKeys sets (Linux).
-
 /// Where one key of the call lives.
 struct Placed {
     current: Endpoint,
@@ -456,7 +454,7 @@ fn key_spec_positions(call: &Call, name: &str) -> Result<Vec<usize>, CmdError> {
             "'{name}' has no key here: SHARD.CALL routes commands by their keys"
         ))
     };
-    let keys = positions(call.ctx.ctx, &call.args.raw()[1..]).map_err(|e| match e {
+    let keys = positions(call.ctx, &call.args.raw()[1..]).map_err(|e| match e {
         NoKeys::UnknownCommand => CmdError::err(format!("unknown command '{name}'")),
         NoKeys::WrongArity => CmdError::wrong_arity(name),
         NoKeys::None => no_key(),

@@ -5,7 +5,7 @@
 use std::io;
 use std::os::raw::c_int;
 
-use redis_module::raw;
+use redis_module::{raw, Context};
 
 /// Why the server gave no key positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,9 +19,9 @@ pub enum NoKeys {
 }
 
 /// The positions of the keys among `argv` (0 is the command's name), as the server gives
-/// them. `ctx` is a live context (a command's, or the detached one) or null before load.
+/// them. `ctx` is a live context: a command's, or the detached one.
 pub fn of(
-    ctx: *mut raw::RedisModuleCtx,
+    ctx: &Context,
     argv: &[*mut raw::RedisModuleString],
 ) -> Option<Vec<usize>> {
     positions(ctx, argv).ok()
@@ -29,9 +29,10 @@ pub fn of(
 
 /// As [`of`], saying why there are none.
 pub fn positions(
-    ctx: *mut raw::RedisModuleCtx,
+    ctx: &Context,
     argv: &[*mut raw::RedisModuleString],
 ) -> Result<Vec<usize>, NoKeys> {
+    let ctx = ctx.ctx;
     let argc = c_int::try_from(argv.len()).map_err(|_| NoKeys::WrongArity)?;
     if ctx.is_null() || argv.is_empty() {
         return Err(NoKeys::None);
