@@ -97,12 +97,12 @@ fn table() -> Vec<Spec> {
         ),
         command(
             c"shard.cluster",
-            command_fn!("shard.cluster", crate::cluster::protocol::cluster),
+            command_fn!("shard.cluster", crate::commands::cluster::cluster),
             c"fast allow-stale allow-loading",
         ),
         command(
             c"shard.redirect",
-            command_fn!("shard.redirect", crate::cluster::protocol::redirect),
+            command_fn!("shard.redirect", crate::commands::cluster::redirect),
             c"may-replicate deny-script blocking",
         ),
         command(

@@ -20,7 +20,7 @@ pub enum NoKeys {
 
 /// The positions of the keys among `argv` (0 is the command's name), as the server gives
 /// them. `ctx` is a live context (a command's, or the detached one) or null before load.
-pub fn of(
+pub(crate) fn of(
     ctx: *mut raw::RedisModuleCtx,
     argv: &[*mut raw::RedisModuleString],
 ) -> Option<Vec<usize>> {
@@ -28,7 +28,7 @@ pub fn of(
 }
 
 /// As [`of`], saying why there are none.
-pub fn positions(
+pub(crate) fn positions(
     ctx: *mut raw::RedisModuleCtx,
     argv: &[*mut raw::RedisModuleString],
 ) -> Result<Vec<usize>, NoKeys> {
@@ -76,4 +76,13 @@ pub fn positions(
         v
     };
     Ok(keys)
+}
+
+/// As [`positions`], for the command a call carries in its arguments from `from` on
+/// (`SHARD.CALL cmd ...`: 1), counted from that command's name.
+pub fn of_call(call: &crate::host::command::Call, from: usize) -> Result<Vec<usize>, NoKeys> {
+    positions(
+        call.ctx.ctx,
+        call.args.raw().get(from..).unwrap_or_default(),
+    )
 }

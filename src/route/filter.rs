@@ -52,9 +52,6 @@ pub fn owner_found(key: &[u8], ring: &Placement) -> Option<usize> {
     .map(|v| v.owner)
 }
 
-/// A context of no client for what the filter asks the server (key specs, whether a key
-/// exists, the server's role): made at load, used on the main thread only.
-
 /// The part of the module's command filter that is SHARD.CALL's: a call whose keys are all
 /// here, with no resharding step pending, loses its `SHARD.CALL` (true when it did).
 pub fn rewrite_local_call(args: &mut FilterArgs) -> bool {
