@@ -60,7 +60,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&e);
         return Status::Err;
     }
-    if let Err(e) = commands::call::learn_all(ctx) {
+    if let Err(e) = route::command_table::learn_all(ctx) {
         ctx.log_warning(&format!(
             "shard: {e}; SHARD.CALL learns each command at its first call"
         ));
@@ -78,11 +78,30 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // SAFETY: OnLoad's own context.
     unsafe { config::follow_config_set(ctx.ctx) };
     // SAFETY: OnLoad's own context.
-    if let Err(e) = unsafe { route::register(ctx.ctx) } {
+    if let Err(e) = unsafe { follow_the_server(ctx.ctx) } {
         ctx.log_warning(&e);
         return Status::Err;
     }
     Status::Ok
+}
+
+/// The event loop's turns drive the connections (flush what was queued before the server
+/// sleeps, expire late requests after it wakes) and tell the topology watcher what to watch;
+/// the server's role says whether it runs its shard's calls; then the watcher starts.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<(), String> {
+    fn before_sleep() {
+        net::pool::before_sleep();
+        topology::watcher::tick();
+    }
+    // SAFETY: as the caller promises.
+    unsafe {
+        host::events::on_event_loop(ctx, before_sleep, net::pool::after_sleep)?;
+        host::events::on_role_change(ctx, topology::nodes::set_replica);
+    }
+    topology::watcher::start()
 }
 
 /// The module's command filter, run on every command a client sends: the cluster protocol's

@@ -1,10 +1,211 @@
-//! The cluster protocol's part of the module's command filter: `CLUSTER ...` and the
-//! connection commands become `SHARD.CLUSTER ...`, keyed commands for another node's slots
-//! `SHARD.REDIRECT ...` (or, inside `MULTI`, an unknown command named after the redirect, so
-//! that `EXEC` aborts). The decision is `protocol::decide`; this file applies it.
+//! The cluster protocol's part of the module's command filter: its verdict on each command a
+//! client sends while the protocol is on, and that verdict applied to the filtered command.
+//!
+//! - `CLUSTER ...`, `READONLY`, `READWRITE` and `ASKING` become `SHARD.CLUSTER ...`, answered
+//!   from the `slots` ring.
+//! - A keyed command whose keys are in a slot this node owns, with no resharding step pending
+//!   for it (or with every key brought here already), passes untouched: the server runs it as
+//!   always. Any other keyed command becomes `SHARD.REDIRECT command ...`, whose handler has
+//!   the context the filter lacks (who sent it, whether the key is here; `redirect`).
+//! - Keyless commands and the module's own commands are never redirected, and a replica
+//!   redirects nothing (it runs what its primary sends it).
+//! - Inside `MULTI`, a command that must leave is refused when it is queued, so `EXEC` aborts
+//!   and nothing of the transaction runs: the filter replaces it by an unknown command named
+//!   after the redirect (`MOVED slot host:port`), the only queue-time refusal whose text a
+//!   module can choose. This needs the filter to know the client (Valkey, Redis 7.2+).
+//!
+//! Redis 7.0's command filters cannot tell which client sent a command: there, a redirected
+//! command in `MULTI` is refused only when `EXEC` runs it, and the `ASKING` flag is kept per
+//! client by `SHARD.CLUSTER ASKING` and used by that client's next redirected command (not by
+//! its next command of any kind, as in cluster mode).
+//!
+//! The verdict (`decide`) reads the command through `FilterEnv`, so that it can be driven
+//! without a server.
 
-use crate::cluster::protocol::{decide, FilterEnv, Rewrite};
+use std::sync::Arc;
+
+use crate::cluster::protocol::{address_in_use, eligible};
 use crate::host::filter::FilterArgs;
+use crate::ring::key_slot;
+use crate::ring::placement::Placement;
+use crate::route::command_table;
+use crate::state;
+
+/// What the filter does with a command while the protocol is on.
+pub enum Rewrite {
+    None,
+    /// `CLUSTER sub ...` → `SHARD.CLUSTER sub ...`.
+    Cluster,
+    /// `READONLY` → `SHARD.CLUSTER READONLY` (and READWRITE, ASKING).
+    Connection,
+    /// Anything that needs the redirect handler: `SHARD.REDIRECT command ...`, or inside
+    /// `MULTI` a refusal when the command is queued (`Leave::refusal`).
+    Redirect(Leave),
+}
+
+/// Why a command cannot run on this node as it is.
+#[derive(Debug)]
+pub enum Leave {
+    /// Its slot is another node's: `MOVED slot host:port`.
+    Moved { slot: u16, to: NodeOf },
+    /// Its keys are in several slots.
+    CrossSlot,
+    /// Its slot is being moved here and not every key has arrived: `ASK slot host:port` of
+    /// the previous owner.
+    Arriving { slot: u16, from: NodeOf },
+    /// A key the filter could not read.
+    Unreadable,
+}
+
+/// A node of a ring, named by its index: its address is written out only if a refusal needs
+/// it (the filter's usual answer, a redirect, does not).
+#[derive(Debug)]
+pub struct NodeOf {
+    placement: Arc<Placement>,
+    index: usize,
+}
+
+impl std::fmt::Display for NodeOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.placement.spec.nodes.get(self.index) {
+            Some(n) => f.write_str(&address_in_use(n)),
+            None => f.write_str("?"),
+        }
+    }
+}
+
+impl Leave {
+    /// The name of the unknown command the filter puts in place of a command that must leave
+    /// inside `MULTI`: the server refuses it when it is queued (`ERR unknown command '...'`),
+    /// and `EXEC` then aborts, as cluster mode's `MOVED` at queue time does.
+    pub fn refusal(&self) -> String {
+        match self {
+            Leave::Moved { slot, to } => format!("MOVED {slot} {to}"),
+            Leave::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
+            Leave::Arriving { slot, from } => format!("ASK {slot} {from}"),
+            Leave::Unreadable => "TRYAGAIN a key of the command could not be read".into(),
+        }
+    }
+}
+
+/// What the filter can ask the server about the command it holds.
+pub trait FilterEnv<'a> {
+    /// The `i`-th argument (0 is the command's name).
+    fn arg(&self, i: usize) -> Option<&'a [u8]>;
+    /// The key positions the server's key specs give, for a command whose keys move with its
+    /// arguments (`EVAL`'s numkeys, `XREAD`'s `STREAMS`); `None` when the server finds none or
+    /// refuses the arguments (it then replies to the command itself).
+    fn movable_keys(&self) -> Option<Vec<usize>>;
+    /// Whether the key at position `pos` is in this node's database 0.
+    fn exists(&self, pos: usize) -> bool;
+    /// Whether this server is a replica.
+    fn is_replica(&self) -> bool;
+    /// Whether the client that sent the command is inside `MULTI` (always `false` on Redis
+    /// 7.0, whose command filters cannot tell which client sent a command).
+    fn in_transaction(&self) -> bool;
+}
+
+/// The filter's decision for a command of `argc` arguments.
+///
+/// A command that must leave this node is `Redirect`: the filter makes it `SHARD.REDIRECT`, or
+/// inside `MULTI` an unknown command named after the redirect (`Leave::refusal`), which the
+/// server refuses when it is queued so that `EXEC` aborts. Keys of this node, including keys
+/// a resharding has already brought here, pass untouched and queue as always. A replica
+/// redirects nothing: it runs what its primary sends it, `MULTI` blocks included.
+pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
+    let Some(name) = env.arg(0) else {
+        return Rewrite::None;
+    };
+    if name.eq_ignore_ascii_case(b"cluster") {
+        return Rewrite::Cluster;
+    }
+    if name.eq_ignore_ascii_case(b"readonly")
+        || name.eq_ignore_ascii_case(b"readwrite")
+        || name.eq_ignore_ascii_case(b"asking")
+    {
+        return Rewrite::Connection;
+    }
+    if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard.") {
+        return Rewrite::None;
+    }
+    let Some(meta) = command_table::known(name) else {
+        return Rewrite::None;
+    };
+    let here = match meta.fixed_keys(argc) {
+        Some(range) => runs_here(range, env),
+        None if meta.movable => match env.movable_keys() {
+            Some(keys) => runs_here(keys.into_iter(), env),
+            None => return Rewrite::None,
+        },
+        None => return Rewrite::None,
+    };
+    match here {
+        Err(leave) if !env.is_replica() => Rewrite::Redirect(leave),
+        _ => Rewrite::None,
+    }
+}
+
+/// `Ok` when the keys at `positions` are in one slot this node owns, with no resharding step
+/// pending for it or with every key brought here already (or there is no key).
+fn runs_here<'a>(
+    positions: impl Iterator<Item = usize> + Clone,
+    env: &impl FilterEnv<'a>,
+) -> Result<(), Leave> {
+    let arriving = {
+        let st = state::lock();
+        let Some(current) = st.rings.current.as_ref() else {
+            return Ok(());
+        };
+        let Some(ring) = current.ring.as_ref().filter(|_| eligible(current)) else {
+            return Ok(());
+        };
+        let self_name = st.config.ring.self_name.as_str();
+        let previous = st.rings.previous.as_ref();
+        let mut slot = None;
+        let mut arriving = None;
+        for pos in positions.clone() {
+            let Some(key) = env.arg(pos) else {
+                return Err(Leave::Unreadable);
+            };
+            let s = key_slot(key);
+            if slot.is_some_and(|x| x != s) {
+                return Err(Leave::CrossSlot);
+            }
+            if slot.is_none() {
+                let index = ring.owner(key);
+                let Some(owner) = ring.spec().nodes.get(index) else {
+                    return Ok(());
+                };
+                if owner.name != self_name {
+                    let to = NodeOf {
+                        placement: Arc::clone(current),
+                        index,
+                    };
+                    return Err(Leave::Moved { slot: s, to });
+                }
+                arriving = previous.and_then(|p| {
+                    let index = p.ring.as_ref()?.owner(key);
+                    (p.spec.nodes.get(index)?.name != owner.name).then(|| {
+                        let from = NodeOf {
+                            placement: Arc::clone(p),
+                            index,
+                        };
+                        (s, from)
+                    })
+                });
+            }
+            slot = Some(s);
+        }
+        arriving
+    };
+    // The state lock is released: looking a key up may expire it.
+    match arriving {
+        Some((slot, from)) if !positions.into_iter().all(|p| env.exists(p)) => {
+            Err(Leave::Arriving { slot, from })
+        }
+        _ => Ok(()),
+    }
+}
 
 impl<'a> FilterEnv<'a> for FilterArgs {
     fn arg(&self, i: usize) -> Option<&'a [u8]> {

@@ -197,9 +197,8 @@ pub fn push(call: &Call) -> CmdResult {
         .command();
         (nodes, args, link(&st))
     };
-    // SAFETY: the context of this call.
-    let started = unsafe {
-        forward::run(call.ctx.ctx, link, move |steps| async move {
+    let started = {
+        forward::run(call, link, move |steps| async move {
             let replies = join_all(nodes.iter().map(|at| {
                 let sent = (!at.is_self).then(|| steps.send(at, &args));
                 async move {
@@ -287,9 +286,8 @@ pub fn check(call: &Call) -> CmdResult {
             .unwrap_or_default();
         (rows, current.digest.clone(), previous_digest, link(&st))
     };
-    // SAFETY: the context of this call.
-    let started = unsafe {
-        forward::run(call.ctx.ctx, link, move |steps| async move {
+    let started = {
+        forward::run(call, link, move |steps| async move {
             let endpoints: Vec<Endpoint> = rows.iter().map(|r| r.at.clone()).collect();
             let states = coordinator::ask_states(&steps, &endpoints).await;
             let agree = states.iter().all(|s| {
@@ -421,9 +419,8 @@ pub fn start(call: &Call) -> CmdResult {
         ));
     }
     let link = reach.link.clone();
-    // SAFETY: the context of this call.
-    let started = unsafe {
-        forward::run(call.ctx.ctx, link, move |steps| async move {
+    let started = {
+        forward::run(call, link, move |steps| async move {
             let endpoints = coordinator::endpoints(&plan, &reach.me.name);
             let answers = coordinator::ask_states(&steps, &endpoints).await;
             let problems = check_start(&plan, &answers);

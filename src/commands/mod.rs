@@ -6,6 +6,7 @@
 
 pub mod advance;
 pub mod call;
+pub mod cluster;
 pub mod debug;
 pub mod decode;
 pub mod dump;

@@ -62,7 +62,7 @@ pub static CALL: CommandSpec = command! {
 
 pub static CLUSTER: CommandSpec = command! {
     name: "shard.cluster",
-    handler: crate::cluster::protocol::cluster,
+    handler: crate::commands::cluster::cluster,
     flags: "fast allow-stale allow-loading",
     arity: -2,
     summary: "What CLUSTER, READONLY, READWRITE and ASKING answer when shard.cluster-protocol is yes",
@@ -73,7 +73,7 @@ pub static CLUSTER: CommandSpec = command! {
 
 pub static REDIRECT: CommandSpec = command! {
     name: "shard.redirect",
-    handler: crate::cluster::protocol::redirect,
+    handler: crate::commands::cluster::redirect,
     flags: "may-replicate deny-script blocking",
     arity: -2,
     summary: "A keyed command for another node's slot, when shard.cluster-protocol is yes: MOVED, ASK, CROSSSLOT or run here",

@@ -5,7 +5,7 @@
 use std::io;
 use std::os::raw::c_int;
 
-use redis_module::{raw, Context};
+use redis_module::raw;
 
 /// Why the server gave no key positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,20 +19,19 @@ pub enum NoKeys {
 }
 
 /// The positions of the keys among `argv` (0 is the command's name), as the server gives
-/// them. `ctx` is a live context: a command's, or the detached one.
-pub fn of(
-    ctx: &Context,
+/// them. `ctx` is a live context (a command's, or the detached one) or null before load.
+pub(crate) fn of(
+    ctx: *mut raw::RedisModuleCtx,
     argv: &[*mut raw::RedisModuleString],
 ) -> Option<Vec<usize>> {
     positions(ctx, argv).ok()
 }
 
 /// As [`of`], saying why there are none.
-pub fn positions(
-    ctx: &Context,
+pub(crate) fn positions(
+    ctx: *mut raw::RedisModuleCtx,
     argv: &[*mut raw::RedisModuleString],
 ) -> Result<Vec<usize>, NoKeys> {
-    let ctx = ctx.ctx;
     let argc = c_int::try_from(argv.len()).map_err(|_| NoKeys::WrongArity)?;
     if ctx.is_null() || argv.is_empty() {
         return Err(NoKeys::None);
@@ -77,4 +76,13 @@ pub fn positions(
         v
     };
     Ok(keys)
+}
+
+/// As [`positions`], for the command a call carries in its arguments from `from` on
+/// (`SHARD.CALL cmd ...`: 1), counted from that command's name.
+pub fn of_call(call: &crate::host::command::Call, from: usize) -> Result<Vec<usize>, NoKeys> {
+    positions(
+        call.ctx.ctx,
+        call.args.raw().get(from..).unwrap_or_default(),
+    )
 }

@@ -123,7 +123,7 @@ impl FilterArgs {
         let argv = (0..self.len())
             .map(|i| self.string(i))
             .collect::<Option<Vec<_>>>()?;
-        crate::host::command_keys::of(&crate::host::context::detached()?, &argv)
+        crate::host::command_keys::of(crate::host::context::detached_raw(), &argv)
     }
 
     /// Whether the key at argument `i` is in database 0 of this server.

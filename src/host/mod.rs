@@ -7,12 +7,16 @@
 //! every `unsafe` block says what makes it sound. Nothing here knows a ring, a command of the
 //! module, or a setting.
 
+pub mod acl;
 pub mod args;
 pub mod aux;
+pub mod blocked;
+pub mod caller;
 pub mod command;
 pub mod command_keys;
 pub mod context;
 pub mod error;
+pub mod event_loop;
 pub mod events;
 pub mod filter;
 pub mod info;

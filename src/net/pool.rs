@@ -32,24 +32,22 @@
 //! names the node, and at-most-once: a request is sent again on a new connection only when the
 //! node closed a connection that had been idle, before a single byte of a reply to the requests
 //! written after that idle time (the race of a server's `timeout` closing idle clients).
+//!
+//! This file holds the pool and its turns of the event loop: the requests queued, the flush
+//! before the server sleeps, the deadlines, and the connections by node, RESP version and
+//! database. One connection's state and I/O are `conn`'s, its first words `handshake`'s, and
+//! what happens to connections from outside (a socket ready, a close, an address learned)
+//! `pool_events`'.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
-use std::ffi::c_void;
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
-use std::os::raw::c_int;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use redis_module::raw;
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-
+use crate::net::conn::{Conn, Pending, State};
 use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
-use crate::net::frame::FrameScanner;
-use crate::net::resp::{encode_command, read_reply, Resp};
-use crate::net::tls::Tls;
+use crate::net::pool_events::resolve_in_background;
+use crate::net::resp::{encode_command, Resp};
 use crate::net::transport::Transport;
 
 /// How the module reaches other nodes: the call timeout, the credentials, the RESP version,
@@ -73,123 +71,33 @@ pub type Waiter = u64;
 /// What a request came to.
 pub type Outcome = Result<Resp, StepError>;
 
-/// The largest read per `read` call, and how much a buffer keeps when idle.
-const READ_CHUNK: usize = 64 * 1024;
-
-type ConnId = usize;
-
-struct Pending {
-    /// `None`: a step of the connection's own handshake.
-    waiter: Option<Waiter>,
-    request: Vec<u8>,
-    deadline: Instant,
-    /// Already sent once on a connection that closed unanswered: never sent a third time.
-    resent: bool,
-    /// The handshake step this is (`None` for a request).
-    step: Option<Handshake>,
-}
-
-/// The steps of a connection's handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Handshake {
-    /// `HELLO` with the RESP version and the credentials.
-    Hello,
-    /// `SELECT db`, on a connection for a database other than 0.
-    Select,
-    /// `SHARD.CLUSTER INTERNAL`.
-    Internal,
-}
-
-impl Handshake {
-    /// Whether the step's error reply does not matter (`SHARD.CLUSTER INTERNAL` to a node of an
-    /// older version); the other steps' errors refuse the connection, and requests wait for
-    /// their replies.
-    fn tolerant(self) -> bool {
-        self == Handshake::Internal
-    }
-
-    /// Why the connection is refused, when the step got the error reply `e`.
-    fn refused(self, db: u32, e: &[u8]) -> String {
-        let e = String::from_utf8_lossy(e);
-        match self {
-            Handshake::Select if e.starts_with("NOAUTH") => {
-                format!("cannot select database {db}: {e}: set shard.auth-password (and shard.auth-user)")
-            }
-            Handshake::Select => format!("cannot select database {db}: {e}"),
-            Handshake::Hello | Handshake::Internal => format!("handshake refused: {e}"),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Waiting for Sentinel to give the address of a `sentinel` node (`route::watcher`).
-    AwaitSentinel,
-    /// Waiting for the address of a host name (a resolver thread).
-    Resolving,
-    /// A non-blocking connect under way.
-    Connecting,
-    /// Connected; the handshake's reply not yet in.
-    Handshaking,
-    Ready,
-}
-
-struct Conn {
-    id: ConnId,
-    at: Endpoint,
-    link: Link,
-    state: State,
-    stream: Option<Transport>,
-    /// The TLS configuration in force when the connection was made (`None`: plain TCP): a
-    /// rotated certificate serves the connections made after it.
-    tls: Option<Arc<Tls>>,
-    /// Requests not yet written (in order), then those written and unanswered.
-    unsent: VecDeque<Pending>,
-    in_flight: VecDeque<Pending>,
-    out: Vec<u8>,
-    out_pos: usize,
-    /// Bytes read: `inbuf[..filled]`; the rest is room for the next read.
-    inbuf: Vec<u8>,
-    filled: usize,
-    scanner: FrameScanner,
-    /// Events registered with the event loop.
-    readable: bool,
-    writable: bool,
-    /// Bytes of replies received since the connection last had nothing in flight, and
-    /// whether it had been idle (used, then quiet) before that: together they decide whether
-    /// a close may be answered by sending the requests again.
-    reply_bytes_since_idle: usize,
-    was_idle: bool,
-    used: bool,
-    /// Out of the pool (`shard.tls` was turned on or off): closes once its requests are
-    /// answered.
-    retiring: bool,
-}
+/// A connection's number in the pool.
+pub(super) type ConnId = usize;
 
 /// Every connection, the main thread's only.
 #[derive(Default)]
-struct Net {
-    conns: HashMap<ConnId, Conn>,
+pub(super) struct Net {
+    pub(super) conns: HashMap<ConnId, Conn>,
     /// Database 0's connections by node address, for RESP2 callers (`[0]`) and RESP3 ones
     /// (`[1]`).
-    by_node: [HashMap<String, ConnId>; 2],
+    pub(super) by_node: [HashMap<String, ConnId>; 2],
     /// The other databases' connections, by database and RESP3, then by node address.
-    by_node_db: HashMap<(u32, bool), HashMap<String, ConnId>>,
-    next_id: ConnId,
+    pub(super) by_node_db: HashMap<(u32, bool), HashMap<String, ConnId>>,
+    pub(super) next_id: ConnId,
     /// Connections with requests to write at the next flush.
-    dirty: Vec<ConnId>,
+    pub(super) dirty: Vec<ConnId>,
     /// The server has passed its `BEFORE_SLEEP` in this turn of the loop: requests queued now
     /// ask for the writable event instead.
-    after_flush: bool,
+    pub(super) after_flush: bool,
     /// The earliest deadline of any request in flight.
-    next_deadline: Option<Instant>,
+    pub(super) next_deadline: Option<Instant>,
     /// When the event loop last woke up: deadlines count from there (one clock read per turn
     /// of the loop, not per request).
-    woke: Option<Instant>,
+    pub(super) woke: Option<Instant>,
 }
 
 thread_local! {
-    static NET: RefCell<Net> = RefCell::new(Net::default());
+    pub(super) static NET: RefCell<Net> = RefCell::new(Net::default());
 }
 
 /// What the pool reports upward, set once at load by the layers above (`lib.rs`): the network
@@ -221,7 +129,7 @@ pub fn set_hooks(hooks: Hooks) {
     HOOKS.with(|h| h.set(hooks));
 }
 
-fn hooks() -> Hooks {
+pub(super) fn hooks() -> Hooks {
     HOOKS.with(|h| h.get())
 }
 
@@ -235,7 +143,7 @@ pub struct TopologyChange {
 
 /// What the event handlers found for the waiters: delivered after `NET` is released, since a
 /// waiter may queue its next request at once.
-type Deliveries = Vec<(Waiter, Outcome)>;
+pub(super) type Deliveries = Vec<(Waiter, Outcome)>;
 
 /// Queues `args` for the node `at`; `deliver` is later called with `waiter` and the reply or
 /// the error (never from inside this function).
@@ -391,73 +299,8 @@ pub fn topology_changed(applied: TopologyChange) {
 }
 
 impl Net {
-    /// Sentinel's answer for a connection waiting for its node's address.
-    fn sentinel_answered(
-        &mut self,
-        id: ConnId,
-        address: &Result<String, String>,
-        failed: &mut Deliveries,
-    ) {
-        let Some(conn) = self.conns.get(&id) else {
-            return;
-        };
-        let target = match address {
-            Ok(a) => crate::net::endpoint::split_address(a)
-                .map(|(host, port)| (host, port, a.clone()))
-                .ok_or_else(|| format!("Sentinel gave an address that is not host:port: {a}")),
-            Err(e) => Err(e.clone()),
-        };
-        let (host, port, address) = match target {
-            Ok(t) => t,
-            Err(why) => {
-                let e = StepError::new(&conn.at, why);
-                self.fail(id, &e, failed);
-                return;
-            }
-        };
-        // Pooled under its address from now on, unless another connection already is.
-        let Some(mut conn) = self.remove(id) else {
-            return;
-        };
-        conn.at.host = host.clone();
-        conn.at.port = port;
-        conn.at.address = address.clone();
-        conn.state = State::Resolving;
-        let link = conn.link.clone();
-        self.pool(&link).entry(address).or_insert(id);
-        let Ok(ip) = host.parse::<IpAddr>() else {
-            // A host name (Sentinel's `resolve-hostnames yes`): looked up off the main thread.
-            self.conns.insert(id, conn);
-            resolve_in_background(id, host, port);
-            return;
-        };
-        self.conns.insert(id, conn);
-        self.connect_known(id, Ok(SocketAddr::new(ip, port)), failed);
-    }
-
-    /// Connects a connection whose address has just become known (or fails it with why it
-    /// did not), and writes what it has queued if it is ready at once.
-    fn connect_known(
-        &mut self,
-        id: ConnId,
-        addr: Result<SocketAddr, StepError>,
-        failed: &mut Deliveries,
-    ) {
-        let Some(conn) = self.conns.get_mut(&id) else {
-            return;
-        };
-        match addr.and_then(|a| conn.connect(a)) {
-            Err(e) => self.fail(id, &e, failed),
-            Ok(()) => {
-                if conn.state == State::Ready {
-                    self.flush(id, failed);
-                }
-            }
-        }
-    }
-
     /// The connections for `link`'s RESP version and database, by node address.
-    fn pool(&mut self, link: &Link) -> &mut HashMap<String, ConnId> {
+    pub(super) fn pool(&mut self, link: &Link) -> &mut HashMap<String, ConnId> {
         if link.db == 0 {
             &mut self.by_node[usize::from(link.resp3)]
         } else {
@@ -466,7 +309,7 @@ impl Net {
     }
 
     /// The connection to `at` for `link`'s RESP version and database, opened if there is none.
-    fn connection(&mut self, at: &Endpoint, link: &Link) -> Result<ConnId, StepError> {
+    pub(super) fn connection(&mut self, at: &Endpoint, link: &Link) -> Result<ConnId, StepError> {
         let unknown = at.port == 0;
         // Looked up without allocating: this runs for every forwarded request.
         let waiting_key = unknown.then(|| awaiting_key(&at.name));
@@ -477,27 +320,7 @@ impl Net {
         let id = self.next_id;
         self.next_id += 1;
         self.pool(link).insert(key.to_string(), id);
-        let mut conn = Conn {
-            id,
-            at: at.clone(),
-            link: link.clone(),
-            state: State::Resolving,
-            stream: None,
-            tls: crate::net::tls::current(),
-            unsent: VecDeque::new(),
-            in_flight: VecDeque::new(),
-            out: Vec::new(),
-            out_pos: 0,
-            inbuf: Vec::new(),
-            filled: 0,
-            scanner: FrameScanner::default(),
-            readable: false,
-            writable: false,
-            reply_bytes_since_idle: 0,
-            was_idle: false,
-            used: false,
-            retiring: false,
-        };
+        let mut conn = Conn::new(id, at, link);
         if unknown {
             // A Sentinel node whose address the watcher has not given yet.
             conn.state = State::AwaitSentinel;
@@ -523,7 +346,7 @@ impl Net {
     }
 
     /// Writes the queued requests of a ready connection.
-    fn flush(&mut self, id: ConnId, failed: &mut Deliveries) {
+    pub(super) fn flush(&mut self, id: ConnId, failed: &mut Deliveries) {
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
         };
@@ -547,7 +370,7 @@ impl Net {
 
     /// Fails the requests of every connection with an expired request, and closes those
     /// connections: their replies can no longer be matched to anything later.
-    fn expire(&mut self, failed: &mut Deliveries) {
+    pub(super) fn expire(&mut self, failed: &mut Deliveries) {
         let now = Instant::now();
         let expired: Vec<(ConnId, StepError)> = self
             .conns
@@ -595,7 +418,7 @@ impl Net {
     }
 
     /// Closes a connection and fails everything it carried with `e`.
-    fn fail(&mut self, id: ConnId, e: &StepError, failed: &mut Deliveries) {
+    pub(super) fn fail(&mut self, id: ConnId, e: &StepError, failed: &mut Deliveries) {
         let Some(mut conn) = self.remove(id) else {
             return;
         };
@@ -607,7 +430,7 @@ impl Net {
     }
 
     /// The key a connection is pooled under.
-    fn pool_key(&self, conn: &Conn) -> String {
+    pub(super) fn pool_key(&self, conn: &Conn) -> String {
         if conn.state == State::AwaitSentinel {
             awaiting_key(&conn.at.name)
         } else {
@@ -615,7 +438,7 @@ impl Net {
         }
     }
 
-    fn remove(&mut self, id: ConnId) -> Option<Conn> {
+    pub(super) fn remove(&mut self, id: ConnId) -> Option<Conn> {
         let mut conn = self.conns.remove(&id)?;
         let key = self.pool_key(&conn);
         let pool = self.pool(&conn.link);
@@ -624,589 +447,5 @@ impl Net {
         }
         conn.unregister();
         Some(conn)
-    }
-
-    /// The node closed the connection: its requests are sent again on a new one when that is
-    /// safe (see the module comment), else failed.
-    fn closed(&mut self, id: ConnId, cause: io::Error, failed: &mut Deliveries) {
-        let Some(mut conn) = self.remove(id) else {
-            return;
-        };
-        if conn
-            .in_flight
-            .iter()
-            .chain(&conn.unsent)
-            .all(|p| p.waiter.is_none())
-        {
-            return; // closed while idle (or in its handshake): nothing to tell anyone
-        }
-        let unanswered = conn.reply_bytes_since_idle == 0 && conn.scanner_empty();
-        let resend = conn.was_idle && unanswered && conn.in_flight.iter().all(|p| !p.resent);
-        if resend {
-            let (at, link) = (conn.at.clone(), conn.link.clone());
-            let mut requeue: Vec<Pending> = conn.in_flight.drain(..).collect();
-            requeue.extend(conn.unsent.drain(..));
-            let id = match self.connection(&at, &link) {
-                Ok(id) => id,
-                Err(e) => {
-                    failed.extend(
-                        requeue
-                            .into_iter()
-                            .filter_map(|p| p.waiter)
-                            .map(|w| (w, Err(e.clone()))),
-                    );
-                    return;
-                }
-            };
-            for p in &mut requeue {
-                p.resent = p.waiter.is_some();
-            }
-            let ready = match self.conns.get_mut(&id) {
-                Some(new) => {
-                    new.unsent
-                        .extend(requeue.into_iter().filter(|p| p.waiter.is_some()));
-                    new.state == State::Ready
-                }
-                None => false,
-            };
-            if ready {
-                self.dirty.push(id);
-            }
-            return;
-        }
-        let what = if conn.reply_bytes_since_idle == 0 && conn.scanner_empty() {
-            "closed the connection without answering"
-        } else {
-            "closed the connection in the middle of a reply"
-        };
-        let e = StepError::new(&conn.at, format!("{what}: {cause}"));
-        for p in conn.in_flight.drain(..).chain(conn.unsent.drain(..)) {
-            if let Some(w) = p.waiter {
-                failed.push((w, Err(e.clone())));
-            }
-        }
-    }
-
-    /// The socket of `id` can be read, written, or finished connecting.
-    fn on_event(&mut self, id: ConnId, mask: c_int, failed: &mut Deliveries) {
-        let Some(conn) = self.conns.get_mut(&id) else {
-            return;
-        };
-        if conn.state == State::Connecting {
-            match conn.connected() {
-                Ok(()) => {}
-                Err(e) => {
-                    let e = conn.io_error("cannot connect", &e);
-                    self.fail(id, &e, failed);
-                    return;
-                }
-            }
-            if conn.state == State::Ready {
-                self.flush(id, failed);
-            }
-            return;
-        }
-        if mask & raw::REDISMODULE_EVENTLOOP_WRITABLE as c_int != 0 {
-            if conn.out_pos < conn.out.len()
-                || conn.stream.as_ref().is_some_and(Transport::wants_write)
-            {
-                if let Err(e) = conn.write_out() {
-                    let e = conn.io_error("cannot send", &e);
-                    self.fail(id, &e, failed);
-                    return;
-                }
-            } else {
-                conn.stop_writable();
-                self.flush(id, failed);
-            }
-        }
-        if mask & raw::REDISMODULE_EVENTLOOP_READABLE as c_int != 0 {
-            self.read(id, failed);
-        }
-    }
-
-    fn read(&mut self, id: ConnId, failed: &mut Deliveries) {
-        let Some(conn) = self.conns.get_mut(&id) else {
-            return;
-        };
-        let closed = match conn.read_in() {
-            Ok(true) => None,
-            Ok(false) => Some(io::Error::from(io::ErrorKind::UnexpectedEof)),
-            Err(e) => {
-                if let Some(why) = crate::net::tls::failure(&e) {
-                    // A refused peer: never a reason to send the requests again.
-                    let e = StepError::new(&conn.at, why);
-                    crate::net::tls::count_failure(&e.to_string());
-                    self.fail(id, &e, failed);
-                    return;
-                }
-                Some(e)
-            }
-        };
-        // Handshake records (or an alert) the read produced, and requests written during the
-        // handshake, go out now.
-        if closed.is_none() && conn.stream.as_ref().is_some_and(Transport::wants_write) {
-            if let Err(e) = conn.write_out() {
-                let e = conn.io_error("cannot send", &e);
-                self.fail(id, &e, failed);
-                return;
-            }
-        }
-        // Whole replies first: a node may answer and then close.
-        let became_ready = match conn.take_replies(failed) {
-            Ok(ready) => ready,
-            Err(e) => {
-                self.fail(id, &e, failed);
-                return;
-            }
-        };
-        if let Some(cause) = closed {
-            self.closed(id, cause, failed);
-            return;
-        }
-        if conn.retiring && conn.in_flight.is_empty() && conn.unsent.is_empty() {
-            self.remove(id);
-            return;
-        }
-        if became_ready {
-            self.flush(id, failed);
-        }
-    }
-}
-
-impl Conn {
-    fn connect(&mut self, addr: SocketAddr) -> Result<(), StepError> {
-        let at = self.at.clone();
-        let fail = |e: io::Error| StepError::new(&at, format!("cannot connect: {e}"));
-        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-            .map_err(fail)?;
-        socket.set_nonblocking(true).map_err(fail)?;
-        socket.set_nodelay(true).map_err(fail)?;
-        let started = socket.connect(&SockAddr::from(addr));
-        let in_progress = match started {
-            Ok(()) => false,
-            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => true,
-            Err(e) => return Err(fail(e)),
-        };
-        // The peer's name is the ring address's host (or shard.tls-server-name), not the IP
-        // it resolved to.
-        let transport = Transport::new(TcpStream::from(socket), self.tls.as_ref(), &at.host)
-            .map_err(|e| StepError::new(&at, format!("TLS: {e}")))?;
-        self.stream = Some(transport);
-        if in_progress {
-            self.state = State::Connecting;
-            self.want_writable();
-            Ok(())
-        } else {
-            self.connected().map_err(fail)
-        }
-    }
-
-    /// The connect finished (or failed): start the handshake.
-    fn connected(&mut self) -> io::Result<()> {
-        let stream = self
-            .stream
-            .as_ref()
-            .ok_or(io::ErrorKind::NotConnected)?
-            .tcp();
-        if let Some(e) = stream.take_error()? {
-            return Err(e);
-        }
-        // Not yet connected (a spurious wake-up): wait for the next event.
-        if self.state == State::Connecting && stream.peer_addr().is_err() {
-            return Ok(());
-        }
-        self.stop_writable();
-        self.register(raw::REDISMODULE_EVENTLOOP_READABLE as c_int)?;
-        self.readable = true;
-        let steps = handshake(&self.link);
-        // Requests wait for the steps whose failure refuses the connection (credentials, the
-        // database); the others are answered in turn, ahead of the first requests.
-        self.state = if steps.iter().any(|(_, step)| !step.tolerant()) {
-            State::Handshaking
-        } else {
-            State::Ready
-        };
-        for (args, step) in steps {
-            self.out.extend_from_slice(&encode_command(&args));
-            self.in_flight.push_back(Pending {
-                waiter: None,
-                request: Vec::new(),
-                deadline: Instant::now() + self.link.timeout,
-                resent: false,
-                step: Some(step),
-            });
-        }
-        self.write_out()
-    }
-
-    /// Writes as much of `out` as the socket takes; asks for the writable event for the rest.
-    fn write_out(&mut self) -> io::Result<()> {
-        let Some(stream) = self.stream.as_mut() else {
-            return Err(io::ErrorKind::NotConnected.into());
-        };
-        while self.out_pos < self.out.len() {
-            match stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.out_pos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.want_writable();
-                    return Ok(());
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if !stream.flush_pending()? {
-            self.want_writable();
-        }
-        self.out.clear();
-        self.out_pos = 0;
-        if self.out.capacity() > READ_CHUNK {
-            self.out.shrink_to(READ_CHUNK);
-        }
-        Ok(())
-    }
-
-    /// Reads what the socket has. `Ok(false)`: the node closed the connection.
-    fn read_in(&mut self) -> io::Result<bool> {
-        let Some(stream) = self.stream.as_mut() else {
-            return Ok(false);
-        };
-        loop {
-            if self.inbuf.len() - self.filled < READ_CHUNK / 4 {
-                let grown = (self.inbuf.len() * 2).max(READ_CHUNK);
-                self.inbuf.resize(grown, 0);
-            }
-            match stream.read(&mut self.inbuf[self.filled..]) {
-                Ok(0) => return Ok(false),
-                Ok(n) => {
-                    self.filled += n;
-                    self.reply_bytes_since_idle += n;
-                    if self.filled < self.inbuf.len() {
-                        return Ok(true);
-                    }
-                }
-                Err(e) => match e.kind() {
-                    io::ErrorKind::WouldBlock => return Ok(true),
-                    io::ErrorKind::Interrupted => {}
-                    _ => return Err(e),
-                },
-            }
-        }
-    }
-
-    /// Hands every whole reply to its waiter. `Ok(true)` when the handshake just succeeded.
-    fn take_replies(&mut self, out: &mut Deliveries) -> Result<bool, StepError> {
-        let mut consumed = 0;
-        let mut became_ready = false;
-        loop {
-            let frame = self
-                .scanner
-                .scan(&self.inbuf[consumed..self.filled])
-                .map_err(|e| StepError::new(&self.at, e.to_string()))?;
-            let Some(len) = frame else {
-                break;
-            };
-            let bytes = &self.inbuf[consumed..consumed + len];
-            let reply =
-                read_reply(&mut &bytes[..]).map_err(|e| StepError::new(&self.at, e.to_string()))?;
-            consumed += len;
-            self.scanner.reset();
-            let Some(p) = self.in_flight.pop_front() else {
-                return Err(StepError::new(&self.at, "a reply nobody asked for"));
-            };
-            match p.waiter {
-                // The node wants credentials this module was not given: say which node.
-                Some(w) => out.push((w, self.authenticated(reply))),
-                None => {
-                    match (reply, p.step) {
-                        (Resp::Error(e), Some(step)) if !step.tolerant() => {
-                            return Err(StepError::new(&self.at, step.refused(self.link.db, &e)));
-                        }
-                        _ => {}
-                    }
-                    let waiting = self
-                        .in_flight
-                        .iter()
-                        .any(|next| next.step.is_some_and(|s| !s.tolerant()));
-                    if self.state == State::Handshaking && !waiting {
-                        self.state = State::Ready;
-                        became_ready = true;
-                    }
-                }
-            }
-        }
-        self.inbuf.copy_within(consumed..self.filled, 0);
-        self.filled -= consumed;
-        if self.filled == 0 && self.inbuf.len() > 4 * READ_CHUNK {
-            self.inbuf = Vec::new();
-        }
-        if self.in_flight.is_empty() {
-            self.reply_bytes_since_idle = 0;
-        }
-        Ok(became_ready)
-    }
-
-    /// A reply, or the error naming the node when the node asks for credentials.
-    fn authenticated(&self, reply: Resp) -> Outcome {
-        match reply {
-            Resp::Error(e) if e.starts_with(b"NOAUTH") => Err(StepError::new(
-                &self.at,
-                format!(
-                    "{}: set shard.auth-password (and shard.auth-user)",
-                    String::from_utf8_lossy(&e)
-                ),
-            )),
-            reply => Ok(reply),
-        }
-    }
-
-    fn scanner_empty(&self) -> bool {
-        self.filled == 0
-    }
-
-    fn io_error(&self, what: &str, e: &io::Error) -> StepError {
-        match e.kind() {
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => StepError::of_kind(
-                &self.at,
-                format!("did not answer within {} ms", self.link.timeout.as_millis()),
-                StepErrorKind::Timeout,
-            ),
-            _ => StepError::new(&self.at, format!("{what}: {e}")),
-        }
-    }
-
-    fn fd(&self) -> Option<c_int> {
-        self.stream.as_ref().map(|s| s.tcp().as_raw_fd())
-    }
-
-    fn register(&self, mask: c_int) -> io::Result<()> {
-        let fd = self.fd().ok_or(io::ErrorKind::NotConnected)?;
-        // SAFETY: a live socket of this module; the callback finds the connection by the id
-        // carried in `user_data` and ignores ids that are gone.
-        let ok = unsafe {
-            let add = raw::RedisModule_EventLoopAdd.ok_or(io::ErrorKind::Unsupported)?;
-            add(fd, mask, Some(on_socket_event), self.id as *mut c_void)
-        };
-        if ok == raw::REDISMODULE_OK as c_int {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    }
-
-    fn want_writable(&mut self) {
-        if !self.writable
-            && self
-                .register(raw::REDISMODULE_EVENTLOOP_WRITABLE as c_int)
-                .is_ok()
-        {
-            self.writable = true;
-        }
-    }
-
-    fn stop_writable(&mut self) {
-        if self.writable {
-            // SAFETY: reading the API table Redis filled at load; a live socket of this module.
-            unsafe {
-                if let (Some(fd), Some(del)) = (self.fd(), raw::RedisModule_EventLoopDel) {
-                    del(fd, raw::REDISMODULE_EVENTLOOP_WRITABLE as c_int);
-                }
-            }
-            self.writable = false;
-        }
-    }
-
-    /// Removes the socket from the event loop (before it is closed, so a reused fd is safe).
-    fn unregister(&mut self) {
-        let mask =
-            (raw::REDISMODULE_EVENTLOOP_READABLE | raw::REDISMODULE_EVENTLOOP_WRITABLE) as c_int;
-        if self.readable || self.writable {
-            // SAFETY: reading the API table Redis filled at load; a live socket of this module.
-            unsafe {
-                if let (Some(fd), Some(del)) = (self.fd(), raw::RedisModule_EventLoopDel) {
-                    del(fd, mask);
-                }
-            }
-        }
-        self.readable = false;
-        self.writable = false;
-    }
-}
-
-/// What a new connection says first: `HELLO` for RESP3 or credentials, then `SELECT db`
-/// for a database other than 0 (an error of either refuses the connection), then
-/// `SHARD.CLUSTER INTERNAL`, so that a node with the cluster protocol on never redirects
-/// this module's own requests (an error there is ignored).
-fn handshake(link: &Link) -> Vec<(Vec<Vec<u8>>, Handshake)> {
-    let mut steps = Vec::new();
-    if link.resp3 || link.auth.is_some() {
-        let mut hello = vec![
-            b"HELLO".to_vec(),
-            if link.resp3 { b"3" } else { b"2" }.to_vec(),
-        ];
-        if let Some((user, password)) = &link.auth {
-            let user = if user.is_empty() { "default" } else { user };
-            hello.extend([
-                b"AUTH".to_vec(),
-                user.as_bytes().to_vec(),
-                password.as_bytes().to_vec(),
-            ]);
-        }
-        steps.push((hello, Handshake::Hello));
-    }
-    if link.db != 0 {
-        let db = link.db.to_string().into_bytes();
-        steps.push((vec![b"SELECT".to_vec(), db], Handshake::Select));
-    }
-    steps.push((
-        vec![b"SHARD.CLUSTER".to_vec(), b"INTERNAL".to_vec()],
-        Handshake::Internal,
-    ));
-    steps
-}
-
-extern "C" fn on_socket_event(_fd: c_int, user_data: *mut c_void, mask: c_int) {
-    let id = user_data as ConnId;
-    let mut failed: Deliveries = Vec::new();
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        NET.with(|net| net.borrow_mut().on_event(id, mask, &mut failed));
-    }));
-    if outcome.is_err() {
-        redis_module::logging::log_warning(
-            "shard: internal error in a routed connection; it was dropped",
-        );
-        NET.with(|net| {
-            if let Ok(mut net) = net.try_borrow_mut() {
-                if let Some(at) = net.conns.get(&id).map(|c| c.at.clone()) {
-                    let e = StepError::new(&at, "internal error; see the Redis log");
-                    net.fail(id, &e, &mut failed);
-                }
-            }
-        });
-    }
-    (hooks().deliver)(failed);
-}
-
-/// Looks a host name up on a thread of its own (a DNS query must never hold the server), then
-/// carries the answer back to the main thread.
-fn resolve_in_background(id: ConnId, host: String, port: u16) {
-    struct Resolved {
-        id: ConnId,
-        addr: io::Result<SocketAddr>,
-    }
-    extern "C" fn back_on_main_thread(data: *mut c_void) {
-        // SAFETY: made by Box::into_raw below, handed over exactly once.
-        let resolved = unsafe { Box::from_raw(data.cast::<Resolved>()) };
-        let mut failed: Deliveries = Vec::new();
-        NET.with(|net| {
-            let mut net = net.borrow_mut();
-            let Some(conn) = net.conns.get(&resolved.id) else {
-                return;
-            };
-            if conn.state != State::Resolving {
-                return;
-            }
-            let addr = resolved.addr.map_err(|e| {
-                StepError::new(&conn.at, format!("the address does not resolve: {e}"))
-            });
-            net.connect_known(resolved.id, addr, &mut failed);
-        });
-        (hooks().deliver)(failed);
-    }
-    let spawned = std::thread::Builder::new()
-        .name("shard-resolve".into())
-        .spawn(move || {
-            let addr = (host.as_str(), port).to_socket_addrs().and_then(|mut a| {
-                a.next()
-                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))
-            });
-            let data = Box::into_raw(Box::new(Resolved { id, addr }));
-            // SAFETY: the one-shot runs `back_on_main_thread` once on the main thread, which
-            // takes the box back.
-            unsafe {
-                if let Some(add) = raw::RedisModule_EventLoopAddOneShot {
-                    add(Some(back_on_main_thread), data.cast());
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        redis_module::logging::log_warning(format!("shard: cannot start a resolver: {e}"));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn link(resp3: bool, auth: bool, db: u32) -> Link {
-        Link {
-            timeout: Duration::from_millis(100),
-            auth: auth.then(|| (String::new(), "pw".to_string())),
-            resp3,
-            db,
-        }
-    }
-
-    fn steps(link: &Link) -> Vec<(String, Handshake)> {
-        handshake(link)
-            .into_iter()
-            .map(|(args, step)| {
-                let words: Vec<String> = args
-                    .iter()
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
-                    .collect();
-                (words.join(" "), step)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn database_0_says_no_select() {
-        assert_eq!(
-            steps(&link(false, false, 0)),
-            [("SHARD.CLUSTER INTERNAL".into(), Handshake::Internal)]
-        );
-        assert_eq!(
-            steps(&link(true, true, 0)),
-            [
-                ("HELLO 3 AUTH default pw".into(), Handshake::Hello),
-                ("SHARD.CLUSTER INTERNAL".into(), Handshake::Internal)
-            ]
-        );
-    }
-
-    #[test]
-    fn other_databases_select_after_the_credentials_and_wait_for_it() {
-        let got = steps(&link(false, true, 15));
-        assert_eq!(
-            got,
-            [
-                ("HELLO 2 AUTH default pw".into(), Handshake::Hello),
-                ("SELECT 15".into(), Handshake::Select),
-                ("SHARD.CLUSTER INTERNAL".into(), Handshake::Internal)
-            ]
-        );
-        assert!(!Handshake::Select.tolerant() && Handshake::Internal.tolerant());
-        assert_eq!(
-            steps(&link(false, false, 3))[0],
-            ("SELECT 3".into(), Handshake::Select)
-        );
-    }
-
-    #[test]
-    fn a_refused_select_names_the_database() {
-        assert_eq!(
-            Handshake::Select.refused(5, b"ERR DB index is out of range"),
-            "cannot select database 5: ERR DB index is out of range"
-        );
-        assert!(Handshake::Select
-            .refused(5, b"NOAUTH Authentication required.")
-            .ends_with("set shard.auth-password (and shard.auth-user)"));
-        assert_eq!(
-            Handshake::Hello.refused(0, b"WRONGPASS no"),
-            "handshake refused: WRONGPASS no"
-        );
     }
 }

@@ -8,10 +8,20 @@
 //! handler has a context to ask `COMMAND INFO`) and kept for the life of the server; the
 //! command filter, which has no context, only reads it. Looked up on every routed call, with
 //! a fast non-cryptographic hash (rustc-hash): the names come from the server's own table.
+//!
+//! Also here: the command a routed call carries (`SHARD.CALL cmd key ...`, `SHARD.REDIRECT
+//! cmd ...`) read from its arguments: its entry, learnt on a miss, and its key positions, from
+//! the table when it fixes them, else from the server's key specs for these very arguments.
 
 use std::cell::RefCell;
 
+use redis_module::{Context, RedisValue};
 use rustc_hash::FxHashMap;
+
+use crate::host::args::printable;
+use crate::host::command::Call;
+use crate::host::command_keys::{self, NoKeys};
+use crate::host::error::CmdError;
 
 /// A command as the server's table describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +124,130 @@ pub fn known(name: &[u8]) -> Option<CommandMeta> {
 /// Remembers a command's entry.
 pub fn learn(name: &[u8], meta: CommandMeta) {
     TABLE.with(|t| t.borrow_mut().insert(name.to_ascii_lowercase(), meta));
+}
+
+/// The command a call carries after its own name (`SHARD.CALL cmd ...`, `SHARD.REDIRECT
+/// cmd ...`).
+pub struct Carried<'a> {
+    pub name: &'a [u8],
+    /// The name in lower case, printable, for messages.
+    pub name_text: String,
+    pub meta: CommandMeta,
+    /// The positions of its keys, counted from its name (a key at position `p` is argument
+    /// `p + 1` of the call).
+    pub positions: Vec<usize>,
+}
+
+impl<'a> Carried<'a> {
+    /// Reads the carried command of `call` (which has at least two arguments).
+    pub fn of(call: &Call<'a>) -> Result<Carried<'a>, CmdError> {
+        let name = call.args.get(1);
+        let name_text = printable(name).to_ascii_lowercase();
+        let meta = meta_of(call, name, &name_text)?;
+        // Keys at positions the command table fixes are read from it; the others (EVAL's
+        // numkeys, XREAD's STREAMS, a wrong arity) are asked of the server's key specs.
+        let positions = match meta.fixed_keys(call.args.len() - 1) {
+            Some(range) => range.collect(),
+            None => key_spec_positions(call, &name_text)?,
+        };
+        Ok(Carried {
+            name,
+            name_text,
+            meta,
+            positions,
+        })
+    }
+}
+
+/// The positions of the keys of the command `call` carries after its own name, counted from
+/// that command's name.
+pub fn key_positions(call: &Call) -> Result<Vec<usize>, CmdError> {
+    Carried::of(call).map(|c| c.positions)
+}
+
+/// The positions of the call's keys among the carried command's arguments (0 is its name), as
+/// the server's key specs give them.
+fn key_spec_positions(call: &Call, name: &str) -> Result<Vec<usize>, CmdError> {
+    let no_key = || {
+        CmdError::err(format!(
+            "'{name}' has no key here: SHARD.CALL routes commands by their keys"
+        ))
+    };
+    let keys = command_keys::of_call(call, 1).map_err(|e| match e {
+        NoKeys::UnknownCommand => CmdError::err(format!("unknown command '{name}'")),
+        NoKeys::WrongArity => CmdError::wrong_arity(name),
+        NoKeys::None => no_key(),
+    })?;
+    if keys.is_empty() {
+        return Err(no_key());
+    }
+    Ok(keys)
+}
+
+/// A command's entry, learnt from `COMMAND INFO` the first time it is asked for.
+fn meta_of(call: &Call, name: &[u8], name_text: &str) -> Result<CommandMeta, CmdError> {
+    if let Some(known) = known(name) {
+        return Ok(known);
+    }
+    let info = call
+        .ctx
+        .call("COMMAND", &["INFO", name_text])
+        .map_err(|e| CmdError::err(format!("COMMAND INFO {name_text} failed: {e}")))?;
+    let entry = match info {
+        RedisValue::Array(entries) => entries.into_iter().next(),
+        _ => None,
+    };
+    entry
+        .as_ref()
+        .and_then(learn_entry)
+        .ok_or_else(|| CmdError::err(format!("unknown command '{name_text}'")))
+}
+
+/// Learns every command the server has now (at load, so that the command filter rewrites
+/// even the first local call of each); commands added later are learnt when first called.
+pub fn learn_all(ctx: &Context) -> Result<(), String> {
+    match ctx.call("COMMAND", &["INFO"]) {
+        Ok(RedisValue::Array(entries)) => {
+            entries.iter().for_each(|e| {
+                learn_entry(e);
+            });
+            Ok(())
+        }
+        Ok(_) => Err("COMMAND INFO replied something else than an array".into()),
+        Err(e) => Err(format!("COMMAND INFO failed: {e}")),
+    }
+}
+
+/// Learns one entry of `COMMAND INFO` (name, arity, flags, first, last, step, ...).
+fn learn_entry(entry: &RedisValue) -> Option<CommandMeta> {
+    let RedisValue::Array(fields) = entry else {
+        return None;
+    };
+    let text = |v: &RedisValue| match v {
+        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s.clone()),
+        RedisValue::SimpleStringStatic(s) => Some(s.to_string()),
+        RedisValue::BulkRedisString(s) => Some(s.to_string_lossy()),
+        _ => None,
+    };
+    let name = fields.first().and_then(text)?;
+    let int = |v: Option<&RedisValue>| match v {
+        Some(RedisValue::Integer(n)) => *n,
+        _ => 0,
+    };
+    let flags: Vec<String> = match fields.get(2) {
+        Some(RedisValue::Array(flags)) => flags.iter().filter_map(text).collect(),
+        _ => Vec::new(),
+    };
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let meta = meta_from_info(
+        int(fields.get(1)),
+        &flag_refs,
+        int(fields.get(3)),
+        int(fields.get(4)),
+        int(fields.get(5)),
+    );
+    learn(name.as_bytes(), meta);
+    Some(meta)
 }
 
 #[cfg(test)]

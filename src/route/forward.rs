@@ -3,28 +3,29 @@
 //! A call whose command goes to one other node whole (the common case) waits for that one
 //! reply, which becomes the client's reply as it is. A call with several steps (a resharding's
 //! fallbacks and copies, or the parts of a split multi-key command) runs as a future over the
-//! steps (`plan::execute`, `split`); each reply wakes it, on the main thread, and it sends its
+//! steps (`steps::execute`, `split`); each reply wakes it, on the main thread, and it sends its
 //! next step or finishes. The client is unblocked the moment its reply is whole, and the reply
-//! is written by the blocked client's reply callback, so no thread-safe context is needed.
+//! is written by the blocked client's reply callback (`host::blocked`), so no thread-safe
+//! context is needed. The counters of INFO's routed calls are kept here too. The steps of a
+//! call (`NetSteps`) send requests over the pool; a copy-before-write's requests are `copy`'s.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::os::raw::c_int;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use redis_module::raw;
 use rustc_hash::FxHashMap;
 
+use crate::host::blocked::{self, BlockedReply};
+use crate::host::command::Call as CommandCall;
 use crate::host::reply::Reply;
 use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
 use crate::net::pool::{Link, Outcome, Waiter};
-use crate::net::resp::ReplyResp;
-use crate::net::resp::Resp;
-use crate::route::migrate;
+use crate::net::resp::{ReplyResp, Resp};
+use crate::route::copy;
 use crate::route::steps::Step;
 
 /// Counters shown in `INFO shard`.
@@ -73,6 +74,17 @@ impl CallReply {
     }
 }
 
+impl BlockedReply for CallReply {
+    const LOST: &'static str = "ERR shard.call: the reply was lost";
+
+    fn write(&self, out: &Reply) {
+        match self {
+            CallReply::Reply(resp) => out.resp(resp),
+            CallReply::Error(message) => out.error(message),
+        }
+    }
+}
+
 type CallFuture = Pin<Box<dyn Future<Output = CallReply>>>;
 
 /// The steps of one call: the reply once it has come, else who to wake when it does (a join of
@@ -85,7 +97,7 @@ struct Slot {
 
 type Slots = RefCell<FxHashMap<Waiter, Slot>>;
 
-struct Blocked(*mut raw::RedisModuleBlockedClient);
+type Blocked = blocked::Blocked<CallReply>;
 
 enum Waiting {
     /// The client's reply is this one reply; the ring epoch it was routed by.
@@ -121,18 +133,14 @@ thread_local! {
     static CALLS: RefCell<Calls> = RefCell::new(Calls::default());
 }
 
-/// Blocks the client and sends `args` to `at`; its reply will be the client's reply.
-///
-/// # Safety
-/// `ctx` must be the live context of the command being run.
-pub unsafe fn forward(
-    ctx: *mut raw::RedisModuleCtx,
+/// Blocks the client of `call` and sends `args` to `at`; its reply will be the client's reply.
+pub fn forward(
+    call: &CommandCall,
     at: &Endpoint,
     link: &Link,
     args: &[&[u8]],
 ) -> Result<(), String> {
-    // SAFETY: as the caller promises.
-    let client = unsafe { block(ctx)? };
+    let client = blocked::block(call)?;
     let epoch = begin_call();
     let waiter = CALLS.with(|c| {
         let mut calls = c.borrow_mut();
@@ -144,18 +152,14 @@ pub unsafe fn forward(
     Ok(())
 }
 
-/// Blocks the client and runs the future `make` builds over the network steps; its output is
-/// the client's reply.
-///
-/// # Safety
-/// `ctx` must be the live context of the command being run.
-pub unsafe fn run<F, Fut>(ctx: *mut raw::RedisModuleCtx, link: Link, make: F) -> Result<(), String>
+/// Blocks the client of `call` and runs the future `make` builds over the network steps; its
+/// output is the client's reply.
+pub fn run<F, Fut>(call: &CommandCall, link: Link, make: F) -> Result<(), String>
 where
     F: FnOnce(NetSteps) -> Fut,
     Fut: Future<Output = CallReply> + 'static,
 {
-    // SAFETY: as the caller promises.
-    let client = unsafe { block(ctx)? };
+    let client = blocked::block(call)?;
     start(Some((client, begin_call())), link, make);
     Ok(())
 }
@@ -261,7 +265,7 @@ fn deliver(waiter: Waiter, outcome: Outcome) {
                 }
                 Err(e) => CallReply::failed(&e),
             };
-            unblock(client, reply);
+            client.unblock(reply);
         }
         Waiting::Step(call) => {
             let slots = CALLS.with(|c| c.borrow().calls.get(&call).map(|c| Rc::clone(&c.slots)));
@@ -326,7 +330,7 @@ fn poll_call(id: u64, first: Option<CallFuture>) {
     });
     if let Some((client, epoch)) = call.and_then(|c| c.client) {
         end_call(epoch);
-        unblock(client, done);
+        client.unblock(done);
     }
 }
 
@@ -364,6 +368,11 @@ impl Future for StepReply {
 }
 
 impl NetSteps {
+    /// How this call's requests reach the nodes.
+    pub fn link(&self) -> &Link {
+        &self.link
+    }
+
     /// A future that resolves after `delay`, on a timer of the server's event loop.
     pub fn sleep(&self, delay: std::time::Duration) -> impl Future<Output = ()> {
         let waiter = CALLS.with(|c| {
@@ -421,163 +430,9 @@ impl Step for NetSteps {
         key: &[u8],
     ) -> impl Future<Output = Result<(), StepError>> {
         if crate::net::tls::current().is_some() {
-            futures_util::future::Either::Left(self.copy_over_own_connections(from, to, key))
+            futures_util::future::Either::Left(copy::over_own_connections(self, from, to, key))
         } else {
-            futures_util::future::Either::Right(self.copy_with_migrate(from, to, key))
+            futures_util::future::Either::Right(copy::with_migrate(self, from, to, key))
         }
-    }
-}
-
-impl NetSteps {
-    /// Copy-before-write on a TLS fleet: `SHARD.DUMP` at the previous owner, `RESTORE` (never
-    /// replacing) at the new one, both over the module's own verified TLS connections.
-    /// `MIGRATE` would connect from the server itself: in clear unless it has `tls-cluster
-    /// yes`, credentials included, and without checking the peer's name. (On a plain fleet
-    /// `MIGRATE` stays: one round trip from here instead of two.)
-    fn copy_over_own_connections(
-        &self,
-        from: &Endpoint,
-        to: &Endpoint,
-        key: &[u8],
-    ) -> impl Future<Output = Result<(), StepError>> {
-        let dump = self.send(from, &[b"SHARD.DUMP".to_vec(), key.to_vec()]);
-        let (from, to) = (from.clone(), to.clone());
-        let key = key.to_vec();
-        let steps = self.clone();
-        async move {
-            let (payload, pttl) = match dump.await? {
-                Resp::Array(items) => match items.as_slice() {
-                    [Resp::Bulk(payload), Resp::Int(pttl)] => (payload.clone(), *pttl),
-                    _ => return Err(StepError::new(&from, "SHARD.DUMP gave an unexpected reply")),
-                },
-                Resp::Null | Resp::NullArray => return Ok(()), // nothing to copy: the write makes it
-                Resp::Error(e) => {
-                    return Err(StepError::new(
-                        &from,
-                        format!(
-                            "reading the key to copy it to {} failed: {}",
-                            to.name,
-                            String::from_utf8_lossy(&e)
-                        ),
-                    ))
-                }
-                _ => return Err(StepError::new(&from, "SHARD.DUMP gave an unexpected reply")),
-            };
-            let ttl = pttl.max(0).to_string().into_bytes();
-            let restore = vec![b"RESTORE".to_vec(), key, ttl, payload];
-            match steps.send(&to, &restore).await? {
-                Resp::Error(e) if !e.starts_with(b"BUSYKEY") => Err(StepError::new(
-                    &to,
-                    format!(
-                        "copying the key from {} failed: {}",
-                        from.name,
-                        String::from_utf8_lossy(&e)
-                    ),
-                )),
-                _ => Ok(()),
-            }
-        }
-    }
-
-    /// Copy-before-write on a plain fleet: `MIGRATE ... COPY` run by the previous owner.
-    fn copy_with_migrate(
-        &self,
-        from: &Endpoint,
-        to: &Endpoint,
-        key: &[u8],
-    ) -> impl Future<Output = Result<(), StepError>> {
-        let timeout_ms = u64::try_from(self.link.timeout.as_millis()).unwrap_or(u64::MAX);
-        let unknown = (to.port == 0).then(|| {
-            StepError::new(
-                to,
-                "its address is not known yet from Sentinel: retry in a moment",
-            )
-        });
-        let mut args = vec![b"MIGRATE".to_vec()];
-        // MIGRATE reads the key in its connection's database, the call's: the copy goes into
-        // the same database at the new owner.
-        args.extend(migrate::copy_args(
-            &to.host,
-            to.port,
-            key,
-            self.link.db,
-            timeout_ms,
-            false,
-            self.link.auth.as_ref(),
-        ));
-        let reply = unknown.is_none().then(|| self.send(from, &args));
-        let (from, to_name) = (from.clone(), to.name.clone());
-        async move {
-            let Some(reply) = reply else {
-                return Err(unknown.unwrap_or_else(|| StepError::new(&from, "no address")));
-            };
-            match reply.await? {
-                Resp::Error(e) if !e.windows(7).any(|w| w == b"BUSYKEY") => Err(StepError::new(
-                    &from,
-                    format!(
-                        "copying the key to {to_name} failed: {}",
-                        String::from_utf8_lossy(&e)
-                    ),
-                )),
-                _ => Ok(()),
-            }
-        }
-    }
-}
-
-/// Blocks the calling client; its reply callback writes the reply it is unblocked with.
-unsafe fn block(ctx: *mut raw::RedisModuleCtx) -> Result<Blocked, String> {
-    // SAFETY: ctx is the live context of a command.
-    let bc = unsafe {
-        let block = raw::RedisModule_BlockClient.ok_or("RedisModule_BlockClient is missing")?;
-        block(ctx, Some(reply_callback), None, Some(free_reply), 0)
-    };
-    if bc.is_null() {
-        return Err("the client cannot be blocked".into());
-    }
-    Ok(Blocked(bc))
-}
-
-fn unblock(client: Blocked, reply: CallReply) {
-    let data = Box::into_raw(Box::new(reply));
-    // SAFETY: the blocked client is live until unblocked, which happens once, here; the reply
-    // callback reads `data` and `free_reply` frees it.
-    unsafe {
-        if let Some(unblock) = raw::RedisModule_UnblockClient {
-            unblock(client.0, data.cast());
-        } else {
-            drop(Box::from_raw(data));
-        }
-    }
-}
-
-extern "C" fn reply_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    // SAFETY: the private data is the CallReply given to UnblockClient, alive until
-    // `free_reply` runs after this callback.
-    let reply = unsafe {
-        raw::RedisModule_GetBlockedClientPrivateData
-            .map(|get| get(ctx).cast::<CallReply>())
-            .filter(|p| !p.is_null())
-            .map(|p| &*p)
-    };
-    let out = Reply::new(ctx);
-    // Writing a parsed reply does not panic; if it ever did, the server must go on (the
-    // panic hook has logged it).
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match reply {
-        Some(CallReply::Reply(resp)) => out.resp(resp),
-        Some(CallReply::Error(message)) => out.error(message),
-        None => out.error("ERR shard.call: the reply was lost"),
-    }));
-    raw::REDISMODULE_OK as c_int
-}
-
-extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut std::os::raw::c_void) {
-    if !data.is_null() {
-        // SAFETY: made by Box::into_raw in `unblock`, freed once, here.
-        drop(unsafe { Box::from_raw(data.cast::<CallReply>()) });
     }
 }

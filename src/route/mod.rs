@@ -1,42 +1,36 @@
-//! Routed commands (`SHARD.CALL`): which node runs what, and the network that gets it there.
+//! SHARD.CALL's routing: which node runs a command, and getting it there.
 //!
-//! Pure parts: the RESP wire format (`resp`, `frame`), the plan of a call while a resharding
-//! may be open (`plan`), the split of multi-key commands over owners (`split`), the key
-//! positions of a command from the server's table (`command`), what Sentinel and `ROLE` say
-//! (`sentinel`). Glue: the pipelined connections to other nodes (`conn`), the calls in flight
-//! (`forward`), the command filter that turns a call whose keys are all here into the plain
-//! command (`filter`), and where the nodes and their replicas are now (`topology`, learned by
-//! the `watcher` thread).
+//! - `command_table`: what routing knows of a command (arity, read-only, blocking, key
+//!   positions), learnt from the server's `COMMAND INFO`, and the command a call carries with
+//!   its key positions (from the table or the server's key specs).
+//! - `decide`: the pure decision of a call (here, one other node, a replica, a split, the plan
+//!   of a moving key, or a refusal), tested against a table of cases in `decide_tests`.
+//! - `call`: SHARD.CALL carried out: the facts gathered, the ACL checked, the decision made and
+//!   executed.
+//! - `steps`: the pure plan of a single key while a resharding is open (fallbacks, copies,
+//!   deletes at both owners), driven through the `Step` trait; `split`: multi-key commands cut
+//!   by owner and their replies merged; `fields`: Shardjs's field-name dictionary.
+//! - `forward`: calls in flight (the blocked client, the future over its steps, the network
+//!   steps `NetSteps`) and the counters of INFO; `copy`: copy-before-write's requests;
+//!   `replica`: reads at replicas.
+//! - `filter`: the command filter's part that turns a call whose keys are all here into the
+//!   plain command.
+//!
+//! May import: `host`, `net`, `state`, `topology` and the pure rooms (`ring`, `keys`, `clock`);
+//! never `cluster`, `reshard` or `commands`, which sit above it. No raw module API here: that
+//! is `host`'s.
 
+pub mod call;
 pub mod command_table;
+pub mod copy;
+pub mod decide;
 pub mod fields;
 pub mod filter;
 pub mod forward;
-pub mod migrate;
+pub mod replica;
 pub mod split;
 pub mod steps;
 
 pub use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
 pub use crate::net::resp::{encode_command, read_reply, Resp, RespError};
 pub use steps::{execute, CommandKind, Plan, Routed, Step};
-
-/// The event-loop turns of the connections (flush what was queued before the server sleeps,
-/// expire late requests after it wakes) and of the topology watcher.
-fn before_sleep() {
-    crate::net::pool::before_sleep();
-    crate::topology::watcher::tick();
-}
-
-/// Hooks routing into the server: the event-loop events that flush the connections' queued
-/// requests and expire late ones, and the server's role; then starts the topology watcher.
-///
-/// # Safety
-/// `ctx` must be the context Redis passed to the module's `OnLoad`.
-pub unsafe fn register(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<(), String> {
-    // SAFETY: as the caller promises.
-    unsafe {
-        crate::host::events::on_event_loop(ctx, before_sleep, crate::net::pool::after_sleep)?;
-        crate::host::events::on_role_change(ctx, crate::topology::nodes::set_replica);
-    }
-    crate::topology::watcher::start()
-}

@@ -25,15 +25,18 @@ pub struct Splittable {
     pub per_key: usize,
 }
 
-/// Whether (and how) a command splits, by its name.
+/// Whether (and how) a command splits, by its name (in any case; nothing allocated).
 pub fn splittable(name: &[u8]) -> Option<Splittable> {
     let of = |merge, per_key| Some(Splittable { merge, per_key });
-    let lower = name.to_ascii_lowercase();
-    match lower.as_slice() {
-        b"mget" => of(Merge::InKeyOrder, 1),
-        b"del" | b"unlink" | b"exists" | b"touch" => of(Merge::Sum, 1),
-        b"mset" => of(Merge::AllOk, 2),
-        _ => None,
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    if is(b"mget") {
+        of(Merge::InKeyOrder, 1)
+    } else if is(b"del") || is(b"unlink") || is(b"exists") || is(b"touch") {
+        of(Merge::Sum, 1)
+    } else if is(b"mset") {
+        of(Merge::AllOk, 2)
+    } else {
+        None
     }
 }
 

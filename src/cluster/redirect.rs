@@ -1,0 +1,133 @@
+//! `SHARD.REDIRECT command arg ...`'s verdict: a keyed command the cluster protocol's filter
+//! could not let through (`filter`), judged with the context the filter lacks: who sent it
+//! (the primary's replication stream, the AOF, the module's own connections between nodes and
+//! an `ASKING` client are obeyed) and whether its keys are here. The verdict is a refusal a
+//! cluster client follows (`MOVED`, `ASK`, `CROSSSLOT`, `TRYAGAIN`), running the command here,
+//! or routing it as SHARD.CALL does: a write of a key not copied yet in a resharding is made
+//! safe by SHARD.CALL's copy-before-write plan.
+
+use redis_module::ContextFlags;
+
+use crate::cluster::clients;
+use crate::cluster::protocol::address_in_use;
+use crate::host::caller;
+use crate::host::command::Call;
+use crate::host::error::CmdError;
+use crate::ring::key_slot;
+use crate::ring::placement::Placement;
+use crate::route::command_table;
+use crate::state;
+
+/// What becomes of a redirected command that is not refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redirect {
+    /// It runs here, as the calling user, replicated like itself.
+    RunHere,
+    /// It is routed as SHARD.CALL routes it.
+    Route,
+}
+
+/// The verdict on `call` (`SHARD.REDIRECT command arg ...`, at least two arguments): what
+/// becomes of the command, or the refusal the client gets.
+pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
+    let args = &call.args;
+    let flags = call.ctx.get_flags();
+    let id = caller::client_id(call);
+    let obey = flags.contains(ContextFlags::REPLICATED)
+        || flags.contains(ContextFlags::LOADING)
+        || clients::is_internal(id);
+    if obey {
+        return Ok(Redirect::RunHere);
+    }
+    let asking = clients::take_asking(id);
+    let positions = command_table::key_positions(call)?;
+    let keys: Vec<&[u8]> = positions.iter().map(|&p| args.get(p + 1)).collect();
+    let Some(first) = keys.first() else {
+        return Ok(Redirect::RunHere);
+    };
+    let slot = key_slot(first);
+    if keys.iter().any(|k| key_slot(k) != slot) {
+        return Err(CmdError::code(
+            "CROSSSLOT",
+            "Keys in request don't hash to the same slot",
+        ));
+    }
+    let (current, previous, previous_in_map, self_name, returning) = {
+        let st = state::lock();
+        let owner = |p: &Placement| {
+            p.ring
+                .as_ref()
+                .and_then(|r| r.spec().nodes.get(r.owner(first)).cloned())
+        };
+        let current = st.rings.current.as_deref().and_then(owner);
+        let previous = st.rings.previous.as_deref().and_then(owner);
+        // Whether clients can reach the previous owner from the map (a node that is leaving
+        // the fleet is not in it).
+        let in_map = previous.as_ref().is_some_and(|p| {
+            st.rings
+                .current
+                .as_ref()
+                .is_some_and(|c| c.spec.node_index(&p.name).is_some())
+        });
+        (
+            current,
+            previous,
+            in_map,
+            st.config.ring.self_name.clone(),
+            st.rings.returning,
+        )
+    };
+    let Some(current) = current else {
+        return Ok(Redirect::RunHere);
+    };
+    let previous = previous.filter(|p| p.name != current.name);
+    if returning && previous.is_some() {
+        // A cancelled resharding brings this slot's keys back (`route::decide`): clients
+        // retry on TRYAGAIN, as during a cluster's multi-key migration.
+        return Err(CmdError::code(
+            "TRYAGAIN",
+            "a cancelled resharding is bringing this slot's keys back to their owner: retry in a moment",
+        ));
+    }
+    if current.name != self_name {
+        // A read of a key still at its previous owner, asked for after an ASK.
+        let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);
+        if asking && readonly && previous.as_ref().is_some_and(|p| p.name == self_name) {
+            return Ok(Redirect::RunHere);
+        }
+        return Err(CmdError::code(
+            "MOVED",
+            format!("{slot} {}", address_in_use(&current)),
+        ));
+    }
+    let Some(previous) = previous else {
+        return Ok(Redirect::RunHere);
+    };
+    // This node is the new owner of a slot being moved here. It holds the key already, or
+    // this is the copy arriving (MIGRATE's RESTORE from the previous owner).
+    let name = args.get(1);
+    let restore =
+        name.eq_ignore_ascii_case(b"restore") || name.eq_ignore_ascii_case(b"restore-asking");
+    if restore || keys.iter().all(|k| exists(call, k)) {
+        return Ok(Redirect::RunHere);
+    }
+    let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);
+    if readonly && previous_in_map {
+        return Err(CmdError::code(
+            "ASK",
+            format!("{slot} {}", address_in_use(&previous)),
+        ));
+    }
+    // A write of a key not copied yet: SHARD.CALL's copy-before-write, then the write here. A
+    // read of a key still at a node that is leaving the fleet (not in the map, so cluster
+    // clients cannot follow an ASK there): SHARD.CALL's fallback reads it there for them.
+    Ok(Redirect::Route)
+}
+
+fn exists(call: &Call, key: &[u8]) -> bool {
+    let key = call.ctx.create_string(key);
+    matches!(
+        call.ctx.call("EXISTS", &[&key]),
+        Ok(redis_module::RedisValue::Integer(1))
+    )
+}

@@ -1,0 +1,93 @@
+//! `SHARD.CLUSTER sub ...` and `SHARD.REDIRECT command ...`: the cluster protocol's commands
+//! (the filter makes them of `CLUSTER ...`, `READONLY`, `READWRITE`, `ASKING`, and of keyed
+//! commands that cannot run here as they are; `cluster::filter`).
+
+use crate::cluster::redirect::{self, Redirect};
+use crate::cluster::{clients, protocol, slot_keys};
+use crate::host::caller;
+use crate::host::command::Call;
+use crate::host::error::{CmdError, CmdResult};
+use crate::net::resp::{ReplyResp, Resp};
+use crate::ring::key_slot;
+
+/// `SHARD.CLUSTER sub ...`: what a cluster node answers to `CLUSTER sub ...`, `READONLY`,
+/// `READWRITE` and `ASKING`.
+pub fn cluster(call: &Call) -> CmdResult {
+    let args = &call.args;
+    if args.len() < 2 {
+        return Err(CmdError::wrong_arity("shard.cluster"));
+    }
+    let sub = String::from_utf8_lossy(args.get(1)).to_ascii_lowercase();
+    let reply = call.reply;
+    match sub.as_str() {
+        // The module's own connections say who they are; they are never redirected.
+        "internal" => {
+            clients::mark_internal(caller::client_id(call));
+            reply.ok();
+        }
+        "asking" => {
+            clients::mark_asking(caller::client_id(call));
+            reply.ok();
+        }
+        "readonly" | "readwrite" => reply.ok(),
+        "keyslot" if args.len() == 3 => reply.int(i64::from(key_slot(args.get(2)))),
+        "myid" => {
+            let view = protocol::view()?;
+            reply.bulk(view.myself().map_or("", |n| n.id.as_str()).as_bytes());
+        }
+        "slots" => reply.resp(&protocol::view()?.slots()),
+        "shards" => reply.resp(&protocol::view()?.shards()),
+        // Verbatim text under RESP3, a bulk string under RESP2, as cluster mode replies.
+        "nodes" => {
+            let text = protocol::view()?.nodes_text();
+            reply.resp(&Resp::Verbatim(*b"txt", text.into_bytes()));
+        }
+        "info" => {
+            let text = protocol::view()?.info_text();
+            reply.resp(&Resp::Verbatim(*b"txt", text.into_bytes()));
+        }
+        "countkeysinslot" if args.len() == 3 => {
+            let slot = slot_arg(args.get(2))?;
+            let keys = slot_keys::keys_in_slot(call.ctx, slot, usize::MAX)?;
+            reply.int(i64::try_from(keys.len()).unwrap_or(i64::MAX));
+        }
+        "getkeysinslot" if args.len() == 4 => {
+            let slot = slot_arg(args.get(2))?;
+            let count = std::str::from_utf8(args.get(3))
+                .ok()
+                .and_then(|s| s.parse::<usize>().ok())
+                .ok_or_else(|| CmdError::err("Invalid number of keys"))?;
+            let keys = slot_keys::keys_in_slot(call.ctx, slot, count)?;
+            reply.array(keys.len());
+            for k in keys {
+                reply.bulk(&k);
+            }
+        }
+        _ => {
+            return Err(CmdError::err(format!(
+                "unknown subcommand or wrong number of arguments for '{sub}'. Try CLUSTER HELP."
+            )))
+        }
+    }
+    Ok(())
+}
+
+fn slot_arg(arg: &[u8]) -> Result<u16, CmdError> {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|s| s.parse::<u16>().ok())
+        .filter(|s| *s < 16384)
+        .ok_or_else(|| CmdError::err("Invalid or out of range slot"))
+}
+
+/// `SHARD.REDIRECT command arg ...`: a keyed command the filter could not let through; it is
+/// refused with the redirect a cluster client follows, run here, or routed as SHARD.CALL.
+pub fn redirect(call: &Call) -> CmdResult {
+    if call.args.len() < 2 {
+        return Err(CmdError::wrong_arity("shard.redirect"));
+    }
+    match redirect::verdict(call)? {
+        Redirect::RunHere => caller::pass_through(call, call.args.get(1), 2),
+        Redirect::Route => crate::commands::call::call(call),
+    }
+}

@@ -1,0 +1,95 @@
+//! Blocked clients: a command that waits for the network blocks its client, and later
+//! unblocks it with a value its reply callback writes as the reply. The reply is written by
+//! the server's call of that callback on the main thread, so no thread-safe context is needed.
+//! One allocation per unblocking (the value handed over), as the server's API asks.
+
+use std::marker::PhantomData;
+use std::os::raw::{c_int, c_void};
+
+use redis_module::raw;
+
+use crate::host::command::Call;
+use crate::host::reply::Reply;
+
+/// What a blocked client is unblocked with: it knows how to write itself as the reply.
+pub trait BlockedReply: 'static {
+    /// The reply when the value was lost (the server called back without it).
+    const LOST: &'static str;
+
+    fn write(&self, out: &Reply);
+}
+
+/// A client blocked by [`block`], to be unblocked once with a `T`.
+pub struct Blocked<T: BlockedReply> {
+    client: *mut raw::RedisModuleBlockedClient,
+    reply: PhantomData<fn(T)>,
+}
+
+/// Blocks the client of `call`; its reply is the `T` it is unblocked with.
+pub fn block<T: BlockedReply>(call: &Call) -> Result<Blocked<T>, String> {
+    // SAFETY: the context of a command being run; the callbacks are made for `T`, the type
+    // `unblock` hands over.
+    let client = unsafe {
+        let block = raw::RedisModule_BlockClient.ok_or("RedisModule_BlockClient is missing")?;
+        block(
+            call.ctx.ctx,
+            Some(reply_callback::<T>),
+            None,
+            Some(free_reply::<T>),
+            0,
+        )
+    };
+    if client.is_null() {
+        return Err("the client cannot be blocked".into());
+    }
+    Ok(Blocked {
+        client,
+        reply: PhantomData,
+    })
+}
+
+impl<T: BlockedReply> Blocked<T> {
+    /// Unblocks the client with `reply` (once: this consumes the handle).
+    pub fn unblock(self, reply: T) {
+        let data = Box::into_raw(Box::new(reply));
+        // SAFETY: the blocked client is live until unblocked, which happens once, here; the
+        // reply callback reads `data` and `free_reply` frees it.
+        unsafe {
+            if let Some(unblock) = raw::RedisModule_UnblockClient {
+                unblock(self.client, data.cast());
+            } else {
+                drop(Box::from_raw(data));
+            }
+        }
+    }
+}
+
+extern "C" fn reply_callback<T: BlockedReply>(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the private data is the `T` given to UnblockClient, alive until `free_reply`
+    // runs after this callback.
+    let reply = unsafe {
+        raw::RedisModule_GetBlockedClientPrivateData
+            .map(|get| get(ctx).cast::<T>())
+            .filter(|p| !p.is_null())
+            .map(|p| &*p)
+    };
+    let out = Reply::new(ctx);
+    // Writing a reply does not panic; if it ever did, the server must go on (the panic hook
+    // has logged it).
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match reply {
+        Some(reply) => reply.write(&out),
+        None => out.error(T::LOST),
+    }));
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn free_reply<T: BlockedReply>(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: made by Box::into_raw in `unblock` for this `T`, freed once, here.
+        drop(unsafe { Box::from_raw(data.cast::<T>()) });
+    }
+}

@@ -1,0 +1,117 @@
+//! The client that called one of the module's commands: the database it has selected, its
+//! id, and running another command as it (`RedisModule_Call` as the calling user, replicated
+//! like the command itself): the reply passed through as the call's own, or read back.
+
+use std::ffi::CString;
+use std::io;
+
+use redis_module::raw;
+
+use crate::host::command::Call;
+use crate::host::error::{CmdError, CmdResult};
+
+/// `RedisModule_Call`'s flags: argv given, as the calling user (`C`), errors as replies (`E`),
+/// replicated (`!`), script mode checks off (`0`), out-of-memory checks (`M`).
+const AS_CALLER: &std::ffi::CStr = c"vCE!0M";
+
+/// The database the calling client has selected.
+pub fn selected_db(call: &Call) -> u32 {
+    // SAFETY: the context of this call.
+    let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(call.ctx.ctx)) };
+    u32::try_from(db).unwrap_or(0)
+}
+
+/// The calling client's id (0 when the server cannot tell).
+pub fn client_id(call: &Call) -> u64 {
+    // SAFETY: the context of this call.
+    unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(call.ctx.ctx)) }
+}
+
+/// Runs the command `name` with the call's own arguments from `from` on, here, as the calling
+/// user; its reply becomes the call's reply as it is.
+pub fn pass_through(call: &Call, name: &[u8], from: usize) -> CmdResult {
+    let name = CString::new(name).map_err(|_| CmdError::err("a command name with a NUL byte"))?;
+    let argv = call.args.raw().get(from..).unwrap_or_default();
+    // SAFETY: the strings are the live arguments of this call; the reply is freed after use.
+    unsafe {
+        let (Some(rm_call), Some(reply_with), Some(free)) = (
+            raw::RedisModule_Call,
+            raw::RedisModule_ReplyWithCallReply,
+            raw::RedisModule_FreeCallReply,
+        ) else {
+            return Err(CmdError::err("a Redis module API function is missing"));
+        };
+        let reply = rm_call(
+            call.ctx.ctx,
+            name.as_ptr(),
+            AS_CALLER.as_ptr(),
+            argv.as_ptr().cast_mut(),
+            argv.len(),
+        );
+        if reply.is_null() {
+            return Err(CmdError::err(format!(
+                "the command could not run: {}",
+                io::Error::last_os_error()
+            )));
+        }
+        reply_with(call.ctx.ctx, reply);
+        free(reply);
+    }
+    Ok(())
+}
+
+/// Runs `args` (the command's name first) here, as the calling user, and gives its reply, in
+/// the wire format, to `read` (an error reply is a reply).
+pub fn run_as_caller<R>(
+    call: &Call,
+    args: &[Vec<u8>],
+    read: impl FnOnce(&[u8]) -> Result<R, CmdError>,
+) -> Result<R, CmdError> {
+    let missing = || CmdError::err("a Redis module API function is missing");
+    let (name, rest) = args
+        .split_first()
+        .ok_or_else(|| CmdError::err("no command"))?;
+    let name = CString::new(name.as_slice())
+        .map_err(|_| CmdError::err("a command name with a NUL byte"))?;
+    // SAFETY: every string created is freed before returning; the reply is freed after use.
+    unsafe {
+        let rm_call = raw::RedisModule_Call.ok_or_else(missing)?;
+        let create = raw::RedisModule_CreateString.ok_or_else(missing)?;
+        let free_string = raw::RedisModule_FreeString.ok_or_else(missing)?;
+        let proto = raw::RedisModule_CallReplyProto.ok_or_else(missing)?;
+        let free_reply = raw::RedisModule_FreeCallReply.ok_or_else(missing)?;
+        let ctx = call.ctx.ctx;
+        let mut argv: Vec<*mut raw::RedisModuleString> = rest
+            .iter()
+            .map(|a| create(ctx, a.as_ptr().cast(), a.len()))
+            .collect();
+        let reply = rm_call(
+            ctx,
+            name.as_ptr(),
+            AS_CALLER.as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        );
+        let result = if reply.is_null() {
+            Err(CmdError::err(format!(
+                "the command could not run: {}",
+                io::Error::last_os_error()
+            )))
+        } else {
+            let mut len = 0usize;
+            let ptr = proto(reply, &mut len);
+            let bytes = if ptr.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+            };
+            let read = read(bytes);
+            free_reply(reply);
+            read
+        };
+        for s in argv {
+            free_string(ctx, s);
+        }
+        result
+    }
+}

@@ -1,0 +1,319 @@
+//! SHARD.CALL carried out: the facts of a call gathered (where each key lives, from one look at
+//! the rings; the client's database and RESP version; `shard.read-from`; the field dictionary),
+//! the caller's ACL checked, the pure decision made (`decide`), and the decision executed:
+//! here through RedisModule_Call as the calling user, or with the client blocked while one
+//! node, a replica, the plan of fallbacks and copies (`steps`) or the parts of a split command
+//! (`split`) answer over the module's connections (`forward`).
+//!
+//! Every path runs in the database the client has selected: locally the command runs in the
+//! client's database; on other nodes the requests go over connections of that database
+//! (`net::pool`), and a copy-before-write copies into it.
+
+use std::sync::Arc;
+
+use redis_module::ContextFlags;
+
+use crate::host::command::Call;
+use crate::host::error::{CmdError, CmdResult};
+use crate::host::{acl, caller};
+use crate::net::endpoint::{Endpoint, StepError};
+use crate::net::pool::{link_timeout, Link};
+use crate::net::resp::{read_reply, ReplyResp, Resp};
+use crate::ring::placement::Placement;
+use crate::route::command_table::Carried;
+use crate::route::decide::{decide, refuse_blocking, Facts, Placed, Route, Split};
+use crate::route::fields::{self, FieldDict, FieldsInReply};
+use crate::route::forward::{self, CallReply, NetSteps};
+use crate::route::split::{self, Part, Splittable};
+use crate::route::steps::{execute, CommandKind, Plan, Routed};
+use crate::route::{filter, replica};
+use crate::state::{self, ModuleState};
+use crate::topology::nodes::ReadFrom;
+
+/// Routes the command `call` carries (`SHARD.CALL command key ...`, read into `command`) and
+/// replies, now or once the client is unblocked.
+pub fn route(call: &Call, command: &Carried) -> CmdResult {
+    let args = &call.args;
+    refuse_blocking(command.meta.blocking, &command.name_text, args)?;
+    let flags = call.ctx.get_flags();
+    // Where each key lives, from one look at the rings.
+    let (keys, link, returning) = {
+        let st = state::lock();
+        let current = current_ring(&st)?;
+        let self_name = st.config.ring.self_name.as_str();
+        let mut keys = Vec::with_capacity(command.positions.len());
+        for &pos in &command.positions {
+            let key = args.get(pos + 1);
+            let owner = endpoint(current, key, self_name)?;
+            let previous = match &st.rings.previous {
+                Some(p) => Some(endpoint(p, key, self_name)?).filter(|e| e.name != owner.name),
+                None => None,
+            };
+            keys.push(Placed {
+                current: owner,
+                previous,
+            });
+        }
+        let link = Link {
+            timeout: link_timeout(st.config.call_timeout_ms),
+            auth: st.config.auth(),
+            resp3: flags.contains(ContextFlags::FLAGS_RESP3),
+            db: caller::selected_db(call),
+        };
+        (keys, link, st.rings.returning)
+    };
+    // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
+    // whether the keys are local or not.
+    acl::check_caller(call, 1, &command.name_text)?;
+    let translation = Translation::of(call);
+    let kind = CommandKind::of(command.name, command.meta.readonly);
+    let decision = decide(Facts {
+        name: &command.name_text,
+        kind,
+        splittable: split::splittable(command.name),
+        keys,
+        returning,
+        read_from: crate::topology::nodes::read_from(),
+        translated: translation.is_some(),
+        can_wait: !flags.contains(ContextFlags::DENY_BLOCKING)
+            && !flags.contains(ContextFlags::MULTI),
+    })?;
+    let plan = |current, previous, args: Vec<Vec<u8>>, key: Vec<u8>| Plan {
+        args,
+        key,
+        kind,
+        current,
+        previous,
+    };
+    let started = match (decision, translation) {
+        (Route::Here, _) => {
+            forward::count(|s| s.local += 1);
+            return caller::pass_through(call, command.name, 2);
+        }
+        (Route::HereTranslated, Some(t)) => {
+            forward::count(|s| s.local += 1);
+            let reply = run_here(call, &t.stored)?;
+            call.reply
+                .resp(&fields::maxify_reply(&t.dict, t.how, reply));
+            return Ok(());
+        }
+        (
+            Route::Plan {
+                current,
+                previous,
+                translated: true,
+            },
+            Some(Translation { dict, stored, how }),
+        ) => {
+            let key = stored.get(1).cloned().unwrap_or_default();
+            let plan = plan(current, previous, stored, key);
+            forward::run(call, link, move |steps| async move {
+                match run_plan(steps, plan).await {
+                    CallReply::Reply(r) => CallReply::Reply(fields::maxify_reply(&dict, how, r)),
+                    err => err,
+                }
+            })
+        }
+        (
+            Route::HereTranslated
+            | Route::Plan {
+                translated: true, ..
+            },
+            None,
+        ) => {
+            return Err(CmdError::err("internal error: no field dictionary"));
+        }
+        (Route::Forward(to), _) => forward::forward(call, &to, &link, &inner(call)),
+        (Route::Replica { primary, mode }, _) => {
+            let args: Vec<Vec<u8>> = inner(call).iter().map(|a| a.to_vec()).collect();
+            forward::run(call, link, move |steps| async move {
+                match replica::read(&steps, &primary, &args, mode).await {
+                    Ok(reply) => {
+                        forward::count(|s| s.forwarded += 1);
+                        CallReply::Reply(reply)
+                    }
+                    Err(e) => CallReply::failed(&e),
+                }
+            })
+        }
+        (Route::Split(split), _) => {
+            let Split {
+                how,
+                targets,
+                target_of_key,
+                replica,
+            } = split;
+            let parts = split::split(&inner(call), how, &target_of_key);
+            // This node's part runs here at once, without a hop to itself.
+            let mut planned = Vec::with_capacity(parts.len());
+            for part in parts {
+                let Some(target) = targets.get(part.owner) else {
+                    return Err(CmdError::err("internal error: a part without an owner"));
+                };
+                let here = if target.here {
+                    Some(run_here(call, &part.args)?)
+                } else {
+                    None
+                };
+                let key = part.args.get(1).cloned().unwrap_or_default();
+                let plan = plan(
+                    target.current.clone(),
+                    target.previous.clone(),
+                    part.args.clone(),
+                    key,
+                );
+                planned.push(PlannedPart { plan, part, here });
+            }
+            forward::run(call, link, move |steps| {
+                run_parts(steps, planned, how, replica)
+            })
+        }
+        (
+            Route::Plan {
+                current, previous, ..
+            },
+            _,
+        ) => {
+            let args: Vec<Vec<u8>> = inner(call).iter().map(|a| a.to_vec()).collect();
+            let first = command
+                .positions
+                .first()
+                .map_or(&[][..], |&p| call.args.get(p + 1));
+            let key = first.to_vec();
+            let plan = plan(current, previous, args, key);
+            forward::run(call, link, move |steps| run_plan(steps, plan))
+        }
+    };
+    started.map_err(CmdError::err)
+}
+
+/// The field dictionary's translation of a hash command: the dictionary, the arguments with
+/// the short names to store, and where the reply names fields.
+struct Translation {
+    dict: Arc<FieldDict>,
+    stored: Vec<Vec<u8>>,
+    how: FieldsInReply,
+}
+
+impl Translation {
+    /// The translation of the call's command, when a dictionary is in force and it is a hash
+    /// command.
+    fn of(call: &Call) -> Option<Translation> {
+        let dict = fields::current()?;
+        let inner = inner(call);
+        let (positions, how) = fields::hash_command(&inner)?;
+        let stored = fields::minify_args(&dict, &inner, &positions);
+        Some(Translation { dict, stored, how })
+    }
+}
+
+/// The carried command's arguments, its name first.
+fn inner<'a>(call: &Call<'a>) -> Vec<&'a [u8]> {
+    (1..call.args.len()).map(|i| call.args.get(i)).collect()
+}
+
+/// The current ring, or the error that there is none.
+fn current_ring(st: &ModuleState) -> Result<&Arc<Placement>, CmdError> {
+    st.rings.current.as_ref().ok_or_else(|| {
+        CmdError::code(
+            "NORING",
+            "no ring is set: use SHARD.RING SET algo name host:port weight [...], or the ring-file configuration",
+        )
+    })
+}
+
+/// The node that owns `key` in `placement`, as a place to run commands.
+fn endpoint(placement: &Placement, key: &[u8], self_name: &str) -> Result<Endpoint, CmdError> {
+    let ring = placement.ring.as_ref().ok_or_else(|| {
+        CmdError::err(
+            "SHARD.CALL needs a ring of shard's own; with the cluster algo use a cluster client",
+        )
+    })?;
+    // The command filter placed this very key a moment ago (it found it was not local).
+    let owner = filter::owner_found(key, placement).unwrap_or_else(|| ring.owner(key));
+    let node = ring
+        .spec()
+        .nodes
+        .get(owner)
+        .ok_or_else(|| CmdError::err("internal error: an owner outside the ring"))?;
+    Ok(crate::topology::nodes::endpoint_of(node, self_name))
+}
+
+/// Runs `args` here, as the calling user, replicated like the command itself, and returns the
+/// reply (an error reply is a reply).
+fn run_here(call: &Call, args: &[Vec<u8>]) -> Result<Resp, CmdError> {
+    caller::run_as_caller(call, args, |mut bytes| {
+        read_reply(&mut bytes).map_err(|e| CmdError::err(e.to_string()))
+    })
+}
+
+async fn run_plan(steps: NetSteps, plan: Plan) -> CallReply {
+    match execute(&plan, &steps).await {
+        Ok(routed) => {
+            forward::count(|s| {
+                s.forwarded += 1;
+                s.fallbacks += u64::from(routed.fallback);
+                s.copies += u64::from(routed.copied);
+            });
+            CallReply::Reply(routed.reply)
+        }
+        Err(e) => CallReply::failed(&e),
+    }
+}
+
+/// One part of a split command: a plan of its own (a key that moves runs by the single-key
+/// rules), where its keys go in the merged reply, and its reply if it ran here already.
+struct PlannedPart {
+    plan: Plan,
+    part: Part,
+    here: Option<Resp>,
+}
+
+/// A part's reply: the one it got here already, else its plan's (at a replica of its owner
+/// for reads under `shard.read-from`).
+async fn part_reply(
+    steps: &NetSteps,
+    plan: &Plan,
+    here: Option<Resp>,
+    replica: Option<ReadFrom>,
+) -> Result<Routed, StepError> {
+    let reply = match (here, replica) {
+        (Some(reply), _) => reply,
+        (None, Some(mode)) => replica::read(steps, &plan.current, &plan.args, mode).await?,
+        (None, None) => return execute(plan, steps).await,
+    };
+    Ok(Routed {
+        reply,
+        fallback: false,
+        copied: false,
+    })
+}
+
+async fn run_parts(
+    steps: NetSteps,
+    mut parts: Vec<PlannedPart>,
+    how: Splittable,
+    replica: Option<ReadFrom>,
+) -> CallReply {
+    let keys: usize = parts.iter().map(|p| p.part.positions.len()).sum();
+    let runs = parts
+        .iter_mut()
+        .map(|p| part_reply(&steps, &p.plan, p.here.take(), replica));
+    let outcomes = futures_util::future::join_all(runs).await;
+    let mut replies: Vec<Resp> = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        match outcome {
+            Ok(routed) => {
+                forward::count(|s| {
+                    s.fallbacks += u64::from(routed.fallback);
+                    s.copies += u64::from(routed.copied);
+                });
+                replies.push(routed.reply);
+            }
+            Err(e) => return CallReply::failed(&e),
+        }
+    }
+    forward::count(|s| s.forwarded += 1);
+    let parts: Vec<Part> = parts.into_iter().map(|p| p.part).collect();
+    CallReply::Reply(split::merge(how.merge, &parts, replies, keys))
+}

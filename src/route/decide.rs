@@ -1,0 +1,244 @@
+//! SHARD.CALL's decision, pure: from where each key of the call lives now (and, while a
+//! resharding is open, where it lived before), what the command is, whether a cancelled
+//! resharding is bringing keys back, `shard.read-from`, the field dictionary and whether the
+//! client may wait, who runs what: this node, one other node whole, a replica of the owner,
+//! the single-key plan of fallbacks and copies (`steps`), one part per owner (`split`), or a
+//! refusal with the error the client gets. `call` gathers these facts and carries the decision
+//! out; the table of cases it is tested against is in `decide_tests.rs`.
+
+use crate::host::args::ArgList;
+use crate::host::error::{CmdError, CmdResult};
+use crate::net::endpoint::Endpoint;
+use crate::route::split::{Merge, Splittable};
+use crate::route::steps::CommandKind;
+use crate::topology::nodes::ReadFrom;
+
+/// Where one key of the call lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub current: Endpoint,
+    /// The previous owner, when a resharding is open and moves this key.
+    pub previous: Option<Endpoint>,
+}
+
+/// What the decision is made from.
+#[derive(Debug, Clone)]
+pub struct Facts<'a> {
+    /// The command's name as messages show it.
+    pub name: &'a str,
+    pub kind: CommandKind,
+    /// How the command splits by key, if it does.
+    pub splittable: Option<Splittable>,
+    /// Its keys, in the order of its arguments.
+    pub keys: Vec<Placed>,
+    /// The previous ring is being returned to (a cancelled resharding brings its keys back).
+    pub returning: bool,
+    pub read_from: ReadFrom,
+    /// A hash command whose field names the dictionary translates.
+    pub translated: bool,
+    /// The client may be blocked (it is not inside `MULTI` or a script).
+    pub can_wait: bool,
+}
+
+/// Who runs what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// This node, the command as it came; its reply is the call's.
+    Here,
+    /// This node, with the field names the dictionary stores.
+    HereTranslated,
+    /// One other node, the command whole.
+    Forward(Endpoint),
+    /// A replica of the key's owner (a read under `shard.read-from`).
+    Replica { primary: Endpoint, mode: ReadFrom },
+    /// The single-key plan at the first key's owner: fallbacks to and copies from the
+    /// previous owner while a resharding moves the key (`steps::execute`).
+    Plan {
+        current: Endpoint,
+        previous: Option<Endpoint>,
+        translated: bool,
+    },
+    /// One part per owner, merged (`split`).
+    Split(Split),
+}
+
+/// A split command's parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    pub how: Splittable,
+    /// Where the parts go: one per owner, or one per key while keys move.
+    pub targets: Vec<Target>,
+    /// For each key, the index of its target.
+    pub target_of_key: Vec<usize>,
+    /// Reads go to replicas of the targets.
+    pub replica: Option<ReadFrom>,
+}
+
+/// Where one part of a split command goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub current: Endpoint,
+    pub previous: Option<Endpoint>,
+    /// This node's part, run here at once without a hop to itself.
+    pub here: bool,
+}
+
+/// The decision for a call.
+pub fn decide(facts: Facts) -> Result<Route, CmdError> {
+    let Facts {
+        name,
+        kind,
+        splittable,
+        mut keys,
+        returning,
+        read_from,
+        translated,
+        can_wait,
+    } = facts;
+    let moving = keys.iter().any(|p| p.previous.is_some());
+    if moving && returning {
+        // A cancelled resharding brings these keys back from the new owners (the previous
+        // ring's), whose copies are the newest: a write now could be overwritten by the copy
+        // coming back, so it is refused until the keys are home; a read prefers the previous
+        // owner, where the newest version is while it is there.
+        if kind != CommandKind::Read {
+            return Err(CmdError::code(
+                "TRYAGAIN",
+                "a cancelled resharding is bringing this key back to its owner: retry in a moment",
+            ));
+        }
+        for p in &mut keys {
+            if let Some(previous) = p.previous.take() {
+                p.previous = Some(std::mem::replace(&mut p.current, previous));
+            }
+        }
+    }
+    let Some(first) = keys.first() else {
+        return Err(CmdError::err("internal error: a routed call without a key"));
+    };
+    let single_owner = keys.iter().all(|p| p.current.name == first.current.name);
+    // Hash commands under the field dictionary: short names stored, long names replied.
+    if translated {
+        if !moving && first.current.is_self {
+            return Ok(Route::HereTranslated);
+        }
+        refuse_waiting(can_wait, &first.current)?;
+        let Placed { current, previous } = keys.swap_remove(0);
+        return Ok(Route::Plan {
+            current,
+            previous,
+            translated: true,
+        });
+    }
+    // Reads that go to a replica of their owner; keys that move in a resharding keep the
+    // primaries' fallback rules.
+    let replica = match read_from {
+        ReadFrom::Primary => None,
+        mode => (kind == CommandKind::Read && !moving).then_some(mode),
+    };
+    if !moving && single_owner && first.current.is_self && replica.is_none() {
+        return Ok(Route::Here);
+    }
+    if !single_owner && splittable.is_none() {
+        let mut owners: Vec<&str> = keys.iter().map(|p| p.current.name.as_str()).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        return Err(CmdError::err(format!(
+            "the keys of '{name}' live on different nodes ({}): SHARD.CALL splits only MGET, MSET, DEL, UNLINK, EXISTS and TOUCH; give the keys one hash tag to keep them together",
+            owners.join(", ")
+        )));
+    }
+    if moving && keys.len() > 1 && splittable.is_none() {
+        return Err(CmdError::err(format!(
+            "the keys of '{name}' are moving between nodes in a resharding: SHARD.CALL runs commands with several keys then only if they split by key (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH)"
+        )));
+    }
+    refuse_waiting(can_wait, &first.current)?;
+    if let Some(mode) = replica.filter(|_| single_owner) {
+        let primary = keys.swap_remove(0).current;
+        return Ok(Route::Replica { primary, mode });
+    }
+    if !moving && single_owner {
+        return Ok(Route::Forward(keys.swap_remove(0).current));
+    }
+    if let Some(how) = splittable.filter(|_| keys.len() > 1) {
+        return Ok(Route::Split(split(keys, how, moving, replica)));
+    }
+    let Placed { current, previous } = keys.swap_remove(0);
+    Ok(Route::Plan {
+        current,
+        previous,
+        translated: false,
+    })
+}
+
+/// The parts of a splittable command: by owner when no key moves, else one per key (each
+/// runs by the single-key rules). This node's part runs here at once, unless it stores its
+/// arguments (MSET: values stored through RedisModule_Call keep no integer encoding, so it
+/// goes the way a client's MSET goes, over a connection) or reads go to replicas.
+fn split(keys: Vec<Placed>, how: Splittable, moving: bool, replica: Option<ReadFrom>) -> Split {
+    let mut targets: Vec<Target> = Vec::new();
+    let mut target_of_key = Vec::with_capacity(keys.len());
+    for Placed { current, previous } in keys {
+        let known = if moving {
+            None
+        } else {
+            targets.iter().position(|t| t.current.name == current.name)
+        };
+        match known {
+            Some(at) => target_of_key.push(at),
+            None => {
+                let previous = if moving { previous } else { None };
+                let here = current.is_self
+                    && previous.is_none()
+                    && replica.is_none()
+                    && how.merge != Merge::AllOk;
+                targets.push(Target {
+                    current,
+                    previous,
+                    here,
+                });
+                target_of_key.push(targets.len() - 1);
+            }
+        }
+    }
+    Split {
+        how,
+        targets,
+        target_of_key,
+        replica,
+    }
+}
+
+/// Forwarding blocks the client: refused where the client cannot wait (MULTI, scripts).
+fn refuse_waiting(can_wait: bool, at: &Endpoint) -> CmdResult {
+    if can_wait {
+        return Ok(());
+    }
+    Err(CmdError::err(format!(
+        "SHARD.CALL cannot wait for node {} ({}) inside MULTI or a script",
+        at.name, at.address
+    )))
+}
+
+/// Refuses a command that would block: a command flagged `blocking` always, except `XREAD`
+/// and `XREADGROUP` without `BLOCK`. A blocking command would hold the connection every call
+/// to its node shares, and the client until its timeout. `args` are the call's: the command's
+/// name at 1.
+pub fn refuse_blocking<A: ArgList + ?Sized>(blocking: bool, name: &str, args: &A) -> CmdResult {
+    let command = args.arg(1);
+    let reads_streams =
+        command.eq_ignore_ascii_case(b"xread") || command.eq_ignore_ascii_case(b"xreadgroup");
+    let blocks =
+        !reads_streams || (2..args.count()).any(|i| args.arg(i).eq_ignore_ascii_case(b"block"));
+    if blocking && blocks {
+        return Err(CmdError::err(format!(
+            "'{name}' can block: SHARD.CALL does not route blocking commands"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;
