@@ -4,22 +4,25 @@ server has them (Valkey, Redis 7.2+), and secrets that never show."""
 
 import re
 import time
-from pathlib import Path
 
 import pytest
 import redis
 
-from conftest import MODULE_ACL_CATEGORIES
-from test_command_docs import raw
+from helpers.fleet import start_fleet
+from helpers.resp import raw_reply
+from helpers.server import MODULE_ACL_CATEGORIES, ROOT
 
-# The recipes, read from the README itself, so that what it tells users is what is tested.
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+# The recipes, read from the pages that give them to users (the README, or the access control
+# page of docs/), so that what they tell users is what is tested.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def recipe(user):
-    found = re.search(rf"^ACL SETUSER {user} (.+)$", README, re.M)
-    assert found, f"the README gives no recipe for {user}"
-    return found.group(1)
+    for page in PAGES:
+        found = re.search(rf"^ACL SETUSER {user} (.+)$", page.read_text(), re.M)
+        if found:
+            return found.group(1)
+    raise AssertionError(f"neither the README nor docs/ gives a recipe for {user}")
 
 
 APP = recipe("app")
@@ -37,9 +40,8 @@ def as_user(server, name, password):
 
 @pytest.fixture
 def fleet(server_factory):
-    s = server_factory(module_args=["self", "a"])
+    s = start_fleet(server_factory, ["a"])["a"]
     admin = s.client()
-    admin.execute_command("SHARD.RING", "SET", "ketama", "a", f"127.0.0.1:{s.port}", 1)
     make_user(admin, "app", APP)
     make_user(admin, "reader", READER)
     make_user(admin, "operator", OPERATOR)
@@ -128,7 +130,7 @@ def test_secrets_never_show(server_factory):
 
 def command_entries(client):
     """(full name, arity, flags, categories) of every shard command and subcommand."""
-    names = raw(client, "COMMAND", "LIST", "FILTERBY", "MODULE", "shard")
+    names = raw_reply(client, "COMMAND", "LIST", "FILTERBY", "MODULE", "shard")
     out = []
 
     def walk(entry):
@@ -137,7 +139,7 @@ def command_entries(client):
                     {c.decode() for c in categories}))
         for sub in entry[9] if len(entry) > 9 else []:
             walk(sub)
-    for entry in raw(client, "COMMAND", "INFO", *names):
+    for entry in raw_reply(client, "COMMAND", "INFO", *names):
         walk(entry)
     return out
 
@@ -211,7 +213,7 @@ def test_command_categories_as_the_readme_says(server):
             assert cats == {"admin", "dangerous", "slow"}, (name, cats)
         elif name in CATEGORIES:
             assert cats == CATEGORIES[name], (name, cats)
-    listed = {x.decode().lower() for x in raw(c, "ACL", "CAT", "dangerous")}
+    listed = {x.decode().lower() for x in raw_reply(c, "ACL", "CAT", "dangerous")}
     assert admin <= listed, admin - listed
 
 

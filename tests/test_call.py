@@ -2,338 +2,24 @@
 resharding too; down, silent and restarted owners; ACL; authentication; bad input; databases
 other than 0.
 
-Replies are compared as raw RESP bytes (`Raw` below), so every reply type, every error text and
+Replies are compared as raw RESP bytes (`Raw`, tests/helpers/resp.py), so every reply type, every error text and
 the RESP2/RESP3 shapes (maps, sets, doubles, nulls) must be exactly what a plain server sends.
 """
 
 import random
 import re
-import selectors
-import socket
 import threading
 import time
 
 import pytest
 import redis
 
-from conftest import info_shard
-from tls_certs import client_context
-
-NAMES = ("n0", "n1", "n2")
-TIMEOUT_MS = 500
-# Far enough in the future that no key expires during a test; TTL replies may differ by a second.
-TTL_MIN, TTL_MAX = 10_000, 20_000
-
-
-# --- a raw RESP client: replies as the exact bytes the server sent ---------------------------
-
-
-def encode(args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, str):
-            a = a.encode()
-        elif not isinstance(a, bytes):
-            a = str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-
-
-class Raw:
-    """One connection; `pipeline` sends commands in chunks and returns each reply's bytes."""
-
-    def __init__(self, port, protocol=2, user=None, password=None, timeout=30, tls=None):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        if tls:  # a TLS-only server (its `RedisServer.tls`)
-            self.sock = client_context(tls).wrap_socket(self.sock, server_hostname="127.0.0.1")
-        self.buf = bytearray()
-        if protocol == 3 or password:
-            hello = ["HELLO", protocol]
-            if password:
-                hello += ["AUTH", user or "default", password]
-            reply = self.execute(*hello)
-            assert not reply.startswith(b"-"), reply
-
-    def close(self):
-        self.sock.close()
-
-    def execute(self, *args):
-        return self.pipeline([args])[0]
-
-    def pipeline(self, commands, chunk=500):
-        replies = []
-        for i in range(0, len(commands), chunk):
-            part = commands[i:i + chunk]
-            self.sock.sendall(b"".join(encode(c) for c in part))
-            replies += [self.read() for _ in part]
-        return replies
-
-    def _fill(self):
-        data = self.sock.recv(1 << 20)
-        if not data:
-            raise ConnectionError("the server closed the connection")
-        self.buf += data
-
-    def _line(self):
-        while (end := self.buf.find(b"\r\n")) < 0:
-            self._fill()
-        line = bytes(self.buf[:end + 2])
-        del self.buf[:end + 2]
-        return line
-
-    def _exact(self, n):
-        while len(self.buf) < n:
-            self._fill()
-        data = bytes(self.buf[:n])
-        del self.buf[:n]
-        return data
-
-    def read(self):
-        line = self._line()
-        kind, n = line[:1], line[1:-2]
-        if kind in b"$=!":
-            return line if int(n) < 0 else line + self._exact(int(n) + 2)
-        if kind in b"*~>":
-            return line if int(n) < 0 else line + b"".join(self.read() for _ in range(int(n)))
-        if kind == b"%":
-            return line + b"".join(self.read() for _ in range(2 * int(n)))
-        if kind == b"|":  # an attribute precedes the reply it describes
-            return line + b"".join(self.read() for _ in range(2 * int(n))) + self.read()
-        return line  # + - : _ , # (
-
-
-def call_ops(ops):
-    return [("SHARD.CALL", *op) for op in ops]
-
-
-def differences(ops, got, want, ttl_slack=2):
-    """The (op, got, want) whose replies differ; TTL replies may differ by `ttl_slack` s."""
-    bad = []
-    for op, g, w in zip(ops, got, want, strict=True):
-        if g == w:
-            continue
-        name = op[0].upper() if isinstance(op[0], str) else op[0].decode().upper()
-        if (name == "TTL" and g[:1] == w[:1] == b":" and int(g[1:-2]) >= 0
-                and int(w[1:-2]) >= 0 and abs(int(g[1:-2]) - int(w[1:-2])) <= ttl_slack):
-            continue
-        bad.append((op, g, w))
-    return bad
-
-
-def assert_same_replies(ops, got, want, what):
-    bad = differences(ops, got, want)
-    assert not bad, f"{what}: {len(bad)} of {len(ops)} replies differ from the plain server's, " \
-                    f"first (op, shard.call, plain): {bad[:5]}"
-
-
-# --- fleets ----------------------------------------------------------------------------------
-
-
-class Fleet:
-    """Named servers with the module, each with `self` set to its own name."""
-
-    def __init__(self, servers):
-        self.servers = servers
-
-    def __getitem__(self, name):
-        return self.servers[name]
-
-    def client(self, name, **kwargs):
-        return self.servers[name].client(**kwargs)
-
-    def raw(self, name, **kwargs):
-        s = self.servers[name]
-        kwargs.setdefault("password", s.password)
-        kwargs.setdefault("tls", s.tls)
-        return Raw(s.port, **kwargs)
-
-    def ring_args(self, names, extra=()):
-        args = []
-        for name in names:
-            args += [name, f"127.0.0.1:{self.servers[name].port}", 1]
-        for name, port in extra:
-            args += [name, f"127.0.0.1:{port}", 1]
-        return args
-
-    def ring(self, names, verb="SET", on=None, extra=()):
-        """SHARD.RING SET (or BEGIN) on every server (or those of `on`); the digests agree."""
-        digests = set()
-        for n in on or self.servers:
-            c = self.client(n)
-            assert c.execute_command("SHARD.RING", verb, "ketama",
-                                     *self.ring_args(names, extra)) == b"OK"
-            digests.add(ring_field(c, b"digest"))
-        assert len(digests) == 1, digests
-
-    def owners(self, keys, via=None):
-        pipe = self.client(via or next(iter(self.servers))).pipeline(transaction=False)
-        for k in keys:
-            pipe.execute_command("SHARD.WHEREIS", k)
-        return [o.decode() for o in pipe.execute()]
-
-    def key_of(self, owner, prefix="key"):
-        """A key the ring gives to `owner`."""
-        for i in range(10_000):
-            key = f"{prefix}:{i}"
-            if self.owners([key])[0] == owner:
-                return key
-        raise AssertionError(f"no key for {owner}")
-
-    def calls(self, name):
-        return {k: int(v) for k, v in info_shard(self.client(name)).items()
-                if k.startswith("call_")}
-
-    def total(self, field):
-        return sum(self.calls(n).get(field, 0) for n in self.servers)
-
-
-def ring_field(client, field):
-    reply = client.execute_command("SHARD.RING", "GET")
-    return dict(zip(reply[::2], reply[1::2]))[field]
-
-
-def make_fleet(server_factory, names=NAMES, ring=None, timeout_ms=TIMEOUT_MS, args=(),
-               per_node_args=None, config=(), password=None):
-    """Starts one server per name and sets the ring of `ring` (default: all) on every one."""
-    servers = {}
-    for n in names:
-        module_args = ["self", n, "call-timeout-ms", timeout_ms, *args,
-                       *((per_node_args or {}).get(n, ()))]
-        servers[n] = server_factory(module_args=module_args, config=config, password=password)
-    fleet = Fleet(servers)
-    fleet.ring(ring or names)
-    return fleet
-
-
-def key_names(n, prefix):
-    """n distinct keys, some binary, with spaces or non-ASCII."""
-    keys = []
-    for i in range(n):
-        if i % 50 == 7:
-            keys.append(b"%s:bin:\x00\xff\r\n:%d" % (prefix.encode(), i))
-        elif i % 50 == 13:
-            keys.append(f"{prefix}:sp ace {i}")
-        elif i % 50 == 21:
-            keys.append(f"{prefix}:ünï:{i}".encode())
-        else:
-            keys.append(f"{prefix}:{i}")
-    return keys
-
-
-def random_ops(rng, n, keys, extended=False, expire_zero=True):
-    """n random single-key commands on `keys`; types collide, so some replies are errors.
-
-    The basic set is SET GET HSET HGETALL INCR LPUSH LRANGE EXPIRE TTL DEL; `extended` adds
-    sets (integers: intset order is deterministic), sorted sets (doubles, inf), LPOP with a
-    count (a null array in RESP2), ZMSCORE (doubles and nulls in one array) and more.
-    """
-
-    def value():
-        return rng.choice([str(rng.randrange(-50, 50)), f"v{rng.randrange(1000)}",
-                           "x" * rng.randrange(0, 70), "", "\r\n\x00\xff"])
-
-    basic = [
-        (12, lambda k: ("SET", k, value())),
-        (2, lambda k: ("SET", k, value(), "EX", rng.randrange(TTL_MIN, TTL_MAX))),
-        (12, lambda k: ("GET", k)),
-        (8, lambda k: ("HSET", k, f"f{rng.randrange(6)}", value(),
-                       *([f"f{rng.randrange(6)}", value()] if rng.random() < 0.3 else []))),
-        (8, lambda k: ("HGETALL", k)),
-        (10, lambda k: ("INCR", k)),
-        (8, lambda k: ("LPUSH", k, *[value() for _ in range(rng.randrange(1, 4))])),
-        (8, lambda k: ("LRANGE", k, *rng.choice([(0, -1), (0, 1), (-2, -1), (5, 2)]))),
-        (6, lambda k: ("EXPIRE", k, rng.randrange(TTL_MIN, TTL_MAX))),
-        (8, lambda k: ("TTL", k)),
-        (5, lambda k: ("DEL", k)),
-    ]
-    if expire_zero:
-        basic.append((1, lambda k: ("EXPIRE", k, 0)))  # deletes the key
-    more = [
-        (5, lambda k: ("SADD", k, *[rng.randrange(100) for _ in range(rng.randrange(1, 4))])),
-        (4, lambda k: ("SMEMBERS", k)),
-        (2, lambda k: ("SISMEMBER", k, rng.randrange(100))),
-        (5, lambda k: ("ZINCRBY", k, rng.choice([0.5, 1.25, -0.1, 3, "inf"]), f"m{rng.randrange(4)}")),
-        (4, lambda k: ("ZSCORE", k, f"m{rng.randrange(4)}")),
-        (3, lambda k: ("ZMSCORE", k, "m0", "m1", "nope")),
-        (3, lambda k: ("ZRANGE", k, 0, -1, "WITHSCORES")),
-        (3, lambda k: ("LPOP", k, 2)),
-        (2, lambda k: ("HINCRBYFLOAT", k, "fl", rng.choice([0.1, 2.5, -1]))),
-        (2, lambda k: ("HMGET", k, "f0", "nope")),
-        (2, lambda k: ("GETDEL", k)),
-        (2, lambda k: ("TYPE", k)),
-    ]
-    table = basic + (more if extended else [])
-    weights = [w for w, _ in table]
-    makers = [m for _, m in table]
-    return [rng.choices(makers, weights)[0](rng.choice(keys)) for _ in range(n)]
-
-
-def run_in_segments(fleet, names, ops, rng, protocol=2, plain=None):
-    """Sends ops through SHARD.CALL in pipelined segments, each through a random node of
-    `names` (a segment's replies arrive before the next segment starts, so the order holds
-    across nodes); returns the replies, and the plain server's for the same ops."""
-    raws = {n: fleet.raw(n, protocol=protocol) for n in names}
-    got, i = [], 0
-    while i < len(ops):
-        seg = ops[i:i + rng.randrange(1, 80)]
-        got += raws[rng.choice(names)].pipeline(call_ops(seg))
-        i += len(seg)
-    for r in raws.values():
-        r.close()
-    want = None
-    if plain is not None:
-        p = Raw(plain.port, protocol=protocol)
-        want = p.pipeline(ops)
-        p.close()
-    return got, want
-
-
-def check_placement(fleet, names, plain, keys):
-    """Every key lives only on its owner under the current ring, and equals the plain
-    server's (DUMP payload; PTTL within 10 s); the fleet holds nothing else."""
-    owners = dict(zip(keys, fleet.owners(keys, via=names[0])))
-    where = {k: [] for k in keys}
-    for n in names:
-        pipe = fleet.client(n).pipeline(transaction=False)
-        for k in keys:
-            pipe.exists(k)
-        for k, e in zip(keys, pipe.execute()):
-            if e:
-                where[k].append(n)
-    pp = plain.client().pipeline(transaction=False)
-    for k in keys:
-        pp.dump(k)
-        pp.pttl(k)
-    plain_replies = pp.execute()
-    expected = {}
-    for k, dump, pttl in zip(keys, plain_replies[::2], plain_replies[1::2]):
-        expected[k] = (dump, pttl)
-    wrong = [(k, where[k], owners[k]) for k in keys
-             if where[k] != ([owners[k]] if expected[k][0] is not None else [])]
-    assert not wrong, f"{len(wrong)} keys are not exactly on their owner " \
-                      f"(key, holders, owner): {wrong[:5]}"
-    by_owner = {}
-    for k in keys:
-        if expected[k][0] is not None:
-            by_owner.setdefault(owners[k], []).append(k)
-    differ = []
-    for n, owned in by_owner.items():
-        pipe = fleet.client(n).pipeline(transaction=False)
-        for k in owned:
-            pipe.dump(k)
-            pipe.pttl(k)
-        replies = pipe.execute()
-        for k, dump, pttl in zip(owned, replies[::2], replies[1::2]):
-            want_dump, want_pttl = expected[k]
-            same_ttl = pttl == want_pttl if min(pttl, want_pttl) < 0 \
-                else abs(pttl - want_pttl) < 10_000
-            if dump != want_dump or not same_ttl:
-                differ.append((k, n, dump, want_dump, pttl, want_pttl))
-    assert not differ, f"{len(differ)} keys differ from the plain server's " \
-                       f"(key, node, dump, plain dump, pttl, plain pttl): {differ[:3]}"
-    total = sum(fleet.client(n).dbsize() for n in names)
-    assert total == plain.client().dbsize(), "the fleet holds keys the plain server does not"
-    return by_owner
+from helpers.calls import check_call_placement, key_names, random_ops, run_in_segments
+from helpers.fleet import NAMES, TIMEOUT_MS, Fleet, make_fleet
+from helpers.listener import Listener
+from helpers.reshard import wait_job
+from helpers.resp import Raw, assert_same_replies, call_ops, differences, encode
+from helpers.server import until
 
 
 # --- 1. a fleet answers like one plain server ------------------------------------------------
@@ -368,7 +54,7 @@ def test_fleet_through_one_node_equals_a_plain_server(server_factory, protocol, 
     assert calls["call_errors"] == 0 and calls["call_timeouts"] == 0, calls
     assert calls["call_fallbacks"] == 0 and calls["call_copies"] == 0, calls
 
-    by_owner = check_placement(fleet, list(NAMES), plain, keys)
+    by_owner = check_call_placement(fleet, list(NAMES), plain, keys)
     assert set(by_owner) == set(NAMES), "every node holds some of the keys"
 
 
@@ -406,17 +92,6 @@ def test_reply_types_byte_for_byte_local_and_forwarded(server_factory):
 
 
 # --- 2. during a resharding ------------------------------------------------------------------
-
-
-def wait_job(client, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reply = client.execute_command("SHARD.RESHARD", "STATUS")
-        st = {k.decode(): v for k, v in zip(reply[::2], reply[1::2])}
-        if st["state"] not in (b"copying", b"cleaning"):
-            return st
-        time.sleep(0.02)
-    raise AssertionError(f"resharding job still running after {timeout}s")
 
 
 def locate(fleet, keys, via="n0"):
@@ -511,7 +186,7 @@ def test_resharding_reads_fall_back_writes_copy_deletes_everywhere(server_factor
         assert fleet.client(n).execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
     for n in names4:
         assert wait_job(fleet.client(n))["state"] == b"done", n
-    by_owner = check_placement(fleet, names4, plain, everything)
+    by_owner = check_call_placement(fleet, names4, plain, everything)
     assert "n3" in by_owner
 
 
@@ -589,6 +264,7 @@ def spread_over_workers(fleet, via, key, n=24, threads=6):
         t.join(timeout=20)
 
 
+@pytest.mark.serial
 def test_down_owner_named_quickly_others_work_and_it_comes_back(server_factory):
     fleet = make_fleet(server_factory)
     k = {n: fleet.key_of(n) for n in NAMES}
@@ -645,7 +321,8 @@ def test_owner_closing_idle_pooled_connections_fails_no_call(server_factory):
     owner.config_set("timeout", 1)
     before = owner.info("stats")["total_connections_received"]
     errors = fleet.calls("n0").get("call_errors_n1", 0)
-    time.sleep(2.5)  # clientsCron closes clients idle for more than 1 s
+    # clientsCron closes the clients idle for more than 1 s: every one but `owner`, which asks.
+    until(lambda: len(owner.client_list()) == 1, "n1 to close its idle clients", 10, every=0.1)
     for i in range(1, 17):
         assert c0.execute_command("SHARD.CALL", "INCR", k1) == i
     assert fleet.calls("n0").get("call_errors_n1", 0) == errors
@@ -659,56 +336,10 @@ def test_owner_closing_idle_pooled_connections_fails_no_call(server_factory):
         fresh.close()
 
 
-class SilentServer:
-    """Accepts connections and reads what they send, never answering; stops by itself after
-    `lifetime` seconds at most."""
-
-    def __init__(self, lifetime=15):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self.received = bytearray()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(lifetime,), daemon=True)
-
-    def _run(self, lifetime):
-        deadline = time.monotonic() + lifetime
-        sel = selectors.DefaultSelector()
-        sel.register(self.sock, selectors.EVENT_READ)
-        while not self.done.is_set() and time.monotonic() < deadline:
-            for key, _ in sel.select(timeout=0.05):
-                if key.fileobj is self.sock:
-                    conn, _ = self.sock.accept()
-                    conn.setblocking(False)
-                    sel.register(conn, selectors.EVENT_READ)
-                    self.accepted += 1
-                    continue
-                try:
-                    data = key.fileobj.recv(65536)
-                except OSError:
-                    data = b""
-                self.received += data
-                if not data:
-                    sel.unregister(key.fileobj)
-                    key.fileobj.close()
-        for key in list(sel.get_map().values()):
-            key.fileobj.close()
-        sel.close()
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.thread.join(timeout=5)
-
-
+@pytest.mark.serial
 def test_silent_owner_times_out_and_the_server_keeps_serving(server_factory):
     fleet = make_fleet(server_factory)
-    with SilentServer() as hole:
+    with Listener(lifetime=15) as hole:
         fleet.ring(NAMES, extra=[("hole", hole.port)])
         key = fleet.key_of("hole")
         mine = fleet.key_of("n0")
@@ -741,6 +372,7 @@ def test_silent_owner_times_out_and_the_server_keeps_serving(server_factory):
         assert fleet.calls("n1")["call_timeouts_hole"] == 1
 
 
+@pytest.mark.serial
 def test_a_late_answer_never_reaches_the_next_call(server_factory):
     """An owner that answers after the timeout (paused): the late reply is dropped with its
     connection, and the next call gets its own reply."""

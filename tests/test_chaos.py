@@ -17,12 +17,15 @@ import os
 import signal
 import time
 
+import pytest
 import redis
 
-from test_fleet import (AOF, NAMES3, NAMES4, Writers, assert_in_place, assert_one_ring,
-                        assert_owned_only, check_writes, fleet_status, make_fleet, ring_of, start,
-                        wait_copying, wait_fleet)
-from test_reshard import populate, snapshot, status
+from helpers.fleet import (NAMES3, NAMES4, assert_in_place, assert_owned_only, populate, ring_of,
+                           snapshot, start_fleet)
+from helpers.reshard import (assert_one_ring, fleet_status, start_resharding, status,
+                             wait_copying, wait_fleet)
+from helpers.server import AOF, until
+from helpers.writers import Writers, check_writes
 
 SCALE = int(os.environ.get("CHAOS_SCALE", "1"))
 THREADS = 8
@@ -52,6 +55,7 @@ def pause_a_source(servers, names, timeout):
     raise AssertionError(f"no copy running on {names} to pause")
 
 
+@pytest.mark.slow
 def test_chaos_grow_and_shrink_under_writes_with_a_kill_and_a_pause(server_factory):
     deadline = time.monotonic() + BUDGET
 
@@ -60,7 +64,7 @@ def test_chaos_grow_and_shrink_under_writes_with_a_kill_and_a_pause(server_facto
         assert remaining > 0, f"the chaos test ran over its {BUDGET} s"
         return remaining
 
-    servers = make_fleet(server_factory, config=AOF)
+    servers = start_fleet(server_factory, NAMES4, ring=NAMES3, on=NAMES3, config=AOF)
     three = {n: servers[n] for n in NAMES3}
     preload = populate(three, n=PRELOAD, seed=21)
     before = snapshot(three, preload)
@@ -73,10 +77,11 @@ def test_chaos_grow_and_shrink_under_writes_with_a_kill_and_a_pause(server_facto
     c0, c1 = servers["n0"].client(), servers["n1"].client()
     writers.start()
     try:
-        time.sleep(0.5)  # writes under the old ring first
+        until(lambda: writers.acknowledged() >= 200, "writes under the old ring first",
+              timeout=min(30, left()))
 
         # Grow 3 -> 4 from n0, slowly enough for the kill and the pause to land in the copy.
-        assert start(c0, servers, NAMES4, maxrate=MAXRATE) == b"OK"
+        assert start_resharding(c0, servers, NAMES4, maxrate=MAXRATE) == b"OK"
         writers.via = NAMES4
         wait_copying(c0, timeout=min(30, left()))
         paused = pause_a_source(servers, ["n1", "n2"], timeout=min(5, left()))
@@ -95,7 +100,7 @@ def test_chaos_grow_and_shrink_under_writes_with_a_kill_and_a_pause(server_facto
         wait_fleet(c0, "done", timeout=left())
 
         # Shrink 4 -> 3 from n1, n3 leaving.
-        assert start(c1, servers, NAMES3) == b"OK"
+        assert start_resharding(c1, servers, NAMES3) == b"OK"
         wait_fleet(c1, "done", timeout=left())
     finally:
         writers.stop()

@@ -9,12 +9,12 @@
 """
 
 import subprocess
-import time
 
 import pytest
 
-from conftest import RedisServer, free_port
-from test_ring_peers import as_dict, key_set, pipelined, slot_keys
+from helpers.keys import key_set, slot_keys
+from helpers.ports import free_port
+from helpers.server import RedisServer, as_dict, pipelined, until
 
 CLUSTER_WAIT = 30.0
 
@@ -30,15 +30,6 @@ def cluster_tag(key):
     return key
 
 
-def wait_until(what, predicate, timeout=CLUSTER_WAIT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def cluster_info(client):
     text = client.execute_command("CLUSTER", "INFO").decode()
     return dict(line.split(":", 1) for line in text.split() if ":" in line)
@@ -47,7 +38,7 @@ def cluster_info(client):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Three masters with the module, joined by `redis-cli --cluster create`, in create order.
-    (Module scope, so the conftest's RedisServer is used directly: server_factory is per test.)"""
+    (Module scope, so RedisServer is used directly: server_factory is per test.)"""
     servers = []
     try:
         for i in range(3):
@@ -65,9 +56,9 @@ def cluster(tmp_path_factory):
         assert create.returncode == 0, create.stdout.decode(errors="replace") + create.stderr.decode(
             errors="replace")
         clients = [s.client() for s in servers]
-        wait_until("cluster_state:ok on all three nodes", lambda: all(
-            cluster_info(c).get("cluster_state") == "ok"
-            and cluster_info(c).get("cluster_known_nodes") == "3" for c in clients))
+        until(lambda: all(cluster_info(c).get("cluster_state") == "ok"
+                          and cluster_info(c).get("cluster_known_nodes") == "3" for c in clients),
+              "cluster_state:ok on all three nodes", CLUSTER_WAIT)
         yield servers
     finally:
         for s in servers:
@@ -102,12 +93,12 @@ def test_cluster_algo_equals_cluster_shards_on_every_node(cluster):
     keys = key_set(utf8_only=False) + slot_keys()
     first = cluster[0].client()
     owner = shards(first)
-    slots = pipelined(first, ["CLUSTER", "KEYSLOT"], keys)
+    slots = pipelined(first, [("CLUSTER", "KEYSLOT", k) for k in keys])
     for server in cluster:
         c = server.client()
         assert c.execute_command("SHARD.RING", "SET", "cluster") == b"OK"
-        whereis = pipelined(c, ["SHARD.WHEREIS"], keys)
-        located = [as_dict(r) for r in pipelined(c, ["SHARD.LOCATE"], keys)]
+        whereis = pipelined(c, [("SHARD.WHEREIS", k) for k in keys])
+        located = [as_dict(r) for r in pipelined(c, [("SHARD.LOCATE", k) for k in keys])]
         bad = [(k, w, owner[s][0]) for k, w, s in zip(keys, whereis, slots) if w != owner[s][0]]
         assert not bad, (
             f"cluster algo on :{server.port}: {len(bad)} of {len(keys)} keys differ from "
@@ -129,11 +120,11 @@ def test_slots_ring_in_create_order_equals_the_real_cluster(cluster):
     for node_id, s in zip(ids, cluster):
         nodes += [node_id, f"127.0.0.1:{s.port}", 1]
     c.execute_command("SHARD.RING", "SET", "cluster")
-    live = pipelined(c, ["SHARD.WHEREIS"], keys)
+    live = pipelined(c, [("SHARD.WHEREIS", k) for k in keys])
     c.execute_command("SHARD.RING", "SET", "slots", *nodes)
-    ring = pipelined(c, ["SHARD.WHEREIS"], keys)
+    ring = pipelined(c, [("SHARD.WHEREIS", k) for k in keys])
     owner = shards(c)
-    slots = pipelined(c, ["CLUSTER", "KEYSLOT"], keys)
+    slots = pipelined(c, [("CLUSTER", "KEYSLOT", k) for k in keys])
     bad = [(k, r, owner[s][0]) for k, r, s in zip(keys, ring, slots) if r != owner[s][0]]
     assert not bad, f"slots ring vs the real cluster: {len(bad)} keys differ, first: {bad[:5]}"
     assert ring == live
@@ -144,7 +135,7 @@ def test_other_commands_work_on_a_cluster_node(cluster):
     # no command of the module declares keys.
     keys = [b"a", b"b", b"c", b"{user1}.following", b"foo{hash_tag}", b"somekey", b"\xff"]
     owner = shards(cluster[0].client())
-    slots = pipelined(cluster[0].client(), ["CLUSTER", "KEYSLOT"], keys)
+    slots = pipelined(cluster[0].client(), [("CLUSTER", "KEYSLOT", k) for k in keys])
     assert len({owner[s][0] for s in slots}) == 3
     for server in cluster:
         c = server.client()
@@ -193,10 +184,10 @@ def test_cluster_algo_follows_a_moved_slot(cluster):
         order = sorted(range(3), key=lambda i: ids[i] != to)
         for i in order:
             clients[i].execute_command("CLUSTER", "SETSLOT", slot, "NODE", to)
-        wait_until(f"every node to see slot {slot} on {to}", lambda: all(
-            shards(c)[slot][0] == to for c in clients))
-        wait_until(f"SHARD.WHEREIS to follow slot {slot} to {to}", lambda: all(
-            c.execute_command("SHARD.WHEREIS", key) == to for c in clients), timeout=10)
+        until(lambda: all(shards(c)[slot][0] == to for c in clients),
+              f"every node to see slot {slot} on {to}", CLUSTER_WAIT)
+        until(lambda: all(c.execute_command("SHARD.WHEREIS", key) == to for c in clients),
+              f"SHARD.WHEREIS to follow slot {slot} to {to}", timeout=10)
 
     try:
         move(target)

@@ -6,46 +6,25 @@ through a resharding too."""
 import hashlib
 import json
 import random
-import re
 import shutil
 import subprocess
-import threading
-import traceback
 import time
 from pathlib import Path
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
 
-from conftest import FILTER_SEES_CLIENT
-from test_call import key_names, random_ops
-from tls_certs import cli_tls_args, redis_py_tls_args
-
-NAMES = ("n0", "n1", "n2")
-
-
-def slots_ring(servers, names):
-    args = ["slots"]
-    for n in names:
-        args += [n, f"127.0.0.1:{servers[n].port}", 1]
-    return args
+from helpers.calls import key_names, random_ops
+from helpers.cluster import (CliLoad, NodeLoad, PyLoad, check_load, cluster_client, cluster_fleet,
+                             grow_and_shrink, slots_ring)
+from helpers.fleet import NAMES
+from helpers.npm import npm_folder
+from helpers.server import AOF, FILTER_SEES_CLIENT, PRIMARY, aof_command_names, wait_in_sync
 
 
 @pytest.fixture
 def fleet(server_factory):
-    servers = {n: server_factory(module_args=["self", n]) for n in NAMES}
-    for s in servers.values():
-        c = s.client()
-        assert c.execute_command("SHARD.RING", "SET", *slots_ring(servers, NAMES)) == b"OK"
-        assert c.config_set("shard.cluster-protocol", "yes")
-    return servers
-
-
-def cluster_client(servers, **kwargs):
-    s = servers["n0"]
-    kwargs = {**redis_py_tls_args(s), **kwargs}
-    return RedisCluster(host="127.0.0.1", port=s.port, socket_timeout=10, **kwargs)
+    return cluster_fleet(server_factory)
 
 
 def test_only_a_slots_ring_takes_the_protocol_and_off_is_plain_at_once(server_factory):
@@ -199,28 +178,13 @@ CLIENTS = Path(__file__).resolve().parent / "clients"
 IOREDIS = "5.4.2"
 
 
-def _ioredis_version(directory):
-    try:
-        meta = json.loads((directory / "node_modules" / "ioredis" / "package.json").read_text())
-        return meta.get("version")
-    except (OSError, ValueError):
-        return None
-
-
 @pytest.fixture(scope="session")
 def ioredis(tmp_path_factory):
     """tests/clients/ioredis_cluster.js with ioredis (npm, pinned): tests/clients/node_modules
-    when it is installed there, otherwise `npm install` into a temporary copy."""
+    when it is installed there, otherwise installed once for the run (tests/helpers/npm.py)."""
     assert shutil.which("node") and shutil.which("npm"), "node and npm run the ioredis client"
-    directory = CLIENTS
-    if _ioredis_version(directory) != IOREDIS:
-        directory = tmp_path_factory.mktemp("ioredis")
-        for f in ("package.json", "ioredis_cluster.js"):
-            shutil.copy(CLIENTS / f, directory / f)
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--no-package-lock",
-                               "--loglevel=error"], cwd=directory, capture_output=True, timeout=300)
-        assert done.returncode == 0, done.stderr.decode(errors="replace")
-        assert _ioredis_version(directory) == IOREDIS
+    directory = npm_folder(tmp_path_factory, CLIENTS, ("package.json", "ioredis_cluster.js"),
+                           "ioredis", IOREDIS)
 
     def run(mode, port, commands):
         done = subprocess.run(["node", str(directory / "ioredis_cluster.js"), mode,
@@ -232,6 +196,7 @@ def ioredis(tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_ioredis_cluster_client_equals_a_plain_server(fleet, server_factory, ioredis):
     plain = server_factory()
     rng = random.Random(2201)
@@ -252,140 +217,7 @@ def test_ioredis_cluster_client_equals_a_plain_server(fleet, server_factory, ior
 # --- a whole grow and shrink under a cluster client's load ----------------------------------
 
 
-def run_job(servers, names, verb):
-    """SHARD.RESHARD COPY or CLEANUP on `names`, waiting for each to be done."""
-    for n in names:
-        assert servers[n].client().execute_command("SHARD.RESHARD", verb) == b"OK"
-    for n in names:
-        c = servers[n].client()
-        deadline = time.monotonic() + 60
-        while True:
-            st = c.execute_command("SHARD.RESHARD", "STATUS")
-            state = dict(zip(st[::2], st[1::2]))[b"state"]
-            if state == b"done":
-                break
-            assert state in (b"copying", b"cleaning"), (n, st)
-            assert time.monotonic() < deadline, (n, st)
-            time.sleep(0.05)
-
-
-def check_load(rc, keys, load):
-    """What a cluster client load must leave after a grow and a shrink: no error, no wrong
-    reply, enough work done, every key's value and every acknowledged INCR there."""
-    assert not load.errors, load.errors[:5]
-    assert not load.wrong, load.wrong[:5]
-    assert load.ops > 100 and len(load.counts) > 50, (load.ops, len(load.counts))
-    for k in keys:
-        assert rc.get(k) == f"v-{k}".encode()
-        assert int(rc.get(f"{k}:n") or 0) == load.counts.get(k, 0), k
-
-
-def grow_and_shrink(servers, old, new, grow_begun=False):
-    """From the ring of `old` to that of `new` and back: BEGIN everywhere (unless the grow's was
-    done already), COPY on the nodes of the ring left, COMMIT everywhere, CLEANUP on the nodes of
-    the ring reached."""
-    for before, after in ((old, new), (new, old)):
-        if not (grow_begun and after == new):
-            for s in servers.values():
-                c = s.client()
-                assert c.execute_command("SHARD.RING", "BEGIN", *slots_ring(servers, after)) == b"OK"
-        run_job(servers, before, "COPY")
-        for s in servers.values():
-            assert s.client().execute_command("SHARD.RING", "COMMIT") == b"OK"
-        run_job(servers, after, "CLEANUP")
-        time.sleep(0.3)
-
-
-class PyLoad:
-    """redis-py's RedisCluster in a thread."""
-
-    def __init__(self, servers, keys):
-        self.counts, self.errors, self.wrong, self.ops = {}, [], [], 0
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.run, args=(servers, keys))
-        self.thread.start()
-
-    def run(self, servers, keys):
-        client = cluster_client(servers)
-        rng = random.Random(5)
-        while not self.stop_event.is_set():
-            k = rng.choice(keys)
-            try:
-                if rng.random() < 0.5:
-                    self.counts[k] = client.incr(f"{k}:n")  # acknowledged: the counter's value
-                elif client.get(k) != f"v-{k}".encode():
-                    self.wrong.append(k)
-            except Exception as e:  # noqa: BLE001 - every failure is a finding, reported below
-                self.errors.append((k, repr(e), traceback.format_exc()[-1000:]))
-            self.ops += 1
-
-    def stop(self):
-        self.stop_event.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-
-class NodeLoad:
-    """ioredis's Redis.Cluster in a Node.js process (tests/clients/ioredis_cluster.js load)."""
-
-    def __init__(self, servers, keys, script):
-        self.proc = subprocess.Popen(["node", str(script), "load", f"127.0.0.1:{servers['n0'].port}"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
-        self.proc.stdin.write(json.dumps(keys).encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def stop(self):
-        out, err = self.proc.communicate(timeout=60)  # closes stdin: the load stops
-        assert self.proc.returncode == 0, err.decode(errors="replace")
-        done = json.loads(out)
-        self.counts, self.errors, self.wrong, self.ops = (
-            done["counts"], done["errors"], done["wrong"], done["ops"])
-
-
-class CliLoad:
-    """`redis-cli -c` reading commands from a pipe, one at a time, in a thread."""
-
-    def __init__(self, servers, keys):
-        self.counts, self.errors, self.wrong, self.ops = {}, [], [], 0
-        self.proc = subprocess.Popen(["redis-cli", *cli_tls_args(servers["n0"]), "-c", "-p",
-                                      str(servers["n0"].port)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.run, args=(keys,))
-        self.thread.start()
-
-    def reply(self):
-        while True:
-            line = self.proc.stdout.readline()
-            assert line, "redis-cli exited"
-            if not line.startswith("-> Redirected"):  # what -c prints when it follows one
-                return line.rstrip("\n")
-
-    def run(self, keys):
-        rng = random.Random(7)
-        while not self.stop_event.is_set():
-            k = rng.choice(keys)
-            incr = rng.random() < 0.5
-            self.proc.stdin.write(f"INCR {k}:n\n" if incr else f"GET {k}\n")
-            self.proc.stdin.flush()
-            got = self.reply()
-            if incr and got.isdigit():
-                self.counts[k] = int(got)
-            elif incr:
-                self.errors.append((k, got))
-            elif got != f"v-{k}":
-                self.wrong.append((k, got))
-            self.ops += 1
-
-    def stop(self):
-        self.stop_event.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-        self.proc.stdin.close()
-        assert self.proc.wait(10) == 0
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("client", ["redis-py", "ioredis", "redis-cli"])
 def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory, client, request):
     joining = server_factory(module_args=["self", "n3"])
@@ -423,16 +255,9 @@ def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory, clie
             assert c.execute_command("SHARD.WHEREIS", k).decode() == n
 
 
-def aof_command_names(workdir):
-    names = []
-    for f in sorted(Path(workdir).rglob("*.aof")):
-        names += [m.lower() for m in re.findall(rb"\*\d+\r\n\$\d+\r\n([^\r]+)\r\n", f.read_bytes())]
-    return names
-
-
 def test_a_replica_and_the_aof_hold_what_the_primary_holds(server_factory):
-    config = [("appendonly", "yes"), ("appendfsync", "always")]
-    servers = {n: server_factory(module_args=["self", n], config=config) for n in ("n0", "n1")}
+    servers = {n: server_factory(module_args=["self", n], config=[*AOF, *PRIMARY])
+               for n in ("n0", "n1")}
     replica = server_factory(module_args=["self", "n0"])
     for s in servers.values():
         s.client().execute_command("SHARD.RING", "SET", *slots_ring(servers, ("n0", "n1")))
@@ -447,12 +272,7 @@ def test_a_replica_and_the_aof_hold_what_the_primary_holds(server_factory):
         except redis.ResponseError:
             pass
     primary = servers["n0"].client()
-    deadline = time.monotonic() + 10
-    while replica.client().info("replication").get("master_link_status") != "up" or \
-            replica.client().info("replication")["slave_repl_offset"] != \
-            primary.info("replication")["master_repl_offset"]:
-        assert time.monotonic() < deadline, "the replica did not catch up"
-        time.sleep(0.05)
+    wait_in_sync(primary, replica.client())
     # The replica applied everything (nothing it received was redirected away).
     held = primary.keys("*")
     assert held and sorted(replica.client().keys("*")) == sorted(held)
@@ -532,6 +352,7 @@ def incr_calls(server):
     return server.client().info("commandstats").get("cmdstat_incr", {}).get("calls", 0)
 
 
+@pytest.mark.slow
 def test_redis_benchmark_through_a_grow_and_a_shrink_loses_no_incr(fleet, server_factory):
     """`redis-benchmark --cluster -t incr` while a node joins (taking slots 0-4095) and leaves
     again. redis-benchmark learns its nodes once, at start (a node that appears later in

@@ -2,6 +2,8 @@
 
 import pytest
 
+from helpers.resp import raw_reply
+
 COMMANDS = {
     "shard.genkey": (-1, {"write", "denyoom", "fast"}),
     "shard.decode": (-2, {"readonly", "fast"}),
@@ -23,18 +25,8 @@ SUBCOMMANDS = {
 }
 
 
-def raw(client, *args):
-    """The reply as sent, without redis-py's own post-processing of COMMAND replies."""
-    conn = client.connection_pool.get_connection(args[0])
-    try:
-        conn.send_command(*args)
-        return conn.read_response()
-    finally:
-        client.connection_pool.release(conn)
-
-
 def info(client, name):
-    return raw(client, "COMMAND", "INFO", name)[0]
+    return raw_reply(client, "COMMAND", "INFO", name)[0]
 
 
 def flags_of(entry):
@@ -61,7 +53,7 @@ def test_subcommands_are_real(r):
 
 
 def test_command_docs_summary_and_arguments(r):
-    docs = raw(r, "COMMAND", "DOCS", "shard.genkey", "shard.encode", "shard.ring")
+    docs = raw_reply(r, "COMMAND", "DOCS", "shard.genkey", "shard.encode", "shard.ring")
     docs = dict(zip(docs[::2], docs[1::2]))
     genkey = dict(zip(docs[b"shard.genkey"][::2], docs[b"shard.genkey"][1::2]))
     assert b"time-sorted unique keys" in genkey[b"summary"]

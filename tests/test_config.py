@@ -3,7 +3,7 @@
 import pytest
 import redis
 
-from conftest import RedisServer, ServerFailed, info_shard
+from helpers.server import RedisServer, ServerFailed, info_shard
 
 
 def test_defaults_are_visible_in_config_get(r):

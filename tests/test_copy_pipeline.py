@@ -7,7 +7,9 @@ import time
 import pytest
 import redis
 
-from test_reshard import owners, ring_args, start_fleet, status, wait_job
+from helpers.fleet import owners, ring_args, start_fleet
+from helpers.reshard import status, wait_job
+from helpers.server import until
 
 KEYS = 200_000
 
@@ -21,15 +23,13 @@ def fill(client, n=KEYS, prefix="k"):
 
 
 def two_nodes(server_factory, n=KEYS):
-    """a holds n keys; a resharding to a:1 b:3 is open on both."""
-    servers = start_fleet(server_factory, ["a", "b"])
+    """a holds n keys; a resharding to a:1 b:3 is open on both. (SHARD.CALL's timeout is 10 s:
+    a copy-before-write from a source that is busy copying, on a busy machine, takes its time.)"""
+    servers = start_fleet(server_factory, ["a", "b"], ring=["a"],
+                          module_args=["call-timeout-ms", 10_000])
     a, b = servers["a"].client(), servers["b"].client()
-    for c in (a, b):
-        c.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, ["a"]))
     fill(a, n)
-    new = ["a", f"127.0.0.1:{servers['a'].port}", 1, "b", f"127.0.0.1:{servers['b'].port}", 3]
-    for c in (a, b):
-        c.execute_command("SHARD.RING", "BEGIN", "ketama", *new)
+    servers.ring({"a": 1, "b": 3}, verb="BEGIN")
     return servers, a, b
 
 
@@ -38,6 +38,7 @@ def moving_keys(a, n=KEYS, prefix="k"):
     return [k for k, o in zip(keys, owners(a, keys)) if o == "b"]
 
 
+@pytest.mark.slow
 def test_progress_fields_and_every_moving_key_arrives(server_factory):
     servers, a, b = two_nodes(server_factory)
     assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
@@ -107,6 +108,7 @@ def test_clients_writing_the_moving_keys_all_along_leave_their_last_value(server
     assert b.mget(counters) == [str(last[k]).encode() for k in counters]
 
 
+@pytest.mark.slow
 def test_a_destination_killed_mid_copy_gets_every_key_from_a_second_copy(server_factory):
     servers, a, b = two_nodes(server_factory, n=400_000)
     a.execute_command("SHARD.RESHARD", "COPY", "TIMEOUT", 500)
@@ -137,6 +139,7 @@ def copied_over(client, seconds):
     return status(client)["copied"] - first
 
 
+@pytest.mark.serial
 def test_throttle_holds_the_rate_and_maxrate_starts_with_it(server_factory):
     servers, a, b = two_nodes(server_factory)
     assert a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", 5000) == b"OK"
@@ -162,13 +165,13 @@ def restores(server):
     return stats.get("cmdstat_restore", {}).get("calls", 0)
 
 
+@pytest.mark.slow
 def test_pause_stops_all_traffic_and_resume_finishes_with_every_key(server_factory):
     servers, a, b = two_nodes(server_factory)
     a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", 20000)
-    time.sleep(0.5)
+    until(lambda: restores(servers["b"]) > 0, "the copy's first keys at b")
     assert a.execute_command("SHARD.RESHARD", "PAUSE") == b"OK"
-    time.sleep(0.5)  # what was in flight lands
-    st = status(a)
+    st = until(lambda: (s := status(a))["in_flight"] == 0 and s, "what was in flight to land")
     assert st["paused"] == b"yes" and st["state"] == b"copying" and st["in_flight"] == 0
     before = restores(servers["b"])
     assert 0 < before < len(moving_keys(a))
@@ -186,6 +189,7 @@ def test_pause_stops_all_traffic_and_resume_finishes_with_every_key(server_facto
     assert restores(servers["b"]) == len(moving), "each key sent once: the pass went on where it stopped"
 
 
+@pytest.mark.serial
 def test_pause_and_throttle_a_cleanup(server_factory):
     servers, a, b = two_nodes(server_factory, n=100_000)
     a.execute_command("SHARD.RESHARD", "COPY")
@@ -212,6 +216,7 @@ def test_pause_and_throttle_a_cleanup(server_factory):
     assert st["state"] == b"done" and a.dbsize() == 100_000 - len(moving_keys(a, 100_000))
 
 
+@pytest.mark.slow
 def test_big_keys_of_every_type_arrive_whole_with_their_ttls(server_factory):
     servers, a, b = two_nodes(server_factory, n=0)
     # A query buffer of 8 MB at most: the 50 MB string and the hash's and sorted set's payloads
@@ -286,6 +291,7 @@ def test_big_keys_of_every_type_arrive_whole_with_their_ttls(server_factory):
     assert b.keys("__shard_piece__:*") == []
 
 
+@pytest.mark.slow
 def test_a_write_while_its_pieces_travel_wins(server_factory):
     """A client writes a big key through SHARD.CALL while the copy sends it in pieces: the
     write path's copy-before-write brings the whole key to its new owner and applies the write;

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import RedisServer, ServerFailed, free_port, info_shard
+from helpers.ports import free_port
+from helpers.server import (AOF, PRIMARY, RedisServer, ServerFailed, as_dict, info_shard, until,
+                            wait_in_sync)
 
 SNOWFLAKE_EPOCH = 1288834974657
 SHIM_SOURCE = Path(__file__).resolve().parent / "clockshim.c"
@@ -26,8 +28,6 @@ BACK = -10_000  # the clock steps back by 10 s
 SLACK_MS = 1_000
 # Keys issued 10 s ahead of a clock set back need a drift limit above 10 s.
 LENIENT = ["max-drift-ms", 60000]
-# A master starts a full sync at once (the default waits 5 s for more replicas).
-MASTER = [("repl-diskless-sync-delay", 0)]
 
 RING1 = ["ketama", "a", "127.0.0.1:7001", 1, "b", "127.0.0.1:7002", 1]
 RING2 = ["ketama", "a", "127.0.0.1:7001", 1, "b", "127.0.0.1:7002", 1, "c", "127.0.0.1:7003", 1]
@@ -79,7 +79,7 @@ class Clock:
 
         def followed():
             return abs(server_ms(client) - (int(time.time() * 1000) + self.offset_ms)) < SLACK_MS
-        wait_for(followed, f"the server's TIME to follow the clock offset {self.offset_ms} ms",
+        until(followed, f"the server's TIME to follow the clock offset {self.offset_ms} ms",
                  timeout)
 
     def env(self):
@@ -107,22 +107,12 @@ def clocked(server_factory, clockshim, tmp_path):
     return make
 
 
-class PlainServer(RedisServer):
-    """redis-server without the module."""
-
-    def command_line(self):
-        line = super().command_line()
-        i = line.index("--loadmodule")
-        del line[i:i + 2 + len(self.module_args)]
-        return line
-
-
 @pytest.fixture
 def plain_factory():
     servers = []
 
     def make(workdir, config=(), port=None, start=True):
-        s = PlainServer(workdir, config=config)
+        s = RedisServer(workdir, config=config, module=False)  # without the module
         s.port = port
         servers.append(s)
         return s.start() if start else s
@@ -135,17 +125,6 @@ def plain_factory():
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def wait_for(predicate, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def genkeys(client, n=None):
@@ -219,28 +198,10 @@ def assert_clock_is_back(client, old_keys, by_ms=-BACK - SLACK_MS):
     assert lag >= by_ms, f"the shimmed clock is only {lag} ms behind the last key"
 
 
-def repl_info(client):
-    return client.info("replication")
-
-
 def wait_replicated(master, replica, timeout=10.0):
     """Link up, offsets equal and the same high-water mark on both."""
-    def synced():
-        r = repl_info(replica)
-        if r.get("master_link_status") != "up":
-            return False
-        m = repl_info(master)
-        return (
-            r.get("slave_repl_offset") == m.get("master_repl_offset")
-            and info_shard(replica)["high_water_ms"] == info_shard(master)["high_water_ms"]
-        )
-    wait_for(synced, "the replica to catch up with its master", timeout)
-
-
-def as_dict(reply):
-    if isinstance(reply, dict):
-        return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
-    return {k.decode(): v for k, v in zip(reply[::2], reply[1::2])}
+    wait_in_sync(master, replica, timeout, also=lambda m, r: (
+        info_shard(r)["high_water_ms"] == info_shard(m)["high_water_ms"]))
 
 
 def ring_state(client):
@@ -321,8 +282,9 @@ def test_rdb_restart_with_the_clock_set_back_keeps_keys_increasing(clocked):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_aof_kill_9_during_a_burst_then_restart_with_the_clock_set_back(clocked):
-    s = clocked(module_args=LENIENT, config=[("appendonly", "yes"), ("appendfsync", "always")])
+    s = clocked(module_args=LENIENT, config=AOF)
     received = []  # every key whose reply arrived, in order
     calls = [0]
     errors = []
@@ -342,7 +304,7 @@ def test_aof_kill_9_during_a_burst_then_restart_with_the_clock_set_back(clocked)
     thread = threading.Thread(target=burst, daemon=True)
     thread.start()
     # Kill it in the middle of the burst, once it has answered a few thousand calls.
-    wait_for(lambda: calls[0] >= 3000 or errors, "3000 SHARD.GENKEY calls of the burst", 30)
+    until(lambda: calls[0] >= 3000 or errors, "3000 SHARD.GENKEY calls of the burst", 30)
     s.stop(signal.SIGKILL)
     thread.join(10)
     assert not thread.is_alive(), "the generating client did not notice the kill"
@@ -368,7 +330,7 @@ def rewrite_aof(client):
         p = client.info("persistence")
         return (p["aof_rewrite_in_progress"] == 0 and p["aof_rewrite_scheduled"] == 0
                 and p["aof_last_bgrewrite_status"] == "ok")
-    wait_for(done, "the AOF rewrite to finish")
+    until(done, "the AOF rewrite to finish")
 
 
 def aof_rewrite_then_restart_with_the_clock_set_back(clocked, preamble):
@@ -441,7 +403,7 @@ def test_clock_set_back_while_running_and_while_down(clocked):
 
 
 def test_promoted_replica_never_repeats_a_key_of_its_old_master(clocked):
-    master = clocked(module_args=LENIENT, config=MASTER)
+    master = clocked(module_args=LENIENT, config=PRIMARY)
     replica = clocked(module_args=LENIENT, offset_ms=BACK)  # same node id 0
     m, r = master.client(), replica.client()
 
@@ -484,7 +446,7 @@ def test_rings_survive_a_restart_from_the_rdb(server_factory):
 
 
 def test_rings_survive_a_restart_from_the_aof(server_factory):
-    s = server_factory(config=[("appendonly", "yes"), ("appendfsync", "always")])
+    s = server_factory(config=AOF)
     c = s.client()
     state = open_resharding(c)
     c.close()
@@ -495,7 +457,7 @@ def test_rings_survive_a_restart_from_the_aof(server_factory):
 
 
 def test_rings_reach_a_replica(server_factory):
-    master, replica = server_factory(config=MASTER), server_factory()
+    master, replica = server_factory(config=PRIMARY), server_factory()
     m, r = master.client(), replica.client()
     ring(m, "SET", *RING1)
     ring(m, "BEGIN", *RING2)
@@ -646,13 +608,13 @@ def test_readme_procedure_unloads_the_module_data(server_factory, plain_factory,
         p = c.info("persistence")
         return (p["aof_enabled"] == 1 and p["aof_rewrite_in_progress"] == 0
                 and p["aof_rewrite_scheduled"] == 0 and p["aof_last_bgrewrite_status"] == "ok")
-    wait_for(rewritten, "the AOF rewrite to finish")
+    until(rewritten, "the AOF rewrite to finish")
     # (writes stop here)
     try:
         c.shutdown()
     except redis.ConnectionError:
         pass
-    wait_for(lambda: not s.alive(), "SHUTDOWN to stop the server")
+    until(lambda: not s.alive(), "SHUTDOWN to stop the server")
 
     for name, data in aof_files(s.workdir).items():
         assert not data.startswith(b"REDIS"), f"{name} is an RDB (preamble), with module data"

@@ -15,26 +15,22 @@
 Replies are RESP2 (maps arrive as flat lists); `as_map` turns them into dicts.
 """
 
-import random
 import re
 import signal
-import threading
 import time
-from collections import Counter, defaultdict
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from uhashring import HashRing
 
-from conftest import free_port
-from test_reshard import check_placement, owners, populate, ring_args, set_ring, snapshot
+from helpers.fleet import (NAMES3, NAMES4, assert_in_place, assert_owned_only, check_placement,
+                           owners, populate, ring_args, ring_of, set_ring, snapshot, start_fleet)
+from helpers.ports import free_port
+from helpers.reshard import (assert_no_resharding, assert_one_ring, check_done, fleet_status,
+                             start_resharding, wait_copying, wait_fleet)
+from helpers.server import AOF, PRIMARY, as_map
+from helpers.writers import Writers, check_writes
 
-NAMES3 = ["n0", "n1", "n2"]
-NAMES4 = NAMES3 + ["n3"]
-AOF = [("appendonly", "yes"), ("appendfsync", "always")]
-FINAL = ("done", "cancelled")
 # MAXRATE limits the keys a copy *sends* per second, per source. Growing 3 -> 4 moves about a
 # quarter of the keys, so with 30 000 keys each of the three sources sends about 2 500: about
 # 2.5 s at 1 000 keys/s, long enough to cancel or kill the coordinator in the middle.
@@ -42,336 +38,21 @@ SLOW_KEYS = 30_000
 SLOW_RATE = 1000
 
 
-# --- replies ---------------------------------------------------------------------------------
-
-
-def as_map(reply):
-    """A RESP2 map (flat `[k1, v1, k2, v2, ...]`) as a dict with str keys and the values as sent
-    (bytes, ints, None). The known nested maps become dicts too: `fleet`, `previous`, and
-    `nodes` (name -> map in CHECK and STATUS, a list of maps in RING GET)."""
-    if reply is None:
-        return None
-    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
-    out = {}
-    for k, v in pairs:
-        k = k.decode() if isinstance(k, bytes) else k
-        if k in ("fleet", "previous"):
-            v = as_map(v)
-        elif k == "nodes" and isinstance(v, list):
-            if v and isinstance(v[0], list):
-                v = [as_map(m) for m in v]
-            else:
-                v = {name.decode(): as_map(m) for name, m in zip(v[::2], v[1::2])}
-        out[k] = v
-    return out
-
-
-def fleet_status(client):
-    """The `fleet` map of the node's `SHARD.RESHARD STATUS` (None: it coordinates nothing)."""
-    return as_map(client.execute_command("SHARD.RESHARD", "STATUS"))["fleet"]
-
-
-def ring_of(client):
-    """`SHARD.RING GET` as a dict, or None on a node that holds no ring."""
-    try:
-        return as_map(client.execute_command("SHARD.RING", "GET"))
-    except redis.ResponseError as e:
-        if "no ring is set" in str(e):
-            return None
-        raise
-
-
 def share(value):
     return float(value.decode() if isinstance(value, bytes) else value)
 
 
-# --- driving the fleet -----------------------------------------------------------------------
-
-
-def make_fleet(server_factory, config=(), names=NAMES4, ring=NAMES3):
-    """One server per name with `self` set; the ring of `ring` (weight 1 each) is set on those
-    nodes only: the others hold no ring and no keys."""
-    servers = {n: server_factory(module_args=["self", n], config=config) for n in names}
-    set_ring(servers, ring, [servers[n] for n in ring])
-    return servers
-
-
-def start(client, servers, names, maxrate=None, extra=()):
-    """`SHARD.RESHARD START ketama` to the ring of `names` (weight 1 each) plus `extra`."""
-    args = ["SHARD.RESHARD", "START", "ketama", *ring_args(servers, names), *extra]
-    if maxrate:
-        args += ["MAXRATE", maxrate]
-    return client.execute_command(*args)
-
-
-def wait_fleet(client, phase="done", timeout=60):
-    """Polls the coordinator's STATUS until `fleet.phase` is `phase`; fails, with the last status,
-    on the other final phase, on a coordinator that stopped driving (`running` no) for a second,
-    or after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    stalled_since = None
-    while True:
-        st = fleet_status(client)
-        assert st is not None, "this node coordinates no resharding"
-        now = st["phase"].decode()
-        if now == phase:
-            return st
-        if now in FINAL:
-            raise AssertionError(f"the resharding ended {now}, not {phase}: {st}")
-        if st["running"] == b"no":
-            stalled_since = stalled_since or time.monotonic()
-            if time.monotonic() - stalled_since > 1.0:
-                raise AssertionError(f"the coordinator stopped driving in phase {now}: {st}")
-        else:
-            stalled_since = None
-        if time.monotonic() > deadline:
-            raise AssertionError(f"fleet phase still {now} after {timeout:.0f} s: {st}")
-        time.sleep(0.05)
-
-
-def wait_copying(client, timeout=30):
-    """Waits until the coordinator is in phase `copy` and has seen a node's copy running."""
-    deadline = time.monotonic() + timeout
-    while True:
-        st = fleet_status(client)
-        assert st is not None, "this node coordinates no resharding"
-        now = st["phase"].decode()
-        if now == "copy" and any(n["state"].startswith(b"copying") for n in st["nodes"].values()):
-            return st
-        assert now in ("fence", "begin", "copy"), \
-            f"the copy ended before the test could act: more keys or a lower MAXRATE: {st}"
-        assert time.monotonic() < deadline, f"no copy running after {timeout:.0f} s: {st}"
-        time.sleep(0.02)
-
-
-def check_done(st, old_digest, new_digest, roles):
-    """The coordinator's STATUS once done: no problem left, the rings and each node's role."""
-    assert st["error"] == b"", st
-    assert (st["old_digest"], st["new_digest"]) == (old_digest, new_digest), st
-    assert {n: m["role"].decode() for n, m in st["nodes"].items()} == roles, st
-
-
-# --- what the fleet holds --------------------------------------------------------------------
-
-
-def assert_one_ring(servers, names, on=None):
-    """Every server of `on` (default: all) holds the ring of `names` alone (no resharding open),
-    with the same digest; returns the digest."""
-    digests = set()
-    for n in on or servers:
-        ring = ring_of(servers[n].client())
-        assert ring is not None, f"{n} holds no ring"
-        assert ring["previous"] is None, f"{n} still has a resharding open: {ring}"
-        assert sorted(m["name"].decode() for m in ring["nodes"]) == sorted(names), (n, ring)
-        digests.add(ring["digest"])
-    assert len(digests) == 1, f"the nodes hold different rings: {digests}"
-    return digests.pop()
-
-
-def assert_no_resharding(servers, on):
-    """No server of `on` has a resharding open (a server with no ring has none)."""
-    for n in on:
-        ring = ring_of(servers[n].client())
-        assert ring is None or ring["previous"] is None, f"{n} has a resharding open: {ring}"
-
-
-def assert_owned_only(servers, via):
-    """Every key of every server (all of database 0) is owned by that server under the ring of
-    `via` (`SHARD.WHEREIS`); returns how many keys the servers hold in all."""
-    total = 0
-    for name, s in servers.items():
-        keys = list(s.client().scan_iter(count=1000))
-        total += len(keys)
-        stray = [(k, o) for k, o in zip(keys, owners(via, keys)) if o != name]
-        assert not stray, f"{len(stray)} keys on {name}, which does not own them: {stray[:10]}"
-    return total
-
-
-def assert_in_place(servers, keys, before, via):
-    """Each of `keys` is held by exactly one server (all servers are looked at), its owner under
-    the ring of `via`, with the value it had in `before` (a `snapshot`)."""
-    after = snapshot(servers, keys)
-    expected = dict(zip(keys, owners(via, keys)))
-    for k in keys:
-        holders = after.get(k, [])
-        assert [h[0] for h in holders] == [expected[k]], (k, expected[k], holders)
-        assert holders[0][1] == before[k][0][1], f"{k} changed"
-
-
-# --- clients writing through SHARD.CALL ------------------------------------------------------
-
-ACK, UNKNOWN, REFUSED = "ack", "unknown", "refused"
-
-
-class Ledger:
-    """What one writer thread did. A write is acknowledged once its reply arrived; a write that
-    got an error or no answer is unknown (it may or may not have applied), except `TRYAGAIN`:
-    refused, not applied."""
-
-    def __init__(self):
-        self.incr = {ACK: Counter(), UNKNOWN: Counter()}
-        self.members = {ACK: defaultdict(set), UNKNOWN: defaultdict(set)}
-        self.values = defaultdict(list)  # key -> [(value, outcome)] in the order written
-        self.outcomes = Counter()
-        self.errors = Counter()  # the first words of each error, for the failure messages
-
-
-class Writers:
-    """`threads` clients writing through SHARD.CALL, each write on a random node of `self.via`
-    (which the test may change as it goes): INCR of `counters`; SADD of a unique member
-    `t<thread>-<n>` to `sets`; SET of `t<thread>-<n>` to the keys of `values[thread]` (each
-    thread its own keys, so that "the last acknowledged value" is well defined)."""
-
-    def __init__(self, servers, via, threads, counters=(), sets=(), values=None, seed=0,
-                 pause=0.002, deadline=None):
-        self.servers, self.via = servers, list(via)
-        self.counters, self.sets = list(counters), list(sets)
-        self.values = values or [[] for _ in range(threads)]
-        assert len(self.values) == threads
-        self.kinds = [k for k, keys in (("incr", self.counters), ("sadd", self.sets),
-                                        ("set", any(self.values))) if keys]
-        self.seed, self.pause = seed, pause
-        self.deadline = deadline or time.monotonic() + 300
-        self.ledgers = [Ledger() for _ in range(threads)]
-        self.crashed = []
-        self.done = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(t,), daemon=True)
-                        for t in range(threads)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def stop(self):
-        self.done.set()
-        for t in self.threads:
-            t.join(timeout=30)
-        assert not any(t.is_alive() for t in self.threads), "a writer thread is stuck"
-        assert not self.crashed, f"a writer thread crashed: {self.crashed}"
-
-    def _client(self, name):
-        # No retry inside redis-py: a command is sent at most once, whatever happens.
-        return self.servers[name].client(socket_timeout=10, socket_connect_timeout=2,
-                                         retry=Retry(NoBackoff(), 0))
-
-    def _run(self, t):
-        rng = random.Random(f"{self.seed}-{t}")
-        log = self.ledgers[t]
-        clients = {}
-        n = 0
-        try:
-            while not self.done.is_set() and time.monotonic() < self.deadline:
-                name = rng.choice(self.via)
-                client = clients.get(name) or clients.setdefault(name, self._client(name))
-                n += 1
-                kind = rng.choice(self.kinds)
-                if kind == "incr":
-                    key = rng.choice(self.counters)
-                    args = ("INCR", key)
-                elif kind == "sadd":
-                    key, item = rng.choice(self.sets), f"t{t}-{n}"
-                    args = ("SADD", key, item)
-                else:
-                    key, item = rng.choice(self.values[t]), f"t{t}-{n}"
-                    args = ("SET", key, item)
-                try:
-                    client.execute_command("SHARD.CALL", *args)
-                    outcome = ACK
-                except redis.ResponseError as e:
-                    outcome = REFUSED if str(e).startswith("TRYAGAIN") else UNKNOWN
-                    log.errors[" ".join(str(e).split()[:4])] += 1
-                except (redis.ConnectionError, redis.TimeoutError) as e:
-                    outcome = UNKNOWN
-                    log.errors[f"{type(e).__name__} via {name}"] += 1
-                    clients.pop(name).close()  # a new connection next time
-                    time.sleep(0.02)
-                log.outcomes[f"{kind} {outcome}"] += 1
-                if kind == "incr" and outcome != REFUSED:
-                    log.incr[outcome][key] += 1
-                elif kind == "sadd" and outcome != REFUSED:
-                    log.members[outcome][key].add(item.encode())
-                elif kind == "set":
-                    log.values[key].append((item.encode(), outcome))
-                if self.pause:
-                    time.sleep(self.pause)
-        except Exception as e:  # noqa: BLE001 - reported by stop()
-            self.crashed.append(f"thread {t}: {e!r}")
-
-    def summary(self):
-        outcomes, errors = Counter(), Counter()
-        for log in self.ledgers:
-            outcomes.update(log.outcomes)
-            errors.update(log.errors)
-        return f"writes: {dict(outcomes)}; errors: {dict(errors.most_common(8))}"
-
-    def acknowledged(self):
-        return sum(v for log in self.ledgers for k, v in log.outcomes.items() if k.endswith(ACK))
-
-
-def allowed_values(history, initial=None):
-    """The values a key may hold after the writes of `history` ([(value, outcome)] in order):
-    its last acknowledged value, or one written after it whose outcome is unknown; with no
-    acknowledged write, its initial value or any unknown one."""
-    acked = [i for i, (_, o) in enumerate(history) if o == ACK]
-    if not acked:
-        return {initial} | {v for v, o in history if o == UNKNOWN}
-    last = acked[-1]
-    return {history[last][0]} | {v for v, o in history[last + 1:] if o == UNKNOWN}
-
-
-def check_writes(client, writers, counter_base=0, initial=None):
-    """What the fleet holds (read through SHARD.CALL on `client`) against the writers' ledgers:
-    each counter is its base plus the acknowledged INCRs plus at most the unknown ones; each set
-    holds every acknowledged member and nothing that was not written; each value key holds its
-    last acknowledged value or a later unknown one."""
-    incr = {ACK: Counter(), UNKNOWN: Counter()}
-    members = {ACK: defaultdict(set), UNKNOWN: defaultdict(set)}
-    for log in writers.ledgers:
-        for o in (ACK, UNKNOWN):
-            incr[o].update(log.incr[o])
-            for k, m in log.members[o].items():
-                members[o][k] |= m
-    value_keys = [k for keys in writers.values for k in keys]
-    histories = {}
-    for log in writers.ledgers:
-        histories.update(log.values)
-
-    def read(command, keys):
-        pipe = client.pipeline(transaction=False)
-        for k in keys:
-            pipe.execute_command("SHARD.CALL", command, k)
-        return dict(zip(keys, pipe.execute()))
-
-    problems = []
-    for k, got in read("GET", writers.counters).items():
-        got = int(got) if got is not None else 0
-        low = counter_base + incr[ACK][k]
-        high = low + incr[UNKNOWN][k]
-        if not low <= got <= high:
-            problems.append(f"counter {k} = {got}, expected {low}..{high} "
-                            f"({incr[ACK][k]} acknowledged, {incr[UNKNOWN][k]} unknown INCRs)")
-    for k, got in read("SMEMBERS", writers.sets).items():
-        got = set(got)
-        lost = members[ACK][k] - got
-        foreign = got - members[ACK][k] - members[UNKNOWN][k]
-        if lost or foreign:
-            problems.append(f"set {k}: {len(lost)} acknowledged members lost {sorted(lost)[:5]}, "
-                            f"{len(foreign)} never written {sorted(foreign)[:5]}")
-    for k, got in read("GET", value_keys).items():
-        history = histories.get(k, [])
-        allowed = allowed_values(history, (initial or {}).get(k))
-        if got not in allowed:
-            problems.append(f"{k} = {got!r}, expected one of {sorted(map(repr, allowed))[:5]} "
-                            f"(last writes: {history[-4:]})")
-    assert not problems, f"{len(problems)} keys wrong, e.g. {problems[:10]}; {writers.summary()}"
+def fleet_of_four(server_factory, config=()):
+    """n0..n3 with `self` set; the ring of n0..n2 is set on those nodes only: n3 holds no ring
+    and no keys."""
+    return start_fleet(server_factory, NAMES4, ring=NAMES3, on=NAMES3, config=config)
 
 
 # --- tests -----------------------------------------------------------------------------------
 
 
 def test_start_grows_three_to_four_and_shrinks_back_from_a_staying_node(server_factory):
-    servers = make_fleet(server_factory)
+    servers = fleet_of_four(server_factory)
     keys = populate({n: servers[n] for n in NAMES3}, n=20_000, seed=11)
     before = snapshot(servers, keys)
     assert all(len(h) == 1 for h in before.values())
@@ -379,7 +60,7 @@ def test_start_grows_three_to_four_and_shrinks_back_from_a_staying_node(server_f
 
     # Grow from n1: n3 has no ring and no keys; START alone does everything.
     c1 = servers["n1"].client()
-    assert start(c1, servers, NAMES4) == b"OK"
+    assert start_resharding(c1, servers, NAMES4) == b"OK"
     st = wait_fleet(c1, "done")
     new = assert_one_ring(servers, NAMES4)
     assert new != old
@@ -393,7 +74,7 @@ def test_start_grows_three_to_four_and_shrinks_back_from_a_staying_node(server_f
 
     # Shrink from n2, n3 leaving.
     c2 = servers["n2"].client()
-    assert start(c2, servers, NAMES3) == b"OK"
+    assert start_resharding(c2, servers, NAMES3) == b"OK"
     st = wait_fleet(c2, "done")
     back = assert_one_ring(servers, NAMES3)  # the node that left holds the new ring too
     assert back == old, "the same ring as at first: the same digest"
@@ -404,7 +85,7 @@ def test_start_grows_three_to_four_and_shrinks_back_from_a_staying_node(server_f
 
 
 def test_start_refuses_naming_the_node_and_opens_nothing(server_factory):
-    servers = make_fleet(server_factory, config=AOF)  # AOF: n2 is killed and restarted below
+    servers = fleet_of_four(server_factory, config=AOF)  # AOF: n2 is killed and restarted below
     keys = populate({n: servers[n] for n in NAMES3}, n=600, seed=12)
     before = snapshot(servers, keys)
     old = assert_one_ring(servers, NAMES3, on=NAMES3)
@@ -412,7 +93,7 @@ def test_start_refuses_naming_the_node_and_opens_nothing(server_factory):
 
     def refused(who, live=NAMES4, extra=(), names=NAMES4):
         with pytest.raises(redis.ResponseError) as e:
-            start(c0, servers, names, extra=extra)
+            start_resharding(c0, servers, names, extra=extra)
         msg = str(e.value)
         assert re.search(rf"\b{who}\b", msg), f"the refusal does not name {who}: {msg}"
         assert fleet_status(c0) is None, "a refused START leaves no plan"
@@ -455,14 +136,15 @@ def test_start_refuses_naming_the_node_and_opens_nothing(server_factory):
     assert assert_one_ring(servers, NAMES3, on=NAMES3) == old
 
     # Nothing was left behind: the same START now goes through.
-    assert start(c0, servers, NAMES4) == b"OK"
+    assert start_resharding(c0, servers, NAMES4) == b"OK"
     wait_fleet(c0, "done")
     assert_one_ring(servers, NAMES4)
     check_placement(servers, NAMES4, keys, before)
 
 
+@pytest.mark.slow
 def test_cancel_mid_copy_keeps_every_acknowledged_write_on_the_old_ring(server_factory):
-    servers = make_fleet(server_factory)
+    servers = fleet_of_four(server_factory)
     keys = populate({n: servers[n] for n in NAMES3}, n=SLOW_KEYS, seed=13)
     c0 = servers["n0"].client()
     counters = [f"cnt:{i}" for i in range(400)]
@@ -480,7 +162,7 @@ def test_cancel_mid_copy_keeps_every_acknowledged_write_on_the_old_ring(server_f
     before = snapshot(servers, keys)
     old = assert_one_ring(servers, NAMES3, on=NAMES3)
 
-    assert start(c0, servers, NAMES4, maxrate=SLOW_RATE) == b"OK"
+    assert start_resharding(c0, servers, NAMES4, maxrate=SLOW_RATE) == b"OK"
     # Once the copy runs, BEGIN is done everywhere: SHARD.WHEREIS answers from the new ring.
     wait_copying(c0)
     new_owner = dict(zip(watched, owners(c0, watched)))
@@ -491,7 +173,7 @@ def test_cancel_mid_copy_keeps_every_acknowledged_write_on_the_old_ring(server_f
                       values=[moving_strings[t::4] for t in range(4)], seed=13)
     writers.start()
     try:
-        time.sleep(1.0)
+        writers.wait_acknowledged(150)  # writes of moving keys while the copy runs
         st = fleet_status(c0)
         assert st["phase"] == b"copy", f"the copy ended before CANCEL: more keys or a lower MAXRATE: {st}"
         assert c0.execute_command("SHARD.RESHARD", "CANCEL") == b"OK"
@@ -509,13 +191,14 @@ def test_cancel_mid_copy_keeps_every_acknowledged_write_on_the_old_ring(server_f
     check_writes(c0, writers, counter_base=1000, initial=initial)
 
 
+@pytest.mark.slow
 def test_coordinator_killed_mid_copy_resumes_after_restart(server_factory):
-    servers = make_fleet(server_factory, config=AOF)
+    servers = fleet_of_four(server_factory, config=AOF)
     keys = populate({n: servers[n] for n in NAMES3}, n=SLOW_KEYS, seed=14)
     before = snapshot(servers, keys)
     old = assert_one_ring(servers, NAMES3, on=NAMES3)
     c0 = servers["n0"].client()
-    assert start(c0, servers, NAMES4, maxrate=SLOW_RATE) == b"OK"
+    assert start_resharding(c0, servers, NAMES4, maxrate=SLOW_RATE) == b"OK"
     wait_copying(c0)
 
     # n0 coordinates and is a copy source too: its copy dies with it.
@@ -530,13 +213,6 @@ def test_coordinator_killed_mid_copy_resumes_after_restart(server_factory):
     new = assert_one_ring(servers, NAMES4)
     check_done(st, old, new, {"n0": "both", "n1": "both", "n2": "both", "n3": "new"})
     check_placement(servers, NAMES4, keys, before)
-
-
-def weighted_args(servers, weights):
-    args = []
-    for name, weight in weights.items():
-        args += [name, f"127.0.0.1:{servers[name].port}", weight]
-    return args
 
 
 def uhashring_shares(weights):
@@ -562,9 +238,7 @@ def check(client):
 
 def test_ring_check_shares_agreement_and_push(server_factory):
     weights = {"n0": 1, "n1": 2, "n2": 3}
-    servers = {n: server_factory(module_args=["self", n]) for n in weights}
-    for s in servers.values():
-        s.client().execute_command("SHARD.RING", "SET", "ketama", *weighted_args(servers, weights))
+    servers = start_fleet(server_factory, weights, ring=weights)
     populate(servers, n=600, seed=15)
     c0 = servers["n0"].client()
 
@@ -589,7 +263,7 @@ def test_ring_check_shares_agreement_and_push(server_factory):
     # One node gets another ring: CHECK from another node sees it.
     other = {"n0": 1, "n1": 1, "n2": 1}
     servers["n2"].client().execute_command("SHARD.RING", "SET", "ketama",
-                                           *weighted_args(servers, other))
+                                           *ring_args(servers, other))
     got = check(c0)
     assert got["agree"] == b"no", got
     assert got["nodes"]["n2"]["digest"] != got["digest"], got
@@ -615,16 +289,14 @@ def test_ring_check_shares_agreement_and_push(server_factory):
     assert all(got["nodes"][n]["reachable"] == b"yes" for n in ("n0", "n2")), got
 
 
+@pytest.mark.slow
 def test_start_with_passwords_and_the_plan_on_a_replica(server_factory):
     """Every server requires a password: the coordinator reaches the nodes (itself included) with
     `auth-password`. A replica of the coordinator holds its plan (replicated as SHARD.RESHARD
     PLAN), phase by phase, ready for a RESUME after a failover."""
     pw = "fleet-pw"
-    servers = {
-        n: server_factory(module_args=["self", n, "auth-password", pw], password=pw)
-        for n in NAMES4
-    }
-    set_ring(servers, NAMES3, [servers[n] for n in NAMES3])
+    servers = start_fleet(server_factory, NAMES4, ring=NAMES3, on=NAMES3, config=PRIMARY,
+                          module_args=["auth-password", pw], password=pw)
     keys = populate({n: servers[n] for n in NAMES3}, n=5000, seed=7)
     before = snapshot({n: servers[n] for n in NAMES3}, keys)
     replica = server_factory(module_args=["self", "n0"], password=pw,
@@ -635,7 +307,7 @@ def test_start_with_passwords_and_the_plan_on_a_replica(server_factory):
     while c0.info("replication").get("connected_slaves", 0) < 1:
         assert time.monotonic() < deadline, "the replica did not connect"
         time.sleep(0.05)
-    assert start(c0, servers, NAMES4) == b"OK"
+    assert start_resharding(c0, servers, NAMES4) == b"OK"
     done = wait_fleet(c0, "done")
     assert done["error"] == b""
     check_placement(servers, NAMES4, keys, before)

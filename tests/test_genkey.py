@@ -6,7 +6,7 @@ import time
 import pytest
 import redis
 
-from conftest import info_shard
+from helpers.server import info_shard
 
 SNOWFLAKE_EPOCH = 1288834974657
 

@@ -1,113 +1,15 @@
 """Resharding between real servers with MIGRATE: grow 3 -> 4, shrink 4 -> 3, faults."""
 
-import random
 import threading
 import time
 
 import pytest
 import redis
 
-from conftest import info_shard
-
-KEYS = 50000
-TYPES = ("string", "hash", "list", "set", "zset", "stream")
-
-
-def ring_args(servers, names):
-    args = []
-    for name in names:
-        args += [name, f"127.0.0.1:{servers[name].port}", 1]
-    return args
-
-
-def start_fleet(server_factory, names):
-    servers = {n: server_factory(module_args=["self", n]) for n in names}
-    return servers
-
-
-def set_ring(servers, names, clients=None):
-    for s in (clients or servers.values()):
-        c = s.client() if hasattr(s, "client") else s
-        c.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, names))
-
-
-def owners(client, keys):
-    pipe = client.pipeline(transaction=False)
-    for k in keys:
-        pipe.execute_command("SHARD.WHEREIS", k)
-    return [o.decode() for o in pipe.execute()]
-
-
-def populate(servers, n=KEYS, seed=1):
-    """Writes n keys of every type to their owners; a tenth get a TTL."""
-    rng = random.Random(seed)
-    keys = [f"k:{i}:{TYPES[i % len(TYPES)]}" for i in range(n)]
-    any_client = next(iter(servers.values())).client()
-    by_owner = {}
-    for key, owner in zip(keys, owners(any_client, keys)):
-        by_owner.setdefault(owner, []).append(key)
-    for owner, owned in by_owner.items():
-        pipe = servers[owner].client().pipeline(transaction=False)
-        for key in owned:
-            kind = key.rsplit(":", 1)[1]
-            i = int(key.split(":")[1])
-            if kind == "string":
-                pipe.set(key, f"value-{i}-" + "x" * rng.randrange(0, 50))
-            elif kind == "hash":
-                pipe.hset(key, mapping={f"f{j}": j * i for j in range(rng.randrange(1, 6))})
-            elif kind == "list":
-                pipe.rpush(key, *[f"e{j}" for j in range(rng.randrange(1, 6))])
-            elif kind == "set":
-                pipe.sadd(key, *[f"m{j}" for j in range(rng.randrange(1, 6))])
-            elif kind == "zset":
-                pipe.zadd(key, {f"z{j}": j * 1.5 for j in range(rng.randrange(1, 6))})
-            else:
-                for j in range(rng.randrange(1, 4)):
-                    pipe.xadd(key, {"n": j}, id=f"{j + 1}-0")
-            if i % 10 == 0:
-                pipe.pexpire(key, 600_000 + i)
-        pipe.execute()
-    return keys
-
-
-def snapshot(servers, keys):
-    """key -> [(server, value, pttl)] for every server that holds it.
-
-    The value is the DUMP payload, except for sets: Redis 7.0 serializes a hashtable set in
-    its hash order, which differs after a RESTORE, so a set is compared by its members.
-    """
-    holders = {}
-    for name, s in servers.items():
-        pipe = s.client().pipeline(transaction=False)
-        for k in keys:
-            pipe.dump(k)
-            pipe.pttl(k)
-            if k.endswith(":set"):
-                pipe.smembers(k)
-            else:
-                pipe.exists(k)
-        replies = pipe.execute()
-        for k, dump, ttl, members in zip(keys, replies[::3], replies[1::3], replies[2::3]):
-            if dump is not None:
-                value = sorted(members) if k.endswith(":set") else dump
-                holders.setdefault(k, []).append((name, value, ttl))
-    return holders
-
-
-def wait_job(client, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = status(client)
-        if st["state"] not in (b"copying", b"cleaning"):
-            return st
-        time.sleep(0.05)
-    raise AssertionError(f"job still running after {timeout}s: {status(client)}")
-
-
-def status(client):
-    reply = client.execute_command("SHARD.RESHARD", "STATUS")
-    return {k.decode(): v for k, v in zip(reply[::2], reply[1::2])}
-
+from helpers.fleet import (KEYS, check_placement, owners, populate, ring_args, set_ring,
+                           snapshot, start_fleet)
+from helpers.reshard import status, wait_job
+from helpers.server import info_shard
 
 def reshard(servers, old_names, new_names, active):
     """BEGIN on every active server, COPY everywhere, COMMIT, CLEANUP on the new ring's nodes."""
@@ -125,29 +27,11 @@ def reshard(servers, old_names, new_names, active):
     return copies, cleanups
 
 
-def check_placement(servers, names, keys, before):
-    """Each key lives exactly on its owner under the ring of `names`, unchanged."""
-    live = {n: servers[n] for n in names}
-    after = snapshot(live, keys)
-    expected = dict(zip(keys, owners(live[names[0]].client(), keys)))
-    assert set(after) == set(keys), "no key lost"
-    for k in keys:
-        holders = after[k]
-        assert [h[0] for h in holders] == [expected[k]], (k, holders)
-        _, dump, ttl = holders[0]
-        _, old_dump, old_ttl = before[k][0]
-        assert dump == old_dump, k
-        if old_ttl == -1:
-            assert ttl == -1, k
-        else:
-            assert abs(ttl - old_ttl) < 60_000 and ttl > 0, (k, ttl, old_ttl)
-    assert sum(live[n].client().dbsize() for n in names) == len(keys)
-
-
+@pytest.mark.slow
 def test_grow_three_to_four(server_factory):
     names3 = ["n0", "n1", "n2"]
     names4 = names3 + ["n3"]
-    servers = start_fleet(server_factory, names4)
+    servers = start_fleet(server_factory, names4, ring=False)
     for n in names3:
         servers[n].client().execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, names3))
     servers["n3"].client().execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, names3))
@@ -165,10 +49,11 @@ def test_grow_three_to_four(server_factory):
     assert info["reshard_state"] == "done" and info["resharding_open"] == "0"
 
 
+@pytest.mark.slow
 def test_shrink_four_to_three(server_factory):
     names4 = ["n0", "n1", "n2", "n3"]
     names3 = names4[:3]
-    servers = start_fleet(server_factory, names4)
+    servers = start_fleet(server_factory, names4, ring=False)
     set_ring(servers, names4)
     keys = populate(servers, seed=2)
     before = snapshot(servers, keys)
@@ -182,7 +67,7 @@ def test_shrink_four_to_three(server_factory):
 
 def test_writes_during_the_copy_are_not_lost_or_overwritten(server_factory):
     names = ["a", "b"]
-    servers = start_fleet(server_factory, names)
+    servers = start_fleet(server_factory, names, ring=False)
     a, b = servers["a"].client(), servers["b"].client()
     a.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, ["a"]))
     b.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, ["a"]))
@@ -230,7 +115,7 @@ def test_writes_during_the_copy_are_not_lost_or_overwritten(server_factory):
 
 def test_dead_destination_counts_failures_and_a_later_copy_moves_them(server_factory):
     names = ["a", "b"]
-    servers = start_fleet(server_factory, names)
+    servers = start_fleet(server_factory, names, ring=False)
     a = servers["a"].client()
     a.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, ["a"]))
     pipe = a.pipeline(transaction=False)
@@ -256,9 +141,10 @@ def test_dead_destination_counts_failures_and_a_later_copy_moves_them(server_fac
     assert servers["b"].client().dbsize() == st["failed"]
 
 
+@pytest.mark.serial
 def test_server_keeps_answering_during_copy(server_factory):
     names = ["a", "b"]
-    servers = start_fleet(server_factory, names)
+    servers = start_fleet(server_factory, names, ring=False)
     a = servers["a"].client()
     set_ring(servers, ["a"])
     pipe = a.pipeline(transaction=False)
@@ -287,7 +173,7 @@ def test_server_keeps_answering_during_copy(server_factory):
 
 def test_stop_and_status_and_refusals(server_factory):
     names = ["a", "b"]
-    servers = start_fleet(server_factory, names)
+    servers = start_fleet(server_factory, names, ring=False)
     a = servers["a"].client()
     with pytest.raises(redis.ResponseError, match="no resharding job is running"):
         a.execute_command("SHARD.RESHARD", "STOP")

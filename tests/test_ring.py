@@ -4,21 +4,10 @@ import pytest
 import redis
 from uhashring import HashRing
 
-from conftest import RedisServer, ServerFailed
+from helpers.fleet import ring_get
+from helpers.server import RedisServer, ServerFailed, as_dict
 
 THREE = ["a", "127.0.0.1:7001", 1, "b", "127.0.0.1:7002", 2, "c", "127.0.0.1:7003", 1]
-
-
-def as_dict(reply):
-    if isinstance(reply, dict):
-        return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
-    return {k.decode(): v for k, v in zip(reply[::2], reply[1::2])}
-
-
-def ring_get(client):
-    got = as_dict(client.execute_command("SHARD.RING", "GET"))
-    got["nodes"] = [as_dict(n) for n in got["nodes"]]
-    return got
 
 
 def test_no_ring_is_a_clear_error(r):

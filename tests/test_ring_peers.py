@@ -12,10 +12,7 @@ Every case sets a ring with `SHARD.RING SET`, asks `SHARD.WHEREIS` (pipelined) f
 hash-tag edge cases, UTF-8 and, for the peers that can take them, bytes that are not UTF-8.
 """
 
-import binascii
 import bisect
-import functools
-import json
 import random
 import shutil
 import subprocess
@@ -25,112 +22,15 @@ import pytest
 from redis_shard.shard import RedisShardAPI
 from uhashring import HashRing
 
-from conftest import ROOT, RedisServer, free_port
+from helpers.keys import key_set, slot_keys
+from helpers.npm import npm_folder
+from helpers.ports import free_port
+from helpers.server import ROOT, RedisServer, as_dict, pipelined
 
-KEY_COUNT = 10000
 NODE_COUNTS = (1, 2, 5, 64, 500)
 ORACLES = ROOT / "tests" / "oracles"
 NPM_HASHRING = "3.2.0"
 SUBPROCESS_TIMEOUT = 180
-
-# ---------------------------------------------------------------------------------------------
-# Keys
-
-# Hash-tag edge cases for every rule (cluster, jedis, greedy): empty tags, nested and repeated
-# braces, tags across lines, java line terminators (U+0085, U+2028, U+2029), and names that
-# are special in JavaScript objects.
-EDGE_KEYS = [
-    b"", b"{}", b"{{a}}", b"a{b}c{d}", b"{}x{y}", b"{", b"}", b"}{", b"{a", b"a}", b"{a}",
-    b"{ab}", b"{{}}", b"{}{}", b"{{}", b"{}}", b"a{}b", b"a{b{c}d}", b"a{b}c{d}e", b"{a}{b}",
-    b"}a{b}", b"{user1}.following", b"{user1}.followers", b"foo{hash_tag}", b"somekey",
-    b"user:{42}:name", b"{x}" * 5, b"{" * 8 + b"}" * 8, b"x{\n}y", b"{a\nb}", b"a\n{b}",
-    b"{b}\n{c}", b"{\r}", b"a{\r\n}b", b"\n", b"\r\n", b"{\n}", b" ", b"\t{ }", b"{ }",
-    b"\x00", b"{\x00}", b"a\x00{b}\x00", b"__proto__", b"valueOf", b"hasOwnProperty",
-    b"constructor", b"toString", b"123", b"0", b"-1",
-    "{\u00e9}".encode(), "\u00e9t\u00e9".encode(), "{\u0085}".encode(), "a{\u0085b}c".encode(),
-    "a{\u2028}b".encode(), "{\u2029x}".encode(), "{x\u2028}".encode(), "\u4e2d\u6587{\u952e}".encode(),
-    "\U0001f600{\U0001f511}".encode(), "{\ufeff}".encode(), "\u00ff{\u00fe}".encode(),
-]
-# Not UTF-8: only for the peers that take any bytes (redis-shard, jedis, cluster slots).
-EDGE_BYTES = [
-    b"\xff", b"{\xff}", b"a{\xfe\xff}b", b"\x85", b"{\x85}", b"\x85{a\x85b}", b"{a\x85}",
-    b"\x80", b"{\xc3}", b"\xc3\xa9\xff", b"{\xe2\x80}", b"\xed\xa0\x80", b"{\xc0\xaf}",
-]
-
-TAGGY = "{}{}ab\n"
-UNICODE_RANGES = [
-    (0xA0, 0xFF), (0x100, 0x17F), (0x391, 0x3C9), (0x4E00, 0x4EFF), (0x1F600, 0x1F64F),
-]
-
-
-def _ascii(rng, lo=0, hi=24):
-    return "".join(chr(rng.randrange(32, 127)) for _ in range(rng.randint(lo, hi)))
-
-
-def _unicode(rng, lo=1, hi=10):
-    out = []
-    for _ in range(rng.randint(lo, hi)):
-        r = rng.random()
-        if r < 0.3:
-            out.append(chr(rng.randrange(32, 127)))
-        elif r < 0.4:
-            out.append(rng.choice("{}{}\u0085\u2028\u2029\n"))
-        else:
-            a, b = rng.choice(UNICODE_RANGES)
-            out.append(chr(rng.randint(a, b)))
-    return "".join(out)
-
-
-def _random_key(rng):
-    r = rng.random()
-    if r < 0.40:  # plain ASCII, sometimes with braces
-        return _ascii(rng).encode()
-    if r < 0.55:  # prefix{tag}suffix
-        return f"{_ascii(rng, 0, 8)}{{{_ascii(rng, 0, 6)}}}{_ascii(rng, 0, 8)}".encode()
-    if r < 0.70:  # brace soup: exercises every tag rule's corner
-        return "".join(rng.choice(TAGGY) for _ in range(rng.randint(1, 10))).encode()
-    if r < 0.90:  # UTF-8, not ASCII
-        return _unicode(rng).encode()
-    # any bytes (mostly not UTF-8), sometimes with braces around
-    raw = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
-    return raw if rng.random() < 0.5 else b"x{" + raw + b"}y"
-
-
-def is_utf8(key):
-    try:
-        key.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
-
-
-@functools.lru_cache(maxsize=None)
-def key_set(utf8_only):
-    """At least KEY_COUNT distinct keys, always the same; `utf8_only` drops non-UTF-8 ones."""
-    rng = random.Random(20240603)
-    keys = dict.fromkeys(EDGE_KEYS if utf8_only else EDGE_KEYS + EDGE_BYTES)
-    while len(keys) < KEY_COUNT:
-        k = _random_key(rng)
-        if not utf8_only or is_utf8(k):
-            keys[k] = None
-    out = tuple(keys)
-    assert len(out) >= KEY_COUNT
-    assert all(is_utf8(k) for k in out) if utf8_only else not all(is_utf8(k) for k in out)
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def slot_keys():
-    """One key per hash slot, 16384 in all, so that a slots ring is checked on every slot.
-    Found with CRC-16/XMODEM (binascii.crc_hqx); the tests check each against CLUSTER KEYSLOT."""
-    found = {}
-    n = 0
-    while len(found) < 16384:
-        key = b"slot-%d" % n
-        found.setdefault(binascii.crc_hqx(key, 0) & 16383, key)
-        n += 1
-    return tuple(found[s] for s in range(16384))
-
 
 # ---------------------------------------------------------------------------------------------
 # Nodes
@@ -152,7 +52,8 @@ def make_nodes(count, weights="random", fancy=True):
     return list(zip(names, ws))
 
 
-def ring_args(nodes):
+def fake_ring_args(nodes):
+    """Ring arguments of `nodes` at addresses nothing listens on (only owners are asked)."""
     args = []
     for i, (name, weight) in enumerate(nodes):
         args += [name, f"127.0.0.1:{7000 + i}", weight]
@@ -162,27 +63,14 @@ def ring_args(nodes):
 # ---------------------------------------------------------------------------------------------
 # The module
 
-def as_dict(reply):
-    if isinstance(reply, dict):
-        return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
-    return {k.decode(): v for k, v in zip(reply[::2], reply[1::2])}
-
-
 def set_ring(client, algo, nodes, hashtag=None):
     tag = ["HASHTAG", hashtag] if hashtag else []
-    assert client.execute_command("SHARD.RING", "SET", algo, *tag, *ring_args(nodes)) == b"OK"
-
-
-def pipelined(client, command, keys):
-    pipe = client.pipeline(transaction=False)
-    for k in keys:
-        pipe.execute_command(*command, k)
-    return pipe.execute()
+    assert client.execute_command("SHARD.RING", "SET", algo, *tag, *fake_ring_args(nodes)) == b"OK"
 
 
 def module_owners(client, algo, nodes, keys, hashtag=None):
     set_ring(client, algo, nodes, hashtag)
-    return [o.decode() for o in pipelined(client, ["SHARD.WHEREIS"], keys)]
+    return [o.decode() for o in pipelined(client, [("SHARD.WHEREIS", k) for k in keys])]
 
 
 @pytest.fixture(scope="module")
@@ -240,31 +128,13 @@ def jedis_oracle(tmp_path_factory):
     return owners
 
 
-def _npm_hashring_version(directory):
-    try:
-        meta = json.loads((directory / "node_modules" / "hashring" / "package.json").read_text())
-        return meta.get("version")
-    except (OSError, ValueError):
-        return None
-
-
 @pytest.fixture(scope="session")
 def npm_oracle(tmp_path_factory):
     """tests/oracles/hashring_oracle.js with npm hashring 3.2.0: tests/oracles/node_modules when
-    it is already installed there, otherwise `npm install` into a temporary copy."""
+    it is already installed there, otherwise installed once for the run (tests/helpers/npm.py)."""
     assert shutil.which("node"), "node is needed for the npm hashring oracle"
-    directory = ORACLES
-    if _npm_hashring_version(directory) != NPM_HASHRING:
-        assert shutil.which("npm"), "npm is needed to install the npm hashring oracle"
-        directory = tmp_path_factory.mktemp("npm-oracle")
-        for f in ("package.json", "hashring_oracle.js"):
-            shutil.copy(ORACLES / f, directory / f)
-        p = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--no-package-lock", "--loglevel=error"],
-            cwd=directory, capture_output=True, timeout=SUBPROCESS_TIMEOUT,
-        )
-        assert p.returncode == 0, f"npm install failed:\n{p.stderr.decode(errors='replace')}"
-        assert _npm_hashring_version(directory) == NPM_HASHRING
+    directory = npm_folder(tmp_path_factory, ORACLES, ("package.json", "hashring_oracle.js"),
+                           "hashring", NPM_HASHRING)
 
     def owners(nodes, keys):
         return run_oracle(["node", str(directory / "hashring_oracle.js")], nodes, keys)
@@ -415,9 +285,9 @@ def test_slots_equals_cluster_keyslot(cluster_enabled_server, n, weights):
     nodes = make_nodes(n, weights)
     keys = key_set(utf8_only=False) + slot_keys()
     set_ring(c, "slots", nodes)
-    slots = pipelined(c, ["CLUSTER", "KEYSLOT"], keys)
-    located = [as_dict(r) for r in pipelined(c, ["SHARD.LOCATE"], keys)]
-    whereis = pipelined(c, ["SHARD.WHEREIS"], keys)
+    slots = pipelined(c, [("CLUSTER", "KEYSLOT", k) for k in keys])
+    located = [as_dict(r) for r in pipelined(c, [("SHARD.LOCATE", k) for k in keys])]
+    whereis = pipelined(c, [("SHARD.WHEREIS", k) for k in keys])
     bad = [(k, loc["point"], s) for k, loc, s in zip(keys, located, slots) if loc["point"] != s]
     assert not bad, describe(f"slots LOCATE point vs CLUSTER KEYSLOT, {n} nodes", keys, bad)
     index = {name.encode(): i for i, (name, _) in enumerate(nodes)}

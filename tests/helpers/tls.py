@@ -1,4 +1,5 @@
-"""Certificates for the TLS tests, made with Debian's `openssl` command once per test run.
+"""TLS for the tests: the certificates (made with Debian's `openssl` command once per test
+process, by the `certs` fixture of tests/conftest.py) and the client arguments of a TLS server.
 
 Every key is EC P-256 (PKCS#8 PEM, as `openssl genpkey` writes it): quick to make and to use.
 
@@ -19,8 +20,6 @@ import secrets
 import ssl
 import subprocess
 from pathlib import Path
-
-import pytest
 
 CAS = ("ca", "other-ca", "ca-b")
 # name -> (issuer, subject CN, subjectAltName, extendedKeyUsage)
@@ -112,11 +111,6 @@ def client_context(tls):
     ctx = ssl.create_default_context(cafile=tls["client_ca"])
     ctx.load_cert_chain(tls["client_cert"], tls["client_key"])
     return ctx
-
-
-@pytest.fixture(scope="session")
-def certs(tmp_path_factory):
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 def redis_py_tls_args(server):
