@@ -88,11 +88,12 @@ def test_writes_during_the_copy_are_not_lost_or_overwritten(server_factory):
 
     def writer():
         c = servers["b"].client()
+        at = {n: s.client() for n, s in servers.items()}  # a connection to each owner
         i = 0
         while not stop.is_set():
             key = f"fresh:{i}"
             owner = c.execute_command("SHARD.WHEREIS", key).decode()
-            servers[owner].client().set(key, f"fresh-{i}")
+            at[owner].set(key, f"fresh-{i}")
             written.append((key, owner))
             i += 1
 
@@ -109,8 +110,9 @@ def test_writes_during_the_copy_are_not_lost_or_overwritten(server_factory):
     assert b.mget(newer) == [b"new"] * len(newer)
     assert all(v == b"old" for v in b.mget(moving[500:]))
     assert written, "the writer wrote during the copy"
+    at = {n: s.client() for n, s in servers.items()}
     for key, owner in written:
-        assert servers[owner].client().get(key) == f"fresh-{key.split(':')[1]}".encode()
+        assert at[owner].get(key) == f"fresh-{key.split(':')[1]}".encode()
 
 
 def test_dead_destination_counts_failures_and_a_later_copy_moves_them(server_factory):
