@@ -2,6 +2,7 @@
 //! the module opens, plain or TLS (`transport`, `tls`), and the pool of pipelined connections
 //! driven by the server's event loop (`pool`).
 
+pub mod blocking_client;
 pub mod conn;
 pub mod endpoint;
 pub mod frame;
