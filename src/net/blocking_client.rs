@@ -29,8 +29,8 @@ impl Client {
     ) -> Result<Client, String> {
         let stream = transport::dial(address, timeout, tls).map_err(|e| {
             let text = format!("{address}: {e}");
-            if crate::net::tls::failure(&e).is_some() {
-                crate::net::tls::count_failure(&text);
+            if crate::net::tls_failure::failure(&e).is_some() {
+                crate::net::tls_failure::count_failure(&text);
             }
             text
         })?;

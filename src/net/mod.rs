@@ -11,4 +11,5 @@ pub mod pool;
 pub mod pool_events;
 pub mod resp;
 pub mod tls;
+pub mod tls_failure;
 pub mod transport;

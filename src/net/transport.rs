@@ -9,7 +9,7 @@
 //! takes; records the socket did not take wait inside and `wants_write` says so, so the owner
 //! asks for the writable event (or `POLLOUT`) and calls `flush_pending`. `read` gives
 //! plaintext, driving the handshake as records arrive; `WouldBlock` means "nothing yet".
-//! A peer refused during the handshake is an `InvalidData` error carrying a `tls::TlsFailure`
+//! A peer refused during the handshake is an `InvalidData` error carrying a `tls_failure::TlsFailure`
 //! that says why.
 
 use std::io::{self, Read, Write};
@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use rustls::ClientConnection;
 
-use crate::net::tls::{self, Tls, TlsFailure};
+use crate::net::tls::Tls;
+use crate::net::tls_failure::{self, TlsFailure};
 
 /// A connection's stream.
 pub enum Transport {
@@ -147,7 +148,7 @@ impl TlsStream {
     fn process(&mut self) -> io::Result<()> {
         if let Err(e) = self.conn.process_new_packets() {
             let _ = self.conn.write_tls(&mut self.tcp);
-            return Err(failure(tls::explain(&e, &self.name)));
+            return Err(failure(tls_failure::explain(&e, &self.name)));
         }
         self.note_done();
         Ok(())
@@ -157,7 +158,7 @@ impl TlsStream {
         if !self.done && !self.conn.is_handshaking() {
             self.done = true;
             let us = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
-            tls::count_handshake(us);
+            tls_failure::count_handshake(us);
         }
     }
 }
@@ -400,7 +401,7 @@ mod tests {
 
     fn refusal(result: io::Result<usize>) -> String {
         let e = result.unwrap_err();
-        tls::failure(&e)
+        tls_failure::failure(&e)
             .unwrap_or_else(|| panic!("not a TLS failure: {e}"))
             .to_string()
     }
