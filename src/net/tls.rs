@@ -349,7 +349,7 @@ pub fn current() -> Option<Arc<Tls>> {
 
 /// Puts `tls` in force for new connections: a rotated certificate serves the connections made
 /// from now on, while open ones keep theirs until they close; turning TLS on or off retires
-/// the open connections of the other kind (`conn::retire_all`). Main thread only.
+/// the open connections of the other kind (`pool::retire_all`). Main thread only.
 pub fn install(tls: Option<Arc<Tls>>) {
     let flipped = CURRENT.with(|c| {
         let mut current = c.borrow_mut();

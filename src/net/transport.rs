@@ -1,16 +1,16 @@
 //! The byte stream of every connection the module opens to another server: plain TCP, or TLS
 //! over it when `shard.tls` is on (settings and library choice: `tls`). The event-loop
-//! connections of routed calls (`conn`), the copy child's pipelines (`reshard::ship`) and the
-//! Sentinel watcher's blocking queries (`watcher`) all hold a `Transport`, so no path can talk
-//! in clear on a TLS fleet.
+//! connections of routed calls (`pool`, `conn`), the copy child's pipelines
+//! (`reshard::ship`) and the Sentinel watcher's blocking queries (`blocking_client`) all hold
+//! a `Transport`, so no path can talk in clear on a TLS fleet.
 //!
 //! It works on non-blocking and blocking sockets alike. `write` takes plaintext (during the
 //! handshake it is kept, never sent, until the peer is verified) and sends what the socket
 //! takes; records the socket did not take wait inside and `wants_write` says so, so the owner
 //! asks for the writable event (or `POLLOUT`) and calls `flush_pending`. `read` gives
 //! plaintext, driving the handshake as records arrive; `WouldBlock` means "nothing yet".
-//! A peer refused during the handshake is an `InvalidData` error carrying a `tls_failure::TlsFailure`
-//! that says why.
+//! A peer refused during the handshake is an `InvalidData` error carrying a
+//! `tls_failure::TlsFailure` that says why.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
