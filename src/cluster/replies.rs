@@ -4,7 +4,7 @@
 //!
 //! Node IDs are 40 hex digits derived from the ring node's name (its SHA-1), so every node of
 //! the fleet reports the same map. During a resharding the map shows the current owners.
-//! Pure: the glue (`cluster_glue`) writes these values as replies.
+//! Pure: `commands::cluster` writes these values as replies.
 
 use sha1::{Digest, Sha1};
 

@@ -395,7 +395,7 @@ impl Net {
                         "TLS handshake did not complete within {} ms (does the node speak TLS?)",
                         c.link.timeout.as_millis()
                     );
-                    crate::net::tls::count_failure(&format!(
+                    crate::net::tls_failure::count_failure(&format!(
                         "node {} ({}): {why}",
                         c.at.name, c.at.address
                     ));

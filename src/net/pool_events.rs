@@ -186,10 +186,10 @@ impl Net {
             Ok(true) => None,
             Ok(false) => Some(io::Error::from(io::ErrorKind::UnexpectedEof)),
             Err(e) => {
-                if let Some(why) = crate::net::tls::failure(&e) {
+                if let Some(why) = crate::net::tls_failure::failure(&e) {
                     // A refused peer: never a reason to send the requests again.
                     let e = StepError::new(&conn.at, why);
-                    crate::net::tls::count_failure(&e.to_string());
+                    crate::net::tls_failure::count_failure(&e.to_string());
                     self.fail(id, &e, failed);
                     return;
                 }

@@ -1,16 +1,16 @@
 //! The byte stream of every connection the module opens to another server: plain TCP, or TLS
 //! over it when `shard.tls` is on (settings and library choice: `tls`). The event-loop
-//! connections of routed calls (`conn`), the copy child's pipelines (`reshard::ship`) and the
-//! Sentinel watcher's blocking queries (`watcher`) all hold a `Transport`, so no path can talk
-//! in clear on a TLS fleet.
+//! connections of routed calls (`pool`, `conn`), the copy child's pipelines
+//! (`reshard::ship`) and the Sentinel watcher's blocking queries (`blocking_client`) all hold
+//! a `Transport`, so no path can talk in clear on a TLS fleet.
 //!
 //! It works on non-blocking and blocking sockets alike. `write` takes plaintext (during the
 //! handshake it is kept, never sent, until the peer is verified) and sends what the socket
 //! takes; records the socket did not take wait inside and `wants_write` says so, so the owner
 //! asks for the writable event (or `POLLOUT`) and calls `flush_pending`. `read` gives
 //! plaintext, driving the handshake as records arrive; `WouldBlock` means "nothing yet".
-//! A peer refused during the handshake is an `InvalidData` error carrying a `tls::TlsFailure`
-//! that says why.
+//! A peer refused during the handshake is an `InvalidData` error carrying a
+//! `tls_failure::TlsFailure` that says why.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use rustls::ClientConnection;
 
-use crate::net::tls::{self, Tls, TlsFailure};
+use crate::net::tls::Tls;
+use crate::net::tls_failure::{self, TlsFailure};
 
 /// A connection's stream.
 pub enum Transport {
@@ -147,7 +148,7 @@ impl TlsStream {
     fn process(&mut self) -> io::Result<()> {
         if let Err(e) = self.conn.process_new_packets() {
             let _ = self.conn.write_tls(&mut self.tcp);
-            return Err(failure(tls::explain(&e, &self.name)));
+            return Err(failure(tls_failure::explain(&e, &self.name)));
         }
         self.note_done();
         Ok(())
@@ -157,7 +158,7 @@ impl TlsStream {
         if !self.done && !self.conn.is_handshaking() {
             self.done = true;
             let us = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
-            tls::count_handshake(us);
+            tls_failure::count_handshake(us);
         }
     }
 }
@@ -400,7 +401,7 @@ mod tests {
 
     fn refusal(result: io::Result<usize>) -> String {
         let e = result.unwrap_err();
-        tls::failure(&e)
+        tls_failure::failure(&e)
             .unwrap_or_else(|| panic!("not a TLS failure: {e}"))
             .to_string()
     }

@@ -33,35 +33,9 @@ use crate::topology::nodes::ReadFrom;
 /// Routes the command `call` carries (`SHARD.CALL command key ...`, read into `command`) and
 /// replies, now or once the client is unblocked.
 pub fn route(call: &Call, command: &Carried) -> CmdResult {
-    let args = &call.args;
-    refuse_blocking(command.meta.blocking, &command.name_text, args)?;
+    refuse_blocking(command.meta.blocking, &command.name_text, &call.args)?;
     let flags = call.ctx.get_flags();
-    // Where each key lives, from one look at the rings.
-    let (keys, link, returning) = {
-        let st = state::lock();
-        let current = current_ring(&st)?;
-        let self_name = st.config.ring.self_name.as_str();
-        let mut keys = Vec::with_capacity(command.positions.len());
-        for &pos in &command.positions {
-            let key = args.get(pos + 1);
-            let owner = endpoint(current, key, self_name)?;
-            let previous = match &st.rings.previous {
-                Some(p) => Some(endpoint(p, key, self_name)?).filter(|e| e.name != owner.name),
-                None => None,
-            };
-            keys.push(Placed {
-                current: owner,
-                previous,
-            });
-        }
-        let link = Link {
-            timeout: link_timeout(st.config.call_timeout_ms),
-            auth: st.config.auth(),
-            resp3: flags.contains(ContextFlags::FLAGS_RESP3),
-            db: caller::selected_db(call),
-        };
-        (keys, link, st.rings.returning)
-    };
+    let (keys, link, returning) = place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;
     // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
     // whether the keys are local or not.
     acl::check_caller(call, 1, &command.name_text)?;
@@ -78,13 +52,6 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
         can_wait: !flags.contains(ContextFlags::DENY_BLOCKING)
             && !flags.contains(ContextFlags::MULTI),
     })?;
-    let plan = |current, previous, args: Vec<Vec<u8>>, key: Vec<u8>| Plan {
-        args,
-        key,
-        kind,
-        current,
-        previous,
-    };
     let started = match (decision, translation) {
         (Route::Here, _) => {
             forward::count(|s| s.local += 1);
@@ -103,10 +70,17 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
                 previous,
                 translated: true,
             },
-            Some(Translation { dict, stored, how }),
+            Some(t),
         ) => {
+            let Translation { dict, stored, how } = t;
             let key = stored.get(1).cloned().unwrap_or_default();
-            let plan = plan(current, previous, stored, key);
+            let plan = Plan {
+                args: stored,
+                key,
+                kind,
+                current,
+                previous,
+            };
             forward::run(call, link, move |steps| async move {
                 match run_plan(steps, plan).await {
                     CallReply::Reply(r) => CallReply::Reply(fields::maxify_reply(&dict, how, r)),
@@ -125,7 +99,7 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
         }
         (Route::Forward(to), _) => forward::forward(call, &to, &link, &inner(call)),
         (Route::Replica { primary, mode }, _) => {
-            let args: Vec<Vec<u8>> = inner(call).iter().map(|a| a.to_vec()).collect();
+            let args = owned(&inner(call));
             forward::run(call, link, move |steps| async move {
                 match replica::read(&steps, &primary, &args, mode).await {
                     Ok(reply) => {
@@ -137,35 +111,10 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
             })
         }
         (Route::Split(split), _) => {
-            let Split {
-                how,
-                targets,
-                target_of_key,
-                replica,
-            } = split;
-            let parts = split::split(&inner(call), how, &target_of_key);
-            // This node's part runs here at once, without a hop to itself.
-            let mut planned = Vec::with_capacity(parts.len());
-            for part in parts {
-                let Some(target) = targets.get(part.owner) else {
-                    return Err(CmdError::err("internal error: a part without an owner"));
-                };
-                let here = if target.here {
-                    Some(run_here(call, &part.args)?)
-                } else {
-                    None
-                };
-                let key = part.args.get(1).cloned().unwrap_or_default();
-                let plan = plan(
-                    target.current.clone(),
-                    target.previous.clone(),
-                    part.args.clone(),
-                    key,
-                );
-                planned.push(PlannedPart { plan, part, here });
-            }
+            let (how, replica) = (split.how, split.replica);
+            let parts = split_parts(call, split, kind)?;
             forward::run(call, link, move |steps| {
-                run_parts(steps, planned, how, replica)
+                run_parts(steps, parts, how, replica)
             })
         }
         (
@@ -174,17 +123,83 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
             },
             _,
         ) => {
-            let args: Vec<Vec<u8>> = inner(call).iter().map(|a| a.to_vec()).collect();
-            let first = command
-                .positions
-                .first()
-                .map_or(&[][..], |&p| call.args.get(p + 1));
-            let key = first.to_vec();
-            let plan = plan(current, previous, args, key);
+            let first = command.positions.first();
+            let key = first.map_or(&[][..], |&p| call.args.get(p + 1)).to_vec();
+            let plan = Plan {
+                args: owned(&inner(call)),
+                key,
+                kind,
+                current,
+                previous,
+            };
             forward::run(call, link, move |steps| run_plan(steps, plan))
         }
     };
     started.map_err(CmdError::err)
+}
+
+/// Where each key of the call lives, from one look at the rings; how to reach the nodes (the
+/// client's database and RESP version); whether a cancelled resharding is bringing keys back.
+fn place(
+    call: &Call,
+    command: &Carried,
+    resp3: bool,
+) -> Result<(Vec<Placed>, Link, bool), CmdError> {
+    let st = state::lock();
+    let current = current_ring(&st)?;
+    let self_name = st.config.ring.self_name.as_str();
+    let mut keys = Vec::with_capacity(command.positions.len());
+    for &pos in &command.positions {
+        let key = call.args.get(pos + 1);
+        let owner = endpoint(current, key, self_name)?;
+        let previous = match &st.rings.previous {
+            Some(p) => Some(endpoint(p, key, self_name)?).filter(|e| e.name != owner.name),
+            None => None,
+        };
+        keys.push(Placed {
+            current: owner,
+            previous,
+        });
+    }
+    let link = Link {
+        timeout: link_timeout(st.config.call_timeout_ms),
+        auth: st.config.auth(),
+        resp3,
+        db: caller::selected_db(call),
+    };
+    Ok((keys, link, st.rings.returning))
+}
+
+/// The parts of a split command, each with its plan; this node's parts run here at once,
+/// without a hop to itself.
+fn split_parts(call: &Call, split: Split, kind: CommandKind) -> Result<Vec<PlannedPart>, CmdError> {
+    let Split {
+        how,
+        targets,
+        target_of_key,
+        ..
+    } = split;
+    let parts = split::split(&inner(call), how, &target_of_key);
+    let mut planned = Vec::with_capacity(parts.len());
+    for part in parts {
+        let Some(target) = targets.get(part.owner) else {
+            return Err(CmdError::err("internal error: a part without an owner"));
+        };
+        let here = if target.here {
+            Some(run_here(call, &part.args)?)
+        } else {
+            None
+        };
+        let plan = Plan {
+            args: part.args.clone(),
+            key: part.args.get(1).cloned().unwrap_or_default(),
+            kind,
+            current: target.current.clone(),
+            previous: target.previous.clone(),
+        };
+        planned.push(PlannedPart { plan, part, here });
+    }
+    Ok(planned)
 }
 
 /// The field dictionary's translation of a hash command: the dictionary, the arguments with
@@ -210,6 +225,10 @@ impl Translation {
 /// The carried command's arguments, its name first.
 fn inner<'a>(call: &Call<'a>) -> Vec<&'a [u8]> {
     (1..call.args.len()).map(|i| call.args.get(i)).collect()
+}
+
+fn owned(args: &[&[u8]]) -> Vec<Vec<u8>> {
+    args.iter().map(|a| a.to_vec()).collect()
 }
 
 /// The current ring, or the error that there is none.

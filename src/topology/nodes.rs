@@ -1,14 +1,14 @@
-//! Where the ring's nodes are right now, and their replicas: what `route::watcher` learns from
-//! Sentinel and from the primaries' `ROLE`, kept on the main thread for everything that talks
-//! to other nodes.
+//! Where the ring's nodes are right now, and their replicas: what `topology::watcher` learns
+//! from Sentinel and from the primaries' `ROLE`, kept on the main thread for everything that
+//! talks to other nodes.
 //!
 //! - A node whose ring address is `sentinel` gets the address its Sentinel master has at the
-//!   time: `Endpoint::of` asks `address_of`. A change of that address is a failover followed:
+//!   time: `endpoint_of` asks `address_of`. A change of that address is a failover followed:
 //!   counted, logged, and the connections to the old address are closed at once, so calls in
 //!   flight to it fail naming the node instead of waiting for their timeout, and the next call
 //!   goes to the new primary. A name whose address is not known yet waits in the connection
-//!   layer (`conn`) for the watcher's first answer. A known address is kept when every sentinel
-//!   is down: Sentinel being away says nothing about the primary.
+//!   pool (`net::pool`) for the watcher's first answer. A known address is kept when every
+//!   sentinel is down: Sentinel being away says nothing about the primary.
 //! - Replicas (`shard.read-from`): per node, those Sentinel lists as up and linked, or those its
 //!   primary's `ROLE` shows; picked in turn.
 //! - Whether this server is itself a replica (the server's role events): a replica never runs a

@@ -1,5 +1,5 @@
 //! What Redis Sentinel and a primary's `ROLE` say, read into addresses: the pure part of
-//! following failovers (`route::watcher` asks, `route::topology` keeps the answers).
+//! following failovers (`watch_loop` asks, `nodes` keeps the answers).
 //!
 //! - `SENTINEL get-master-addr-by-name <name>`: `[ip, port]`, or a null when the sentinel does
 //!   not monitor that name.
