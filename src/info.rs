@@ -110,7 +110,8 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let tls_on = st.config.tls == "yes";
     let tls_config_error = st.tls_config_error.clone().unwrap_or_default();
     drop(st);
-    let (handshakes, handshake_avg_us, tls_failures, tls_last_error) = crate::net::tls::stats();
+    let (handshakes, handshake_avg_us, tls_failures, tls_last_error) =
+        crate::net::tls_failure::stats();
     section.str("tls", if tls_on { "yes" } else { "no" });
     section.int("tls_handshakes", int(handshakes));
     section.int("tls_handshake_avg_us", int(handshake_avg_us));

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use lazy_static::lazy_static;
 
+use crate::host::error::CmdError;
 use crate::keys::{Generator, KeyConfig, KeySettings};
 use crate::net::tls::TlsFiles;
 use crate::persist::Persisted;
@@ -146,6 +147,16 @@ pub fn lock() -> MutexGuard<'static, ModuleState> {
 }
 
 impl ModuleState {
+    /// The current ring, or the error that says how to set one (`NORING`).
+    pub fn current_ring(&self) -> Result<&Arc<Placement>, CmdError> {
+        self.rings.current.as_ref().ok_or_else(|| {
+            CmdError::code(
+                "NORING",
+                "no ring is set: use SHARD.RING SET algo name host:port weight [...], or the ring-file configuration",
+            )
+        })
+    }
+
     /// Puts a checked configuration in place: the ring of its ring file, if it gave one, and
     /// the generator moved to the new layout or node without going back.
     pub fn install(&mut self, config: Config, keys: KeySettings, ring: Option<Placement>) {

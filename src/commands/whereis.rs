@@ -10,17 +10,9 @@ use crate::ring::key_slot;
 use crate::ring::placement::Placement;
 use crate::state::{self, ModuleState};
 
-/// The current ring, or the error that says how to set one.
+/// The current ring, or the error that says how to set one (`NORING`).
 pub fn current_ring(st: &ModuleState) -> Result<&Arc<Placement>, CmdError> {
-    st.rings.current.as_ref().ok_or_else(no_ring)
-}
-
-/// The error when no ring is set.
-fn no_ring() -> CmdError {
-    CmdError::code(
-        "NORING",
-        "no ring is set: use SHARD.RING SET algo name host:port weight [...], or the ring-file configuration",
-    )
+    st.current_ring()
 }
 
 /// The owner of `key`: name, address, the hashed part and the deciding point.

@@ -36,7 +36,7 @@ pub struct RingState {
     /// A cancelled resharding brings keys back: `current` is the ring being returned to,
     /// `previous` the one being left, and the keys that move between them are the previous
     /// owner's while they travel back. Routed writes of those keys are refused (`TRYAGAIN`)
-    /// and reads prefer the previous owner (see `commands::call`).
+    /// and reads prefer the previous owner (see `route::decide`).
     pub returning: bool,
 }
 

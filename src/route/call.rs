@@ -27,7 +27,7 @@ use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::split::{self, Part, Splittable};
 use crate::route::steps::{execute, CommandKind, Plan, Routed};
 use crate::route::{filter, replica};
-use crate::state::{self, ModuleState};
+use crate::state;
 use crate::topology::nodes::ReadFrom;
 
 /// Routes the command `call` carries (`SHARD.CALL command key ...`, read into `command`) and
@@ -146,7 +146,7 @@ fn place(
     resp3: bool,
 ) -> Result<(Vec<Placed>, Link, bool), CmdError> {
     let st = state::lock();
-    let current = current_ring(&st)?;
+    let current = st.current_ring()?;
     let self_name = st.config.ring.self_name.as_str();
     let mut keys = Vec::with_capacity(command.positions.len());
     for &pos in &command.positions {
@@ -229,16 +229,6 @@ fn inner<'a>(call: &Call<'a>) -> Vec<&'a [u8]> {
 
 fn owned(args: &[&[u8]]) -> Vec<Vec<u8>> {
     args.iter().map(|a| a.to_vec()).collect()
-}
-
-/// The current ring, or the error that there is none.
-fn current_ring(st: &ModuleState) -> Result<&Arc<Placement>, CmdError> {
-    st.rings.current.as_ref().ok_or_else(|| {
-        CmdError::code(
-            "NORING",
-            "no ring is set: use SHARD.RING SET algo name host:port weight [...], or the ring-file configuration",
-        )
-    })
 }
 
 /// The node that owns `key` in `placement`, as a place to run commands.
