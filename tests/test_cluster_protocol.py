@@ -15,11 +15,12 @@ import pytest
 import redis
 
 from helpers.calls import key_names, random_ops
-from helpers.cluster import (CliLoad, NodeLoad, PyLoad, check_load, cluster_client, cluster_fleet,
-                             grow_and_shrink, slots_ring)
+from helpers.cluster import (CliLoad, NodeLoad, PyLoad, cluster_client, cluster_fleet,
+                             grow_and_shrink, grow_and_shrink_under_load, slots_ring)
 from helpers.fleet import NAMES
 from helpers.npm import npm_folder
-from helpers.server import AOF, FILTER_SEES_CLIENT, PRIMARY, aof_command_names, wait_in_sync
+from helpers.server import (AOF, FILTER_SEES_CLIENT, PRIMARY, aof_command_names, command_calls,
+                            wait_in_sync)
 
 
 @pytest.fixture
@@ -221,26 +222,14 @@ def test_ioredis_cluster_client_equals_a_plain_server(fleet, server_factory, ior
 @pytest.mark.parametrize("client", ["redis-py", "ioredis", "redis-cli"])
 def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory, client, request):
     joining = server_factory(module_args=["self", "n3"])
-    servers = dict(fleet, n3=joining)
-    old, new = NAMES, ("n0", "n1", "n2", "n3")
-    joining.client().execute_command("SHARD.RING", "SET", *slots_ring(fleet, old))
-    joining.client().config_set("shard.cluster-protocol", "yes")
-    rc = cluster_client(servers)
-    keys = [f"grow:{i}" for i in range(400)]
-    for k in keys:
-        rc.set(k, f"v-{k}")
     if client == "redis-py":
-        load = PyLoad(servers, keys)
+        make_load = PyLoad
     elif client == "ioredis":
-        load = NodeLoad(servers, keys, request.getfixturevalue("ioredis").script)
+        script = request.getfixturevalue("ioredis").script
+        make_load = lambda servers, keys: NodeLoad(servers, keys, script)  # noqa: E731
     else:
-        load = CliLoad(servers, keys)
-    try:
-        time.sleep(0.3)
-        grow_and_shrink(servers, old, new)
-    finally:
-        load.stop()
-    check_load(rc, keys, load)
+        make_load = CliLoad
+    grow_and_shrink_under_load(fleet, joining, make_load)
     # Every key is on its owner only (n3 has left).
     # n3 has left the map; what it still holds (a leaving node is shut down, not cleaned up)
     # was copied to the owners before the commit.
@@ -249,7 +238,7 @@ def test_a_grow_and_a_shrink_under_load_lose_nothing(fleet, server_factory, clie
     for k in joining.client().keys("*"):
         owner = fleet[n0.execute_command("SHARD.WHEREIS", k).decode()].client()
         assert owner.exists(k), k
-    for n in old:
+    for n in NAMES:
         c = fleet[n].client()
         for k in c.keys("*"):
             assert c.execute_command("SHARD.WHEREIS", k).decode() == n
@@ -347,11 +336,6 @@ def error_counts(server):
     return {k.removeprefix("errorstat_"): v["count"] for k, v in info.items()}
 
 
-def incr_calls(server):
-    """INCRs the server has run (INFO commandstats)."""
-    return server.client().info("commandstats").get("cmdstat_incr", {}).get("calls", 0)
-
-
 @pytest.mark.slow
 def test_redis_benchmark_through_a_grow_and_a_shrink_loses_no_incr(fleet, server_factory):
     """`redis-benchmark --cluster -t incr` while a node joins (taking slots 0-4095) and leaves
@@ -381,7 +365,7 @@ def test_redis_benchmark_through_a_grow_and_a_shrink_loses_no_incr(fleet, server
     time.sleep(0.2)
     redirects = sum(error_counts(s).get(code, 0) for s in servers.values() for code in ("MOVED", "ASK"))
     assert redirects > 0, "slot 0 moved to the joining node and back: the benchmark was redirected"
-    ran = sum(incr_calls(s) for s in servers.values())
+    ran = sum(command_calls(s, "incr") for s in servers.values())
     total = 0
     for n in old:
         c = fleet[n].client()

@@ -9,7 +9,7 @@ import redis
 
 from helpers.fleet import owners, ring_args, start_fleet
 from helpers.reshard import status, wait_job
-from helpers.server import until
+from helpers.server import command_calls, until
 
 KEYS = 200_000
 
@@ -160,23 +160,18 @@ def test_throttle_holds_the_rate_and_maxrate_starts_with_it(server_factory):
         a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", -1)
 
 
-def restores(server):
-    stats = server.client().info("commandstats")
-    return stats.get("cmdstat_restore", {}).get("calls", 0)
-
-
 @pytest.mark.slow
 def test_pause_stops_all_traffic_and_resume_finishes_with_every_key(server_factory):
     servers, a, b = two_nodes(server_factory)
     a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", 20000)
-    until(lambda: restores(servers["b"]) > 0, "the copy's first keys at b")
+    until(lambda: command_calls(servers["b"], "restore") > 0, "the copy's first keys at b")
     assert a.execute_command("SHARD.RESHARD", "PAUSE") == b"OK"
     st = until(lambda: (s := status(a))["in_flight"] == 0 and s, "what was in flight to land")
     assert st["paused"] == b"yes" and st["state"] == b"copying" and st["in_flight"] == 0
-    before = restores(servers["b"])
+    before = command_calls(servers["b"], "restore")
     assert 0 < before < len(moving_keys(a))
     time.sleep(1.0)
-    assert restores(servers["b"]) == before, "nothing is sent while paused"
+    assert command_calls(servers["b"], "restore") == before, "nothing is sent while paused"
     # No connection of the job is left open at the destination (only this test's own clients).
     names = [c for c in servers["b"].client().client_list() if c["cmd"] in ("restore", "shard.cluster")]
     assert not names, names
@@ -186,7 +181,8 @@ def test_pause_stops_all_traffic_and_resume_finishes_with_every_key(server_facto
     moving = moving_keys(a)
     assert st["state"] == b"done" and st["failed"] == 0, st
     assert st["copied"] == len(moving) == b.dbsize()
-    assert restores(servers["b"]) == len(moving), "each key sent once: the pass went on where it stopped"
+    assert command_calls(servers["b"], "restore") == len(moving), \
+        "each key sent once: the pass went on where it stopped"
 
 
 @pytest.mark.serial

@@ -29,7 +29,7 @@ from helpers.ports import free_port
 from helpers.reshard import (assert_no_resharding, assert_one_ring, check_done, fleet_status,
                              start_resharding, wait_copying, wait_fleet)
 from helpers.server import AOF, PRIMARY, as_map
-from helpers.writers import Writers, check_writes
+from helpers.writers import Writers, check_writes, set_through
 
 # MAXRATE limits the keys a copy *sends* per second, per source. Growing 3 -> 4 moves about a
 # quarter of the keys, so with 30 000 keys each of the three sources sends about 2 500: about
@@ -148,10 +148,7 @@ def test_cancel_mid_copy_keeps_every_acknowledged_write_on_the_old_ring(server_f
     keys = populate({n: servers[n] for n in NAMES3}, n=SLOW_KEYS, seed=13)
     c0 = servers["n0"].client()
     counters = [f"cnt:{i}" for i in range(400)]
-    pipe = c0.pipeline(transaction=False)
-    for k in counters:
-        pipe.execute_command("SHARD.CALL", "SET", k, 1000)
-    pipe.execute()
+    set_through(c0, counters, 1000)
     strings = [k for k in keys if k.endswith(":string")]
     watched = strings + counters
     old_owner = dict(zip(watched, owners(c0, watched)))

@@ -14,7 +14,7 @@ import redis
 from helpers.fleet import keys_of, ring_get
 from helpers.ports import free_port
 from helpers.sentinel import SHARDS, Failover, start_sentinel_fleet
-from helpers.server import info_shard, until
+from helpers.server import command_calls, info_shard, until
 
 
 @pytest.fixture
@@ -84,15 +84,11 @@ def test_reads_go_to_replicas_and_writes_to_primaries(fleet):
             c.execute_command("SHARD.CALL", "SET", k, f"v-{k}")
         fleet.primaries[n].client().execute_command("WAIT", 1, 2000)
 
-    def gets(server):
-        return server.client().info("commandstats").get("cmdstat_get", {}).get("calls", 0)
-
-    def sets(server):
-        return server.client().info("commandstats").get("cmdstat_set", {}).get("calls", 0)
     c.config_set("shard.read-from", "replica")
     until(lambda: all(ring_get(c)["nodes"][i]["replicas"] for i in range(3)),
           "replicas known", timeout=5)
-    before = {n: (gets(fleet.primaries[n]), gets(fleet.replicas[n])) for n in SHARDS}
+    before = {n: (command_calls(fleet.primaries[n], "get"), command_calls(fleet.replicas[n], "get"))
+              for n in SHARDS}
     for n in SHARDS:
         for k in keys[n]:
             assert c.execute_command("SHARD.CALL", "GET", k) == f"v-{k}".encode()
@@ -101,14 +97,14 @@ def test_reads_go_to_replicas_and_writes_to_primaries(fleet):
         f"v-{keys[n][0]}".encode() for n in SHARDS]
     for n in SHARDS:
         p, r = before[n]
-        assert gets(fleet.primaries[n]) == p, n
-        assert gets(fleet.replicas[n]) == r + len(keys[n]), n
+        assert command_calls(fleet.primaries[n], "get") == p, n
+        assert command_calls(fleet.replicas[n], "get") == r + len(keys[n]), n
     assert int(info_shard(c)["replica_reads"]) == 60 + 3
     # Writes still go to the primaries.
-    set_before = {n: sets(fleet.primaries[n]) for n in SHARDS}
+    set_before = {n: command_calls(fleet.primaries[n], "set") for n in SHARDS}
     for n in SHARDS:
         assert c.execute_command("SHARD.CALL", "SET", keys[n][0], "w") == b"OK"
-        assert sets(fleet.primaries[n]) == set_before[n] + 1
+        assert command_calls(fleet.primaries[n], "set") == set_before[n] + 1
         assert fleet.primaries[n].client().get(keys[n][0]) == b"w"
 
 
@@ -119,13 +115,11 @@ def test_a_shard_without_its_replica(fleet):
     c.config_set("shard.read-from", "replica-preferred")
     until(lambda: ring_get(c)["nodes"][1]["replicas"], "n1's replica known", timeout=5)
     fleet.replicas["n1"].stop(signal.SIGKILL)
-    primary_gets = lambda: fleet.primaries["n1"].client().info("commandstats").get(  # noqa: E731
-        "cmdstat_get", {}).get("calls", 0)
-    before = primary_gets()
+    before = command_calls(fleet.primaries["n1"], "get")
     # replica-preferred: every read answers, from the primary once the replica is gone.
     for _ in range(20):
         assert c.execute_command("SHARD.CALL", "GET", key) == b"value"
-    assert primary_gets() >= before + 1
+    assert command_calls(fleet.primaries["n1"], "get") >= before + 1
     assert int(info_shard(c)["replica_fallbacks"]) >= 1
     # replica: an error naming the shard.
     c.config_set("shard.read-from", "replica")

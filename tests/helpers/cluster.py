@@ -153,3 +153,26 @@ class CliLoad:
         assert not self.thread.is_alive()
         self.proc.stdin.close()
         assert self.proc.wait(10) == 0
+
+
+def grow_and_shrink_under_load(fleet, joining, make_load):
+    """n3 (`joining`: a server with `self` n3 and no ring) joins the `slots` ring of n0..n2
+    (`fleet`, with the cluster protocol on) and leaves again (`grow_and_shrink`) while the
+    cluster client load `make_load(servers, keys)` reads and increments 400 keys; `check_load`
+    then holds. Returns the servers (n0..n3) and a cluster client of them."""
+    servers = dict(fleet, n3=joining)
+    old, new = NAMES, ("n0", "n1", "n2", "n3")
+    joining.client().execute_command("SHARD.RING", "SET", *slots_ring(fleet, old))
+    joining.client().config_set("shard.cluster-protocol", "yes")
+    rc = cluster_client(servers)
+    keys = [f"grow:{i}" for i in range(400)]
+    for k in keys:
+        rc.set(k, f"v-{k}")
+    load = make_load(servers, keys)
+    try:
+        time.sleep(0.3)  # the load under way on the old ring first
+        grow_and_shrink(servers, old, new)
+    finally:
+        load.stop()
+    check_load(rc, keys, load)
+    return servers, rc

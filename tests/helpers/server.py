@@ -150,10 +150,6 @@ class RedisServer:
             kwargs.setdefault("ssl_keyfile", self.tls["client_key"])
         return redis.Redis(host="127.0.0.1", port=self.port, protocol=protocol, **kwargs)
 
-    @property
-    def address(self):
-        return f"127.0.0.1:{self.port}"
-
     def log(self):
         try:
             return self.logfile.read_text(errors="replace")
@@ -194,6 +190,12 @@ def pipelined(client, commands, chunk=500, raise_on_error=True):
             pipe.execute_command(*c)
         replies += pipe.execute(raise_on_error=raise_on_error)
     return replies
+
+
+def command_calls(server, command):
+    """How many times `server` has run `command` (INFO commandstats, lower case: 'get')."""
+    stats = server.client().info("commandstats")
+    return stats.get(f"cmdstat_{command}", {}).get("calls", 0)
 
 
 def as_dict(reply):

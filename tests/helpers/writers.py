@@ -135,6 +135,15 @@ class Writers:
         until(lambda: self.acknowledged() >= target, f"{more} more acknowledged writes", timeout)
 
 
+def set_through(client, keys, value):
+    """SHARD.CALL SET of every key to `value` through `client`'s node, in one pipeline: the
+    writers' initial values (a counter's base, a value key's first value)."""
+    pipe = client.pipeline(transaction=False)
+    for k in keys:
+        pipe.execute_command("SHARD.CALL", "SET", k, value)
+    assert all(r == b"OK" for r in pipe.execute())
+
+
 def allowed_values(history, initial=None):
     """The values a key may hold after the writes of `history` ([(value, outcome)] in order):
     its last acknowledged value, or one written after it whose outcome is unknown; with no
