@@ -207,17 +207,21 @@ fn runs_here<'a>(
     }
 }
 
-impl<'a> FilterEnv<'a> for FilterArgs {
+/// The filtered command as the verdict reads it: the arguments' bytes live as long as this
+/// shared borrow of them, so none can be rewritten while the verdict holds one.
+struct Env<'a>(&'a FilterArgs);
+
+impl<'a> FilterEnv<'a> for Env<'a> {
     fn arg(&self, i: usize) -> Option<&'a [u8]> {
-        FilterArgs::arg(self, i)
+        self.0.arg(i)
     }
 
     fn movable_keys(&self) -> Option<Vec<usize>> {
-        self.command_keys()
+        self.0.command_keys()
     }
 
     fn exists(&self, pos: usize) -> bool {
-        self.key_exists(pos)
+        self.0.key_exists(pos)
     }
 
     fn is_replica(&self) -> bool {
@@ -225,13 +229,13 @@ impl<'a> FilterEnv<'a> for FilterArgs {
     }
 
     fn in_transaction(&self) -> bool {
-        self.client_in_multi()
+        self.0.client_in_multi()
     }
 }
 
 /// Applies the cluster protocol's rewrite to the filtered command.
 pub fn rewrite(args: &mut FilterArgs) {
-    let insert: &[u8] = match decide(args.len(), args) {
+    let insert: &[u8] = match decide(args.len(), &Env(args)) {
         Rewrite::None => return,
         Rewrite::Redirect(leave) if args.client_in_multi() => {
             refuse(args, &leave.refusal());

@@ -32,9 +32,9 @@ impl FilterArgs {
         (!s.is_null()).then_some(s)
     }
 
-    /// The bytes of argument `i` (0 is the command's name). They stay valid for the rest of
-    /// the callback, as long as that argument is not deleted or replaced.
-    pub fn arg<'a>(&self, i: usize) -> Option<&'a [u8]> {
+    /// The bytes of argument `i` (0 is the command's name), borrowed from the arguments: no
+    /// rewrite can run while they are held.
+    pub fn arg(&self, i: usize) -> Option<&[u8]> {
         let s = self.string(i)?;
         let mut len = 0usize;
         // SAFETY: `s` is a live argument of the filtered command.
