@@ -20,8 +20,8 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The tests marked `slow` first, in their files' order: side by side (pytest-xdist), a long
-    test that starts last keeps the run going alone."""
+    """The tests marked `slow` first, in their files' order: side by side (pytest-xdist,
+    tests/run.py), a long test that starts last keeps the run going alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

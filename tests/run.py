@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / ".tmp"
-PASSES = {"parallel": ["-m", "not serial"], "serial": ["-m", "serial", "-p", "no:xdist"]}
+PASSES = {"parallel": ["-m", "not serial"], "serial": ["-m", "serial"]}
 # One test at a time to whichever worker is free, in collection order (the `slow` ones first,
 # tests/conftest.py): xdist's default hands each worker a run of consecutive tests at first,
 # which put every slow test on the same worker.
