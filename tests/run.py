@@ -11,9 +11,12 @@ Two passes:
    running beside them would distort), one server after the other, one test at a time.
 
 Each pytest run's output is shown as it comes, each line led by the server's name, and kept in
-tests/.tmp/<server>-<pass>.log (the servers' own logs of the run's tests are kept under
-tests/.tmp/<server>-<pass>/ until the next run). At the end: each run's outcome, the ten slowest tests of all
-runs, and the servers whose suite failed (the exit status is then 1).
+tests/.tmp/<server>-<pass>.log; the servers' own directories and logs stay under
+tests/.tmp/<server>-<pass>/ until the next run. At the end: each run's outcome, the ten slowest
+tests of all runs, and the servers whose suite failed (the exit status is then 1).
+
+The test files also run with plain pytest, one test after another (`pytest tests`) or side by
+side (`pytest -n 4 tests`); the `serial` tests then share the machine with the others.
 
 Arguments after `--` go to every pytest run (`python tests/run.py redis-server -- -k ring`).
 """
