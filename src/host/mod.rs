@@ -14,5 +14,8 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod filter;
+pub mod fork;
+pub mod keyspace;
+pub mod keyspace_events;
 pub mod replicate;
 pub mod reply;

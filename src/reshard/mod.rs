@@ -7,7 +7,11 @@
 //! feeds the main thread's time-bounded deleting steps.
 
 pub mod cleanup_child;
+pub mod cleanup_job;
 pub mod copy_child;
+pub mod copy_job;
+pub mod copy_page;
+pub mod copy_serialize;
 pub mod current;
 pub mod dirty;
 pub mod fate;
