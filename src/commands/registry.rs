@@ -43,7 +43,7 @@ fn container(name: &'static CStr, subcommands: Vec<Spec>) -> Spec {
 }
 
 fn table() -> Vec<Spec> {
-    use crate::commands::{decode, encode, fleet, genkey, reshard, ring, whereis};
+    use crate::commands::{decode, encode, genkey, reshard, ring, whereis};
     vec![
         command(
             c"shard.genkey",
@@ -146,22 +146,22 @@ fn table() -> Vec<Spec> {
                 ),
                 command(
                     c"install",
-                    command_fn!("shard.ring|install", fleet::install),
+                    command_fn!("shard.ring|install", ring::install),
                     c"admin",
                 ),
                 command(
                     c"state",
-                    command_fn!("shard.ring|state", fleet::node_state),
+                    command_fn!("shard.ring|state", ring::node_state),
                     c"readonly",
                 ),
                 command(
                     c"push",
-                    command_fn!("shard.ring|push", fleet::push),
+                    command_fn!("shard.ring|push", ring::push),
                     c"admin blocking deny-script",
                 ),
                 command(
                     c"check",
-                    command_fn!("shard.ring|check", fleet::check),
+                    command_fn!("shard.ring|check", ring::check),
                     c"admin blocking deny-script",
                 ),
             ],
@@ -206,17 +206,17 @@ fn table() -> Vec<Spec> {
                 ),
                 command(
                     c"start",
-                    command_fn!("shard.reshard|start", fleet::start),
+                    command_fn!("shard.reshard|start", reshard::start),
                     c"admin blocking deny-script",
                 ),
                 command(
                     c"cancel",
-                    command_fn!("shard.reshard|cancel", fleet::cancel),
+                    command_fn!("shard.reshard|cancel", reshard::cancel),
                     c"admin",
                 ),
                 command(
                     c"plan",
-                    command_fn!("shard.reshard|plan", fleet::save_plan),
+                    command_fn!("shard.reshard|plan", reshard::save_plan),
                     c"admin",
                 ),
             ],

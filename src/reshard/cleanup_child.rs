@@ -11,9 +11,9 @@
 //! keys is walked). The child blocks when the pipe is full: the main thread's pace sets the
 //! child's.
 
+use std::ffi::{c_int, c_void};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
