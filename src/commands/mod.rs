@@ -11,7 +11,6 @@ pub mod debug;
 pub mod decode;
 pub mod dump;
 pub mod encode;
-pub mod fleet;
 pub mod genkey;
 #[cfg(test)]
 mod parse_tests;

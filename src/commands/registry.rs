@@ -139,7 +139,7 @@ pub static RING_ABORT: CommandSpec = command! {
 
 pub static RING_INSTALL: CommandSpec = command! {
     name: "shard.ring|install",
-    handler: crate::commands::fleet::install,
+    handler: crate::commands::ring::install,
     flags: "admin",
     arity: -3,
     summary: "Installs the current and previous rings whole, as canonical texts (a fleet operation's step)",
@@ -150,7 +150,7 @@ pub static RING_INSTALL: CommandSpec = command! {
 
 pub static RING_STATE: CommandSpec = command! {
     name: "shard.ring|state",
-    handler: crate::commands::fleet::node_state,
+    handler: crate::commands::ring::node_state,
     flags: "readonly",
     arity: 2,
     summary: "Shows this node's ring digests, job, key count and memory",
@@ -161,7 +161,7 @@ pub static RING_STATE: CommandSpec = command! {
 
 pub static RING_PUSH: CommandSpec = command! {
     name: "shard.ring|push",
-    handler: crate::commands::fleet::push,
+    handler: crate::commands::ring::push,
     flags: "admin blocking deny-script",
     arity: 2,
     summary: "Sends this node's rings to every node named in them",
@@ -172,7 +172,7 @@ pub static RING_PUSH: CommandSpec = command! {
 
 pub static RING_CHECK: CommandSpec = command! {
     name: "shard.ring|check",
-    handler: crate::commands::fleet::check,
+    handler: crate::commands::ring::check,
     flags: "admin blocking deny-script",
     arity: 2,
     summary: "Asks every node for its rings, job, keys and memory; shows whether they agree and each node's share of the keyspace",
@@ -260,7 +260,7 @@ pub static RESHARD_RESUME: CommandSpec = command! {
 
 pub static RESHARD_START: CommandSpec = command! {
     name: "shard.reshard|start",
-    handler: crate::commands::fleet::start,
+    handler: crate::commands::reshard::start,
     flags: "admin blocking deny-script",
     arity: -3,
     summary: "Grows or shrinks the fleet to the given ring: checks every node, then opens, copies, commits and cleans up in the background",
@@ -271,7 +271,7 @@ pub static RESHARD_START: CommandSpec = command! {
 
 pub static RESHARD_CANCEL: CommandSpec = command! {
     name: "shard.reshard|cancel",
-    handler: crate::commands::fleet::cancel,
+    handler: crate::commands::reshard::cancel,
     flags: "admin",
     arity: 2,
     summary: "Returns the fleet to the old ring (before COMMIT), bringing back the writes made since",
@@ -282,7 +282,7 @@ pub static RESHARD_CANCEL: CommandSpec = command! {
 
 pub static RESHARD_PLAN: CommandSpec = command! {
     name: "shard.reshard|plan",
-    handler: crate::commands::fleet::save_plan,
+    handler: crate::commands::reshard::save_plan,
     flags: "admin",
     arity: 3,
     summary: "Stores the coordinator's plan (sent by the coordinator to itself; replicated)",

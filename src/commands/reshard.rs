@@ -1,12 +1,19 @@
-//! `SHARD.RESHARD COPY|CLEANUP|STATUS|STOP`: the background jobs that move keys between nodes.
+//! `SHARD.RESHARD COPY|CLEANUP|STATUS|STOP|THROTTLE|PAUSE|RESUME`: the background jobs that
+//! move keys between nodes (`reshard::jobs`); and `START|CANCEL|PLAN`, the fleet operations
+//! (`reshard::fleet`), whose part of STATUS and RESUME is here too.
 
 use std::sync::Arc;
 
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::{int_in, is, ArgList};
+use crate::net::resp::ReplyResp;
+use crate::reshard::fleet::operation::{self, Start};
+use crate::reshard::fleet::{coordinator, reach, status};
 use crate::reshard::jobs::{self, CopyOptions};
 use crate::reshard::{is_member, JobKind};
 use crate::ring::placement::Placement;
+use crate::ring::RingSpec;
+use crate::route::forward;
 use crate::state::{self, ModuleState};
 
 const DEFAULT_BATCH: usize = 100;
@@ -183,7 +190,8 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_bulk("paused", if job.paused { b"yes" } else { b"no" });
     // Keys copied (or deleted) by database: `db0=750,db3=12`.
     reply.field_bulk("by_db", job.by_db_text().as_bytes());
-    crate::commands::fleet::reply_status(call, current.fleet.as_ref());
+    reply.bulk(b"fleet");
+    reply.resp(&status::fleet_status(current.fleet.as_ref()));
     Ok(())
 }
 
@@ -225,12 +233,12 @@ pub fn resume(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.reshard|resume"));
     }
     // Everything that can refuse is checked before anything resumes.
-    let plan = crate::commands::fleet::plan_to_resume()?;
-    let running_plan = crate::reshard::fleet::coordinator::running();
+    let plan = reach::plan_to_resume()?;
+    let running_plan = coordinator::running();
     let job = jobs::set_paused(false);
     let plan = match plan {
         Some(reach) => {
-            crate::reshard::fleet::coordinator::drive(reach);
+            coordinator::drive(reach);
             true
         }
         None => running_plan,
@@ -251,6 +259,75 @@ fn set_paused(call: &Call, name: &str, paused: bool) -> CmdResult {
     if !jobs::set_paused(paused) {
         return Err(CmdError::err("no resharding job is running"));
     }
+    call.reply.ok();
+    Ok(())
+}
+
+/// Reads `START`'s ring and `MAXRATE`.
+fn parse_start(call: &Call) -> Result<(RingSpec, u64), CmdError> {
+    let mut args: Vec<&[u8]> = (0..call.args.len()).map(|i| call.args.get(i)).collect();
+    let mut max_rate = 0;
+    if args.len() >= 2 && is(args[args.len() - 2], "MAXRATE") {
+        max_rate = int_in(args[args.len() - 1], "MAXRATE", 0, 1_000_000_000)?.unsigned_abs();
+        args.truncate(args.len() - 2);
+    }
+    let mut spec = crate::commands::ring::parse_spec(args.as_slice(), "shard.reshard|start")?;
+    let hashtag_given = args.len() > 3 && is(args[3], "HASHTAG");
+    if !hashtag_given && state::lock().keys.layout.kind == crate::keys::LayoutKind::Shardjs {
+        spec = spec.with_shardjs_default().map_err(CmdError::err)?;
+    }
+    operation::check_target(&spec)?;
+    Ok((spec, max_rate))
+}
+
+/// `SHARD.RESHARD START algo [HASHTAG rule] name host:port weight ... [MAXRATE n]`: checks the
+/// fleet, then grows or shrinks it to the given ring in the background.
+pub fn start(call: &Call) -> CmdResult {
+    let (new, max_rate) = parse_start(call)?;
+    let start = {
+        let st = state::lock();
+        let current = crate::commands::whereis::current_ring(&st);
+        operation::prepare_start(&st, current, new, max_rate)?
+    };
+    match start {
+        Start::Resume(reach) => {
+            coordinator::drive(reach);
+            call.reply.ok();
+            Ok(())
+        }
+        Start::New(plan, reach) => {
+            let link = reach.link.clone();
+            forward::run(call, link, move |steps| {
+                operation::begin(steps, plan, reach)
+            })
+            .map_err(CmdError::err)
+        }
+    }
+}
+
+/// `SHARD.RESHARD CANCEL`: returns the fleet to the old ring, in the background. The request is
+/// replicated (as the plan with its cancel flag) before the reply, so a coordinator restarted
+/// at once still cancels on RESUME.
+pub fn cancel(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.reshard|cancel"));
+    }
+    let (reach, bytes) = operation::request_cancel()?;
+    call.ctx
+        .replicate("SHARD.RESHARD", &[&b"PLAN"[..], &bytes[..]][..]);
+    coordinator::drive(reach);
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.RESHARD PLAN bytes`: the coordinator's plan, as it makes it durable (replicated; the
+/// AOF replays it). While this node drives the plan, its state holds the newest already.
+pub fn save_plan(call: &Call) -> CmdResult {
+    if call.args.len() != 3 {
+        return Err(CmdError::wrong_arity("shard.reshard|plan"));
+    }
+    operation::save_plan(call.args.get(2))?;
+    call.ctx.replicate_verbatim();
     call.reply.ok();
     Ok(())
 }

@@ -1,12 +1,21 @@
-//! `SHARD.RING SET|GET`: the ring held in module memory.
+//! `SHARD.RING SET|GET|BEGIN|COMMIT|ABORT`: the rings held in module memory; and the fleet's
+//! part of `SHARD.RING`: `INSTALL` (both rings at once, a fleet operation's step), `STATE`
+//! (this node, for the coordinator), `PUSH` and `CHECK` (this node's rings to, and every
+//! node's state from, the fleet: `reshard::fleet`).
 
 use redis_module::ContextFlags;
 
+use crate::commands::whereis::current_ring;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::{is, ArgList};
+use crate::net::resp::ReplyResp;
+use crate::reshard::fleet::node_state;
+use crate::reshard::fleet::push::Push;
+use crate::reshard::fleet::survey::Survey;
 use crate::reshard::jobs;
 use crate::ring::placement::Placement;
 use crate::ring::{Algo, HashTag, RingSpec};
+use crate::route::forward;
 use crate::state;
 
 /// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [...]`: replaces the ring whole.
@@ -148,7 +157,7 @@ pub fn get(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.ring|get"));
     }
     let st = state::lock();
-    let current = crate::commands::whereis::current_ring(&st)?;
+    let current = current_ring(&st)?;
     let reply = &call.reply;
     reply.map(6);
     reply.field_bulk("algo", current.spec.algo.name().as_bytes());
@@ -194,4 +203,81 @@ fn reply_nodes(call: &Call, placement: &Placement) {
             reply.bulk(r.as_bytes());
         }
     }
+}
+
+/// `SHARD.RING INSTALL current [previous] [RETURNING]`: both rings at once, as canonical texts
+/// (a fleet operation's step: the same call repeated changes nothing).
+pub fn install(call: &Call) -> CmdResult {
+    let n = call.args.len();
+    let returning = n > 3 && is(call.args.get(n - 1), "RETURNING");
+    let texts = n - usize::from(returning);
+    if !(3..=4).contains(&texts) {
+        return Err(CmdError::wrong_arity("shard.ring|install"));
+    }
+    let build = |i: usize| -> Result<Placement, CmdError> {
+        let spec = crate::persist::parse_canonical(call.args.get(i))
+            .map_err(|e| CmdError::err(format!("ring {}: {e}", i - 1)))?;
+        if spec.algo == Algo::Cluster {
+            return Err(CmdError::err(
+                "the cluster algo is not installed by shard's fleet operations",
+            ));
+        }
+        Placement::build(spec).map_err(CmdError::err)
+    };
+    let current = build(2)?;
+    let previous = if texts == 4 { Some(build(3)?) } else { None };
+    crate::cluster::protocol::check_ring_change(call, &current)?;
+    if jobs::running() {
+        return Err(CmdError::err(
+            "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",
+        ));
+    }
+    state::lock()
+        .rings
+        .install(current, previous, returning)
+        .map_err(CmdError::err)?;
+    call.ctx.replicate_verbatim();
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.RING STATE`: this node's rings, job, key count and memory, for the coordinator and
+/// `SHARD.RING CHECK`.
+pub fn node_state(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.ring|state"));
+    }
+    call.reply.resp(&node_state::this_node(call.ctx));
+    Ok(())
+}
+
+/// `SHARD.RING PUSH`: sends this node's rings to every node they name.
+pub fn push(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.ring|push"));
+    }
+    let push = {
+        let st = state::lock();
+        let current = current_ring(&st)?;
+        Push::prepare(&st, current)?
+    };
+    let link = push.link.clone();
+    let started = forward::run(call, link, move |steps| push.run(steps));
+    started.map_err(CmdError::err)
+}
+
+/// `SHARD.RING CHECK`: every node's rings, job, keys and memory, whether they all agree, and each
+/// node's share of the keyspace beside its weight's.
+pub fn check(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.ring|check"));
+    }
+    let survey = {
+        let st = state::lock();
+        let current = current_ring(&st)?;
+        Survey::prepare(&st, current)?
+    };
+    let link = survey.link.clone();
+    let started = forward::run(call, link, move |steps| survey.run(steps));
+    started.map_err(CmdError::err)
 }

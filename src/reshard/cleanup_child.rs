@@ -1,8 +1,8 @@
-//! The walk of a cleanup, run by a forked child: the child scans its snapshot of the keyspace,
-//! computes each key's owner, and writes the names of the keys this node no longer owns to a
-//! pipe; the main thread reads them in its time-bounded steps and unlinks them. Walking and
-//! hashing every key (most of a cleanup's cost, `bench/findings.md`) so leave the main thread,
-//! which only deletes. Keys written after the fork are not in the snapshot: `dirty` records
+//! The walk of a cleanup, run by a forked child (`host::fork`): the child scans its snapshot of
+//! the keyspace (`host::keyspace`), computes each key's owner, and writes the names of the keys
+//! this node no longer owns to a pipe; the main thread reads them in its time-bounded steps
+//! (`cleanup_job`) and unlinks them. Walking and hashing every key (most of a cleanup's cost,
+//! `bench/findings.md`) so leave the main thread, which only deletes. Keys written after the fork are not in the snapshot: `dirty` records
 //! them and the main thread checks those itself once the child is done.
 //!
 //! The pipe carries each name as a 4-byte little-endian length and the bytes; a length of
@@ -11,15 +11,16 @@
 //! keys is walked). The child blocks when the pipe is full: the main thread's pace sets the
 //! child's.
 
+use std::ffi::{c_int, c_void};
 use std::io::{self, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::raw::{c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use redis_module::{raw, Context, RedisString};
+use redis_module::Context;
 
-use crate::reshard::copy_child::{exit_child, fork_child, select_db};
+use crate::host::fork::{self, Exit, Forked, Pid};
+use crate::host::keyspace::{self, ScanCursor};
 use crate::reshard::dirty::DbKey;
 use crate::ring::placement::Placement;
 
@@ -35,9 +36,6 @@ pub struct Names {
     /// Whether the read end is in the server's event loop (waiting for names).
     registered: bool,
 }
-
-/// Called on the main thread by the event loop when names (or the end) arrived.
-pub type Ready = unsafe extern "C" fn(fd: c_int, user_data: *mut c_void, mask: c_int);
 
 const WALKED: u32 = u32::MAX;
 const DATABASE: u32 = u32::MAX - 1;
@@ -100,13 +98,14 @@ impl Record<'_> {
 /// The pipe's capacity asked for.
 const PIPE_BYTES: c_int = 1 << 20;
 
-/// Forks the child; its pid and the pipe's read end.
+/// Forks the child; its pid and the pipe's read end. `done` is told on the main thread when the
+/// child exits.
 pub fn start(
     ctx: &Context,
     ring: &Arc<Placement>,
     self_name: &str,
-    done: crate::reshard::copy_child::Done,
-) -> Result<(c_int, Names), String> {
+    done: fn(Exit),
+) -> Result<(Pid, Names), String> {
     let mut fds = [0 as c_int; 2];
     // SAFETY: two fds for a new pipe.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -122,18 +121,19 @@ pub fn start(
     // serves clients (the kernel may refuse: the default then).
     // SAFETY: our fd.
     unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_BYTES) };
-    let pid = fork_child(done)?;
-    if pid == 0 {
-        drop(read_end);
-        let mut out = std::fs::File::from(write_end);
-        let ok = catch_unwind(AssertUnwindSafe(|| walk(ctx, ring, self_name, &mut out)))
-            .unwrap_or(false);
-        exit_child(if ok { 0 } else { 1 });
-    }
+    let pid = match fork::fork(done)? {
+        Forked::Parent(pid) => pid,
+        Forked::Child => {
+            drop(read_end);
+            let mut out = std::fs::File::from(write_end);
+            let ok = catch_unwind(AssertUnwindSafe(|| walk(ctx, ring, self_name, &mut out)))
+                .unwrap_or(false);
+            fork::exit_child(if ok { 0 } else { 1 });
+        }
+    };
     drop(write_end);
     // SAFETY: our fd.
     unsafe {
-        use std::os::fd::AsRawFd;
         let fd = read_end.as_raw_fd();
         let flags = libc::fcntl(fd, libc::F_GETFL);
         libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
@@ -154,24 +154,13 @@ pub fn start(
 impl Names {
     /// Asks the event loop to call `ready` once the pipe has something to read, so that the
     /// main thread sleeps rather than polls while the child walks. False if it cannot.
-    pub fn wait_readable(&mut self, ready: Ready) -> bool {
-        use std::os::fd::AsRawFd;
+    pub fn wait_readable(&mut self, ready: fn()) -> bool {
         if self.eof {
             return false;
         }
         if !self.registered {
-            // SAFETY: our fd, in the event loop until `stop_waiting` or drop removes it.
-            let added = unsafe {
-                raw::RedisModule_EventLoopAdd.map(|add| {
-                    add(
-                        self.fd.as_raw_fd(),
-                        raw::REDISMODULE_EVENTLOOP_READABLE as c_int,
-                        Some(ready),
-                        std::ptr::null_mut(),
-                    )
-                })
-            };
-            self.registered = added == Some(raw::REDISMODULE_OK as c_int);
+            // In the event loop until `stop_waiting` or drop takes it out.
+            self.registered = fork::watch_readable(self.fd.as_raw_fd(), ready);
         }
         self.registered
     }
@@ -183,17 +172,8 @@ impl Names {
 
     /// Takes the pipe out of the event loop.
     pub fn stop_waiting(&mut self) {
-        use std::os::fd::AsRawFd;
         if self.registered {
-            // SAFETY: our fd, registered by `wait_readable`.
-            unsafe {
-                if let Some(del) = raw::RedisModule_EventLoopDel {
-                    del(
-                        self.fd.as_raw_fd(),
-                        raw::REDISMODULE_EVENTLOOP_READABLE as c_int,
-                    );
-                }
-            }
+            fork::stop_watching(self.fd.as_raw_fd());
             self.registered = false;
         }
     }
@@ -201,7 +181,6 @@ impl Names {
     /// Moves the names that arrived into `out`, at most `max`. False once the child closed
     /// the pipe and every name was taken.
     pub fn read(&mut self, out: &mut std::collections::VecDeque<DbKey>, max: usize) -> bool {
-        use std::os::fd::AsRawFd;
         let mut taken = 0;
         loop {
             // Whole names first.
@@ -263,72 +242,36 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
     let Some(ring) = ring.ring.as_ref() else {
         return false;
     };
-    struct Walk<'a> {
-        ring: &'a crate::ring::Ring,
-        self_name: &'a str,
-        buf: Vec<u8>,
-        walked: u64,
-    }
-    extern "C" fn on_key(
-        _ctx: *mut raw::RedisModuleCtx,
-        keyname: *mut raw::RedisModuleString,
-        _key: *mut raw::RedisModuleKey,
-        privdata: *mut c_void,
-    ) {
-        // SAFETY: `privdata` is the Walk below, alive for the scan call; the name is live.
-        unsafe {
-            let w = &mut *privdata.cast::<Walk>();
-            w.walked += 1;
-            let name = RedisString::string_as_slice(keyname);
-            if crate::reshard::cleanup_deletes(w.ring, w.self_name, name) {
-                Record::Name(name).write(&mut w.buf);
-            }
+    let mut buf: Vec<u8> = Vec::with_capacity(128 * 1024);
+    let mut walked: u64 = 0;
+    for db in 0.. {
+        if !keyspace::select_db(ctx, db) {
+            break;
         }
-    }
-    let mut w = Walk {
-        ring,
-        self_name,
-        buf: Vec::with_capacity(128 * 1024),
-        walked: 0,
-    };
-    // SAFETY: the API table is filled at load; the cursor is destroyed below.
-    unsafe {
-        let (Some(create), Some(scan), Some(destroy)) = (
-            raw::RedisModule_ScanCursorCreate,
-            raw::RedisModule_Scan,
-            raw::RedisModule_ScanCursorDestroy,
-        ) else {
+        if keyspace::db_size(ctx) == 0 {
+            continue;
+        }
+        let Some(cursor) = ScanCursor::new() else {
             return false;
         };
-        for db in 0.. {
-            if !select_db(ctx, db) {
+        Record::Database(db).write(&mut buf);
+        loop {
+            let more = cursor.scan(ctx, &mut |name, _| {
+                walked += 1;
+                if crate::reshard::cleanup_deletes(ring, self_name, name) {
+                    Record::Name(name).write(&mut buf);
+                }
+            });
+            if buf.len() >= 64 * 1024 || !more {
+                Record::Walked(walked).write(&mut buf);
+                if out.write_all(&buf).is_err() {
+                    return false;
+                }
+                buf.clear();
+            }
+            if !more {
                 break;
             }
-            if raw::RedisModule_DbSize.map_or(0, |f| f(ctx.ctx)) == 0 {
-                continue;
-            }
-            Record::Database(db).write(&mut w.buf);
-            let cursor = create();
-            loop {
-                let more = scan(
-                    ctx.ctx,
-                    cursor,
-                    Some(on_key),
-                    std::ptr::addr_of_mut!(w).cast(),
-                ) != 0;
-                if w.buf.len() >= 64 * 1024 || !more {
-                    Record::Walked(w.walked).write(&mut w.buf);
-                    if out.write_all(&w.buf).is_err() {
-                        destroy(cursor);
-                        return false;
-                    }
-                    w.buf.clear();
-                }
-                if !more {
-                    break;
-                }
-            }
-            destroy(cursor);
         }
     }
     true

@@ -1,14 +1,16 @@
 //! The keys written on this node (and their databases) while a copy's child runs: the child's
-//! snapshot predates them, so the next pass copies them. Recorded from keyspace events (subscribed at the first
-//! copy, so that a server that never reshards pays nothing; afterwards a write costs one call
+//! snapshot predates them, so the next pass copies them (and a cleanup checks them after its
+//! child's walk). Recorded from keyspace events (`host::keyspace_events`, subscribed at the
+//! first job, so that a server that never reshards pays nothing; afterwards a write costs one call
 //! that checks a flag while no copy runs).
 
 use std::cell::RefCell;
-use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis_module::{raw, Context, RedisString};
+use redis_module::Context;
 use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::host::keyspace_events::{self, KeyspaceEvent};
 
 /// A database number and a key of it.
 pub type DbKey = (i32, Vec<u8>);
@@ -37,22 +39,7 @@ pub fn subscribe(ctx: &Context) -> Result<(), String> {
     if SUBSCRIBED.load(Ordering::Relaxed) {
         return Ok(());
     }
-    let types = raw::NotifyEvent::GENERIC
-        | raw::NotifyEvent::STRING
-        | raw::NotifyEvent::LIST
-        | raw::NotifyEvent::SET
-        | raw::NotifyEvent::HASH
-        | raw::NotifyEvent::ZSET
-        | raw::NotifyEvent::STREAM;
-    // SAFETY: the API table is filled at load; the callback lives as long as the module.
-    let done = unsafe {
-        let subscribe = raw::RedisModule_SubscribeToKeyspaceEvents
-            .ok_or("RedisModule_SubscribeToKeyspaceEvents is missing")?;
-        subscribe(ctx.ctx, types.bits(), Some(on_event))
-    };
-    if done != raw::REDISMODULE_OK as c_int {
-        return Err("cannot subscribe to keyspace events".into());
-    }
+    keyspace_events::subscribe_to_writes(ctx, on_event)?;
     SUBSCRIBED.store(true, Ordering::Relaxed);
     Ok(())
 }
@@ -62,43 +49,29 @@ pub fn subscribe(ctx: &Context) -> Result<(), String> {
 /// speed.)
 const GONE: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move_from"];
 
-extern "C" fn on_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
+fn on_event(event: &KeyspaceEvent) {
     if !TRACKING.load(Ordering::Relaxed) {
-        return 0;
+        return;
     }
-    let _ = std::panic::catch_unwind(|| {
-        if !event.is_null() {
-            // SAFETY: Redis passes a NUL-terminated event name, live for the callback.
-            let name = unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes();
-            if GONE.contains(&name) {
+    if GONE.contains(&event.name()) {
+        return;
+    }
+    let bytes = event.key();
+    let db = event.db();
+    DIRTY.with(|d| {
+        let mut d = d.borrow_mut();
+        if let Some(written) = d.as_mut() {
+            if written.len >= MAX_KEYS {
+                *d = None;
                 return;
             }
-        }
-        // Redis passes a live key name for the duration of the callback.
-        let bytes = RedisString::string_as_slice(key);
-        // SAFETY: the callback's context, selected on the event's database.
-        let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) };
-        DIRTY.with(|d| {
-            let mut d = d.borrow_mut();
-            if let Some(written) = d.as_mut() {
-                if written.len >= MAX_KEYS {
-                    *d = None;
-                    return;
-                }
-                let set = written.by_db.entry(db).or_default();
-                if !set.contains(bytes) {
-                    set.insert(bytes.to_vec());
-                    written.len += 1;
-                }
+            let set = written.by_db.entry(db).or_default();
+            if !set.contains(bytes) {
+                set.insert(bytes.to_vec());
+                written.len += 1;
             }
-        });
+        }
     });
-    0
 }
 
 /// Starts recording, with nothing recorded (at a child's fork).

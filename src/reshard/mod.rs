@@ -1,13 +1,38 @@
 //! Resharding, as Tarantool's shard module did it: a previous and a current ring, a copy phase
 //! that sends each key to its new owner without deleting it here, passes repeated until one
 //! copies nothing, then, once the previous ring is dropped, a cleanup that deletes what this
-//! node no longer owns. The decisions and the job's bookkeeping are pure Rust (`plan`, `job`);
-//! `jobs` runs them: a copy pass in a forked child (`fork_copy`, shipping with `ship`, the keys
-//! written meanwhile recorded by `dirty`), a cleanup's walk in another (`fork_cleanup`) that
-//! feeds the main thread's time-bounded deleting steps.
+//! node no longer owns; and fleet operations (`fleet/`) that drive every node through those
+//! steps from one `SHARD.RESHARD START`.
+//!
+//! What each file owns:
+//! - `fate`: the pure per-key decision (copy to whom, keep, delete in a cleanup).
+//! - `progress`: a job's bookkeeping (`Job`: state, counters, passes), pure.
+//! - `current`: the job and the fleet plan of this node now (not in `crate::state`).
+//! - `jobs`: the running job, what a copy and a cleanup share, and the calls the commands make
+//!   (start, stop, throttle, pause); `copy_job` and `cleanup_job` drive each kind on the main
+//!   thread with module timers.
+//! - `copy_child`: one pass of a copy, in a forked child (the walk of the keyspace);
+//!   `copy_serialize` serializes what it found and hands it to `ship`, which pipelines the
+//!   `RESTORE`s to their owners; `pieces` copies big keys piece by piece; `payload` builds a
+//!   string's `DUMP` payload without the server; `copy_page` is the page the child and the main
+//!   thread share (counts up, rate and pause down); `pace` keeps a job to its rate.
+//! - `cleanup_child`: a cleanup's walk in a forked child, sending the names to delete through a
+//!   pipe.
+//! - `dirty`: the keys written while a child works on its snapshot (keyspace events).
+//! - `fleet/`: the fleet operation's plan, its checks and byte form, the coordinator that
+//!   drives it, and what the fleet commands ask of it (see its own doc).
+//!
+//! May import: the pure rooms (`clock`, `keys`, `ring`, `persist`), `host` (the server: fork,
+//! keyspace walk, keyspace events, timers), `net` (connections, RESP), `state`, `topology` (the
+//! nodes' addresses) and `route` (SHARD.CALL's network steps, which the fleet requests share).
+//! Never `cluster` or `commands`: the commands call in here, not the other way.
 
 pub mod cleanup_child;
+pub mod cleanup_job;
 pub mod copy_child;
+pub mod copy_job;
+pub mod copy_page;
+pub mod copy_serialize;
 pub mod current;
 pub mod dirty;
 pub mod fate;

@@ -1,4 +1,4 @@
-//! Big keys copied in pieces, by a copy's child (`fork_copy`): a key whose value is larger than
+//! Big keys copied in pieces, by a copy's child (`copy_child`): a key whose value is larger than
 //! `big-key-bytes`, or a collection of more than `big-key-elements` elements, does not travel
 //! as one `RESTORE` (which would make its destination load it all in one command, for as long
 //! as that takes, and could exceed its `proto-max-bulk-len`). Its elements are read from the
@@ -19,6 +19,7 @@
 
 use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context};
 
+use crate::host::keyspace::KeyType;
 use crate::reshard::ship::{Expect, Shipper, Target};
 
 /// Which keys travel in pieces.
@@ -39,33 +40,20 @@ impl Default for Limits {
     }
 }
 
-/// A key's type, as far as pieces go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    String,
-    List,
-    Set,
-    Hash,
-    ZSet,
-    Stream,
-    /// A module's type: it travels whole (`DUMP`).
-    Other,
-}
-
 impl Limits {
     /// Whether a value of `kind` and length `len` (bytes of a string, elements of a
     /// collection) travels in pieces whatever its serialized size.
-    pub fn big_by_length(&self, kind: Kind, len: usize) -> bool {
+    pub fn big_by_length(&self, kind: KeyType, len: usize) -> bool {
         match kind {
-            Kind::String => len > self.bytes,
-            Kind::Other => false,
+            KeyType::String => len > self.bytes,
+            KeyType::Other => false,
             _ => len > self.elements,
         }
     }
 
     /// Whether a value whose `DUMP` payload has `len` bytes travels in pieces.
-    pub fn big_by_payload(&self, kind: Kind, len: usize) -> bool {
-        kind != Kind::Other && len > self.bytes
+    pub fn big_by_payload(&self, kind: KeyType, len: usize) -> bool {
+        kind != KeyType::Other && len > self.bytes
     }
 }
 
@@ -208,7 +196,7 @@ pub fn copy(
     shipper: &mut Shipper,
     target: &Target,
     key: &[u8],
-    kind: Kind,
+    kind: KeyType,
     expires_at: i64,
     replace: bool,
 ) {
@@ -225,13 +213,13 @@ pub fn copy(
         sent: 0,
     };
     let read_all = match kind {
-        Kind::String => string(ctx, &mut sender, key),
-        Kind::Hash => scanned(ctx, &mut sender, key, "HSCAN", b"HSET", 2),
-        Kind::Set => scanned(ctx, &mut sender, key, "SSCAN", b"SADD", 1),
-        Kind::ZSet => ranged(ctx, &mut sender, key, "ZRANGE", b"ZADD"),
-        Kind::List => ranged(ctx, &mut sender, key, "LRANGE", b"RPUSH"),
-        Kind::Stream => stream(ctx, &mut sender, key),
-        Kind::Other => false,
+        KeyType::String => string(ctx, &mut sender, key),
+        KeyType::Hash => scanned(ctx, &mut sender, key, "HSCAN", b"HSET", 2),
+        KeyType::Set => scanned(ctx, &mut sender, key, "SSCAN", b"SADD", 1),
+        KeyType::ZSet => ranged(ctx, &mut sender, key, "ZRANGE", b"ZADD"),
+        KeyType::List => ranged(ctx, &mut sender, key, "LRANGE", b"RPUSH"),
+        KeyType::Stream => stream(ctx, &mut sender, key),
+        KeyType::Other => false,
     };
     sender.flush();
     let sent = sender.sent;
@@ -513,15 +501,15 @@ mod tests {
             bytes: 1000,
             elements: 10,
         };
-        assert!(!limits.big_by_length(Kind::String, 1000));
-        assert!(limits.big_by_length(Kind::String, 1001));
-        assert!(!limits.big_by_length(Kind::Hash, 10));
-        assert!(limits.big_by_length(Kind::Hash, 11));
-        assert!(limits.big_by_length(Kind::Stream, 11));
-        assert!(!limits.big_by_length(Kind::Other, usize::MAX));
-        assert!(limits.big_by_payload(Kind::Set, 1001));
-        assert!(!limits.big_by_payload(Kind::Set, 1000));
-        assert!(!limits.big_by_payload(Kind::Other, 1 << 30));
+        assert!(!limits.big_by_length(KeyType::String, 1000));
+        assert!(limits.big_by_length(KeyType::String, 1001));
+        assert!(!limits.big_by_length(KeyType::Hash, 10));
+        assert!(limits.big_by_length(KeyType::Hash, 11));
+        assert!(limits.big_by_length(KeyType::Stream, 11));
+        assert!(!limits.big_by_length(KeyType::Other, usize::MAX));
+        assert!(limits.big_by_payload(KeyType::Set, 1001));
+        assert!(!limits.big_by_payload(KeyType::Set, 1000));
+        assert!(!limits.big_by_payload(KeyType::Other, 1 << 30));
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The fleet coordinator: drives the plan of `SHARD.RESHARD START` (`fleet::FleetPlan`, held in
-//! the module's state) phase by phase over the module's own connections (`route::conn`, the
-//! layer SHARD.CALL uses: authentication with `auth-user`/`auth-password`, timeouts that name
+//! The fleet coordinator: drives the plan of `SHARD.RESHARD START` (`plan::FleetPlan`, held in
+//! `reshard::current`) phase by phase over the module's own connections (`net::pool` through
+//! `route::forward`'s steps, the layer SHARD.CALL uses: authentication with `auth-user`/`auth-password`, timeouts that name
 //! the node), as a background task on the main thread's event loop: every wait (a reply, the
 //! pause between two looks at the nodes' jobs) is a future woken by the loop, so the server
 //! never blocks while the fleet works.
@@ -17,12 +17,13 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use crate::net::endpoint::Endpoint;
 use crate::net::pool::Link;
-use crate::reshard::fleet::plan::{
-    job_verdict, FleetPlan, JobVerdict, NodeState, Phase, MAX_ATTEMPTS,
-};
+use crate::net::resp::Resp;
+use crate::reshard::fleet::checks::{check_resume, job_verdict, JobVerdict};
+use crate::reshard::fleet::node_state::NodeState;
+use crate::reshard::fleet::plan::{FleetPlan, NodeProgress, Phase, MAX_ATTEMPTS};
 use crate::route::forward::{self, CallReply, NetSteps};
-use crate::route::{Endpoint, Resp};
 
 /// How often the coordinator looks at the nodes' jobs.
 const POLL: Duration = Duration::from_millis(100);
@@ -142,7 +143,7 @@ async fn check_fleet(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
     let plan = current_plan()?;
     let nodes = endpoints(&plan, &reach.me.name);
     let answers = ask_states(steps, &nodes).await;
-    let problems = crate::reshard::fleet::plan::check_resume(&plan, &answers);
+    let problems = check_resume(&plan, &answers);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -374,7 +375,7 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
 /// once it has had its tries, the coordinator gives up with this error.
 fn retry_later(
     phase: Phase,
-    node: &mut crate::reshard::fleet::plan::NodeProgress,
+    node: &mut NodeProgress,
     why: String,
     retry_at: &mut Option<u32>,
     tick: u32,

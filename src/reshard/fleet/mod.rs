@@ -1,4 +1,33 @@
-//! Fleet operations (`SHARD.RESHARD START`): the plan and the coordinator that drives it.
+//! Fleet operations (`SHARD.RESHARD START|CANCEL|PLAN|RESUME`, `SHARD.RING
+//! PUSH|CHECK|STATE`): one node, the coordinator, takes every node of the fleet from the old
+//! ring to the new one (or back), phase by phase, over the module's own connections.
+//!
+//! What each file owns:
+//! - `plan`: the plan, pure: phases, each node's role and progress, what each phase asks of
+//!   which node; `plan_bytes.rs` (its child module) the plan's byte form, kept in the RDB and
+//!   replicated as `SHARD.RESHARD PLAN`.
+//! - `node_state`: `SHARD.RING STATE`, this node's answer made, the others' answers read.
+//! - `checks`: what the coordinator concludes from the answers (a job's verdict, START's and
+//!   RESUME's checks), pure.
+//! - `coordinator`: drives the plan in the background on the event loop.
+//! - `reach`: how this node reaches the fleet (link, the rings' nodes, the coordinator's
+//!   `Reach`), and whether there is a plan to resume.
+//! - `operation`: START's checks and start, CANCEL, PLAN, as the commands ask for them.
+//! - `push`, `survey`: `SHARD.RING PUSH` and `SHARD.RING CHECK` across the fleet.
+//! - `status`: STATUS's `fleet` field.
+//! - `tests.rs`: the unit tests of the plan, its checks and byte form.
+//!
+//! May import what `reshard` may (pure rooms, `host`, `net`, `state`, `topology`, `route`) and
+//! the rest of `reshard`; never `cluster` or `commands`.
 
+pub mod checks;
 pub mod coordinator;
+pub mod node_state;
+pub mod operation;
 pub mod plan;
+pub mod push;
+pub mod reach;
+pub mod status;
+pub mod survey;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,81 @@
+//! The keyspace events of writes (`RedisModule_SubscribeToKeyspaceEvents`), handed to one Rust
+//! function: every command that changes a key tells it the event's name, the key and its
+//! database. Subscribed once, for the life of the module (the server has no unsubscribe); the
+//! subscriber keeps the cost low while it does not care (a flag it checks first: the event's
+//! name, key and database are read only when asked for).
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
+use std::sync::OnceLock;
+
+use redis_module::{raw, Context, RedisString};
+
+/// One keyspace event, for the length of the subscriber's call.
+pub struct KeyspaceEvent {
+    ctx: *mut raw::RedisModuleCtx,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+}
+
+impl KeyspaceEvent {
+    /// The event's name (`set`, `del`, `expired`, ...); empty if the server gave none.
+    pub fn name(&self) -> &[u8] {
+        if self.event.is_null() {
+            return b"";
+        }
+        // SAFETY: the server passes a NUL-terminated event name, live for the callback.
+        unsafe { CStr::from_ptr(self.event) }.to_bytes()
+    }
+
+    /// The key written.
+    pub fn key(&self) -> &[u8] {
+        // The server passes a live key name for the duration of the callback.
+        RedisString::string_as_slice(self.key)
+    }
+
+    /// The database of the key.
+    pub fn db(&self) -> i32 {
+        // SAFETY: the callback's context, selected on the event's database.
+        unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(self.ctx)) }
+    }
+}
+
+static SUBSCRIBER: OnceLock<fn(&KeyspaceEvent)> = OnceLock::new();
+
+/// Calls `subscriber` on each keyspace event of a write (the generic, string, list, set, hash,
+/// sorted set and stream classes), from then on. Once per module: a second subscription is
+/// refused.
+pub fn subscribe_to_writes(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
+    if SUBSCRIBER.get().is_some() {
+        return Err("keyspace events are subscribed already".into());
+    }
+    extern "C" fn callback(
+        ctx: *mut raw::RedisModuleCtx,
+        _type: c_int,
+        event: *const c_char,
+        key: *mut raw::RedisModuleString,
+    ) -> c_int {
+        if let Some(subscriber) = SUBSCRIBER.get() {
+            let _ = std::panic::catch_unwind(|| subscriber(&KeyspaceEvent { ctx, event, key }));
+        }
+        0
+    }
+    let types = raw::NotifyEvent::GENERIC
+        | raw::NotifyEvent::STRING
+        | raw::NotifyEvent::LIST
+        | raw::NotifyEvent::SET
+        | raw::NotifyEvent::HASH
+        | raw::NotifyEvent::ZSET
+        | raw::NotifyEvent::STREAM;
+    // SAFETY: the API table is filled at load; the callback lives as long as the module.
+    let done = unsafe {
+        let subscribe = raw::RedisModule_SubscribeToKeyspaceEvents
+            .ok_or("RedisModule_SubscribeToKeyspaceEvents is missing")?;
+        subscribe(ctx.ctx, types.bits(), Some(callback))
+    };
+    if done != raw::REDISMODULE_OK as c_int {
+        return Err("cannot subscribe to keyspace events".into());
+    }
+    let _ = SUBSCRIBER.set(subscriber);
+    Ok(())
+}

@@ -1,0 +1,316 @@
+//! A cleanup job's driver, on the main thread: steps on module timers, each deleting keys
+//! until its time budget (`STEP_BUDGET`) is spent, so that the server keeps serving. A forked
+//! child (`cleanup_child`) walks the keyspace and sends the steps the names of the keys this
+//! node no longer owns; while it walks, a step with nothing to delete waits in the event loop
+//! for its next names. The keys written meanwhile (`dirty`) are checked after it. Without a
+//! child (another one runs), the steps walk the keyspace themselves. What the copy and the
+//! cleanup share (the running job, its child, its rate) is `jobs`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_module::Context;
+
+use crate::host::keyspace;
+use crate::reshard::cleanup_child;
+use crate::reshard::dirty::{self, DbKey};
+use crate::reshard::jobs::{
+    child_outcome, fail_job, finish, forget_child_outcome, on_child_done, Runner, RUNNER,
+};
+use crate::reshard::progress::AfterPass;
+
+/// How long one step may run before it yields back to the event loop.
+const STEP_BUDGET: Duration = Duration::from_millis(2);
+/// How often a paused or throttled cleanup looks again, at most.
+const IDLE_INTERVAL: Duration = Duration::from_millis(10);
+/// Keys deleted (and replicated as one `UNLINK`) at a time.
+const DELETE_BATCH: usize = 128;
+/// A scan stops after this many keys even if few of them go.
+const SCAN_LIMIT: u64 = 2048;
+
+/// Starts the cleanup (the runner is in place): its walk in a child if it can fork, and its
+/// first step.
+pub(super) fn begin(ctx: &Context) {
+    fork_cleanup_walk(ctx);
+    schedule(ctx, Duration::ZERO);
+}
+
+/// Hands a cleanup's walk to a forked child when it can (else the steps scan themselves).
+fn fork_cleanup_walk(ctx: &Context) {
+    if dirty::subscribe(ctx).is_err() {
+        return;
+    }
+    RUNNER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let Some(runner) = slot.as_mut() else {
+            return;
+        };
+        dirty::begin();
+        forget_child_outcome();
+        match cleanup_child::start(ctx, &runner.ring, &runner.self_name, on_child_done) {
+            Ok((pid, names)) => {
+                runner.child = Some(pid);
+                runner.names = Some(names);
+            }
+            Err(_) => dirty::end(),
+        }
+    });
+}
+
+/// A cleanup's child has sent every name (or died): what is left to do, on the main thread.
+fn after_cleanup_child(runner: &mut Runner) -> bool {
+    let Some((code, signalled)) = child_outcome(runner) else {
+        return false; // not ended yet: look again shortly
+    };
+    runner.names = None;
+    runner.child = None;
+    let placement = Arc::clone(&runner.ring);
+    match (
+        code == 0 && !signalled,
+        dirty::take(),
+        placement.ring.as_ref(),
+    ) {
+        (true, Some(written), Some(ring)) => {
+            // The keys written since the fork: those this node does not own go too.
+            runner.pending.extend(
+                written
+                    .into_iter()
+                    .filter(|(_, k)| crate::reshard::cleanup_deletes(ring, &runner.self_name, k)),
+            );
+            runner.scan_over = true;
+        }
+        _ => {
+            // The child failed, or too many keys were written: the steps walk it all again.
+            runner.db = 0;
+            runner.restart_scan();
+            runner.scan_over = false;
+        }
+    }
+    dirty::end();
+    true
+}
+
+/// What a cleanup asks for after a step.
+enum Next {
+    /// Another step as soon as the event loop has served the clients.
+    Now,
+    /// Another step after this long (paused, ahead of its rate, or its child is exiting).
+    After(Duration),
+    /// Another step when the child's next names arrive.
+    Names,
+    /// Nothing: the job is over.
+    Done,
+}
+
+fn schedule(ctx: &Context, after: Duration) {
+    ctx.create_timer(after, |ctx: &Context, ()| on_timer(ctx), ());
+}
+
+fn on_timer(ctx: &Context) {
+    let started = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(|| step(ctx)));
+    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    crate::reshard::current::lock().job.record_step(micros);
+    match outcome {
+        Ok(Next::Now) => schedule(ctx, Duration::ZERO),
+        Ok(Next::After(after)) => schedule(ctx, after),
+        Ok(Next::Names) => {
+            let waiting = RUNNER.with(|r| {
+                r.borrow_mut()
+                    .as_mut()
+                    .and_then(|r| r.names.as_mut())
+                    .is_some_and(|names| names.wait_readable(on_names_ready))
+            });
+            if !waiting {
+                schedule(ctx, Duration::from_millis(1));
+            }
+        }
+        Ok(Next::Done) => {}
+        Err(_) => fail_job(),
+    }
+}
+
+/// The event loop found the cleanup child's next names (or its end): the next step, now.
+fn on_names_ready() {
+    RUNNER.with(|r| {
+        if let Some(names) = r.borrow_mut().as_mut().and_then(|r| r.names.as_mut()) {
+            names.stop_waiting();
+        }
+    });
+    wake();
+}
+
+/// Runs a cleanup step from outside a timer (the event loop's callback, a STOP while the step
+/// waited for names).
+pub(super) fn wake() {
+    crate::host::context::after(Duration::ZERO, |ctx: &Context, ()| on_timer(ctx), ());
+}
+
+/// Runs one step of a cleanup.
+fn step(ctx: &Context) -> Next {
+    let deadline = Instant::now() + STEP_BUDGET;
+    RUNNER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let Some(runner) = slot.as_mut() else {
+            return Next::Done;
+        };
+        loop {
+            if crate::reshard::current::lock().job.stop_requested() {
+                runner.end_child();
+                finish(runner);
+                *slot = None;
+                return Next::Done;
+            }
+            if runner.pending.is_empty() {
+                if let Some(names) = runner.names.as_mut() {
+                    let before = names.walked;
+                    let open = names.read(&mut runner.pending, 4 * DELETE_BATCH);
+                    crate::reshard::current::lock()
+                        .job
+                        .record_many(names.walked - before, 0, 0);
+                    if runner.pending.is_empty() {
+                        if open {
+                            runner.update_rate();
+                            return Next::Names;
+                        }
+                        if !after_cleanup_child(runner) {
+                            return Next::After(Duration::from_millis(1));
+                        }
+                        continue;
+                    }
+                } else if runner.scan_over {
+                    // The pass is over: another one, or the end. (The lock is released before
+                    // `finish` takes it again.)
+                    let after = crate::reshard::current::lock().job.end_pass();
+                    match after {
+                        AfterPass::Again => runner.new_pass(),
+                        AfterPass::Finished => {
+                            finish(runner);
+                            *slot = None;
+                            return Next::Done;
+                        }
+                    }
+                }
+                if runner.names.is_none() && !runner.scan_over {
+                    let over = scan_batch(ctx, runner);
+                    runner.scan_over = over;
+                }
+            }
+            // A few keys at a time, so that the time budget holds.
+            while !runner.pending.is_empty() {
+                let allowed = match runner.allowed() {
+                    Ok(allowed) => allowed,
+                    Err(wait) => {
+                        runner.update_rate();
+                        return Next::After(wait);
+                    }
+                };
+                let n = runner.pending.len().min(DELETE_BATCH).min(allowed);
+                let names: Vec<DbKey> = runner.pending.drain(..n).collect();
+                let deleted = unlink(ctx, &names);
+                runner.pace.spend(names.len() as u64);
+                let mut st = crate::reshard::current::lock();
+                for (db, n) in deleted {
+                    st.job.record_many(0, n, 0);
+                    st.job.record_db(db, n);
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+            }
+            if Instant::now() >= deadline {
+                runner.update_rate();
+                return Next::Now;
+            }
+        }
+    })
+}
+
+/// Scans on until `batch` keys to delete are found, `SCAN_LIMIT` keys were seen, or the pass
+/// is over (true): the last database's scan is. The scan only collects names: keys are
+/// deleted after it.
+fn scan_batch(ctx: &Context, runner: &mut Runner) -> bool {
+    let placement = Arc::clone(&runner.ring);
+    let Some(ring) = placement.ring.as_ref() else {
+        return true;
+    };
+    let Some(cursor) = runner.cursor.as_ref() else {
+        return true;
+    };
+    if !keyspace::select_db(ctx, runner.db) {
+        return true;
+    }
+    let db = runner.db;
+    let self_name = runner.self_name.as_str();
+    let doomed = &mut runner.pending;
+    let mut scanned: u64 = 0;
+    let mut over = false;
+    while doomed.len() < runner.options.batch && scanned < SCAN_LIMIT {
+        let more = cursor.scan(ctx, &mut |name, _| {
+            scanned += 1;
+            if crate::reshard::cleanup_deletes(ring, self_name, name) {
+                doomed.push_back((db, name.to_vec()));
+            }
+        });
+        if !more {
+            over = true;
+            break;
+        }
+    }
+    crate::reshard::current::lock()
+        .job
+        .record_many(scanned, 0, 0);
+    if over && keyspace::select_db(ctx, runner.db + 1) {
+        // The next database, from its start.
+        runner.db += 1;
+        runner.restart_scan();
+        return false;
+    }
+    over
+}
+
+/// Unlinks the keys that are still there, replicating one `UNLINK` per database; how many
+/// went, by database.
+fn unlink(ctx: &Context, names: &[DbKey]) -> Vec<(i32, u64)> {
+    let mut done = Vec::new();
+    for same_db in names.chunk_by(|a, b| a.0 == b.0) {
+        let db = same_db[0].0;
+        if keyspace::select_db(ctx, db) {
+            let gone = keyspace::unlink(ctx, same_db.iter().map(|(_, name)| name.as_slice()));
+            done.push((db, gone));
+        }
+    }
+    done
+}
+
+impl Runner {
+    /// How many keys a cleanup step may delete now, or how long until it may again (paused,
+    /// or ahead of the rate).
+    fn allowed(&mut self) -> Result<usize, Duration> {
+        let (paused, rate) = {
+            let st = crate::reshard::current::lock();
+            (st.job.paused, st.job.max_rate)
+        };
+        if paused {
+            self.pace.restart();
+            return Err(IDLE_INTERVAL);
+        }
+        let now = Instant::now();
+        match self.pace.allowance(rate, now) {
+            0 => Err(self
+                .pace
+                .wait(now)
+                .clamp(Duration::from_millis(1), IDLE_INTERVAL)),
+            left => Ok(usize::try_from(left).unwrap_or(usize::MAX)),
+        }
+    }
+
+    /// Starts another pass over the keyspace.
+    fn new_pass(&mut self) {
+        self.db = 0;
+        self.restart_scan();
+        self.replace_now = false;
+        self.scan_over = false;
+    }
+}

@@ -1,0 +1,168 @@
+//! What a copy's child does with the keys its walk found (`copy_child`): serializes each and
+//! hands it to the shipper as `RESTORE key ttl payload ABSTTL [REPLACE]`, at the job's pace
+//! (its rate and pause, read from `copy_page`). Strings are read in one `MGET` per batch and
+//! their payloads built here once the server's RDB version is known (`payload`); other types
+//! travel as the server's own `DUMP`; big keys travel in pieces (`pieces`).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context};
+
+use crate::host::keyspace::KeyType;
+use crate::reshard::copy_child::Found;
+use crate::reshard::copy_page::Shared;
+use crate::reshard::pace::Pace;
+use crate::reshard::payload;
+use crate::reshard::pieces::{self, Limits};
+use crate::reshard::ship::{Shipper, Target};
+
+/// Serializes found keys and hands them to the shipper.
+pub struct Copier<'a> {
+    ctx: &'a Context,
+    shared: &'a Shared,
+    pace: Pace,
+    pub shipper: Shipper,
+    targets: Vec<Target>,
+    replace: bool,
+    big: Limits,
+    /// The RDB version of this server's `DUMP`, once seen.
+    version: Option<u16>,
+    payload: Vec<u8>,
+}
+
+impl<'a> Copier<'a> {
+    pub fn new(
+        ctx: &'a Context,
+        shared: &'a Shared,
+        shipper: Shipper,
+        targets: Vec<Target>,
+        replace: bool,
+        big: Limits,
+    ) -> Copier<'a> {
+        Copier {
+            ctx,
+            shared,
+            pace: Pace::default(),
+            shipper,
+            targets,
+            replace,
+            big,
+            version: None,
+            payload: Vec::new(),
+        }
+    }
+
+    /// Ships the keys of `found` (which it empties).
+    pub fn ship(&mut self, found: &mut Vec<Found>) {
+        let options = CallOptionsBuilder::new().build();
+        // Big keys: in pieces.
+        let big = self.big;
+        let is_big = |f: &Found| big.big_by_length(f.info.kind, f.info.len);
+        for f in found.iter().filter(|f| is_big(f)) {
+            self.in_pieces(f);
+        }
+        found.retain(|f| !is_big(f));
+        // Strings: their values in one MGET, their payloads built here.
+        let strings: Vec<&Found> = found
+            .iter()
+            .filter(|f| f.info.kind == KeyType::String)
+            .collect();
+        if !strings.is_empty() {
+            let names: Vec<&[u8]> = strings.iter().map(|f| f.name.as_slice()).collect();
+            let reply: CallResult = self.ctx.call_ext("MGET", &options, names.as_slice());
+            if let Ok(CallReply::Array(values)) = reply {
+                for (f, value) in strings.iter().zip(values.iter()) {
+                    // Anything else: gone since the scan saw it.
+                    if let Ok(CallReply::String(v)) = value {
+                        match self.version {
+                            Some(version) => {
+                                let mut payload = std::mem::take(&mut self.payload);
+                                payload::string_payload(&mut payload, v.as_bytes(), version);
+                                self.restore(f, &payload);
+                                self.payload = payload;
+                            }
+                            None => self.dump_and_restore(f),
+                        }
+                    }
+                }
+            }
+        }
+        for f in found.iter().filter(|f| f.info.kind != KeyType::String) {
+            self.dump_and_restore(f);
+        }
+        found.clear();
+    }
+
+    /// Ships the server's own `DUMP` of the key (and learns its RDB version), or the key in
+    /// pieces when the payload is too big.
+    fn dump_and_restore(&mut self, f: &Found) {
+        let options = CallOptionsBuilder::new().build();
+        let dump: CallResult = self.ctx.call_ext("DUMP", &options, &[f.name.as_slice()]);
+        if let Ok(CallReply::String(payload)) = dump {
+            if self.version.is_none() {
+                self.version = payload::rdb_version(payload.as_bytes());
+            }
+            if self
+                .big
+                .big_by_payload(f.info.kind, payload.as_bytes().len())
+            {
+                self.in_pieces(f);
+            } else {
+                self.restore(f, payload.as_bytes());
+            }
+        }
+    }
+
+    /// Ships a big key in pieces.
+    fn in_pieces(&mut self, f: &Found) {
+        self.wait_turn();
+        let Some(target) = self.targets.get(f.owner) else {
+            return;
+        };
+        pieces::copy(
+            self.ctx,
+            &mut self.shipper,
+            target,
+            &f.name,
+            f.info.kind,
+            f.info.expires_at,
+            self.replace,
+        );
+    }
+
+    /// Waits while the job is paused (its connections closed) or ahead of its rate.
+    fn wait_turn(&mut self) {
+        loop {
+            if self.shared.paused.load(Ordering::Relaxed) != 0 {
+                self.shipper.finish();
+                self.shipper.close();
+                self.shared.in_flight.store(0, Ordering::Relaxed);
+                self.pace.restart();
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            let rate = self.shared.max_rate.load(Ordering::Relaxed);
+            let now = Instant::now();
+            if self.pace.allowance(rate, now) > 0 {
+                self.pace.spend(1);
+                return;
+            }
+            std::thread::sleep(self.pace.wait(now).min(Duration::from_millis(50)));
+        }
+    }
+
+    fn restore(&mut self, f: &Found, payload: &[u8]) {
+        self.wait_turn();
+        let Some(target) = self.targets.get(f.owner) else {
+            return;
+        };
+        let mut ttl = itoa::Buffer::new();
+        let ttl = ttl.format(f.info.expires_at).as_bytes();
+        let mut args: Vec<&[u8]> = vec![b"RESTORE", &f.name, ttl, payload, b"ABSTTL"];
+        if self.replace {
+            args.push(b"REPLACE");
+        }
+        self.shipper.send(target, &args);
+    }
+}

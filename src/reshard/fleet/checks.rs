@@ -1,0 +1,168 @@
+//! What the coordinator concludes from the nodes' answers to `SHARD.RING STATE` (`node_state`),
+//! pure: where a node's job step stands (`job_verdict`), START's check that the fleet may begin
+//! a plan, and RESUME's check that a plan restored from an older copy still fits the rings the
+//! fleet holds. Each problem names its node.
+
+use crate::reshard::fleet::node_state::NodeState;
+use crate::reshard::fleet::plan::{FleetPlan, Phase, Role, Work};
+
+/// Where a node's job step stands, from its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobVerdict {
+    Running,
+    Done,
+    /// Ended without finishing (failed keys, stopped, or never started): try again.
+    Retry(String),
+}
+
+/// Reads a node's state after its step `work` was started.
+pub fn job_verdict(work: Work, st: &NodeState) -> JobVerdict {
+    if work == Work::Stop {
+        return if st.job_running() {
+            JobVerdict::Running
+        } else {
+            JobVerdict::Done
+        };
+    }
+    if st.job != work.job_name() {
+        return JobVerdict::Retry(format!("its job is '{}', not {}", st.job, work.job_name()));
+    }
+    match st.job_state.as_str() {
+        "copying" | "cleaning" => JobVerdict::Running,
+        "done" if st.failed == 0 => JobVerdict::Done,
+        "done" | "failed" => {
+            JobVerdict::Retry(format!("{} keys failed: {}", st.failed, st.last_error))
+        }
+        other => JobVerdict::Retry(format!("the job ended {other}: {}", st.last_error)),
+    }
+}
+
+/// START's check of the nodes' answers (`answers[i]` for `plan.nodes[i]`): the problems, each
+/// naming its node; none means the fleet may start (or resume) the plan.
+pub fn check_start(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> Vec<String> {
+    let old = plan.old.digest();
+    let new = plan.new.digest();
+    let mut problems = Vec::new();
+    for (node, answer) in plan.nodes.iter().zip(answers) {
+        let who = format!("node {} ({})", node.name, node.address);
+        let st = match answer {
+            Ok(st) => st,
+            Err(e) => {
+                problems.push(format!("{who} does not answer: {e}"));
+                continue;
+            }
+        };
+        if st.self_name != node.name {
+            problems.push(format!(
+                "{who} calls itself '{}' (shard.self): set shard.self to {} there",
+                st.self_name, node.name
+            ));
+            continue;
+        }
+        // Already begun (a START repeated, or resumed): the new ring over the old one.
+        let begun = st.digest == new && st.previous_digest == old;
+        let holds_old = st.digest == old && st.previous_digest.is_empty();
+        let fresh = st.digest.is_empty() && st.previous_digest.is_empty();
+        match node.role {
+            Role::New if !begun && !holds_old && !fresh => problems.push(format!(
+                "{who} holds another ring (digest {}{}), not the fleet's {old}",
+                st.digest,
+                previous_text(st)
+            )),
+            Role::New if !begun && st.keys > 0 => problems.push(format!(
+                "{who} holds {} keys: a joining node must be empty (old copies there would shadow the ones the copy skips); empty it first (FLUSHALL there, once sure its data is elsewhere)",
+                st.keys
+            )),
+            Role::Old | Role::Both if !begun && !holds_old => problems.push(format!(
+                "{who} holds another ring (digest {}{}), not this node's {old}: SHARD.RING PUSH from the node whose ring is right",
+                st.digest,
+                previous_text(st)
+            )),
+            _ => {}
+        }
+        if !begun && st.job_running() {
+            problems.push(format!(
+                "{who} is running a {} job: wait for it or SHARD.RESHARD STOP it",
+                st.job
+            ));
+        }
+    }
+    problems
+}
+
+/// The rings a node holds, as the plan sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rings {
+    /// No ring at all (a joining node before the fence).
+    Empty,
+    /// The old ring alone.
+    Old,
+    /// The old ring over the new one, returning (the fence, or a cancel's return).
+    Fenced,
+    /// The new ring over the old one.
+    Begun,
+    /// The new ring alone.
+    New,
+    Other,
+}
+
+fn rings_of(plan: &FleetPlan, st: &NodeState) -> Rings {
+    let (old, new) = (plan.old.digest(), plan.new.digest());
+    let (d, p) = (st.digest.as_str(), st.previous_digest.as_str());
+    match (d, p, st.returning) {
+        ("", "", false) => Rings::Empty,
+        (d, "", false) if d == old => Rings::Old,
+        (d, p, true) if d == old && p == new => Rings::Fenced,
+        (d, p, false) if d == new && p == old => Rings::Begun,
+        (d, "", false) if d == new => Rings::New,
+        _ => Rings::Other,
+    }
+}
+
+/// RESUME's check: each node that answers must hold rings the plan's phase can be in (those of
+/// the phase, or of the one before, since a phase's rings reach the nodes one by one). A plan
+/// restored from an older copy (an RDB, or a replica promoted before it got the last phase)
+/// whose fleet has moved on is refused, naming the nodes, rather than driven backwards.
+pub fn check_resume(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> Vec<String> {
+    use Rings::*;
+    let fits: &[Rings] = match plan.phase {
+        Phase::Fence => &[Empty, Old, Fenced],
+        Phase::Begin => &[Fenced, Begun],
+        Phase::Copy => &[Begun],
+        Phase::Commit => &[Begun, New],
+        Phase::Cleanup => &[New],
+        Phase::CancelStop | Phase::CancelReturn => &[Empty, Old, Fenced, Begun],
+        Phase::CancelRevert => &[Fenced, Old],
+        Phase::CancelCleanup => &[Old],
+        Phase::Done | Phase::Cancelled => return Vec::new(),
+    };
+    plan.nodes
+        .iter()
+        .zip(answers)
+        .filter_map(|(node, answer)| {
+            let st = answer.as_ref().ok()?;
+            let rings = rings_of(plan, st);
+            (!fits.contains(&rings)).then(|| {
+                    format!(
+                        "node {} ({}) holds ring {}{}{}, which does not fit phase {} of this plan (old {}, new {}): the plan is older than the fleet",
+                        node.name,
+                        node.address,
+                        if st.digest.is_empty() { "none" } else { &st.digest },
+                        previous_text(st),
+                        if st.returning { " (returning)" } else { "" },
+                        plan.phase,
+                        plan.old.digest(),
+                        plan.new.digest()
+                    )
+                })
+        })
+        .collect()
+}
+
+fn previous_text(st: &NodeState) -> String {
+    if st.previous_digest.is_empty() {
+        String::new()
+    } else {
+        format!(", previous {}", st.previous_digest)
+    }
+}

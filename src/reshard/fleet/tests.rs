@@ -1,0 +1,238 @@
+//! The fleet plan's unit tests: roles and work per phase, installs, cancel, START's and
+//! RESUME's checks, job verdicts, the state reply in both RESP versions, the byte form.
+
+use crate::net::resp::Resp;
+use crate::reshard::fleet::checks::{check_resume, check_start, job_verdict, JobVerdict};
+use crate::reshard::fleet::node_state::NodeState;
+use crate::reshard::fleet::plan::{FleetPlan, Phase, Role, Work};
+use crate::ring::RingSpec;
+
+fn spec(names: &[&str]) -> RingSpec {
+    let fields: Vec<String> = names
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| [n.to_string(), format!("127.0.0.1:{}", 7000 + i), "1".into()])
+        .collect();
+    let refs: Vec<&[u8]> = fields.iter().map(|s| s.as_bytes()).collect();
+    RingSpec::from_args(b"ketama", None, &refs).unwrap()
+}
+
+fn grow() -> FleetPlan {
+    FleetPlan::new(spec(&["a", "b", "c"]), spec(&["a", "b", "c", "d"]), 0)
+}
+
+fn shrink() -> FleetPlan {
+    FleetPlan::new(spec(&["a", "b", "c", "d"]), spec(&["a", "b", "c"]), 500)
+}
+
+#[test]
+fn roles_and_work_per_phase() {
+    let mut p = grow();
+    let roles: Vec<Role> = p.nodes.iter().map(|n| n.role).collect();
+    assert_eq!(roles, [Role::Both, Role::Both, Role::Both, Role::New]);
+    p.enter(Phase::Copy);
+    assert_eq!(p.work(0), Some(Work::Copy { replace: false }));
+    assert_eq!(p.work(3), None, "a joining node has nothing to copy");
+    p.enter(Phase::Cleanup);
+    assert_eq!(p.work(3), Some(Work::Cleanup { left: false }));
+    p.enter(Phase::CancelReturn);
+    assert_eq!(p.work(3), Some(Work::Copy { replace: true }));
+    p.enter(Phase::CancelCleanup);
+    assert_eq!(p.work(3), Some(Work::Cleanup { left: true }));
+    assert_eq!(p.work(0), Some(Work::Cleanup { left: false }));
+
+    let mut s = shrink();
+    assert_eq!(s.nodes[3].role, Role::Old);
+    s.enter(Phase::Cleanup);
+    assert_eq!(s.work(3), Some(Work::Cleanup { left: true }));
+    s.enter(Phase::Copy);
+    assert_eq!(s.work(3), Some(Work::Copy { replace: false }));
+    assert_eq!(
+        s.work(3).unwrap().command(s.max_rate),
+        [&b"SHARD.RESHARD"[..], b"COPY", b"MAXRATE", b"500"]
+    );
+}
+
+#[test]
+fn installs_per_phase() {
+    let mut p = grow();
+    assert_eq!(p.phase, Phase::Fence);
+    let i = p.install().unwrap();
+    assert_eq!(
+        (i.current, i.previous, i.returning),
+        (&p.old, Some(&p.new), true)
+    );
+    assert!(p.phase.waits_for_calls());
+    p.enter(p.phase.next());
+    let i = p.install().unwrap();
+    assert_eq!(
+        (i.current, i.previous, i.returning),
+        (&p.new, Some(&p.old), false)
+    );
+    p.enter(Phase::CancelReturn);
+    let i = p.install().unwrap();
+    assert_eq!(
+        (i.current, i.previous, i.returning),
+        (&p.old, Some(&p.new), true)
+    );
+    assert_eq!(i.command().last().unwrap(), b"RETURNING");
+    p.enter(Phase::Copy);
+    assert!(p.install().is_none());
+}
+
+#[test]
+fn cancel_only_before_commit() {
+    let mut p = grow();
+    p.enter(Phase::Copy);
+    assert!(p.request_cancel().is_ok() && p.cancel);
+    p.enter(Phase::Commit);
+    assert!(p
+        .request_cancel()
+        .unwrap_err()
+        .contains("no longer be cancelled"));
+    let order: Vec<Phase> = std::iter::successors(Some(Phase::CancelStop), |p| {
+        (!p.finished()).then(|| p.next())
+    })
+    .collect();
+    assert_eq!(order.last(), Some(&Phase::Cancelled));
+    assert_eq!(order.len(), 5);
+}
+
+fn state(name: &str, digest: &str, previous: &str, keys: u64) -> Result<NodeState, String> {
+    Ok(NodeState {
+        self_name: name.into(),
+        digest: digest.into(),
+        previous_digest: previous.into(),
+        keys,
+        job_state: "idle".into(),
+        ..NodeState::default()
+    })
+}
+
+#[test]
+fn start_checks_name_each_node() {
+    let p = grow();
+    let (old, new) = (p.old.digest(), p.new.digest());
+    let fine = vec![
+        state("a", &old, "", 10),
+        state("b", &old, "", 10),
+        state("c", &old, "", 10),
+        state("d", "", "", 0),
+    ];
+    assert!(check_start(&p, &fine).is_empty());
+    let mut bad = fine.clone();
+    bad[1] = Err("connection refused".into());
+    bad[2] = state("c", "ffff", "", 10);
+    bad[3] = state("d", "", "", 12);
+    let problems = check_start(&p, &bad);
+    assert_eq!(problems.len(), 3, "{problems:?}");
+    assert!(problems[0].starts_with("node b (127.0.0.1:7001) does not answer"));
+    assert!(problems[1].contains("node c") && problems[1].contains("ffff"));
+    assert!(problems[2].contains("node d") && problems[2].contains("12 keys"));
+    // Resumed: every node already holds the new ring over the old; the joining node's
+    // copies do not count against it.
+    let begun: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| state(n, &new, &old, 5))
+        .collect();
+    assert!(check_start(&p, &begun).is_empty());
+    let mut wrong_self = fine;
+    wrong_self[0] = state("x", &old, "", 1);
+    assert!(check_start(&p, &wrong_self)[0].contains("calls itself 'x'"));
+}
+
+#[test]
+fn resume_refuses_a_plan_older_than_the_fleet() {
+    let mut p = grow();
+    let (old, new) = (p.old.digest(), p.new.digest());
+    p.enter(Phase::Copy);
+    let begun: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| state(n, &new, &old, 5))
+        .collect();
+    assert!(check_resume(&p, &begun).is_empty());
+    // The fleet was cancelled meanwhile: every node back on the old ring alone.
+    let cancelled: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| state(n, &old, "", 5))
+        .collect();
+    let problems = check_resume(&p, &cancelled);
+    assert_eq!(problems.len(), 4, "{problems:?}");
+    assert!(problems[0].contains("node a") && problems[0].contains("phase copy"));
+    // A node that does not answer is the driver's to retry, not a refusal.
+    let mut partly = begun.clone();
+    partly[2] = Err("refused".into());
+    assert!(check_resume(&p, &partly).is_empty());
+    // Commit reaches the nodes one by one: both rings fit.
+    p.enter(Phase::Commit);
+    let mut mixed = begun;
+    mixed[0] = state("a", &new, "", 5);
+    assert!(check_resume(&p, &mixed).is_empty());
+}
+
+#[test]
+fn verdicts() {
+    let mut st = NodeState {
+        job: "copy".into(),
+        job_state: "copying".into(),
+        ..NodeState::default()
+    };
+    let copy = Work::Copy { replace: false };
+    assert_eq!(job_verdict(copy, &st), JobVerdict::Running);
+    st.job_state = "done".into();
+    assert_eq!(job_verdict(copy, &st), JobVerdict::Done);
+    st.failed = 3;
+    assert!(matches!(job_verdict(copy, &st), JobVerdict::Retry(e) if e.contains("3 keys")));
+    st.job_state = "idle".into();
+    assert_eq!(job_verdict(Work::Stop, &st), JobVerdict::Done);
+    assert!(matches!(
+        job_verdict(Work::Cleanup { left: false }, &st),
+        JobVerdict::Retry(_)
+    ));
+}
+
+#[test]
+fn state_reads_both_resp_versions() {
+    let pairs = vec![
+        (Resp::Bulk(b"self".to_vec()), Resp::Bulk(b"a".to_vec())),
+        (Resp::Bulk(b"keys".to_vec()), Resp::Int(42)),
+        (
+            Resp::Bulk(b"returning".to_vec()),
+            Resp::Bulk(b"yes".to_vec()),
+        ),
+    ];
+    let flat: Vec<Resp> = pairs
+        .iter()
+        .flat_map(|(k, v)| [k.clone(), v.clone()])
+        .collect();
+    for reply in [Resp::Map(pairs), Resp::Array(flat)] {
+        let st = NodeState::from_resp(&reply).unwrap();
+        assert_eq!(
+            (st.self_name.as_str(), st.keys, st.returning),
+            ("a", 42, true)
+        );
+    }
+    assert!(
+        NodeState::from_resp(&Resp::Error(b"ERR unknown command".to_vec()))
+            .unwrap_err()
+            .contains("unknown command")
+    );
+}
+
+#[test]
+fn plan_round_trips_and_rejects_truncation() {
+    let mut p = shrink();
+    p.enter(Phase::Copy);
+    p.nodes[1].done = true;
+    p.nodes[2].attempts = 3;
+    p.nodes[2].last_error = "node c: refused".into();
+    p.cancel = true;
+    let bytes = p.encode();
+    assert_eq!(FleetPlan::decode(&bytes).unwrap(), p);
+    for cut in 0..bytes.len() {
+        assert!(FleetPlan::decode(&bytes[..cut]).is_err(), "{cut}");
+    }
+    let mut long = bytes.clone();
+    long.push(0);
+    assert!(FleetPlan::decode(&long).is_err());
+}
