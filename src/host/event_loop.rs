@@ -1,5 +1,6 @@
 //! The server's event loop for the module's own sockets and hand-overs: a socket watched for
-//! being readable or writable (the connection pool, `net::pool`), and a function run once on
+//! being readable or writable (the connection pool, `net::pool`; a cleanup child's pipe,
+//! `watch_readable`), and a function run once on
 //! the main thread, handed over from another thread (a resolver, the topology watcher). No
 //! allocation per event: a socket's owner is a number it chose, handed back as is.
 
@@ -106,4 +107,33 @@ pub fn on_main_thread<T: Send + 'static>(f: fn(T), data: T) -> bool {
         return false;
     }
     true
+}
+
+thread_local! {
+    /// What `watch_readable` calls.
+    static READABLE: std::cell::Cell<fn()> = const { std::cell::Cell::new(nothing) };
+}
+
+fn nothing() {}
+
+/// The single fd of `watch_readable`.
+struct Readable;
+
+impl SocketEvents for Readable {
+    fn ready(_id: usize, _ready: Ready) {
+        (READABLE.with(std::cell::Cell::get))();
+    }
+}
+
+/// Asks the event loop to call `ready` on the main thread once `fd` (the read end of a pipe
+/// from a child) has something to read, or its end; false if it cannot. The fd stays watched
+/// until `stop_watching`, which must come before it closes. One fd at a time.
+pub fn watch_readable(fd: RawFd, ready: fn()) -> bool {
+    READABLE.with(|r| r.set(ready));
+    watch::<Readable>(fd, Ready::READABLE, 0).is_ok()
+}
+
+/// Takes `fd` out of the event loop (watched by `watch_readable`).
+pub fn stop_watching(fd: RawFd) {
+    unwatch(fd, Ready::READABLE);
 }

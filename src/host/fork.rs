@@ -8,7 +8,6 @@
 //! handler slot is enough. Main thread only, except `exit_child` (the child).
 
 use std::cell::Cell;
-use std::os::fd::RawFd;
 use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
@@ -28,13 +27,10 @@ pub enum Forked {
 }
 
 fn no_handler(_: Exit) {}
-fn no_ready() {}
 
 thread_local! {
     /// Told on the main thread when the running child exits.
     static DONE: Cell<fn(Exit)> = const { Cell::new(no_handler) };
-    /// Told on the main thread when the watched pipe is readable.
-    static READY: Cell<fn()> = const { Cell::new(no_ready) };
 }
 
 /// Forks through the server. In the parent: the child's pid; `done` is called on the main
@@ -120,37 +116,4 @@ pub fn reap_if_exited(pid: Pid) -> Option<Exit> {
     // which returns at once, and the child's slot freed. Its done handler is not called.
     kill_child(pid);
     Some(outcome)
-}
-
-/// Asks the event loop to call `ready` on the main thread once `fd` (the read end of a pipe
-/// from the child) has something to read, or its end; false if it cannot. The fd stays
-/// watched until `stop_watching`, which must come before it closes. One fd at a time.
-pub fn watch_readable(fd: RawFd, ready: fn()) -> bool {
-    unsafe extern "C" fn on_readable(_fd: c_int, _: *mut c_void, _mask: c_int) {
-        let _ = std::panic::catch_unwind(|| (READY.with(Cell::get))());
-    }
-    READY.with(|r| r.set(ready));
-    // SAFETY: the API table is filled at load; the caller's fd, watched until
-    // `stop_watching`.
-    let added = unsafe {
-        raw::RedisModule_EventLoopAdd.map(|add| {
-            add(
-                fd,
-                raw::REDISMODULE_EVENTLOOP_READABLE as c_int,
-                Some(on_readable),
-                std::ptr::null_mut(),
-            )
-        })
-    };
-    added == Some(raw::REDISMODULE_OK as c_int)
-}
-
-/// Takes `fd` out of the event loop (watched by `watch_readable`).
-pub fn stop_watching(fd: RawFd) {
-    // SAFETY: the API table is filled at load; an fd the caller watched.
-    unsafe {
-        if let Some(del) = raw::RedisModule_EventLoopDel {
-            del(fd, raw::REDISMODULE_EVENTLOOP_READABLE as c_int);
-        }
-    }
 }

@@ -32,10 +32,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
-// Transitional: `info.rs` (stats) and `reshard::ship` (count_failure) still name these here;
-// once they name `tls_failure`, this line goes.
-pub use crate::net::tls_failure::{count_failure, stats};
-
 /// The TLS settings as configured (`shard.tls-*`); empty means "the server's own".
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsFiles {

@@ -160,7 +160,7 @@ impl Names {
         }
         if !self.registered {
             // In the event loop until `stop_waiting` or drop takes it out.
-            self.registered = fork::watch_readable(self.fd.as_raw_fd(), ready);
+            self.registered = crate::host::event_loop::watch_readable(self.fd.as_raw_fd(), ready);
         }
         self.registered
     }
@@ -173,7 +173,7 @@ impl Names {
     /// Takes the pipe out of the event loop.
     pub fn stop_waiting(&mut self) {
         if self.registered {
-            fork::stop_watching(self.fd.as_raw_fd());
+            crate::host::event_loop::stop_watching(self.fd.as_raw_fd());
             self.registered = false;
         }
     }

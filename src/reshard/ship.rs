@@ -244,7 +244,7 @@ impl Shipper {
         }
         if let Some(e) = dest.error.as_deref().filter(|_| dest.stream.is_none()) {
             if e.contains("TLS") {
-                crate::net::tls::count_failure(e);
+                crate::net::tls_failure::count_failure(e);
             }
         }
         dest
