@@ -3,8 +3,10 @@
 
 A room is a top-level folder or file of `src/` (`keys/`, `net/`, `state.rs`, ...). A file imports
 a room when it names `crate::ROOM` anywhere (a `use` line or a path in the code). `lib.rs` is the
-entry point and may name every room; it is not a room. The check fails, listing every circle,
-when the rooms' graph has one (`make lint` runs it).
+entry point and may name every room; it is not a room. The check fails when the rooms' graph has
+a circle (listing every one), and when a room imports a room of its own layer or of a layer
+above (LAYERS, as docs/architecture.md draws them; the pure core may import itself). A new room
+must be given a layer here. `make lint` runs it.
 
     python3 tools/import_graph.py           # the check
     python3 tools/import_graph.py --graph   # every room's imports, and the files behind each arrow
@@ -16,6 +18,38 @@ import sys
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
 PATH = re.compile(r"\bcrate::(?:\{\s*)?([a-z_][a-z0-9_]*)")
 GROUP = re.compile(r"\bcrate::\{([^}]*)\}", re.S)
+
+
+# The layers, bottom up (docs/architecture.md).
+LAYERS = [
+    ["clock", "keys", "ring", "persist"],  # pure core
+    ["host"],  # the server edge
+    ["net"],  # the network
+    ["state"],  # settings, rings, generator
+    ["topology"],  # where nodes are
+    ["route"],  # SHARD.CALL
+    ["cluster", "reshard"],  # capabilities built on routing
+    ["commands", "config", "durability", "info"],  # glue
+]
+LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def layer_problems(edges):
+    """Imports that go sideways or up, and rooms given no layer."""
+    out = []
+    for room in sorted(edges):
+        if room not in LAYER:
+            out.append(f"{room} has no layer in tools/import_graph.py's LAYERS")
+            continue
+        for target, files in sorted(edges[room].items()):
+            if target not in LAYER:
+                continue
+            up = LAYER[target] > LAYER[room]
+            sideways = LAYER[target] == LAYER[room] and LAYER[room] != 0
+            if up or sideways:
+                out.append(f"{room} (layer {LAYER[room]}) imports {target} (layer {LAYER[target]}): "
+                           f"{', '.join(sorted(files))}")
+    return out
 
 
 def room_of(path: pathlib.Path) -> str:
@@ -90,9 +124,13 @@ def main():
         inner = [f"{a} -> {b} ({', '.join(sorted(edges[a][b]))})"
                  for a in comp for b in sorted(edges[a]) if b in comp]
         print(f"circle of imports through {', '.join(comp)}:\n  " + "\n  ".join(inner))
-    if found:
+    layers = layer_problems(edges)
+    for problem in layers:
+        print(problem)
+    if found or layers:
         sys.exit(1)
-    print(f"no circle of imports between the {len(edges)} rooms of src/")
+    print(f"no circle of imports between the {len(edges)} rooms of src/, "
+          f"and each imports only layers below its own")
 
 
 if __name__ == "__main__":
