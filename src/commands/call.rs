@@ -8,8 +8,10 @@
 //! (`route::call`): forwarded whole, split over owners, read at a replica, or planned while a
 //! resharding moves its key; anything else with keys on several nodes is refused, naming them.
 
+use crate::command;
 use crate::host::command::Call;
 use crate::host::error::{CmdError, CmdResult};
+use crate::host::register::{arg, many, Arg, CommandSpec, Kind};
 use crate::route::command_table::Carried;
 
 pub fn call(call: &Call) -> CmdResult {
@@ -21,3 +23,20 @@ pub fn call(call: &Call) -> CmdResult {
     let command = Carried::of(call)?;
     crate::route::call::route(call, &command)
 }
+
+pub static CALL: CommandSpec = command! {
+    name: "shard.call",
+    handler: call,
+    flags: "may-replicate deny-script blocking",
+    arity: -3,
+    summary: "Runs a command on the owner of its keys (multi-key commands split by owner)",
+    complexity: "Depends on the command",
+    args: CALL_ARGS,
+    acl: "",
+};
+
+static CALL_ARGS: &[Arg] = &[
+    arg(c"command", Kind::Str),
+    arg(c"key", Kind::Str),
+    many(c"arg", Kind::Str, true),
+];

@@ -4,9 +4,11 @@
 
 use crate::cluster::redirect::{self, Redirect};
 use crate::cluster::{clients, protocol, slot_keys};
+use crate::command;
 use crate::host::caller;
 use crate::host::command::Call;
 use crate::host::error::{CmdError, CmdResult};
+use crate::host::register::{arg, many, Arg, CommandSpec, Kind};
 use crate::net::resp::{ReplyResp, Resp};
 use crate::ring::key_slot;
 
@@ -91,3 +93,29 @@ pub fn redirect(call: &Call) -> CmdResult {
         Redirect::Route => crate::commands::call::call(call),
     }
 }
+
+pub static CLUSTER: CommandSpec = command! {
+    name: "shard.cluster",
+    handler: cluster,
+    flags: "fast allow-stale allow-loading",
+    arity: -2,
+    summary: "What CLUSTER, READONLY, READWRITE and ASKING answer when shard.cluster-protocol is yes",
+    complexity: "O(N) with N the nodes; COUNTKEYSINSLOT and GETKEYSINSLOT O(N) with N the keys",
+    args: CLUSTER_ARGS,
+    acl: "connection slow",
+};
+
+pub static REDIRECT: CommandSpec = command! {
+    name: "shard.redirect",
+    handler: redirect,
+    flags: "may-replicate deny-script blocking",
+    arity: -2,
+    summary: "A keyed command for another node's slot, when shard.cluster-protocol is yes: MOVED, ASK, CROSSSLOT or run here",
+    complexity: "Depends on the command",
+    args: REDIRECT_ARGS,
+    acl: "read write slow",
+};
+
+static CLUSTER_ARGS: &[Arg] = &[arg(c"subcommand", Kind::Str), many(c"arg", Kind::Str, true)];
+
+static REDIRECT_ARGS: &[Arg] = &[arg(c"command", Kind::Str), many(c"arg", Kind::Str, true)];

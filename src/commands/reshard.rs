@@ -2,6 +2,8 @@
 //! move keys between nodes (`reshard::jobs`); and `START|CANCEL|PLAN`, the fleet operations
 //! (`reshard::fleet`), whose part of STATUS and RESUME is here too.
 
+use crate::command;
+use crate::host::register::{arg, flag, opt, Arg, CommandSpec, Kind};
 use std::sync::Arc;
 
 use crate::commands::{Call, CmdError, CmdResult};
@@ -331,3 +333,147 @@ pub fn save_plan(call: &Call) -> CmdResult {
     call.reply.ok();
     Ok(())
 }
+
+pub static RESHARD: CommandSpec = command! {
+    name: "shard.reshard",
+    container,
+    summary: "Runs the background jobs that move keys between nodes",
+    subcommands: &[&RESHARD_COPY, &RESHARD_CLEANUP, &RESHARD_STATUS, &RESHARD_STOP, &RESHARD_THROTTLE, &RESHARD_PAUSE, &RESHARD_RESUME, &RESHARD_START, &RESHARD_CANCEL, &RESHARD_PLAN],
+};
+
+pub static RESHARD_COPY: CommandSpec = command! {
+    name: "shard.reshard|copy",
+    handler: copy,
+    flags: "admin",
+    arity: -2,
+    summary: "Copies, in the background, the local keys that belong to other nodes",
+    complexity: "O(1) to start; the job is O(N) with N the keys",
+    args: COPY_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_CLEANUP: CommandSpec = command! {
+    name: "shard.reshard|cleanup",
+    handler: cleanup,
+    flags: "admin write",
+    arity: -2,
+    summary: "Deletes, in the background, the local keys that belong to other nodes",
+    complexity: "O(1) to start; the job is O(N) with N the keys",
+    args: CLEANUP_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_STATUS: CommandSpec = command! {
+    name: "shard.reshard|status",
+    handler: status,
+    flags: "readonly fast",
+    arity: 2,
+    summary: "Shows the state and counters of the resharding job",
+    complexity: "O(1)",
+    args: &[],
+    acl: "read fast",
+};
+
+pub static RESHARD_STOP: CommandSpec = command! {
+    name: "shard.reshard|stop",
+    handler: stop,
+    flags: "admin",
+    arity: 2,
+    summary: "Stops the running resharding job after its current batch",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_THROTTLE: CommandSpec = command! {
+    name: "shard.reshard|throttle",
+    handler: throttle,
+    flags: "admin",
+    arity: 3,
+    summary: "Limits the running resharding job to a number of keys per second (0: no limit)",
+    complexity: "O(1)",
+    args: THROTTLE_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_PAUSE: CommandSpec = command! {
+    name: "shard.reshard|pause",
+    handler: pause,
+    flags: "admin",
+    arity: 2,
+    summary: "Pauses the running resharding job where it is, closing its connections",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_RESUME: CommandSpec = command! {
+    name: "shard.reshard|resume",
+    handler: resume,
+    flags: "admin",
+    arity: 2,
+    summary: "Resumes a paused resharding job, and an interrupted fleet operation, from where they stopped",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_START: CommandSpec = command! {
+    name: "shard.reshard|start",
+    handler: start,
+    flags: "admin blocking deny-script",
+    arity: -3,
+    summary: "Grows or shrinks the fleet to the given ring: checks every node, then opens, copies, commits and cleans up in the background",
+    complexity: "O(N) with N the nodes to start; the operation is O(K) with K the keys",
+    args: START_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_CANCEL: CommandSpec = command! {
+    name: "shard.reshard|cancel",
+    handler: cancel,
+    flags: "admin",
+    arity: 2,
+    summary: "Returns the fleet to the old ring (before COMMIT), bringing back the writes made since",
+    complexity: "O(1) to start",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_PLAN: CommandSpec = command! {
+    name: "shard.reshard|plan",
+    handler: save_plan,
+    flags: "admin",
+    arity: 3,
+    summary: "Stores the coordinator's plan (sent by the coordinator to itself; replicated)",
+    complexity: "O(N) with N the nodes",
+    args: PLAN_ARGS,
+    acl: "admin dangerous slow",
+};
+
+static COPY_ARGS: &[Arg] = &[
+    opt(c"batch", c"BATCH", Kind::Int),
+    opt(c"timeout", c"TIMEOUT", Kind::Int),
+    flag(c"replace", c"REPLACE"),
+    opt(c"keys-per-second", c"MAXRATE", Kind::Int),
+];
+
+static THROTTLE_ARGS: &[Arg] = &[arg(c"keys-per-second", Kind::Int)];
+
+static CLEANUP_ARGS: &[Arg] = &[opt(c"batch", c"BATCH", Kind::Int), flag(c"left", c"LEFT")];
+
+static START_ARGS: &[Arg] = &[
+    arg(c"algo", Kind::Str),
+    opt(c"rule", c"HASHTAG", Kind::Str),
+    Arg {
+        name: c"node",
+        kind: Kind::Block,
+        token: None,
+        optional: false,
+        multiple: true,
+        subargs: crate::commands::ring::NODE_TRIPLET,
+    },
+    opt(c"keys-per-second", c"MAXRATE", Kind::Int),
+];
+
+static PLAN_ARGS: &[Arg] = &[arg(c"plan", Kind::Str)];

@@ -3,6 +3,8 @@
 //! (this node, for the coordinator), `PUSH` and `CHECK` (this node's rings to, and every
 //! node's state from, the fleet: `reshard::fleet`).
 
+use crate::command;
+use crate::host::register::{arg, flag, opt, Arg, CommandSpec, Kind};
 use redis_module::ContextFlags;
 
 use crate::commands::whereis::current_ring;
@@ -281,3 +283,137 @@ pub fn check(call: &Call) -> CmdResult {
     let started = forward::run(call, link, move |steps| survey.run(steps));
     started.map_err(CmdError::err)
 }
+
+pub static RING: CommandSpec = command! {
+    name: "shard.ring",
+    container,
+    summary: "Manages the ring of nodes held in module memory",
+    subcommands: &[&RING_SET, &RING_GET, &RING_BEGIN, &RING_COMMIT, &RING_ABORT, &RING_INSTALL, &RING_STATE, &RING_PUSH, &RING_CHECK],
+};
+
+pub static RING_SET: CommandSpec = command! {
+    name: "shard.ring|set",
+    handler: set,
+    flags: "admin",
+    arity: -3,
+    summary: "Replaces the ring",
+    complexity: "O(N log N) with N the points of the ring",
+    args: RING_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RING_GET: CommandSpec = command! {
+    name: "shard.ring|get",
+    handler: get,
+    flags: "readonly fast",
+    arity: 2,
+    summary: "Shows the ring, its epoch and digest",
+    complexity: "O(N) with N the nodes",
+    args: &[],
+    acl: "read fast",
+};
+
+pub static RING_BEGIN: CommandSpec = command! {
+    name: "shard.ring|begin",
+    handler: begin,
+    flags: "admin",
+    arity: -3,
+    summary: "Opens a resharding: the given ring becomes current, the old one previous",
+    complexity: "O(N log N) with N the points of the ring",
+    args: RING_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RING_COMMIT: CommandSpec = command! {
+    name: "shard.ring|commit",
+    handler: commit,
+    flags: "admin",
+    arity: 2,
+    summary: "Closes the resharding, dropping the previous ring",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RING_ABORT: CommandSpec = command! {
+    name: "shard.ring|abort",
+    handler: abort,
+    flags: "admin",
+    arity: 2,
+    summary: "Closes the resharding, putting the previous ring back",
+    complexity: "O(1)",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RING_INSTALL: CommandSpec = command! {
+    name: "shard.ring|install",
+    handler: install,
+    flags: "admin",
+    arity: -3,
+    summary: "Installs the current and previous rings whole, as canonical texts (a fleet operation's step)",
+    complexity: "O(N log N) with N the points of the rings",
+    args: INSTALL_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RING_STATE: CommandSpec = command! {
+    name: "shard.ring|state",
+    handler: node_state,
+    flags: "readonly",
+    arity: 2,
+    summary: "Shows this node's ring digests, job, key count and memory",
+    complexity: "O(1)",
+    args: &[],
+    acl: "read",
+};
+
+pub static RING_PUSH: CommandSpec = command! {
+    name: "shard.ring|push",
+    handler: push,
+    flags: "admin blocking deny-script",
+    arity: 2,
+    summary: "Sends this node's rings to every node named in them",
+    complexity: "O(N) with N the nodes",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RING_CHECK: CommandSpec = command! {
+    name: "shard.ring|check",
+    handler: check,
+    flags: "admin blocking deny-script",
+    arity: 2,
+    summary: "Asks every node for its rings, job, keys and memory; shows whether they agree and each node's share of the keyspace",
+    complexity: "O(N) with N the nodes",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+static RING_ARGS: &[Arg] = &[
+    arg(c"algo", Kind::Str),
+    opt(c"rule", c"HASHTAG", Kind::Str),
+    Arg {
+        name: c"node",
+        kind: Kind::Block,
+        token: None,
+        optional: true,
+        multiple: true,
+        subargs: NODE_TRIPLET,
+    },
+];
+
+pub(crate) static NODE_TRIPLET: &[Arg] = &[
+    arg(c"name", Kind::Str),
+    arg(c"address", Kind::Str),
+    arg(c"weight", Kind::Int),
+];
+
+static INSTALL_ARGS: &[Arg] = &[
+    arg(c"current", Kind::Str),
+    Arg {
+        optional: true,
+        ..arg(c"previous", Kind::Str)
+    },
+    flag(c"returning", c"RETURNING"),
+];

@@ -5,7 +5,7 @@
 use crate::command;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::printable;
-use crate::host::register::{arg, Arg, CommandSpec, Kind};
+use crate::host::register::{arg, many, Arg, CommandSpec, Kind};
 use crate::keys::{codec, shardjs};
 use crate::route::fields;
 use crate::state;
@@ -106,14 +106,7 @@ static NAME_ARGS: &[Arg] = &[arg(c"name", Kind::Str)];
 
 static RETYPE_ARGS: &[Arg] = &[arg(c"key", Kind::Str), arg(c"type", Kind::Str)];
 
-static FIELDS_ARGS: &[Arg] = &[Arg {
-    name: c"field",
-    kind: Kind::Str,
-    token: None,
-    optional: false,
-    multiple: true,
-    subargs: &[],
-}];
+static FIELDS_ARGS: &[Arg] = &[many(c"field", Kind::Str, false)];
 
 /// `SHARD.SPECIALKEY`: how Redis registers and documents it.
 pub static SPECIALKEY: CommandSpec = command! {
