@@ -43,16 +43,9 @@ mod tests {
     }
 
     use super::*;
-    use crate::ring::RingSpec;
 
     fn ring(names: &[&str]) -> Ring {
-        let fields: Vec<String> = names
-            .iter()
-            .enumerate()
-            .flat_map(|(i, n)| [n.to_string(), format!("127.0.0.1:{}", 7000 + i), "1".into()])
-            .collect();
-        let refs: Vec<&[u8]> = fields.iter().map(|s| s.as_bytes()).collect();
-        Ring::build(&RingSpec::from_args(b"ketama", None, &refs).unwrap()).unwrap()
+        Ring::build(&crate::ring::test_spec(names)).unwrap()
     }
 
     #[test]

@@ -182,5 +182,17 @@ impl Ring {
     }
 }
 
+/// A ketama ring spec of `names` at 127.0.0.1:7000, 7001, ... of weight 1, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_spec(names: &[&str]) -> RingSpec {
+    let fields: Vec<String> = names
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| [n.to_string(), format!("127.0.0.1:{}", 7000 + i), "1".into()])
+        .collect();
+    let refs: Vec<&[u8]> = fields.iter().map(|s| s.as_bytes()).collect();
+    RingSpec::from_args(b"ketama", None, &refs).expect("a valid test ring")
+}
+
 #[cfg(test)]
 mod tests;

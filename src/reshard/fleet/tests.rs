@@ -8,13 +8,7 @@ use crate::reshard::fleet::plan::{FleetPlan, Phase, Role, Work};
 use crate::ring::RingSpec;
 
 fn spec(names: &[&str]) -> RingSpec {
-    let fields: Vec<String> = names
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| [n.to_string(), format!("127.0.0.1:{}", 7000 + i), "1".into()])
-        .collect();
-    let refs: Vec<&[u8]> = fields.iter().map(|s| s.as_bytes()).collect();
-    RingSpec::from_args(b"ketama", None, &refs).unwrap()
+    crate::ring::test_spec(names)
 }
 
 fn grow() -> FleetPlan {
