@@ -167,8 +167,8 @@ def test_other_commands_work_on_a_cluster_node(cluster):
 
 
 def test_cluster_algo_follows_a_moved_slot(cluster):
-    # Move an empty slot from its master to another one with CLUSTER SETSLOT ... NODE on every
-    # node: the module reads the live slot map (kept for at most a second), so WHEREIS follows.
+    # Move an empty slot from its master to another one with CLUSTER SETSLOT: the module reads
+    # the live slot map (kept for at most a second), so WHEREIS follows.
     clients = [s.client() for s in cluster]
     ids = [c.execute_command("CLUSTER", "MYID") for c in clients]
     key = b"somekey"
@@ -179,8 +179,15 @@ def test_cluster_algo_follows_a_moved_slot(cluster):
         c.execute_command("SHARD.RING", "SET", "cluster")
         assert c.execute_command("SHARD.WHEREIS", key) == source
 
-    def move(to):
-        # The new owner first, then the others.
+    def move(to, away_from):
+        # As `redis-cli --cluster reshard` does: the new owner imports the slot and the old one
+        # migrates it (it holds no key), then the new owner takes it, which bumps its config
+        # epoch, then the others are told. (With SETSLOT NODE alone, the old owner's claim, of a
+        # higher epoch, could reach the new owner before the old owner was told, and win it
+        # back: the nodes then never agreed. A busy machine made that happen.)
+        by_id = dict(zip(ids, clients))
+        assert by_id[to].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", away_from)
+        assert by_id[away_from].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", to)
         order = sorted(range(3), key=lambda i: ids[i] != to)
         for i in order:
             clients[i].execute_command("CLUSTER", "SETSLOT", slot, "NODE", to)
@@ -190,8 +197,8 @@ def test_cluster_algo_follows_a_moved_slot(cluster):
               f"SHARD.WHEREIS to follow slot {slot} to {to}", timeout=10)
 
     try:
-        move(target)
+        move(target, away_from=source)
         for c in clients:
             assert as_dict(c.execute_command("SHARD.LOCATE", key))["node"] == target
     finally:
-        move(source)
+        move(source, away_from=target)

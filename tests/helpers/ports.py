@@ -45,9 +45,17 @@ class _Block:
         if self.pid == os.getpid():
             return
         LOCK_DIR.mkdir(parents=True, exist_ok=True)
+        try:
+            os.chmod(LOCK_DIR, 0o1777)  # the lock files are every user's, as the ports are
+        except OSError:
+            pass
         end = min(_ephemeral_start(), 65536 - 10000)
         for first in range(FIRST, end - BLOCK + 1, BLOCK):
-            fd = os.open(LOCK_DIR / f"{first}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                # Read-only: a lock file another user made can still be locked.
+                fd = os.open(LOCK_DIR / f"{first}.lock", os.O_RDONLY | os.O_CREAT, 0o444)
+            except OSError:
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
