@@ -67,9 +67,9 @@ class Sentinel:
             return False
         return True
 
-    def client(self):
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
-                           **redis_py_tls_args(self))
+    def client(self, **kwargs):
+        kwargs.setdefault("socket_timeout", 5)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs, **redis_py_tls_args(self))
 
     @property
     def address(self):
@@ -179,14 +179,19 @@ class Failover:
         self.nodes = {"n1": fleet.primaries["n1"], "n2": fleet.primaries["n2"],
                       "n0 (promoted)": self.new}
         switches = []
-        sub = fleet.sentinels[0].client().pubsub()
+        # No socket timeout: the switch may come more than 5 s after the subscription (a busy
+        # machine), and a timeout would end the listening thread, not the wait for the switch.
+        sub = fleet.sentinels[0].client(socket_timeout=None).pubsub()
         sub.subscribe("+switch-master")
 
         def listen():
-            for m in sub.listen():
-                if m["type"] == "message" and m["data"].startswith(b"n0 "):
-                    switches.append(time.monotonic())
-                    return
+            try:
+                for m in sub.listen():
+                    if m["type"] == "message" and m["data"].startswith(b"n0 "):
+                        switches.append(time.monotonic())
+                        return
+            except redis.ConnectionError:
+                return  # the sentinels stopped (the test failed and ended): no switch to see
         threading.Thread(target=listen, daemon=True).start()
         for w in self.writers:
             w.start()
