@@ -9,10 +9,11 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use shard::commands::args::{int_in, printable, ArgList};
-use shard::commands::{decode, encode, genkey, reshard, ring, CmdError};
+use shard::host::args::{int_in, printable, ArgList};
+use shard::commands::{decode, encode, genkey, reshard, ring};
+use shard::host::error::CmdError;
 use shard::keys::{codec, time, KeyConfig, KeyFields, KeySettings};
-use shard::route::CommandKind;
+use shard::route::steps::CommandKind;
 use shard_fuzz::{build_bounded, check_locate, split_args};
 
 fn settings() -> &'static [KeySettings] {

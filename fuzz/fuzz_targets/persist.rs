@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use shard::persist::{parse_canonical, Persisted};
-use shard::reshard::fleet::FleetPlan;
+use shard::reshard::fleet::plan::FleetPlan;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(p) = Persisted::decode(data) {

@@ -8,8 +8,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shard::route::frame::FrameScanner;
-use shard::route::{encode_command, read_reply, Resp};
+use shard::net::frame::FrameScanner;
+use shard::net::resp::{encode_command, read_reply, Resp};
 use shard_fuzz::split_args;
 
 fuzz_target!(|data: &[u8]| {

@@ -38,6 +38,8 @@ fuzz_target!(|data: &[u8]| {
             ring_epoch: u64::from(data.first().copied().unwrap_or(0)),
             current: Some(spec.clone()),
             previous: Some(spec.clone()),
+            returning: data.len() % 2 == 1,
+            fleet: None,
         };
         assert_eq!(Persisted::decode(&p.encode()).as_ref(), Ok(&p));
         if let Some(Ok(ring)) = build_bounded(&spec) {
