@@ -23,6 +23,7 @@ Arguments after `--` go to every pytest run (`python tests/run.py redis-server -
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -138,7 +139,14 @@ def main():
     print("==== the ten slowest tests (setup, call and teardown)")
     for seconds, test in slowest:
         print(f"  {seconds:7.2f}s  {test}")
+    totals = {word: 0 for word in ("passed", "failed", "skipped", "error")}
+    for run in runs:
+        for count, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", run.summary or ""):
+            totals[word.rstrip("s") if word.startswith("error") else word] += int(count)
     failed = sorted({run.server for run in runs if run.code not in (0, 5)})
+    # One plain line for whoever reads the end of the output (CI): every run counted.
+    print(f"integration: {totals['passed']} passed, {totals['failed'] + totals['error']} failed, "
+          f"{totals['skipped']} skipped")
     if failed:
         print(f"integration tests failed on: {' '.join(failed)}")
         return 1
