@@ -101,6 +101,14 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         host::events::on_event_loop(ctx, before_sleep, net::pool::after_sleep)?;
         host::events::on_role_change(ctx, topology::nodes::set_replica);
     }
+    // A fleet operation's old and new rings are watched too (their Sentinel nodes' addresses).
+    topology::watcher::set_more_rings(|| {
+        reshard::current::lock()
+            .fleet
+            .iter()
+            .flat_map(|f| [f.old.clone(), f.new.clone()])
+            .collect()
+    });
     topology::watcher::start()
 }
 

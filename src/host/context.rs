@@ -58,7 +58,14 @@ pub fn after<T: 'static>(delay: std::time::Duration, callback: fn(&Context, T), 
     let Some(ctx) = detached() else {
         return false;
     };
-    ctx.create_timer(delay, callback, data);
+    // redis-module's timer entry point does not catch panics: the guard is here.
+    ctx.create_timer(
+        delay,
+        move |ctx: &Context, data: T| {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(ctx, data)));
+        },
+        data,
+    );
     true
 }
 
