@@ -3,7 +3,7 @@
 //! (`reshard::fleet`), whose part of STATUS and RESUME is here too.
 
 use crate::command;
-use crate::host::register::{arg, flag, opt, Arg, CommandSpec, Kind};
+use crate::host::register::{arg, block, flag, opt, Arg, CommandSpec, Kind};
 use std::sync::Arc;
 
 use crate::commands::{Call, CmdError, CmdResult};
@@ -465,14 +465,7 @@ static CLEANUP_ARGS: &[Arg] = &[opt(c"batch", c"BATCH", Kind::Int), flag(c"left"
 static START_ARGS: &[Arg] = &[
     arg(c"algo", Kind::Str),
     opt(c"rule", c"HASHTAG", Kind::Str),
-    Arg {
-        name: c"node",
-        kind: Kind::Block,
-        token: None,
-        optional: false,
-        multiple: true,
-        subargs: crate::commands::ring::NODE_TRIPLET,
-    },
+    block(c"node", crate::commands::ring::NODE_TRIPLET, false),
     opt(c"keys-per-second", c"MAXRATE", Kind::Int),
 ];
 

@@ -4,7 +4,7 @@
 //! node's state from, the fleet: `reshard::fleet`).
 
 use crate::command;
-use crate::host::register::{arg, flag, opt, Arg, CommandSpec, Kind};
+use crate::host::register::{arg, block, flag, opt, Arg, CommandSpec, Kind};
 use redis_module::ContextFlags;
 
 use crate::commands::whereis::current_ring;
@@ -393,14 +393,7 @@ pub static RING_CHECK: CommandSpec = command! {
 static RING_ARGS: &[Arg] = &[
     arg(c"algo", Kind::Str),
     opt(c"rule", c"HASHTAG", Kind::Str),
-    Arg {
-        name: c"node",
-        kind: Kind::Block,
-        token: None,
-        optional: true,
-        multiple: true,
-        subargs: NODE_TRIPLET,
-    },
+    block(c"node", NODE_TRIPLET, true),
 ];
 
 pub(crate) static NODE_TRIPLET: &[Arg] = &[

@@ -87,6 +87,14 @@ pub const fn many(name: &'static CStr, kind: Kind, optional: bool) -> Arg {
     }
 }
 
+/// A repeated group of arguments (`name address weight ...`), at least one unless `optional`.
+pub const fn block(name: &'static CStr, subargs: &'static [Arg], optional: bool) -> Arg {
+    Arg {
+        subargs,
+        ..many(name, Kind::Block, optional)
+    }
+}
+
 /// A command or a container's subcommand.
 pub struct CommandSpec {
     /// The full name: `shard.genkey`, or `shard.ring|get` for a subcommand.
