@@ -75,6 +75,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     section.int("reshard_max_rate", int(job.max_rate));
     section.str("reshard_paused", if job.paused { "yes" } else { "no" });
     section.int("reshard_max_step_us", int(job.max_step_us));
+    section.str("reshard_keys_from", job.keys_from);
     section.str("reshard_by_db", &job.by_db_text());
     section.str("ring_returning", if rings.returning { "yes" } else { "no" });
     // The fleet operation this node coordinates: its phase (`none` when there is none), whether

@@ -100,6 +100,8 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
     unsafe {
         host::events::on_event_loop(ctx, before_sleep, net::pool::after_sleep)?;
         host::events::on_role_change(ctx, topology::nodes::set_replica);
+        // A copy's list of what moves no longer describes a keyspace replaced under it.
+        host::events::on_keyspace_replaced(ctx, reshard::moved::forget);
     }
     // A fleet operation's old and new rings are watched too (their Sentinel nodes' addresses).
     topology::watcher::set_more_rings(|| {

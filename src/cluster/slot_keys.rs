@@ -1,44 +1,32 @@
 //! The keys of one slot, for `CLUSTER COUNTKEYSINSLOT` and `GETKEYSINSLOT`: a plain server
-//! keeps no index by slot, so this walks database 0's keyspace (`SCAN`): O(N), like `KEYS`.
+//! keeps no index by slot, so this walks the caller's database with the module scan API
+//! (`host::keyspace`), hashing every name: O(N) on the main thread, like `KEYS` (COMMAND DOCS
+//! says so). It once went through `SCAN` replies and dropped the names that arrive as simple
+//! strings (every UTF-8 name), so both answered 0 for keys that were there.
 
-use redis_module::{Context, RedisValue};
+use redis_module::Context;
 
-use crate::host::error::CmdError;
+use crate::host::keyspace::ScanCursor;
 use crate::ring::key_slot;
 
-/// Keys of database 0 in `slot` (up to `max`).
-pub fn keys_in_slot(ctx: &Context, slot: u16, max: usize) -> Result<Vec<Vec<u8>>, CmdError> {
-    let mut out = Vec::new();
-    let mut cursor = "0".to_string();
+/// How many keys of the selected database are in `slot`, and the first `max` of them.
+pub fn keys_in_slot(ctx: &Context, slot: u16, max: usize) -> (u64, Vec<Vec<u8>>) {
+    let mut names = Vec::new();
+    let mut count = 0u64;
+    let Some(cursor) = ScanCursor::new() else {
+        return (0, names);
+    };
     loop {
-        let reply = ctx
-            .call("SCAN", &[cursor.as_str(), "COUNT", "1000"])
-            .map_err(|e| CmdError::err(format!("SCAN failed: {e}")))?;
-        let RedisValue::Array(parts) = reply else {
-            return Err(CmdError::err("SCAN replied something else"));
-        };
-        let mut parts = parts.into_iter();
-        cursor = match parts.next() {
-            Some(RedisValue::BulkString(s)) => s,
-            Some(RedisValue::SimpleString(s)) => s,
-            Some(RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
-            _ => return Err(CmdError::err("SCAN replied no cursor")),
-        };
-        if let Some(RedisValue::Array(keys)) = parts.next() {
-            for k in keys {
-                let bytes = match k {
-                    RedisValue::BulkRedisString(s) => s.as_slice().to_vec(),
-                    RedisValue::StringBuffer(b) => b,
-                    RedisValue::BulkString(s) => s.into_bytes(),
-                    _ => continue,
-                };
-                if key_slot(&bytes) == slot && out.len() < max {
-                    out.push(bytes);
+        let more = cursor.scan(ctx, &mut |name, _| {
+            if key_slot(name) == slot {
+                count += 1;
+                if names.len() < max {
+                    names.push(name.to_vec());
                 }
             }
-        }
-        if cursor == "0" || out.len() >= max {
-            return Ok(out);
+        });
+        if !more {
+            return (count, names);
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::host::command::Call;
 use crate::host::error::{CmdError, CmdResult};
 use crate::host::register::{arg, many, Arg, CommandSpec, Kind};
 use crate::net::resp::{ReplyResp, Resp};
-use crate::ring::key_slot;
+use crate::ring::{key_slot, SLOTS};
 
 /// `SHARD.CLUSTER sub ...`: what a cluster node answers to `CLUSTER sub ...`, `READONLY`,
 /// `READWRITE` and `ASKING`.
@@ -49,17 +49,23 @@ pub fn cluster(call: &Call) -> CmdResult {
             reply.resp(&Resp::Verbatim(*b"txt", text.into_bytes()));
         }
         "countkeysinslot" if args.len() == 3 => {
-            let slot = slot_arg(args.get(2))?;
-            let keys = slot_keys::keys_in_slot(call.ctx, slot, usize::MAX)?;
-            reply.int(i64::try_from(keys.len()).unwrap_or(i64::MAX));
+            let slot = u16::try_from(integer_arg(args.get(2))?)
+                .ok()
+                .filter(|s| usize::from(*s) < SLOTS)
+                .ok_or_else(|| CmdError::err("Invalid slot"))?;
+            let (count, _) = slot_keys::keys_in_slot(call.ctx, slot, 0);
+            reply.int(i64::try_from(count).unwrap_or(i64::MAX));
         }
         "getkeysinslot" if args.len() == 4 => {
-            let slot = slot_arg(args.get(2))?;
-            let count = std::str::from_utf8(args.get(3))
+            // As cluster mode: both integers first, then their ranges.
+            let (slot, count) = (integer_arg(args.get(2))?, integer_arg(args.get(3))?);
+            let invalid = || CmdError::err("Invalid slot or number of keys");
+            let slot = u16::try_from(slot)
                 .ok()
-                .and_then(|s| s.parse::<usize>().ok())
-                .ok_or_else(|| CmdError::err("Invalid number of keys"))?;
-            let keys = slot_keys::keys_in_slot(call.ctx, slot, count)?;
+                .filter(|s| usize::from(*s) < SLOTS)
+                .ok_or_else(invalid)?;
+            let count = usize::try_from(count).map_err(|_| invalid())?;
+            let (_, keys) = slot_keys::keys_in_slot(call.ctx, slot, count);
             reply.array(keys.len());
             for k in keys {
                 reply.bulk(&k);
@@ -74,12 +80,12 @@ pub fn cluster(call: &Call) -> CmdResult {
     Ok(())
 }
 
-fn slot_arg(arg: &[u8]) -> Result<u16, CmdError> {
+/// An integer argument, or the error cluster mode gives for one that is not.
+fn integer_arg(arg: &[u8]) -> Result<i64, CmdError> {
     std::str::from_utf8(arg)
         .ok()
-        .and_then(|s| s.parse::<u16>().ok())
-        .filter(|s| *s < 16384)
-        .ok_or_else(|| CmdError::err("Invalid or out of range slot"))
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or_else(|| CmdError::err("value is not an integer or out of range"))
 }
 
 /// `SHARD.REDIRECT command arg ...`: a keyed command the filter could not let through; it is

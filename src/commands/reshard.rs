@@ -164,7 +164,7 @@ pub fn status(call: &Call) -> CmdResult {
     let job = &current.job;
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let reply = &call.reply;
-    reply.map(21);
+    reply.map(22);
     reply.field_bulk("state", job.state.name().as_bytes());
     reply.field_opt(
         "job",
@@ -182,6 +182,7 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_int("passes", int(job.passes));
     reply.field_int("elapsed_ms", int(job.elapsed_ms));
     reply.field_int("max_step_us", int(job.max_step_us));
+    reply.field_bulk("keys_from", job.keys_from.as_bytes());
     reply.field_int("keys_total", int(job.keys_total));
     reply.field_int("percent", int(job.percent()));
     reply.field_int("keys_per_sec", int(job.keys_per_sec));

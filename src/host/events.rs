@@ -15,6 +15,7 @@ struct Handlers {
     after_sleep: fn(),
     role: fn(bool),
     config: fn(&[&[u8]]),
+    replaced: fn(),
 }
 
 fn nothing() {}
@@ -28,6 +29,7 @@ thread_local! {
             after_sleep: nothing,
             role: no_role,
             config: no_config,
+            replaced: nothing,
         })
     };
 }
@@ -139,6 +141,29 @@ pub unsafe fn on_config_change(ctx: *mut raw::RedisModuleCtx, config: fn(&[&[u8]
     }
     // SAFETY: as the caller promises.
     unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_CONFIG, Some(callback)) };
+}
+
+/// Calls `replaced()` when the keyspace changes wholesale without a keyspace event per key: a
+/// load (an RDB or AOF at start or `DEBUG RELOAD`, a replica's full sync) begins, or a
+/// `SWAPDB` swaps two databases.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn on_keyspace_replaced(ctx: *mut raw::RedisModuleCtx, replaced: fn()) {
+    set(|h| h.replaced = replaced);
+    extern "C" fn callback(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        _subevent: u64,
+        _data: *mut c_void,
+    ) {
+        let _ = std::panic::catch_unwind(|| (handlers().replaced)());
+    }
+    // SAFETY: as the caller promises.
+    unsafe {
+        subscribe(ctx, raw::REDISMODULE_EVENT_LOADING, Some(callback));
+        subscribe(ctx, raw::REDISMODULE_EVENT_SWAPDB, Some(callback));
+    }
 }
 
 /// Subscribes `callback` to the server event `id` (data version 1); false when the server

@@ -200,9 +200,10 @@ pub fn unlink<'a>(ctx: &Context, names: impl IntoIterator<Item = &'a [u8]>) -> u
     // SAFETY: the API table is filled at load; every key opened is closed, every string made
     // here is freed here.
     unsafe {
-        let (Some(create), Some(open), Some(unlink), Some(close), Some(free)) = (
+        let (Some(create), Some(open), Some(kind), Some(unlink), Some(close), Some(free)) = (
             raw::RedisModule_CreateString,
             raw::RedisModule_OpenKey,
+            raw::RedisModule_KeyType,
             raw::RedisModule_UnlinkKey,
             raw::RedisModule_CloseKey,
             raw::RedisModule_FreeString,
@@ -213,7 +214,11 @@ pub fn unlink<'a>(ctx: &Context, names: impl IntoIterator<Item = &'a [u8]>) -> u
             let s = create(ctx.ctx, name.as_ptr().cast(), name.len());
             let key =
                 open(ctx.ctx, s, raw::REDISMODULE_WRITE as c_int).cast::<raw::RedisModuleKey>();
-            if !key.is_null() && unlink(key) == raw::REDISMODULE_OK as c_int {
+            // (`UnlinkKey` says OK for a key that is not there: only those that were count.)
+            if !key.is_null()
+                && kind(key) != raw::REDISMODULE_KEYTYPE_EMPTY as c_int
+                && unlink(key) == raw::REDISMODULE_OK as c_int
+            {
                 gone.push(s);
             } else {
                 free(ctx.ctx, s);

@@ -18,6 +18,7 @@ use crate::reshard::dirty::{self, DbKey};
 use crate::reshard::jobs::{
     child_outcome, fail_job, finish, forget_child_outcome, on_child_done, Runner, RUNNER,
 };
+use crate::reshard::moved;
 use crate::reshard::progress::AfterPass;
 
 /// How long one step may run before it yields back to the event loop.
@@ -36,7 +37,8 @@ pub(super) fn begin(ctx: &Context) {
     schedule(ctx, Duration::ZERO);
 }
 
-/// Hands a cleanup's walk to a forked child when it can (else the steps scan themselves).
+/// Finds the keys to delete without a walk when a copy on this ring left its list (`moved`);
+/// else hands the walk to a forked child when it can (else the steps scan themselves).
 fn fork_cleanup_walk(ctx: &Context) {
     if dirty::subscribe(ctx).is_err() {
         return;
@@ -46,6 +48,12 @@ fn fork_cleanup_walk(ctx: &Context) {
         let Some(runner) = slot.as_mut() else {
             return;
         };
+        if let Some(list) = moved::list_for(&runner.ring, &runner.self_name) {
+            runner.names = Some(list);
+            runner.from_list = true;
+            crate::reshard::current::lock().job.keys_from = "list";
+            return;
+        }
         dirty::begin();
         forget_child_outcome();
         match cleanup_child::start(ctx, &runner.ring, &runner.self_name, on_child_done) {
@@ -58,8 +66,33 @@ fn fork_cleanup_walk(ctx: &Context) {
     });
 }
 
-/// A cleanup's child has sent every name (or died): what is left to do, on the main thread.
+/// A cleanup's child has sent every name (or died), or the copy's list was read: what is left
+/// to do, on the main thread.
 fn after_cleanup_child(runner: &mut Runner) -> bool {
+    if runner.from_list {
+        runner.names = None;
+        runner.from_list = false;
+        // The keys written since the copy's walk that go elsewhere (the list's names went
+        // elsewhere under this very ring when the copy found them).
+        let placement = Arc::clone(&runner.ring);
+        match (dirty::since_keys(), placement.ring.as_ref()) {
+            (Some(written), Some(ring)) => {
+                runner.pending.extend(
+                    written.into_iter().filter(|(_, k)| {
+                        crate::reshard::cleanup_deletes(ring, &runner.self_name, k)
+                    }),
+                );
+                runner.scan_over = true;
+            }
+            _ => {
+                crate::reshard::current::lock().job.keys_from = "walk";
+                runner.db = 0;
+                runner.restart_scan();
+                runner.scan_over = false;
+            }
+        }
+        return true;
+    }
     let Some((code, signalled)) = child_outcome(runner) else {
         return false; // not ended yet: look again shortly
     };
@@ -186,6 +219,8 @@ fn step(ctx: &Context) -> Next {
                     match after {
                         AfterPass::Again => runner.new_pass(),
                         AfterPass::Finished => {
+                            // What the copy learnt is spent (or was not for this ring).
+                            moved::cleanup_done();
                             finish(runner);
                             *slot = None;
                             return Next::Done;

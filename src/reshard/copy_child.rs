@@ -31,6 +31,7 @@ use crate::host::keyspace::{self, KeyInfo, ScanCursor};
 use crate::reshard::copy_page::{self, Shared};
 use crate::reshard::copy_serialize::Copier;
 use crate::reshard::dirty::DbKey;
+use crate::reshard::moved::ListWriter;
 use crate::reshard::pieces::Limits;
 use crate::reshard::ship::{Shipper, Target, Window};
 use crate::ring::placement::Placement;
@@ -56,6 +57,8 @@ pub struct Pass {
     pub paused: bool,
     /// Which keys travel in pieces.
     pub big: Limits,
+    /// Where a walk writes the names it finds going elsewhere, for the cleanup (`moved`).
+    pub list: Option<std::path::PathBuf>,
 }
 
 /// Forks a child that runs `pass`; its pid, or why it could not start (another child, such as
@@ -147,6 +150,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
     let mut copier = Copier::new(ctx, shared, shipper, targets, pass.replace, pass.big);
     match &pass.source {
         Source::Scan => {
+            let mut list = pass.list.clone().and_then(ListWriter::create);
             for db in 0.. {
                 if !keyspace::select_db(ctx, db) {
                     break;
@@ -155,10 +159,14 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
                     continue;
                 }
                 copier.shipper.select(db);
-                if !scan_db(ctx, &mut walk, &mut copier, shared) {
+                if !scan_db(ctx, db, &mut walk, &mut copier, shared, list.as_mut()) {
                     shared.set_error("RedisModule_Scan is missing");
                     return;
                 }
+            }
+            // (A list that could not be written whole is removed: the cleanup walks.)
+            if let Some(list) = list {
+                list.finish();
             }
         }
         Source::Keys(keys) => {
@@ -193,8 +201,16 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
     }
 }
 
-/// Copies the keys of the selected database that go elsewhere; false without the scan API.
-fn scan_db(ctx: &Context, walk: &mut Walk, copier: &mut Copier, shared: &Shared) -> bool {
+/// Copies the keys of the selected database (`db`) that go elsewhere, and adds their names to
+/// the cleanup's list; false without the scan API.
+fn scan_db(
+    ctx: &Context,
+    db: i32,
+    walk: &mut Walk,
+    copier: &mut Copier,
+    shared: &Shared,
+    mut list: Option<&mut ListWriter>,
+) -> bool {
     let Some(cursor) = ScanCursor::new() else {
         return false;
     };
@@ -213,6 +229,11 @@ fn scan_db(ctx: &Context, walk: &mut Walk, copier: &mut Copier, shared: &Shared)
             }
         });
         if walk.found.len() >= BATCH || !more {
+            if let Some(list) = list.as_deref_mut() {
+                for f in &walk.found {
+                    list.add(db, &f.name);
+                }
+            }
             copier.ship(&mut walk.found);
             shared.publish(
                 walk.scanned,

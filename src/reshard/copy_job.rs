@@ -13,17 +13,22 @@ use redis_module::Context;
 
 use crate::reshard::copy_child::{self, Pass, Source};
 use crate::reshard::copy_page::{self, Shared};
-use crate::reshard::dirty;
 use crate::reshard::jobs::{
     child_outcome, fail_job, finish, forget_child_outcome, on_child_done, Runner, RUNNER,
 };
 use crate::reshard::progress::AfterPass;
+use crate::reshard::{dirty, moved};
 
 /// How often a copy looks at its child's counts, and retries a fork that could not start.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Starts the copy's first look (the runner is in place).
 pub(super) fn begin(ctx: &Context) {
+    RUNNER.with(|r| {
+        if let Some(runner) = r.borrow_mut().as_mut() {
+            runner.list = moved::begin_copy(&runner.ring, &runner.self_name);
+        }
+    });
     ctx.create_timer(Duration::ZERO, |ctx: &Context, ()| on_copy_timer(ctx), ());
 }
 
@@ -57,6 +62,8 @@ fn copy_tick(ctx: &Context) -> bool {
         };
         if crate::reshard::current::lock().job.stop_requested() {
             runner.end_child();
+            // A walk cut short leaves no list to trust.
+            moved::forget();
             finish(runner);
             *slot = None;
             return false;
@@ -72,6 +79,10 @@ fn copy_tick(ctx: &Context) -> bool {
             let mut error = shared.error();
             if broken && error.is_empty() {
                 error = format!("the copy's child ended before its pass was done (exit code {code}, signal {signalled})");
+            }
+            if runner.walking {
+                moved::walk_ended(!broken);
+                runner.walking = false;
             }
             let written = dirty::count();
             let after = {
@@ -104,7 +115,9 @@ fn copy_tick(ctx: &Context) -> bool {
             let st = crate::reshard::current::lock();
             (st.job.max_rate, st.job.paused)
         };
+        let walking = matches!(source, Source::Scan);
         let pass = Pass {
+            list: if walking { runner.list.clone() } else { None },
             ring: Arc::clone(&runner.ring),
             self_name: runner.self_name.clone(),
             source,
@@ -120,6 +133,7 @@ fn copy_tick(ctx: &Context) -> bool {
         match copy_child::start(ctx, &pass, on_child_done) {
             Ok(pid) => {
                 runner.child = Some(pid);
+                runner.walking = walking;
                 runner.scan_over = true;
                 runner.replace_now = false;
             }

@@ -3,14 +3,20 @@
 //! child's walk). Recorded from keyspace events (`host::keyspace_events`, subscribed at the
 //! first job, so that a server that never reshards pays nothing; afterwards a write costs one call
 //! that checks a flag while no copy runs).
+//!
+//! A second record, `since`, keeps from a copy's first fork until its cleanup the keys written
+//! here that the copy's ring gives to another node: with the list of the copy's walk
+//! (`moved`), they are every key the cleanup must delete, so that it need not walk again.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use redis_module::Context;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::host::keyspace_events::{self, KeyspaceEvent};
+use crate::ring::placement::Placement;
 
 /// A database number and a key of it.
 pub type DbKey = (i32, Vec<u8>);
@@ -28,10 +34,46 @@ const MAX_KEYS: usize = 1_000_000;
 
 static SUBSCRIBED: AtomicBool = AtomicBool::new(false);
 static TRACKING: AtomicBool = AtomicBool::new(false);
+static SINCE_TRACKING: AtomicBool = AtomicBool::new(false);
+
+/// The `since` record: the ring that decides which keys it keeps, and the keys.
+struct Since {
+    ring: Arc<Placement>,
+    self_name: String,
+    /// `None` once more than `MAX_KEYS` were written.
+    written: Option<Written>,
+}
 
 thread_local! {
     /// The keys written, or `None` once more than `MAX_KEYS` were.
     static DIRTY: RefCell<Option<Written>> = RefCell::new(Some(Written::default()));
+    static SINCE: RefCell<Option<Since>> = const { RefCell::new(None) };
+}
+
+impl Written {
+    /// Adds a key (false once there are too many to keep).
+    fn add(&mut self, db: i32, key: &[u8]) -> bool {
+        if self.len >= MAX_KEYS {
+            return false;
+        }
+        let set = self.by_db.entry(db).or_default();
+        if !set.contains(key) {
+            set.insert(key.to_vec());
+            self.len += 1;
+        }
+        true
+    }
+
+    /// The keys, sorted by database.
+    fn into_keys(self) -> Vec<DbKey> {
+        let mut keys: Vec<DbKey> = self
+            .by_db
+            .into_iter()
+            .flat_map(|(db, set)| set.into_iter().map(move |k| (db, k)))
+            .collect();
+        keys.sort_unstable_by_key(|(db, _)| *db);
+        keys
+    }
 }
 
 /// Subscribes to the keyspace events of writes, once.
@@ -50,28 +92,70 @@ pub fn subscribe(ctx: &Context) -> Result<(), String> {
 const GONE: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move_from"];
 
 fn on_event(event: &KeyspaceEvent) {
-    if !TRACKING.load(Ordering::Relaxed) {
-        return;
-    }
-    if GONE.contains(&event.name()) {
+    let tracking = TRACKING.load(Ordering::Relaxed);
+    let since = SINCE_TRACKING.load(Ordering::Relaxed);
+    if !(tracking || since) || GONE.contains(&event.name()) {
         return;
     }
     let bytes = event.key();
     let db = event.db();
-    DIRTY.with(|d| {
-        let mut d = d.borrow_mut();
-        if let Some(written) = d.as_mut() {
-            if written.len >= MAX_KEYS {
+    if tracking {
+        DIRTY.with(|d| {
+            let mut d = d.borrow_mut();
+            if d.as_mut().is_some_and(|written| !written.add(db, bytes)) {
                 *d = None;
-                return;
             }
-            let set = written.by_db.entry(db).or_default();
-            if !set.contains(bytes) {
-                set.insert(bytes.to_vec());
-                written.len += 1;
+        });
+    }
+    if since {
+        SINCE.with(|s| {
+            if let Some(since) = s.borrow_mut().as_mut() {
+                let Some(ring) = since.ring.ring.as_ref() else {
+                    return;
+                };
+                if !crate::reshard::cleanup_deletes(ring, &since.self_name, bytes) {
+                    return;
+                }
+                if since.written.as_mut().is_some_and(|w| !w.add(db, bytes)) {
+                    since.written = None;
+                }
             }
-        }
+        });
+    }
+}
+
+/// Starts the `since` record afresh: the keys written from now on that `ring` gives to another
+/// node than `self_name`.
+pub fn begin_since(ring: Arc<Placement>, self_name: &str) {
+    SINCE.with(|s| {
+        *s.borrow_mut() = Some(Since {
+            ring,
+            self_name: self_name.to_owned(),
+            written: Some(Written::default()),
+        })
     });
+    SINCE_TRACKING.store(true, Ordering::Relaxed);
+}
+
+/// The keys of the `since` record so far (it goes on), sorted by database; `None` if it does
+/// not run or overflowed.
+pub fn since_keys() -> Option<Vec<DbKey>> {
+    SINCE.with(|s| {
+        let mut s = s.borrow_mut();
+        let written = s.as_mut()?.written.as_mut()?;
+        Some(std::mem::take(written).into_keys())
+    })
+}
+
+/// Whether the `since` record runs and holds every key written since it began.
+pub fn since_whole() -> bool {
+    SINCE.with(|s| s.borrow().as_ref().is_some_and(|s| s.written.is_some()))
+}
+
+/// Stops the `since` record and forgets it.
+pub fn end_since() {
+    SINCE_TRACKING.store(false, Ordering::Relaxed);
+    SINCE.with(|s| *s.borrow_mut() = None);
 }
 
 /// Starts recording, with nothing recorded (at a child's fork).
@@ -83,15 +167,9 @@ pub fn begin() {
 /// The keys written since `begin`, by database, or `None` when there were too many to keep.
 pub fn take() -> Option<Vec<DbKey>> {
     DIRTY.with(|d| {
-        d.borrow_mut().replace(Written::default()).map(|w| {
-            let mut keys: Vec<DbKey> = w
-                .by_db
-                .into_iter()
-                .flat_map(|(db, set)| set.into_iter().map(move |k| (db, k)))
-                .collect();
-            keys.sort_unstable_by_key(|(db, _)| *db);
-            keys
-        })
+        d.borrow_mut()
+            .replace(Written::default())
+            .map(Written::into_keys)
     })
 }
 

@@ -23,9 +23,10 @@ use redis_module::{Context, RedisValue};
 
 use crate::host::fork::{self, Exit, Pid};
 use crate::host::keyspace::ScanCursor;
-use crate::reshard::cleanup_child;
 use crate::reshard::copy_page::{self, Shared};
 use crate::reshard::dirty::{self, DbKey};
+use crate::reshard::moved;
+use crate::reshard::names::Names;
 use crate::reshard::pace::Pace;
 use crate::reshard::{cleanup_job, copy_job, Job, JobKind};
 use crate::ring::placement::Placement;
@@ -64,8 +65,14 @@ pub(super) struct Runner {
     pub(super) scan_over: bool,
     /// A copy's or a cleanup's child, while one runs.
     pub(super) child: Option<Pid>,
-    /// A cleanup's child's names of keys to delete, while it sends them.
-    pub(super) names: Option<cleanup_child::Names>,
+    /// A cleanup's names of keys to delete, while its child sends them or it reads the copy's
+    /// list.
+    pub(super) names: Option<Names>,
+    /// A cleanup reads the copy's list (`moved`) rather than a walk's names.
+    pub(super) from_list: bool,
+    /// Where a copy's walks write their list (`moved`), and whether the running pass walks.
+    pub(super) list: Option<std::path::PathBuf>,
+    pub(super) walking: bool,
     /// (when, keys walked) samples for `keys_per_sec`.
     samples: VecDeque<(Instant, u64)>,
     /// A cleanup's pace against `max_rate`.
@@ -126,6 +133,9 @@ pub fn start(
             scan_over: false,
             child: None,
             names: None,
+            from_list: false,
+            list: None,
+            walking: false,
             samples: VecDeque::new(),
             pace: Pace::default(),
         })
@@ -210,6 +220,8 @@ pub(super) fn fail_job() {
     if let Some(mut runner) = runner {
         runner.end_child();
     }
+    // What a copy learnt may be half-written: the next cleanup walks.
+    moved::forget();
     let mut st = crate::reshard::current::lock();
     st.job.last_error = "internal error in the resharding job; see the Redis log".into();
     st.job.failed += 1;

@@ -13,8 +13,8 @@
 //!   thread with module timers.
 //! - `copy_child`: one pass of a copy, in a forked child (the walk of the keyspace);
 //!   `copy_serialize` serializes what it found and hands it to `ship`, which pipelines the
-//!   `RESTORE`s to their owners; `pieces` copies big keys piece by piece; `payload` builds a
-//!   string's `DUMP` payload without the server; `copy_page` is the page the child and the main
+//!   `SET`s and `RESTORE`s to their owners; `pieces` copies big keys piece by piece;
+//!   `copy_page` is the page the child and the main
 //!   thread share (counts up, rate and pause down); `pace` keeps a job to its rate.
 //! - `cleanup_child`: a cleanup's walk in a forked child, sending the names to delete through a
 //!   pipe.
@@ -38,8 +38,9 @@ pub mod dirty;
 pub mod fate;
 pub mod fleet;
 pub mod jobs;
+pub mod moved;
+pub mod names;
 pub mod pace;
-pub mod payload;
 pub mod pieces;
 pub mod progress;
 pub mod ship;

@@ -73,6 +73,9 @@ pub struct Job {
     pub elapsed_ms: u64,
     /// The longest single step, in microseconds: how long the job held the server at once.
     pub max_step_us: u64,
+    /// How the job found its keys: `walk` (the keyspace, in a child or in steps) or `list` (a
+    /// cleanup that read what the copy on the same ring found, `moved`).
+    pub keys_from: &'static str,
     /// Keys in the database when the job started.
     pub keys_total: u64,
     /// Bytes of `RESTORE` commands sent, and those not answered yet.
@@ -118,6 +121,7 @@ impl Job {
             },
             kind: Some(kind),
             passes: 1,
+            keys_from: "walk",
             ..Job::default()
         }
     }

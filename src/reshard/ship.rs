@@ -1,6 +1,7 @@
-//! Ships `RESTORE` commands to the destinations of a copy, many in flight on one connection per
-//! destination, and counts what each reply says: `+OK` copied, `-BUSYKEY` skipped (the key is
-//! there already, newer than this copy), any other error or a lost connection failed. A big
+//! Ships `RESTORE` and `SET` commands to the destinations of a copy, many in flight on one
+//! connection per destination, and counts what each reply says: `+OK` copied, `-BUSYKEY` (or a
+//! `SET NX`'s null) skipped (the key is there already, newer than this copy), any other error or
+//! a lost connection failed. A big
 //! key's pieces (`pieces`) travel the same way: their errors are counted apart, and the
 //! `RENAMENX` that puts the key in place counts it (`:1` copied, `:0` skipped). Keys of
 //! another database than 0 go on a connection of their own, which `SELECT`ed it when it logged
@@ -64,6 +65,9 @@ pub struct Tally {
 pub enum Expect {
     /// A `RESTORE`: `+OK` copied, `-BUSYKEY` skipped, another error failed.
     Key,
+    /// A `SET ... NX` (or a `SET` that replaces): `+OK` copied, a null skipped (the key is
+    /// there already), an error failed.
+    Set,
     /// A piece of a big key, or the upkeep of its temporary key: only errors count.
     Piece,
     /// The `RENAMENX` that puts a big key in place: `:1` copied, `:0` skipped.
@@ -151,7 +155,7 @@ impl Shipper {
         if let Some(e) = &dest.error {
             match expect {
                 Expect::Piece => self.tally.piece_errors += 1,
-                Expect::Key | Expect::Rename => self.tally.failed += 1,
+                Expect::Key | Expect::Set | Expect::Rename => self.tally.failed += 1,
             }
             self.tally.last_error = e.clone();
             return;
@@ -400,7 +404,7 @@ fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target, db: i
     if reply.first() == Some(&b'-') && !(expect == Expect::Key && reply.starts_with(b"-BUSYKEY")) {
         match expect {
             Expect::Piece => tally.piece_errors += 1,
-            Expect::Key | Expect::Rename => tally.failed += 1,
+            Expect::Key | Expect::Set | Expect::Rename => tally.failed += 1,
         }
         let text = String::from_utf8_lossy(&reply[1..]);
         tally.last_error = format!("{} ({}): {}", target.name, target.address, text.trim_end());
@@ -408,8 +412,9 @@ fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target, db: i
     }
     let copied = match expect {
         Expect::Key if reply.starts_with(b"-BUSYKEY") => false,
+        Expect::Set if reply.starts_with(b"$-1") || reply.starts_with(b"_") => false,
         Expect::Rename if reply.starts_with(b":0") => false,
-        Expect::Key | Expect::Rename => true,
+        Expect::Key | Expect::Set | Expect::Rename => true,
         Expect::Piece => return,
     };
     if !copied {
@@ -430,7 +435,7 @@ fn fail(dest: &mut Dest, tally: &mut Tally, why: &str) {
     for (_, expect) in &dest.in_flight {
         match expect {
             Expect::Piece => tally.piece_errors += 1,
-            Expect::Key | Expect::Rename => tally.failed += 1,
+            Expect::Key | Expect::Set | Expect::Rename => tally.failed += 1,
         }
     }
     tally.last_error = reason.clone();

@@ -121,3 +121,23 @@ fn a_destination_that_is_not_there_fails_every_key_with_its_name() {
         .last_error
         .starts_with(&format!("d ({address})")));
 }
+
+#[test]
+fn a_set_nx_counts_its_null_as_skipped() {
+    let (address, peer) = peer(|key| match key.as_bytes()[0] {
+        b'n' => "$-1\r\n",
+        b'e' => "-OOM command not allowed\r\n",
+        _ => "+OK\r\n",
+    });
+    let mut shipper = Shipper::new(Window::default(), Duration::from_secs(5), None, None);
+    let t = target(&address);
+    for i in 0..30 {
+        let key = format!("{}{i}", ["s", "n", "e"][i % 3]);
+        shipper.send_as(&t, &[b"SET", key.as_bytes(), b"v", b"NX"], Expect::Set);
+    }
+    shipper.finish();
+    let tally = shipper.tally.clone();
+    assert_eq!((tally.copied, tally.skipped, tally.failed), (10, 10, 10));
+    drop(shipper);
+    assert_eq!(peer.join().unwrap(), 31);
+}

@@ -1,0 +1,122 @@
+"""One walk per resharding (issue 32): a cleanup that follows a copy on the same ring deletes
+what the copy's walk found going elsewhere, plus the keys written since that go elsewhere,
+without walking the keyspace again (STATUS `keys_from: list`). A keyspace replaced between the
+two (a restart, a load, SWAPDB) makes the cleanup walk as before; either way it ends with every
+key this node owns kept and every other one gone."""
+
+import signal
+
+import pytest
+
+from helpers.fleet import owners, start_fleet
+from helpers.reshard import status, wait_job
+from helpers.server import pipelined
+
+KEYS = 20_000
+
+
+def two_nodes(server_factory, persist=False):
+    """a holds KEYS keys in db 0 and a few in db 3; a resharding to a:1 b:3 is open on both."""
+    config = [("enable-debug-command", "yes")]
+    if persist:
+        config += [("appendonly", "yes"), ("appendfsync", "always")]
+    servers = start_fleet(server_factory, ["a", "b"], ring=["a"], config=config)
+    a, b = servers["a"].client(), servers["b"].client()
+    pipelined(a, [("SET", f"k:{i}", i) for i in range(KEYS)])
+    a3 = servers["a"].client(db=3)
+    pipelined(a3, [("SET", f"d3:{i}", i) for i in range(300)])
+    servers.ring({"a": 1, "b": 3}, verb="BEGIN")
+    return servers, a, b
+
+
+def every_key(server):
+    """{db: set of names} of every database of `server`."""
+    out = {}
+    for db in range(16):
+        names = set(server.client(db=db).scan_iter(count=1000))
+        if names:
+            out[db] = names
+    return out
+
+
+def split(client, names):
+    """(owned by a, owned elsewhere) of `names`, as the ring says."""
+    names = sorted(names)
+    who = owners(client, names)
+    return ({n for n, o in zip(names, who) if o == "a"},
+            {n for n, o in zip(names, who) if o != "a"})
+
+
+def commit_and_clean(servers, a):
+    for n in ("a", "b"):
+        servers[n].client().execute_command("SHARD.RING", "COMMIT")
+    assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
+    return wait_job(a)
+
+
+def assert_only_owned_left(servers, a, want):
+    """a holds exactly `want` ({db: names}): what it owns, nothing else."""
+    left = every_key(servers["a"])
+    assert left == want, {db: (len(left.get(db, ())), len(want.get(db, ())))
+                          for db in set(left) | set(want)}
+
+
+def test_a_cleanup_after_a_copy_reads_its_list_and_deletes_what_was_written_since(
+        server_factory):
+    servers, a, b = two_nodes(server_factory)
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["failed"] == 0, st
+    before = every_key(servers["a"])
+    moving = sum(len(split(a, names)[1]) for names in before.values())
+    assert 0 < moving < sum(len(v) for v in before.values())
+    # Written after the copy, straight on a (no routing): keys of a and keys of b, in two
+    # databases; and some keys the copy listed are deleted meanwhile.
+    late = [f"late:{i}" for i in range(400)]
+    pipelined(a, [("SET", k, "v") for k in late])
+    a5 = servers["a"].client(db=5)
+    pipelined(a5, [("SET", k, "v") for k in late[:100]])
+    listed_gone = sorted(split(a, before[0])[1])[:50]
+    a.delete(*listed_gone)
+    want, total = {}, 0
+    for db, names in every_key(servers["a"]).items():
+        total += len(names)
+        mine, _ = split(a, names)
+        if mine:
+            want[db] = mine
+    st = commit_and_clean(servers, a)
+    assert st["state"] == b"done" and st["keys_from"] == b"list", st
+    # It read the copy's list (every name the copy found moving) and no other key of the
+    # keyspace: a walk would have scanned every key.
+    assert st["scanned"] == moving, (st["scanned"], moving)
+    assert_only_owned_left(servers, a, want)
+    assert st["deleted"] == total - sum(len(v) for v in want.values()), st
+    # Spent: a second cleanup walks (and has nothing to delete).
+    assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
+    st = wait_job(a)
+    assert st["keys_from"] == b"walk" and st["deleted"] == 0, st
+
+
+@pytest.mark.parametrize("change", ["swapdb", "debug-reload", "restart"])
+def test_a_keyspace_replaced_between_copy_and_cleanup_makes_the_cleanup_walk(
+        server_factory, change):
+    servers, a, b = two_nodes(server_factory, persist=change == "restart")
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    assert wait_job(a)["failed"] == 0
+    if change == "swapdb":
+        # Database 0 and 3 swap: the list's names now live in another database than it says.
+        a.execute_command("SWAPDB", 0, 3)
+    elif change == "debug-reload":
+        a.execute_command("DEBUG", "RELOAD")
+    else:
+        servers["a"].stop(signal.SIGKILL)
+        servers["a"].start()
+        a = servers["a"].client()
+    want = {}
+    for db, names in every_key(servers["a"]).items():
+        mine, _ = split(a, names)
+        if mine:
+            want[db] = mine
+    st = commit_and_clean(servers, a)
+    assert st["state"] == b"done" and st["keys_from"] == b"walk", st
+    assert_only_owned_left(servers, a, want)
