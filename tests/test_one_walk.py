@@ -67,6 +67,10 @@ def test_a_cleanup_after_a_copy_reads_its_list_and_deletes_what_was_written_sinc
     assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
     st = wait_job(a)
     assert st["state"] == b"done" and st["failed"] == 0, st
+    # The list is beside the server's RDB file, named after it and the port.
+    listed = servers["a"].workdir / (a.config_get("dbfilename")["dbfilename"]
+                                     + f".shard-moved.{servers['a'].port}")
+    assert listed.stat().st_size > 0
     before = every_key(servers["a"])
     moving = sum(len(split(a, names)[1]) for names in before.values())
     assert 0 < moving < sum(len(v) for v in before.values())
@@ -91,6 +95,7 @@ def test_a_cleanup_after_a_copy_reads_its_list_and_deletes_what_was_written_sinc
     assert st["scanned"] == moving, (st["scanned"], moving)
     assert_only_owned_left(servers, a, want)
     assert st["deleted"] == total - sum(len(v) for v in want.values()), st
+    assert not listed.exists(), "the list is removed once spent"
     # Spent: a second cleanup walks (and has nothing to delete).
     assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
     st = wait_job(a)

@@ -19,6 +19,7 @@ use crate::reshard::jobs::{
     child_outcome, fail_job, finish, forget_child_outcome, on_child_done, Runner, RUNNER,
 };
 use crate::reshard::moved;
+use crate::reshard::names::Names;
 use crate::reshard::progress::AfterPass;
 
 /// How long one step may run before it yields back to the event loop.
@@ -70,13 +71,14 @@ fn fork_cleanup_walk(ctx: &Context) {
 /// to do, on the main thread.
 fn after_cleanup_child(runner: &mut Runner) -> bool {
     if runner.from_list {
+        let whole = runner.names.as_ref().is_some_and(Names::whole_list);
         runner.names = None;
         runner.from_list = false;
         // The keys written since the copy's walk that go elsewhere (the list's names went
         // elsewhere under this very ring when the copy found them).
         let placement = Arc::clone(&runner.ring);
         match (dirty::since_keys(), placement.ring.as_ref()) {
-            (Some(written), Some(ring)) => {
+            (Some(written), Some(ring)) if whole => {
                 runner.pending.extend(
                     written.into_iter().filter(|(_, k)| {
                         crate::reshard::cleanup_deletes(ring, &runner.self_name, k)

@@ -1,6 +1,9 @@
 //! What a copy learnt for its cleanup, so that a resharding walks the keyspace once: the names
 //! of the keys the copy's walk found going to another node, in a file in the server's directory
-//! (`shard-moved.keys`, the record format of `names`), and the keys written here since the
+//! named after its RDB file and its port (`dump.rdb.shard-moved.6379`: servers that share a
+//! directory, even with the same `dbfilename`, do not share it, and the next copy of a server
+//! overwrites what a crash left; the record format of `names`, ended by the count of its
+//! names), and the keys written here since the
 //! copy's first fork that its ring gives away (`dirty`'s `since` record). A cleanup on the same
 //! ring deletes exactly those instead of walking.
 //!
@@ -26,8 +29,8 @@ use crate::reshard::dirty;
 use crate::reshard::names::{Names, Record};
 use crate::ring::placement::Placement;
 
-/// The list's file name, in the server's directory.
-const FILE: &str = "shard-moved.keys";
+/// The list's file name, between the server's `dbfilename` and its port, in its directory.
+const SUFFIX: &str = ".shard-moved";
 
 /// What the running or last copy learnt.
 struct Learnt {
@@ -46,14 +49,31 @@ thread_local! {
 /// Where a copy's child writes the list of a walk while it walks (the parent renames it into
 /// place once the walk ended well).
 fn partial(path: &std::path::Path) -> PathBuf {
-    path.with_extension("keys.partial")
+    let mut name = path.as_os_str().to_owned();
+    name.push(".partial");
+    PathBuf::from(name)
 }
 
 /// A copy starts on `ring`: what an earlier one learnt goes, and the keys written from now on
 /// that move are recorded. The path of the list its walks write, or `None` (no directory).
 pub fn begin_copy(ring: &Arc<Placement>, self_name: &str) -> Option<PathBuf> {
     forget();
-    let path = std::env::current_dir().ok()?.join(FILE);
+    let rdb = crate::host::context::server_config("dbfilename");
+    let rdb = if rdb.is_empty() {
+        "dump.rdb"
+    } else {
+        rdb.as_str()
+    };
+    let port = crate::host::context::server_config("port");
+    let port = if port.is_empty() || port == "0" {
+        std::process::id().to_string()
+    } else {
+        port
+    };
+    // (`dbfilename` is a plain name: the server refuses a path.)
+    let path = std::env::current_dir()
+        .ok()?
+        .join(format!("{rdb}{SUFFIX}.{port}"));
     dirty::begin_since(Arc::clone(ring), self_name);
     LEARNT.with(|l| {
         *l.borrow_mut() = Some(Learnt {
@@ -94,7 +114,8 @@ pub fn forget() {
 }
 
 /// The list to read for a cleanup on `ring` by `self_name`, when there is a whole one for that
-/// very ring and every key written since its walk is known.
+/// very ring and every key written since its walk is known. (The reader checks, at its end,
+/// that it read every name the list counts: `Names::whole_list`.)
 pub fn list_for(ring: &Placement, self_name: &str) -> Option<Names> {
     LEARNT.with(|l| {
         let l = l.borrow();
@@ -166,5 +187,46 @@ impl ListWriter {
             let _ = std::fs::remove_file(&self.path);
         }
         ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    fn read_all(path: &std::path::Path) -> (Vec<(i32, Vec<u8>)>, bool) {
+        let mut names = Names::new(OwnedFd::from(File::open(path).expect("the list")));
+        let mut out = VecDeque::new();
+        while names.read(&mut out, 7) {}
+        (out.into_iter().collect(), names.whole_list())
+    }
+
+    #[test]
+    fn a_list_reads_back_whole_and_a_cut_one_is_not_whole() {
+        let dir = std::env::temp_dir().join(format!("shard-moved-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("dump.rdb.shard-moved");
+        let mut list = ListWriter::create(path.clone()).expect("a new list");
+        let mut want = Vec::new();
+        for i in 0..3000u32 {
+            let db = if i < 2500 { 0 } else { 3 };
+            let name = format!("k:{i}").into_bytes();
+            list.add(db, &name);
+            want.push((db, name));
+        }
+        assert!(list.finish());
+        let (got, whole) = read_all(&path);
+        assert_eq!(got, want);
+        assert!(whole);
+        // Cut anywhere (a writer that died): the reader ends, and says the list is not whole.
+        let bytes = std::fs::read(&path).expect("the list");
+        for cut in [1, 3, 12, bytes.len() / 2] {
+            std::fs::write(&path, &bytes[..bytes.len() - cut]).expect("a cut list");
+            let (got, whole) = read_all(&path);
+            assert!(!whole, "cut {cut}");
+            assert!(got.len() <= want.len());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

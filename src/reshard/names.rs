@@ -18,8 +18,10 @@ pub struct Names {
     fd: OwnedFd,
     buf: Vec<u8>,
     eof: bool,
-    /// Keys the child has walked, as it last said.
+    /// Keys the child has walked, as it last said (a list: the names written before).
     pub walked: u64,
+    /// Names read so far.
+    names: u64,
     /// The database of the names being read.
     db: i32,
     /// Whether the read end is in the server's event loop (waiting for names).
@@ -92,6 +94,7 @@ impl Names {
             buf: Vec::new(),
             eof: false,
             walked: 0,
+            names: 0,
             db: 0,
             registered: false,
         }
@@ -110,6 +113,12 @@ impl Names {
             self.registered = crate::host::event_loop::watch_readable(self.fd.as_raw_fd(), ready);
         }
         self.registered
+    }
+
+    /// Whether a list (`moved`) was read to its end, whole: its last record counts every
+    /// name before it.
+    pub fn whole_list(&self) -> bool {
+        self.eof && self.buf.is_empty() && self.walked == self.names
     }
 
     /// Whether the step waits in the event loop for the pipe.
@@ -139,6 +148,7 @@ impl Names {
                 match record {
                     Record::Name(name) => {
                         out.push_back((self.db, name.to_vec()));
+                        self.names += 1;
                         taken += 1;
                     }
                     Record::Walked(n) => self.walked = n,
@@ -147,8 +157,10 @@ impl Names {
                 at += used;
             }
             self.buf.drain(..at);
+            // At the end, what is left is a record cut short (a writer that died): no more
+            // names come.
             if taken >= max || self.eof {
-                return !(self.eof && self.buf.is_empty());
+                return !self.eof;
             }
             let mut chunk = [0u8; 64 * 1024];
             // SAFETY: reading into a local buffer from our fd.
