@@ -282,10 +282,13 @@ fn parse_start(call: &Call) -> Result<(RingSpec, u64), CmdError> {
     Ok((spec, max_rate))
 }
 
-/// `SHARD.RESHARD START algo [HASHTAG rule] name host:port weight ... [MAXRATE n]`: checks the
-/// fleet, then grows or shrinks it to the given ring in the background.
+/// `SHARD.RESHARD START algo [HASHTAG rule] name host:port weight [SLOTS ranges] ...
+/// [MAXRATE n]`: checks the fleet, then grows or shrinks it to the given ring in the background.
+/// From a `slots` ring to a `slots` ring given by weights alone, the ring gone to is the one
+/// that moves the fewest slots (`RingSpec::moving_fewest_slots_from`).
 pub fn start(call: &Call) -> CmdResult {
     let (new, max_rate) = parse_start(call)?;
+    let new = moving_fewest_slots(new)?;
     let start = {
         let st = state::lock();
         let current = crate::commands::whereis::current_ring(&st);
@@ -304,6 +307,26 @@ pub fn start(call: &Call) -> CmdResult {
             })
             .map_err(CmdError::err)
         }
+    }
+}
+
+/// The ring START goes to: `new`, with the slot map that moves the fewest slots when it is a
+/// `slots` ring without one and the fleet is on a `slots` ring. The map is computed from the
+/// ring the fleet starts from: the unfinished plan's old ring if there is one (so that START
+/// repeated finds the same ring, and resumes), else this node's current ring.
+fn moving_fewest_slots(new: RingSpec) -> Result<RingSpec, CmdError> {
+    let from = {
+        let st = state::lock();
+        let planned = crate::reshard::current::lock()
+            .fleet
+            .as_ref()
+            .filter(|p| !p.phase.finished())
+            .map(|p| p.old.clone());
+        planned.or_else(|| st.rings.current.as_ref().map(|c| c.spec.clone()))
+    };
+    match from {
+        Some(from) => new.moving_fewest_slots_from(&from).map_err(CmdError::err),
+        None => Ok(new),
     }
 }
 
@@ -423,7 +446,7 @@ pub static RESHARD_START: CommandSpec = command! {
     handler: start,
     flags: "admin blocking deny-script",
     arity: -3,
-    summary: "Grows or shrinks the fleet to the given ring: checks every node, then opens, copies, commits and cleans up in the background",
+    summary: "Grows or shrinks the fleet to the given ring: checks every node, then opens, copies, commits and cleans up in the background; from a slots ring to one given by weights alone, moves the fewest slots (or SLOTS gives the map)",
     complexity: "O(N) with N the nodes to start; the operation is O(K) with K the keys",
     args: START_ARGS,
     acl: "admin dangerous slow",
@@ -465,7 +488,7 @@ static CLEANUP_ARGS: &[Arg] = &[opt(c"batch", c"BATCH", Kind::Int), flag(c"left"
 static START_ARGS: &[Arg] = &[
     arg(c"algo", Kind::Str),
     opt(c"rule", c"HASHTAG", Kind::Str),
-    block(c"node", crate::commands::ring::NODE_TRIPLET, false),
+    block(c"node", crate::commands::ring::NODE_FIELDS, false),
     opt(c"keys-per-second", c"MAXRATE", Kind::Int),
 ];
 
