@@ -5,7 +5,8 @@
   the first ring again; after each, every key is once at its owner, and the cluster protocol
   shows the map (three ranges for the node that joined) to redis-py's RedisCluster, which reads
   every key through it.
-- START given an explicit map moves exactly the slots that map moves.
+- START given an explicit map moves exactly the slots that map moves, even a map that is the
+  weights' own split.
 - `SHARD.RING SET slots ... SLOTS ranges`: WHEREIS, GET and CLUSTER SLOTS answer as given; a bad
   map is refused with an ERR naming the slot, and nothing applied.
 - The map survives a restart, from the RDB and from the AOF.
@@ -158,6 +159,7 @@ def test_start_with_an_explicit_map_moves_what_it_says(server_factory):
     keys = write_keys(servers, "n0")
     before = holdings(servers, keys)
     old = slot_owners(servers["n0"].client())
+    first = assert_one_ring(servers, NAMES3)
     c0 = servers["n0"].client()
     args = ["SHARD.RESHARD", "START", "slots"]
     for name, ranges in (("n0", "100-5460"), ("n1", "0-99,5461-10922"), ("n2", "10923-16383")):
@@ -169,6 +171,18 @@ def test_start_with_an_explicit_map_moves_what_it_says(server_factory):
     assert [s for s in range(16384) if old[s] != new[s]] == list(range(100))
     moved = check_moves(servers, keys, before, old, new)
     assert moved == sum(key_slot(k.encode()) < 100 for k in keys) > 0
+
+    # A map given that is the weights' own split is still the operator's: slots 0-99 go back
+    # to n0 (the fewest moves from here would have n1 give up its highest slots instead).
+    before = holdings(servers, keys)
+    args = ["SHARD.RESHARD", "START", "slots"]
+    for name, ranges in (("n0", "0-5460"), ("n1", "5461-10922"), ("n2", "10923-16383")):
+        args += [name, f"127.0.0.1:{servers[name].port}", 1, "SLOTS", ranges]
+    assert c0.execute_command(*args) == b"OK"
+    wait_fleet(c0, "done")
+    assert assert_one_ring(servers, NAMES3) == first, "the first ring, the same digest"
+    assert slot_owners(servers["n1"].client()) == old
+    assert check_moves(servers, keys, before, new, old) == moved
 
 
 def ring_state(client):

@@ -265,8 +265,8 @@ fn set_paused(call: &Call, name: &str, paused: bool) -> CmdResult {
     Ok(())
 }
 
-/// Reads `START`'s ring and `MAXRATE`.
-fn parse_start(call: &Call) -> Result<(RingSpec, u64), CmdError> {
+/// Reads `START`'s ring, `MAXRATE`, and whether the ring's nodes give their slots (`SLOTS`).
+fn parse_start(call: &Call) -> Result<(RingSpec, u64, bool), CmdError> {
     let mut args: Vec<&[u8]> = (0..call.args.len()).map(|i| call.args.get(i)).collect();
     let mut max_rate = 0;
     if args.len() >= 2 && is(args[args.len() - 2], "MAXRATE") {
@@ -279,7 +279,9 @@ fn parse_start(call: &Call) -> Result<(RingSpec, u64), CmdError> {
         spec = spec.with_shardjs_default().map_err(CmdError::err)?;
     }
     operation::check_target(&spec)?;
-    Ok((spec, max_rate))
+    let first_node = if hashtag_given { 5 } else { 3 };
+    let given = RingSpec::fields_give_slots(args.get(first_node..).unwrap_or_default());
+    Ok((spec, max_rate, given))
 }
 
 /// `SHARD.RESHARD START algo [HASHTAG rule] name host:port weight [SLOTS ranges] ...
@@ -287,8 +289,12 @@ fn parse_start(call: &Call) -> Result<(RingSpec, u64), CmdError> {
 /// From a `slots` ring to a `slots` ring given by weights alone, the ring gone to is the one
 /// that moves the fewest slots (`RingSpec::moving_fewest_slots_from`).
 pub fn start(call: &Call) -> CmdResult {
-    let (new, max_rate) = parse_start(call)?;
-    let new = moving_fewest_slots(new)?;
+    let (new, max_rate, slots_given) = parse_start(call)?;
+    let new = if slots_given {
+        new
+    } else {
+        moving_fewest_slots(new)?
+    };
     let start = {
         let st = state::lock();
         let current = crate::commands::whereis::current_ring(&st);

@@ -202,6 +202,16 @@ fn bad_maps_are_refused() {
 }
 
 #[test]
+fn whether_fields_give_slots() {
+    let given = |f: &str| RingSpec::fields_give_slots(&args(f));
+    assert!(given(MAPPED));
+    assert!(given("a h:1 1 SLOTS 0-8191 b h:2 1 SLOTS 8192-16383"));
+    assert!(!given("a h:1 1 b h:2 1"));
+    assert!(!given("a h:1 1 slots h:2 1"));
+    assert!(!given("a h:1 1 SLOTS"));
+}
+
+#[test]
 fn a_node_may_still_be_called_slots() {
     let s = spec("slots", "a h:1 1 slots h:2 1 SLOTS sentinel 1").unwrap();
     let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();

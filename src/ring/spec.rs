@@ -293,6 +293,13 @@ impl RingSpec {
         spec.with_slot_map(map.into_iter().flatten().collect())
     }
 
+    /// Whether node fields (as `from_args` takes them) give their slots with `SLOTS`: a map
+    /// given is the operator's, even one equal to the weights' split (which the spec keeps as
+    /// no map).
+    pub fn fields_give_slots(node_fields: &[&[u8]]) -> bool {
+        group_fields(node_fields).is_ok_and(|g| g.iter().any(|(_, list)| list.is_some()))
+    }
+
     /// A stable text form: `algo <a>\nhashtag <h>\n` then `node <name> <address> <weight>\n`
     /// per node in the given order; with an explicit slot map, each node line ends with its
     /// ranges (` 0-4095,8192-9000`).
