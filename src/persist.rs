@@ -1,17 +1,20 @@
 //! The durable state's byte format (RDB aux data): the generator's high-water mark, the ring
 //! epoch, the current ring and, during a resharding, the previous ring; from version 2 also
 //! whether a cancelled resharding is bringing keys back, and the plan of the fleet operation
-//! this node coordinates (`reshard::fleet`, stored as its own bytes).
+//! this node coordinates (`reshard::fleet`, stored as its own bytes); version 3 is version 2
+//! whose rings may carry a `slots` ring's explicit slot map (its ranges on each node line).
 //!
 //! `SHRD`, a format version, then fixed-width little-endian fields and length-prefixed ring
 //! texts (the rings' canonical form). Decoding checks every length and rejects truncated,
 //! trailing or unknown-version input with an error that says which; it never panics.
 
-use crate::ring::{Algo, HashTag, NodeSpec, RingError, RingSpec};
+use crate::ring::{parse_ranges, Algo, HashTag, NodeSpec, RingError, RingSpec};
 
 const MAGIC: &[u8; 4] = b"SHRD";
-/// The version this build writes and reads.
-pub const FORMAT_VERSION: u8 = 2;
+/// The newest version this build writes; it reads every version from 1.
+pub const FORMAT_VERSION: u8 = 3;
+/// The version with the returning flag and the fleet plan.
+const WITH_FLEET: u8 = 2;
 
 /// What survives a restart.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -31,10 +34,21 @@ impl Persisted {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(MAGIC);
-        // Without the version-2 fields the data is written as version 1, which an older build
-        // reads: a downgrade stays possible until a fleet operation is used.
-        let v2 = self.returning || self.fleet.is_some();
-        out.push(if v2 { FORMAT_VERSION } else { 1 });
+        // The oldest version that holds the data is written, which an older build reads: a
+        // downgrade stays possible until a fleet operation (version 2) or a slot map (version
+        // 3, whose rings an older build cannot read) is used.
+        let mapped = [&self.current, &self.previous]
+            .iter()
+            .any(|r| r.as_ref().is_some_and(|r| r.slot_map.is_some()));
+        let version = if mapped {
+            FORMAT_VERSION
+        } else if self.returning || self.fleet.is_some() {
+            WITH_FLEET
+        } else {
+            1
+        };
+        let v2 = version >= WITH_FLEET;
+        out.push(version);
         out.extend_from_slice(&self.high_water_ms.unwrap_or(i64::MIN).to_le_bytes());
         out.extend_from_slice(&self.ring_epoch.to_le_bytes());
         for ring in [&self.current, &self.previous] {
@@ -57,7 +71,7 @@ impl Persisted {
             return Err("not shard data (bad magic)".into());
         }
         let version = r.byte("version")?;
-        if version != FORMAT_VERSION && version != 1 {
+        if !(1..=FORMAT_VERSION).contains(&version) {
             return Err(format!(
                 "unknown format version {version} (this build reads version {FORMAT_VERSION}): \
                  the data was written by another version of shard"
@@ -67,7 +81,7 @@ impl Persisted {
         let ring_epoch = r.u64("ring epoch")?;
         let current = r.ring("current ring")?;
         let previous = r.ring("previous ring")?;
-        let (returning, fleet) = if version >= 2 {
+        let (returning, fleet) = if version >= WITH_FLEET {
             let returning = r.flag("returning flag")?;
             let plan = r.sized("fleet plan")?;
             (returning, (!plan.is_empty()).then(|| plan.to_vec()))
@@ -162,7 +176,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Reads a ring's canonical text (`RingSpec::canonical`) back.
+/// Reads a ring's canonical text (`RingSpec::canonical`) back: node lines of three fields, or
+/// of four when the ring has a slot map (every line then).
 pub fn parse_canonical(text: &[u8]) -> Result<RingSpec, RingError> {
     let mut lines = text.split(|&b| b == b'\n').filter(|l| !l.is_empty());
     let mut field = |name: &str| -> Result<&[u8], RingError> {
@@ -176,14 +191,32 @@ pub fn parse_canonical(text: &[u8]) -> Result<RingSpec, RingError> {
     let algo = Algo::parse(field("algo")?)?;
     let hashtag = HashTag::parse(field("hashtag")?)?;
     let mut nodes = Vec::new();
+    let mut map = Vec::new();
     while let Ok(node) = field("node") {
         let parts: Vec<&[u8]> = node.split(|&b| b == b' ').collect();
-        let [name, address, weight] = parts.as_slice() else {
-            return Err(RingError::new("a node line needs name, address and weight"));
+        let (name, address, weight, slots) = match parts.as_slice() {
+            [name, address, weight] => (name, address, weight, None),
+            [name, address, weight, slots] => (name, address, weight, Some(slots)),
+            _ => {
+                return Err(RingError::new(
+                    "a node line needs name, address and weight, and slot ranges if the ring has a slot map",
+                ))
+            }
         };
-        nodes.push(NodeSpec::parse(name, address, weight)?);
+        let node = NodeSpec::parse(name, address, weight)?;
+        map.push(slots.map(|s| parse_ranges(s, &node.name)).transpose()?);
+        nodes.push(node);
     }
-    RingSpec::new(algo, hashtag, nodes)
+    let spec = RingSpec::new(algo, hashtag, nodes)?;
+    if map.iter().all(Option::is_none) {
+        return Ok(spec);
+    }
+    if map.iter().any(Option::is_none) {
+        return Err(RingError::new(
+            "a ring with a slot map gives slot ranges on every node line",
+        ));
+    }
+    spec.with_slot_map(map.into_iter().flatten().collect())
 }
 
 #[cfg(test)]
@@ -254,6 +287,87 @@ mod tests {
         assert_eq!(sample().encode()[4], 2);
     }
 
+    /// The bytes an older build wrote, spelled out field by field: `high` the high-water mark,
+    /// `epoch`, the current ring's text, no previous ring, then version 2's fields if any.
+    fn old_bytes(version: u8, ring: &str, v2: Option<(u8, &[u8])>) -> Vec<u8> {
+        let mut b = b"SHRD".to_vec();
+        b.push(version);
+        b.extend_from_slice(&1_700_000_000_000i64.to_le_bytes());
+        b.extend_from_slice(&5u64.to_le_bytes());
+        b.extend_from_slice(&(ring.len() as u64).to_le_bytes());
+        b.extend_from_slice(ring.as_bytes());
+        b.extend_from_slice(&0u64.to_le_bytes());
+        if let Some((returning, plan)) = v2 {
+            b.push(returning);
+            b.extend_from_slice(&(plan.len() as u64).to_le_bytes());
+            b.extend_from_slice(plan);
+        }
+        b
+    }
+
+    #[test]
+    fn what_older_builds_wrote_still_reads() {
+        let text = "algo slots\nhashtag cluster\nnode a 10.0.0.1:6379 1\nnode b 10.0.0.2:6379 1\n";
+        let want = Persisted {
+            high_water_ms: Some(1_700_000_000_000),
+            ring_epoch: 5,
+            current: Some(parse_canonical(text.as_bytes()).unwrap()),
+            ..Persisted::default()
+        };
+        assert_eq!(want.current.as_ref().unwrap().slot_map, None);
+        assert_eq!(Persisted::decode(&old_bytes(1, text, None)).unwrap(), want);
+        let v2 = Persisted::decode(&old_bytes(2, text, Some((1, b"plan")))).unwrap();
+        assert_eq!(
+            v2,
+            Persisted {
+                returning: true,
+                fleet: Some(b"plan".to_vec()),
+                ..want.clone()
+            }
+        );
+        // And this build writes them the same way while no ring has a slot map.
+        assert_eq!(want.encode(), old_bytes(1, text, None));
+        assert_eq!(v2.encode(), old_bytes(2, text, Some((1, b"plan"))));
+    }
+
+    #[test]
+    fn a_slot_map_is_written_as_version_3_and_read_back() {
+        let fields: Vec<&[u8]> = vec![
+            b"a",
+            b"10.0.0.1:6379",
+            b"1",
+            b"SLOTS",
+            b"0-4095,8192-16383",
+            b"b",
+            b"10.0.0.2:6379",
+            b"1",
+            b"SLOTS",
+            b"4096-8191",
+        ];
+        let mapped = RingSpec::from_args(b"slots", None, &fields).unwrap();
+        assert!(mapped.slot_map.is_some());
+        for (current, previous) in [
+            (Some(mapped.clone()), None),
+            (Some(spec(b"slots", &["a", "b"])), Some(mapped.clone())),
+        ] {
+            let p = Persisted {
+                current,
+                previous,
+                ..Persisted::default()
+            };
+            let bytes = p.encode();
+            assert_eq!(bytes[4], 3, "an older build refuses it by its version");
+            assert_eq!(Persisted::decode(&bytes).unwrap(), p);
+        }
+        let with_plan = Persisted {
+            current: Some(mapped),
+            returning: true,
+            fleet: Some(b"plan".to_vec()),
+            ..Persisted::default()
+        };
+        assert_eq!(Persisted::decode(&with_plan.encode()).unwrap(), with_plan);
+    }
+
     #[test]
     fn unknown_version_and_garbage() {
         let mut bytes = sample().encode();
@@ -269,6 +383,36 @@ mod tests {
         let mut huge = sample().encode();
         huge[21..29].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(Persisted::decode(&huge).is_err());
+    }
+
+    #[test]
+    fn canonical_text_with_a_map_is_read_strictly() {
+        let read = |t: &str| parse_canonical(t.as_bytes()).map_err(|e| e.to_string());
+        let text = "algo slots\nhashtag cluster\nnode a h:1 1 0-4095,8192-9000\nnode b h:2 1 4096-8191,9001-16383\n";
+        let spec = read(text).unwrap();
+        assert_eq!(spec.canonical(), text);
+        assert_eq!(spec.slot_map.as_ref().map(Vec::len), Some(2));
+        // A map equal to the split of the weights reads as the ring without one.
+        let plain =
+            read("algo slots\nhashtag cluster\nnode a h:1 1 0-8191\nnode b h:2 1 8192-16383\n");
+        assert_eq!(
+            plain.unwrap().canonical(),
+            "algo slots\nhashtag cluster\nnode a h:1 1\nnode b h:2 1\n"
+        );
+        assert!(
+            read("algo slots\nhashtag cluster\nnode a h:1 1 0-8191\nnode b h:2 1\n")
+                .unwrap_err()
+                .contains("slot ranges on every node line")
+        );
+        assert!(read(
+            "algo slots\nhashtag cluster\nnode a h:1 1 0-8191\nnode b h:2 1 8000-16383\n"
+        )
+        .unwrap_err()
+        .contains("slot 8000 is given to both"));
+        assert!(read("algo ketama\nhashtag none\nnode a h:1 1 0-16383\n")
+            .unwrap_err()
+            .contains("only the slots algo"));
+        assert!(read("algo slots\nhashtag cluster\nnode a h:1 1 0-16383 x\n").is_err());
     }
 
     #[test]

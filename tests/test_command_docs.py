@@ -71,3 +71,24 @@ def test_command_docs_summary_and_arguments(r):
     assert set(subs) == {b"shard.ring|set", b"shard.ring|get", b"shard.ring|begin",
                          b"shard.ring|commit", b"shard.ring|abort", b"shard.ring|install",
                          b"shard.ring|state", b"shard.ring|push", b"shard.ring|check"}
+
+
+def test_the_node_block_of_a_ring_documents_its_slot_ranges(r):
+    """SHARD.RING SET/BEGIN and SHARD.RESHARD START: each node is `name address weight`, then an
+    optional `SLOTS ranges` (a `slots` ring's explicit slot map)."""
+    def node_block(parent, sub):
+        docs = raw_reply(r, "COMMAND", "DOCS", parent)
+        top = dict(zip(docs[1][::2], docs[1][1::2]))
+        subs = dict(zip(top[b"subcommands"][::2], top[b"subcommands"][1::2]))
+        entry = dict(zip(subs[f"{parent}|{sub}".encode()][::2],
+                         subs[f"{parent}|{sub}".encode()][1::2]))
+        args = [dict(zip(a[::2], a[1::2])) for a in entry[b"arguments"]]
+        node = [a for a in args if a[b"name"] == b"node"][0]
+        assert node[b"type"] == b"block" and b"multiple" in node[b"flags"]
+        return [dict(zip(a[::2], a[1::2])) for a in node[b"arguments"]]
+
+    for parent, sub in (("shard.ring", "set"), ("shard.ring", "begin"), ("shard.reshard", "start")):
+        fields = node_block(parent, sub)
+        assert [f[b"name"] for f in fields] == [b"name", b"address", b"weight", b"ranges"]
+        assert fields[3][b"token"] == b"SLOTS" and b"optional" in fields[3][b"flags"]
+        assert all(b"token" not in f for f in fields[:3])

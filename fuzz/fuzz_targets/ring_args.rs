@@ -1,4 +1,4 @@
-//! `RingSpec::from_args` (the node triplets of SHARD.RING SET/BEGIN and the ring-algo /
+//! `RingSpec::from_args` (the nodes of SHARD.RING SET/BEGIN, `SLOTS` maps included, and the ring-algo /
 //! ring-hashtag settings) on arbitrary arguments, then `Ring::build` and `locate`. Checks: no
 //! panic; an accepted spec's canonical text reads back to the same spec (`parse_canonical`),
 //! and so does its RDB form (`Persisted` encode then decode); lookups stay in range.
@@ -48,14 +48,29 @@ fuzz_target!(|data: &[u8]| {
             }
             check_locate(&ring, data);
             if let Some(ranges) = ring.slot_ranges() {
-                // Contiguous ranges that cover every slot once.
-                let mut next = 0usize;
-                for &(a, b) in ranges {
-                    assert_eq!(usize::from(a), next, "slot ranges {ranges:?}");
-                    assert!(a <= b);
-                    next = usize::from(b) + 1;
+                // Every slot once, every node at least one, each node's ranges in slot order
+                // and apart (adjacent ones are merged); without SLOTS, one contiguous range
+                // per node in node order.
+                let mut seen = vec![false; SLOTS];
+                for node in ranges {
+                    assert!(!node.is_empty(), "slot ranges {ranges:?}");
+                    for w in node.windows(2) {
+                        assert!(w[0].1 + 1 < w[1].0, "slot ranges {ranges:?}");
+                    }
+                    for &(a, b) in node {
+                        assert!(a <= b);
+                        for s in a..=b {
+                            assert!(!seen[usize::from(s)], "slot {s} twice in {ranges:?}");
+                            seen[usize::from(s)] = true;
+                        }
+                    }
                 }
-                assert_eq!(next, SLOTS, "slot ranges {ranges:?}");
+                assert!(seen.iter().all(|s| *s), "slot ranges {ranges:?}");
+                if spec.slot_map.is_none() {
+                    let firsts: Vec<usize> = ranges.iter().map(|r| usize::from(r[0].0)).collect();
+                    assert!(ranges.iter().all(|r| r.len() == 1), "{ranges:?}");
+                    assert!(firsts.windows(2).all(|w| w[0] < w[1]), "{ranges:?}");
+                }
             }
             let per_node = ring.points_per_node();
             assert_eq!(per_node.len(), ring.node_count());

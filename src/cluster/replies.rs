@@ -50,7 +50,7 @@ impl ClusterView {
             .nodes
             .iter()
             .zip(ranges)
-            .map(|(n, &r)| view_node(n, vec![r], self_name))
+            .map(|(n, r)| view_node(n, r.clone(), self_name))
             .collect();
         Some(ClusterView { nodes, epoch })
     }
@@ -237,6 +237,68 @@ mod tests {
                     Resp::Map(vec![]),
                 ])
             ])
+        );
+    }
+
+    #[test]
+    fn a_node_with_several_ranges_shows_them_all() {
+        let fields: Vec<&[u8]> = vec![
+            b"a",
+            b"10.0.0.1:6379",
+            b"1",
+            b"SLOTS",
+            b"0-4095,8192-9000",
+            b"b",
+            b"10.0.0.2:6379",
+            b"1",
+            b"SLOTS",
+            b"4096-8191,9001-16382",
+            b"c",
+            b"10.0.0.3:6379",
+            b"1",
+            b"SLOTS",
+            b"16383",
+        ];
+        let spec = RingSpec::from_args(b"slots", None, &fields).expect("spec");
+        let view = ClusterView::of(&Ring::build(&spec).expect("ring"), "a", 3).expect("slots");
+        let Resp::Array(slots) = view.slots() else {
+            panic!()
+        };
+        let firsts: Vec<(Resp, Resp)> = slots
+            .iter()
+            .map(|e| match e {
+                Resp::Array(v) => (v[0].clone(), v[1].clone()),
+                _ => panic!("{e:?}"),
+            })
+            .collect();
+        let int = |a: i64, b: i64| (Resp::Int(a), Resp::Int(b));
+        assert_eq!(
+            firsts,
+            [
+                int(0, 4095),
+                int(8192, 9000),
+                int(4096, 8191),
+                int(9001, 16382),
+                int(16383, 16383)
+            ]
+        );
+        let nodes = view.nodes_text();
+        let lines: Vec<&str> = nodes.lines().collect();
+        assert!(lines[0].ends_with(" myself,master - 0 0 3 connected 0-4095 8192-9000"));
+        assert!(lines[1].ends_with(" master - 0 0 3 connected 4096-8191 9001-16382"));
+        assert!(lines[2].ends_with(" connected 16383"));
+        assert!(view
+            .info_text()
+            .contains("cluster_state:ok\r\ncluster_slots_assigned:16384\r\n"));
+        let Resp::Array(shards) = view.shards() else {
+            panic!()
+        };
+        let Resp::Map(first) = &shards[0] else {
+            panic!()
+        };
+        assert_eq!(
+            first[0].1,
+            Resp::Array([0, 4095, 8192, 9000].map(Resp::Int).to_vec())
         );
     }
 

@@ -266,8 +266,8 @@ fn set_paused(call: &Call, name: &str, paused: bool) -> CmdResult {
     Ok(())
 }
 
-/// Reads `START`'s ring and `MAXRATE`.
-fn parse_start(call: &Call) -> Result<(RingSpec, u64), CmdError> {
+/// Reads `START`'s ring, `MAXRATE`, and whether the ring's nodes give their slots (`SLOTS`).
+fn parse_start(call: &Call) -> Result<(RingSpec, u64, bool), CmdError> {
     let mut args: Vec<&[u8]> = (0..call.args.len()).map(|i| call.args.get(i)).collect();
     let mut max_rate = 0;
     if args.len() >= 2 && is(args[args.len() - 2], "MAXRATE") {
@@ -280,13 +280,22 @@ fn parse_start(call: &Call) -> Result<(RingSpec, u64), CmdError> {
         spec = spec.with_shardjs_default().map_err(CmdError::err)?;
     }
     operation::check_target(&spec)?;
-    Ok((spec, max_rate))
+    let first_node = if hashtag_given { 5 } else { 3 };
+    let given = RingSpec::fields_give_slots(args.get(first_node..).unwrap_or_default());
+    Ok((spec, max_rate, given))
 }
 
-/// `SHARD.RESHARD START algo [HASHTAG rule] name host:port weight ... [MAXRATE n]`: checks the
-/// fleet, then grows or shrinks it to the given ring in the background.
+/// `SHARD.RESHARD START algo [HASHTAG rule] name host:port weight [SLOTS ranges] ...
+/// [MAXRATE n]`: checks the fleet, then grows or shrinks it to the given ring in the background.
+/// From a `slots` ring to a `slots` ring given by weights alone, the ring gone to is the one
+/// that moves the fewest slots (`RingSpec::moving_fewest_slots_from`).
 pub fn start(call: &Call) -> CmdResult {
-    let (new, max_rate) = parse_start(call)?;
+    let (new, max_rate, slots_given) = parse_start(call)?;
+    let new = if slots_given {
+        new
+    } else {
+        moving_fewest_slots(new)?
+    };
     let start = {
         let st = state::lock();
         let current = crate::commands::whereis::current_ring(&st);
@@ -305,6 +314,26 @@ pub fn start(call: &Call) -> CmdResult {
             })
             .map_err(CmdError::err)
         }
+    }
+}
+
+/// The ring START goes to: `new`, with the slot map that moves the fewest slots when it is a
+/// `slots` ring without one and the fleet is on a `slots` ring. The map is computed from the
+/// ring the fleet starts from: the unfinished plan's old ring if there is one (so that START
+/// repeated finds the same ring, and resumes), else this node's current ring.
+fn moving_fewest_slots(new: RingSpec) -> Result<RingSpec, CmdError> {
+    let from = {
+        let st = state::lock();
+        let planned = crate::reshard::current::lock()
+            .fleet
+            .as_ref()
+            .filter(|p| !p.phase.finished())
+            .map(|p| p.old.clone());
+        planned.or_else(|| st.rings.current.as_ref().map(|c| c.spec.clone()))
+    };
+    match from {
+        Some(from) => new.moving_fewest_slots_from(&from).map_err(CmdError::err),
+        None => Ok(new),
     }
 }
 
@@ -424,7 +453,7 @@ pub static RESHARD_START: CommandSpec = command! {
     handler: start,
     flags: "admin blocking deny-script",
     arity: -3,
-    summary: "Grows or shrinks the fleet to the given ring: checks every node, then opens, copies, commits and cleans up in the background",
+    summary: "Grows or shrinks the fleet to the given ring: checks every node, then opens, copies, commits and cleans up in the background; from a slots ring to one given by weights alone, moves the fewest slots (or SLOTS gives the map)",
     complexity: "O(N) with N the nodes to start; the operation is O(K) with K the keys",
     args: START_ARGS,
     acl: "admin dangerous slow",
@@ -466,7 +495,7 @@ static CLEANUP_ARGS: &[Arg] = &[opt(c"batch", c"BATCH", Kind::Int), flag(c"left"
 static START_ARGS: &[Arg] = &[
     arg(c"algo", Kind::Str),
     opt(c"rule", c"HASHTAG", Kind::Str),
-    block(c"node", crate::commands::ring::NODE_TRIPLET, false),
+    block(c"node", crate::commands::ring::NODE_FIELDS, false),
     opt(c"keys-per-second", c"MAXRATE", Kind::Int),
 ];
 

@@ -16,11 +16,12 @@ use crate::reshard::fleet::push::Push;
 use crate::reshard::fleet::survey::Survey;
 use crate::reshard::jobs;
 use crate::ring::placement::Placement;
-use crate::ring::{Algo, HashTag, RingSpec};
+use crate::ring::{format_ranges, Algo, HashTag, RingSpec};
 use crate::route::forward;
 use crate::state;
 
-/// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [...]`: replaces the ring whole.
+/// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [SLOTS ranges] [...]`: replaces
+/// the ring whole (`SLOTS`: a `slots` ring's explicit slot map, given on every node).
 pub fn set(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|set")?;
     crate::cluster::protocol::check_ring_change(call, &placement)?;
@@ -35,7 +36,9 @@ pub fn set(call: &Call) -> CmdResult {
     Ok(())
 }
 
-/// `SHARD.RING BEGIN algo [HASHTAG rule] name host:port weight [...]`: opens a resharding.
+/// `SHARD.RING BEGIN algo [HASHTAG rule] name host:port weight [SLOTS ranges] [...]`: opens a
+/// resharding to the ring exactly as given (a `slots` ring without `SLOTS` is the contiguous
+/// split, as SET makes it: every node of a resharding by hand must hold the same ring).
 pub fn begin(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|begin")?;
     crate::cluster::protocol::check_ring_change(call, &placement)?;
@@ -104,7 +107,7 @@ fn change(
     Ok(())
 }
 
-/// Reads `algo [HASHTAG rule] name host:port weight ...` from argument 2 on.
+/// Reads `algo [HASHTAG rule] name host:port weight [SLOTS ranges] ...` from argument 2 on.
 pub fn parse_spec<A: ArgList + ?Sized>(args: &A, command: &str) -> Result<RingSpec, CmdError> {
     if args.count() < 3 {
         return Err(CmdError::wrong_arity(command));
@@ -153,7 +156,8 @@ pub fn parse_ring(call: &Call, command: &str) -> Result<Placement, CmdError> {
     Placement::build(spec).map_err(CmdError::err)
 }
 
-/// `SHARD.RING GET`: algo, hashtag, epoch, digest and nodes of the current ring.
+/// `SHARD.RING GET`: algo, hashtag, epoch, digest and nodes of the current ring (with each
+/// node's slots on a `slots` ring).
 pub fn get(call: &Call) -> CmdResult {
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.ring|get"));
@@ -185,9 +189,12 @@ pub fn get(call: &Call) -> CmdResult {
 
 fn reply_nodes(call: &Call, placement: &Placement) {
     let reply = &call.reply;
+    // A `slots` ring's nodes also show their slots, as SLOTS takes them.
+    let slots = placement.ring.as_ref().and_then(|r| r.slot_ranges());
     reply.array(placement.spec.nodes.len());
-    for node in &placement.spec.nodes {
-        reply.map(5);
+    for (i, node) in placement.spec.nodes.iter().enumerate() {
+        let ranges = slots.and_then(|s| s.get(i));
+        reply.map(if ranges.is_some() { 6 } else { 5 });
         reply.field_bulk("name", node.name.as_bytes());
         reply.field_bulk("address", node.address.as_bytes());
         reply.field_int("weight", i64::from(node.weight));
@@ -203,6 +210,9 @@ fn reply_nodes(call: &Call, placement: &Placement) {
         reply.array(replicas.len());
         for r in &replicas {
             reply.bulk(r.as_bytes());
+        }
+        if let Some(ranges) = ranges {
+            reply.field_bulk("slots", format_ranges(ranges).as_bytes());
         }
     }
 }
@@ -296,7 +306,7 @@ pub static RING_SET: CommandSpec = command! {
     handler: set,
     flags: "admin",
     arity: -3,
-    summary: "Replaces the ring",
+    summary: "Replaces the ring; a slots ring may give each node its slot ranges (SLOTS 0-4095,8192-9000)",
     complexity: "O(N log N) with N the points of the ring",
     args: RING_ARGS,
     acl: "admin dangerous slow",
@@ -307,7 +317,7 @@ pub static RING_GET: CommandSpec = command! {
     handler: get,
     flags: "readonly fast",
     arity: 2,
-    summary: "Shows the ring, its epoch and digest",
+    summary: "Shows the ring, its epoch and digest (and each node's slots on a slots ring)",
     complexity: "O(N) with N the nodes",
     args: &[],
     acl: "read fast",
@@ -318,7 +328,7 @@ pub static RING_BEGIN: CommandSpec = command! {
     handler: begin,
     flags: "admin",
     arity: -3,
-    summary: "Opens a resharding: the given ring becomes current, the old one previous",
+    summary: "Opens a resharding: the given ring (exactly as given, SLOTS included) becomes current, the old one previous",
     complexity: "O(N log N) with N the points of the ring",
     args: RING_ARGS,
     acl: "admin dangerous slow",
@@ -393,13 +403,14 @@ pub static RING_CHECK: CommandSpec = command! {
 static RING_ARGS: &[Arg] = &[
     arg(c"algo", Kind::Str),
     opt(c"rule", c"HASHTAG", Kind::Str),
-    block(c"node", NODE_TRIPLET, true),
+    block(c"node", NODE_FIELDS, true),
 ];
 
-pub(crate) static NODE_TRIPLET: &[Arg] = &[
+pub(crate) static NODE_FIELDS: &[Arg] = &[
     arg(c"name", Kind::Str),
     arg(c"address", Kind::Str),
     arg(c"weight", Kind::Int),
+    opt(c"ranges", c"SLOTS", Kind::Str),
 ];
 
 static INSTALL_ARGS: &[Arg] = &[

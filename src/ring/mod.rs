@@ -1,9 +1,14 @@
 //! Rings: pure placement logic (no Redis context). A `RingSpec` (algo, hash-tag rule, nodes)
 //! builds a `Ring` whose `locate` says which node owns a key, byte for byte as the peer the
 //! algo names (uhashring/libketama, jedis, redis-shard, redis-cli cluster slots) would.
+//!
+//! The `slots` algo's files: `slots` (CRC16, the contiguous split of the weights, the built
+//! slot table), `slot_map` (an explicit map: `SLOTS` range lists, the check that it covers
+//! every slot once), `fewest` (the map that moves the fewest slots to new weights or nodes).
 
 mod algo;
 mod error;
+mod fewest;
 mod file;
 mod hashtag;
 mod jedis;
@@ -12,6 +17,7 @@ pub mod placement;
 mod points;
 mod redis_shard;
 mod share;
+mod slot_map;
 mod slots;
 mod spec;
 
@@ -23,6 +29,7 @@ pub use jedis::{murmur_hash64a, JedisHash, JEDIS_MURMUR_SEED};
 pub use ketama::ketama_hash;
 pub use points::MAX_POINTS;
 pub use redis_shard::crc32;
+pub use slot_map::{format_ranges, parse_ranges, Ranges};
 pub use slots::{crc16, key_slot, slot_of, SLOTS};
 pub use spec::{NodeSpec, RingSpec, MAX_NAME_LEN, MAX_WEIGHT};
 
@@ -152,8 +159,9 @@ impl Ring {
         }
     }
 
-    /// For `slots`: each node's inclusive slot range, in node order. `None` for other algos.
-    pub fn slot_ranges(&self) -> Option<&[(u16, u16)]> {
+    /// For `slots`: each node's inclusive slot ranges in slot order, in node order. `None` for
+    /// other algos.
+    pub fn slot_ranges(&self) -> Option<&[Ranges]> {
         match &self.inner {
             Inner::Slots(m) => Some(m.ranges()),
             _ => None,
@@ -168,7 +176,7 @@ impl Ring {
             Inner::Jedis(p, _) => p.entries().iter().map(|e| e.1).collect(),
             Inner::Slots(m) => {
                 for (c, r) in out.iter_mut().zip(m.ranges()) {
-                    *c = usize::from(r.1) - usize::from(r.0) + 1;
+                    *c = slot_map::count(r);
                 }
                 return out;
             }

@@ -7,7 +7,7 @@
 //! - redis-shard: the same search without wrapping: hashes past the last point go to the last.
 //! - jedis: the first point at least the hash (murmur: 64-bit signed; MD5: 0..2^32), wrapping:
 //!   a point owns `(previous point, point]`.
-//! - slots: the node's slots out of 16384.
+//! - slots: the node's slots out of 16384 (in all its ranges, when the ring has a slot map).
 
 use super::{Inner, JedisHash, Ring, SLOTS};
 
@@ -52,7 +52,7 @@ impl Ring {
             }
             Inner::Slots(m) => {
                 for (i, r) in m.ranges().iter().enumerate() {
-                    add(i as u32, f64::from(r.1) - f64::from(r.0) + 1.0);
+                    add(i as u32, super::slot_map::count(r) as f64);
                 }
                 SLOTS as f64
             }

@@ -1,9 +1,11 @@
-//! Redis Cluster hash slots: `CRC16/XMODEM(tag) & 16383`, and a ring that splits the 16384
-//! slots into contiguous ranges, one per node in listed order, in proportion to the weights;
-//! with equal weights the split is exactly the one `redis-cli --cluster create` makes.
+//! Redis Cluster hash slots: `CRC16/XMODEM(tag) & 16383`, and the `slots` ring: the spec's
+//! explicit slot map (`slot_map`) when it has one, else the 16384 slots split into contiguous
+//! ranges, one per node in listed order, in proportion to the weights (with equal weights
+//! exactly the split `redis-cli --cluster create` makes).
 
 use super::error::RingError;
 use super::hashtag::HashTag;
+use super::slot_map::{self, Ranges};
 use super::spec::RingSpec;
 
 /// Number of hash slots.
@@ -27,11 +29,11 @@ pub fn key_slot(key: &[u8]) -> u16 {
     slot_of(HashTag::Cluster.extract(key))
 }
 
-/// The slot split of a ring: per slot its owner, per node its inclusive range.
+/// The slots of a ring: per slot its owner, per node its inclusive ranges in slot order.
 #[derive(Debug, Clone)]
 pub(crate) struct SlotMap {
     owner: Vec<u16>,
-    ranges: Vec<(u16, u16)>,
+    ranges: Vec<Ranges>,
 }
 
 impl SlotMap {
@@ -39,9 +41,30 @@ impl SlotMap {
         usize::from(self.owner[usize::from(slot) & (SLOTS - 1)])
     }
 
-    pub(crate) fn ranges(&self) -> &[(u16, u16)] {
+    pub(crate) fn ranges(&self) -> &[Ranges] {
         &self.ranges
     }
+}
+
+/// The slots of a `slots` ring: its explicit map (checked again: the spec's fields are public),
+/// or the contiguous split of its weights.
+pub(crate) fn build(spec: &RingSpec) -> Result<SlotMap, RingError> {
+    let ranges = match &spec.slot_map {
+        Some(map) => {
+            let names: Vec<&str> = spec.nodes.iter().map(|n| n.name.as_str()).collect();
+            slot_map::check_cover(&names, map)?
+        }
+        None => contiguous(spec)?.into_iter().map(|r| vec![r]).collect(),
+    };
+    let mut owner = vec![0u16; SLOTS];
+    for (i, node) in ranges.iter().enumerate() {
+        for &(a, b) in node {
+            for s in a..=b {
+                owner[usize::from(s) & (SLOTS - 1)] = i as u16;
+            }
+        }
+    }
+    Ok(SlotMap { owner, ranges })
 }
 
 /// Splits the slots like redis-cli's `clusterManagerCommandCreate`, generalized to weights:
@@ -56,8 +79,9 @@ impl SlotMap {
 /// (This code clamps `last` at 16383, where redis-cli tests `> 16384`; no equal split reaches
 /// either.) Node i's share is `(float)(16384 * w_i) / (float) W` in single precision. Both operands are
 /// exact in an f32 (below 2^24), so with equal weights the correctly rounded quotient is
-/// bit-for-bit redis-cli's `16384 / (float) N`, and so is every later step.
-pub(crate) fn build(spec: &RingSpec) -> Result<SlotMap, RingError> {
+/// bit-for-bit redis-cli's `16384 / (float) N`, and so is every later step. Every node gets at
+/// least one slot, or the split is refused.
+pub(crate) fn contiguous(spec: &RingSpec) -> Result<Vec<(u16, u16)>, RingError> {
     let n = spec.nodes.len();
     if n == 0 {
         return Err(RingError::new("a ring needs at least one node"));
@@ -69,7 +93,6 @@ pub(crate) fn build(spec: &RingSpec) -> Result<SlotMap, RingError> {
         )));
     }
     let total = spec.total_weight() as f32;
-    let mut owner = vec![0u16; SLOTS];
     let mut ranges = Vec::with_capacity(n);
     let mut first: i64 = 0;
     let mut cursor: f32 = 0.0;
@@ -88,14 +111,11 @@ pub(crate) fn build(spec: &RingSpec) -> Result<SlotMap, RingError> {
                 node.name
             )));
         }
-        for s in first..=last {
-            owner[s as usize] = i as u16;
-        }
         ranges.push((first as u16, last as u16));
         first = last + 1;
         cursor += share;
     }
-    Ok(SlotMap { owner, ranges })
+    Ok(ranges)
 }
 
 #[cfg(test)]

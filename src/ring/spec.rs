@@ -1,5 +1,7 @@
 //! `NodeSpec` and `RingSpec`: a validated ring description (algo, hash-tag rule, nodes with
-//! `name host:port weight`), parsed from command arguments, with a canonical text and its digest.
+//! `name host:port weight`, and for a `slots` ring an optional explicit slot map given as
+//! `SLOTS ranges` after each node's weight), parsed from command arguments, with a canonical
+//! text and its digest.
 //!
 //! A node's address may be the word `sentinel`: the node is then a Sentinel master of its name,
 //! and its address is whatever Sentinel says at the time (`route::topology`). Placement hashes
@@ -10,6 +12,8 @@ use md5::{Digest, Md5};
 use super::algo::Algo;
 use super::error::{show, RingError};
 use super::hashtag::HashTag;
+use super::slot_map::{self, Ranges};
+use super::slots;
 
 /// Largest weight a node may have.
 pub const MAX_WEIGHT: u32 = 1000;
@@ -176,6 +180,10 @@ pub struct RingSpec {
     pub hashtag: HashTag,
     /// The nodes, in the order given (the order matters for ties and for `slots`).
     pub nodes: Vec<NodeSpec>,
+    /// A `slots` ring's explicit slot map: each node's ranges, in node order, in normal form
+    /// (`slot_map::check_cover`). `None`: the contiguous split of the weights, and a map equal
+    /// to that split is `None` too, so equal placements have equal digests.
+    pub slot_map: Option<Vec<Ranges>>,
 }
 
 impl RingSpec {
@@ -204,11 +212,45 @@ impl RingSpec {
             algo,
             hashtag,
             nodes,
+            slot_map: None,
         })
     }
 
+    /// The same ring with an explicit slot map (each node's ranges, in node order): only a
+    /// `slots` ring takes one, and it must give every slot to exactly one node and every node
+    /// a slot. A map equal to the contiguous split of the weights is dropped.
+    pub fn with_slot_map(mut self, map: Vec<Ranges>) -> Result<RingSpec, RingError> {
+        if self.algo != Algo::Slots {
+            return Err(RingError::new(format!(
+                "only the slots algo takes a slot map (SLOTS), not {}",
+                self.algo.name()
+            )));
+        }
+        let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+        let map = slot_map::check_cover(&names, &map)?;
+        let split = slots::contiguous(&self).ok();
+        let same = split.is_some_and(|s| s.iter().zip(&map).all(|(r, m)| m.as_slice() == [*r]));
+        self.slot_map = (!same).then_some(map);
+        Ok(self)
+    }
+
+    /// Each node's slot ranges, in node order: the explicit map, else the contiguous split;
+    /// `None` for an algo other than `slots` or a split that leaves a node without a slot.
+    pub fn slot_ranges(&self) -> Option<Vec<Ranges>> {
+        if self.algo != Algo::Slots {
+            return None;
+        }
+        match &self.slot_map {
+            Some(map) => Some(map.clone()),
+            None => slots::contiguous(self)
+                .ok()
+                .map(|split| split.into_iter().map(|r| vec![r]).collect()),
+        }
+    }
+
     /// Parses `algo`, an optional hash-tag rule (the algo's default when `None`) and a flat list
-    /// of `name host:port weight` triplets.
+    /// of `name host:port weight` triplets, each optionally followed by `SLOTS ranges` (a
+    /// `slots` ring's explicit map: every node then gives its slots).
     pub fn from_args(
         algo: &[u8],
         hashtag: Option<&[u8]>,
@@ -219,15 +261,11 @@ impl RingSpec {
             Some(h) => HashTag::parse(h)?,
             None => algo.default_hashtag(),
         };
-        if !node_fields.len().is_multiple_of(3) {
-            return Err(RingError::new(format!(
-                "nodes are given as 'name host:port weight' triplets, got {} fields, not a multiple of 3",
-                node_fields.len()
-            )));
-        }
-        let mut nodes = Vec::with_capacity(node_fields.len() / 3);
-        let mut seen = std::collections::HashSet::with_capacity(node_fields.len() / 3);
-        for t in node_fields.chunks_exact(3) {
+        let groups = group_fields(node_fields)?;
+        let mut nodes = Vec::with_capacity(groups.len());
+        let mut map: Vec<Option<Ranges>> = Vec::with_capacity(groups.len());
+        let mut seen = std::collections::HashSet::with_capacity(groups.len());
+        for (t, slots) in &groups {
             let node = NodeSpec::parse(t[0], t[1], t[2])?;
             if !seen.insert(node.name.clone()) {
                 return Err(RingError::new(format!(
@@ -235,13 +273,36 @@ impl RingSpec {
                     node.name
                 )));
             }
+            map.push(
+                slots
+                    .map(|list| slot_map::parse_ranges(list, &node.name))
+                    .transpose()?,
+            );
             nodes.push(node);
         }
-        RingSpec::new(algo, hashtag, nodes)
+        let spec = RingSpec::new(algo, hashtag, nodes)?;
+        if map.iter().all(Option::is_none) {
+            return Ok(spec);
+        }
+        if let Some(i) = map.iter().position(Option::is_none) {
+            return Err(RingError::new(format!(
+                "node '{}' has no SLOTS: once a node gives its slots, every node does",
+                spec.nodes[i].name
+            )));
+        }
+        spec.with_slot_map(map.into_iter().flatten().collect())
+    }
+
+    /// Whether node fields (as `from_args` takes them) give their slots with `SLOTS`: a map
+    /// given is the operator's, even one equal to the weights' split (which the spec keeps as
+    /// no map).
+    pub fn fields_give_slots(node_fields: &[&[u8]]) -> bool {
+        group_fields(node_fields).is_ok_and(|g| g.iter().any(|(_, list)| list.is_some()))
     }
 
     /// A stable text form: `algo <a>\nhashtag <h>\n` then `node <name> <address> <weight>\n`
-    /// per node in the given order.
+    /// per node in the given order; with an explicit slot map, each node line ends with its
+    /// ranges (` 0-4095,8192-9000`).
     pub fn canonical(&self) -> String {
         let mut out = String::with_capacity(32 + self.nodes.len() * 40);
         out.push_str("algo ");
@@ -249,13 +310,17 @@ impl RingSpec {
         out.push_str("\nhashtag ");
         out.push_str(self.hashtag.name());
         out.push('\n');
-        for n in &self.nodes {
+        for (i, n) in self.nodes.iter().enumerate() {
             out.push_str("node ");
             out.push_str(&n.name);
             out.push(' ');
             out.push_str(&n.address);
             out.push(' ');
             out.push_str(&n.weight.to_string());
+            if let Some(ranges) = self.slot_map.as_ref().and_then(|m| m.get(i)) {
+                out.push(' ');
+                out.push_str(&slot_map::format_ranges(ranges));
+            }
             out.push('\n');
         }
         out
@@ -284,6 +349,57 @@ impl RingSpec {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The word after a node's weight that introduces its slot ranges.
+const SLOTS_WORD: &str = "SLOTS";
+
+/// A node's `name host:port weight` and its `SLOTS` list, if given.
+type Group<'a> = (&'a [&'a [u8]], Option<&'a [u8]>);
+
+/// Cuts the node fields into nodes: three fields each, then `SLOTS ranges` when the word
+/// follows a weight with a list after it that is no address (a node may be called `slots`: its
+/// address has a `:` or is `sentinel`, which no slot list has).
+fn group_fields<'a>(fields: &'a [&'a [u8]]) -> Result<Vec<Group<'a>>, RingError> {
+    let is_address = |f: &[u8]| f.contains(&b':') || f == SENTINEL_ADDRESS.as_bytes();
+    let mut groups = Vec::with_capacity(fields.len() / 3);
+    let mut with_slots = false;
+    let mut i = 0;
+    while i < fields.len() {
+        if fields.len() - i < 3 {
+            if with_slots || fields[i..].iter().any(|f| is(f, SLOTS_WORD)) {
+                let after = groups
+                    .last()
+                    .map(|(t, _): &Group| format!(" after node '{}'", show(t[0])))
+                    .unwrap_or_default();
+                return Err(RingError::new(format!(
+                    "nodes are given as 'name host:port weight [SLOTS ranges]', got {} more field{}{after}",
+                    fields.len() - i,
+                    if fields.len() - i == 1 { "" } else { "s" }
+                )));
+            }
+            return Err(RingError::new(format!(
+                "nodes are given as 'name host:port weight' triplets, got {} fields, not a multiple of 3",
+                fields.len()
+            )));
+        }
+        let triplet = &fields[i..i + 3];
+        i += 3;
+        let list = match fields.get(i..i + 2) {
+            Some([word, list]) if is(word, SLOTS_WORD) && !is_address(list) => {
+                i += 2;
+                with_slots = true;
+                Some(*list)
+            }
+            _ => None,
+        };
+        groups.push((triplet, list));
+    }
+    Ok(groups)
+}
+
+fn is(field: &[u8], word: &str) -> bool {
+    field.eq_ignore_ascii_case(word.as_bytes())
+}
 
 #[cfg(test)]
 mod tests {
