@@ -10,7 +10,7 @@ import pytest
 
 from helpers.fleet import owners, start_fleet
 from helpers.reshard import status, wait_job
-from helpers.server import pipelined
+from helpers.server import pipelined, wait_in_sync
 
 KEYS = 20_000
 
@@ -125,3 +125,17 @@ def test_a_keyspace_replaced_between_copy_and_cleanup_makes_the_cleanup_walk(
     st = commit_and_clean(servers, a)
     assert st["state"] == b"done" and st["keys_from"] == b"walk", st
     assert_only_owned_left(servers, a, want)
+
+
+def test_a_replica_holds_what_its_primary_holds_after_a_cleanup_from_the_list(server_factory):
+    servers, a, b = two_nodes(server_factory)
+    replica = server_factory(module_args=["self", "a"])
+    replica.client().execute_command("REPLICAOF", "127.0.0.1", servers["a"].port)
+    wait_in_sync(a, replica.client(), timeout=30)
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    assert wait_job(a)["failed"] == 0
+    pipelined(a, [("SET", f"late:{i}", "v") for i in range(300)])
+    st = commit_and_clean(servers, a)
+    assert st["keys_from"] == b"list" and st["deleted"] > 0, st
+    wait_in_sync(a, replica.client(), timeout=30)
+    assert every_key(replica) == every_key(servers["a"])

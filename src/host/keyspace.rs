@@ -9,7 +9,7 @@
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::{raw, Context, RedisString};
+use redis_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
 
 /// A key's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,55 +192,20 @@ unsafe fn describe(key: *mut raw::RedisModuleKey) -> Option<KeyInfo> {
     }
 }
 
-/// Unlinks the keys `names` of the selected database that are still there and replicates one
-/// `UNLINK` of those that went; how many went. Main thread only.
+/// Unlinks the keys `names` of the selected database that are still there, as one `UNLINK`
+/// (replicated as it is); how many were there. Main thread only.
+///
+/// One `UNLINK` through `RedisModule_Call` finds each key once; opening each key and
+/// `RedisModule_UnlinkKey` found it twice (the open, then the delete), and a cleanup's time is
+/// those lookups (`dictFind`, bench/findings.md): 1.5 times slower.
 pub fn unlink<'a>(ctx: &Context, names: impl IntoIterator<Item = &'a [u8]>) -> u64 {
-    let names = names.into_iter();
-    let mut gone: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(names.size_hint().0);
-    // SAFETY: the API table is filled at load; every key opened is closed, every string made
-    // here is freed here.
-    unsafe {
-        let (Some(create), Some(open), Some(kind), Some(unlink), Some(close), Some(free)) = (
-            raw::RedisModule_CreateString,
-            raw::RedisModule_OpenKey,
-            raw::RedisModule_KeyType,
-            raw::RedisModule_UnlinkKey,
-            raw::RedisModule_CloseKey,
-            raw::RedisModule_FreeString,
-        ) else {
-            return 0;
-        };
-        for name in names {
-            let s = create(ctx.ctx, name.as_ptr().cast(), name.len());
-            let key =
-                open(ctx.ctx, s, raw::REDISMODULE_WRITE as c_int).cast::<raw::RedisModuleKey>();
-            // (`UnlinkKey` says OK for a key that is not there: only those that were count.)
-            if !key.is_null()
-                && kind(key) != raw::REDISMODULE_KEYTYPE_EMPTY as c_int
-                && unlink(key) == raw::REDISMODULE_OK as c_int
-            {
-                gone.push(s);
-            } else {
-                free(ctx.ctx, s);
-            }
-            if !key.is_null() {
-                close(key);
-            }
-        }
-        if !gone.is_empty() {
-            if let Some(replicate) = raw::RedisModule_Replicate {
-                replicate(
-                    ctx.ctx,
-                    c"UNLINK".as_ptr(),
-                    c"v".as_ptr(),
-                    gone.as_ptr(),
-                    gone.len(),
-                );
-            }
-        }
-        for s in &gone {
-            free(ctx.ctx, *s);
-        }
+    let names: Vec<&[u8]> = names.into_iter().collect();
+    if names.is_empty() {
+        return 0;
     }
-    gone.len() as u64
+    let options = CallOptionsBuilder::new().replicate().build();
+    match ctx.call_ext::<_, CallResult>("UNLINK", &options, names.as_slice()) {
+        Ok(CallReply::I64(n)) => u64::try_from(n.to_i64()).unwrap_or(0),
+        _ => 0,
+    }
 }
