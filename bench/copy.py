@@ -47,6 +47,10 @@ Two more rows, on data of their own:
   `CLUSTER MIGRATESLOTS` of the top 1365, 1365 and 1366 slots of each (4096 slots, a quarter)
   to the fourth, started at once, timed until `CLUSTER GETSLOTMIGRATIONS` says success on all
   three, and until the sources have dropped the moved keys.
+- grow-slots: the same grow on a `slots` ring of n0 n1 n2 (each populated, then cleaned to its
+  own keys), by one `SHARD.RESHARD START` of the four on n0, which moves the fewest slots (4096,
+  a quarter); timed from START until the coordinator's fleet phase is `done` (copies, commit,
+  cleanups and the coordinator's own steps); checked after (DBSIZE sums as before).
 
 Writes the section "Resharding speed" into bench/results.md (only when every row ran).
 Standard library only.
@@ -527,6 +531,52 @@ def shard_grow_round(keys):
             p.stop()
 
 
+def fleet_phase(c):
+    """The coordinator's fleet phase (bytes), from SHARD.RESHARD STATUS."""
+    st = c.call("SHARD.RESHARD", "STATUS")
+    fleet_ = dict(zip(st[::2], st[1::2])).get(b"fleet") or []
+    return dict(zip(fleet_[::2], fleet_[1::2])).get(b"phase")
+
+
+def shard_grow_slots_round(keys):
+    """A grow 3 -> 4 of 3 x `keys` keys on a `slots` ring by one `SHARD.RESHARD START` (which
+    moves the fewest slots: a quarter): wall seconds from START to the fleet done, keys moved."""
+    names = ("n0", "n1", "n2", "n3")
+    procs = []
+    try:
+        for n in names:
+            procs.append(start(base.REDIS_SERVER, name=n))
+        cs = [client(p) for p in procs]
+        old = cs[:3]
+        nodes = list(zip(names, procs))
+        slots_ring = lambda ns: ["slots"] + [x for name, p in ns  # noqa: E731
+                                             for x in (name, f"127.0.0.1:{p.port}", 1)]
+        for c in cs:
+            c.call("SHARD.RING", "SET", *slots_ring(nodes[:3]))
+        all_at_once(old, "DEBUG", "POPULATE", 3 * keys, "key", 42)
+        all_at_once(old, "SHARD.RESHARD", "CLEANUP")
+        for c in old:
+            wait_status(c, (b"cleaning",))
+        held = [c.call("DBSIZE") for c in old]
+        t0 = time.perf_counter()
+        reply = cs[0].call("SHARD.RESHARD", "START", *slots_ring(nodes))
+        if reply not in (b"OK", "OK"):
+            sys.exit(f"grow-slots: START said {reply}")
+        deadline = time.monotonic() + 600
+        while (phase := fleet_phase(cs[0])) != b"done":
+            if phase == b"cancelled" or time.monotonic() > deadline:
+                sys.exit(f"grow-slots: the fleet ended {phase}")
+            time.sleep(0.002)
+        wall = time.perf_counter() - t0
+        sizes = [c.call("DBSIZE") for c in cs]
+        if sum(sizes) != sum(held):
+            sys.exit(f"grow-slots: DBSIZE {sizes}, held {held} before")
+        return dict(wall_s=wall, copied=sizes[3], sizes=sizes)
+    finally:
+        for p in procs:
+            p.stop()
+
+
 GROW_RANGES = [(0, 5460), (5461, 10922), (10923, 16383), None]
 GROW_MOVES = [(4096, 5460), (9558, 10922), (15018, 16383)]  # 1365 + 1365 + 1366 = 4096 slots
 
@@ -576,7 +626,7 @@ def millions(n):
     return f"{n // 1_000_000}M" if n >= 1_000_000 and n % 1_000_000 == 0 else f"{n:,}"
 
 
-ROWS = ["shard", "valkey", "script", "pipes", "gets", "bigkeys", "grow"]
+ROWS = ["shard", "valkey", "script", "pipes", "gets", "bigkeys", "grow", "grow-slots"]
 
 
 def main():
@@ -595,7 +645,7 @@ def main():
         parser.error(f"unknown rows {sorted(wanted - set(ROWS))}; known: {','.join(ROWS)}")
     base.TMP.mkdir(parents=True, exist_ok=True)
     rows = {k: [] for k in ("shard", "valkey", "script", "ceiling", "unlink", "gets", "bigkeys",
-                            "valkey_bigkeys", "grow", "valkey_grow")}
+                            "valkey_bigkeys", "grow", "valkey_grow", "grow_slots")}
     tags = slot_tags() if "grow" in wanted and VALKEY else None
     shard_runs = {"bigkeys": lambda: shard_bigkeys_round(opts.big_members),
                   "grow": lambda: shard_grow_round(opts.grow_keys)}
@@ -617,6 +667,9 @@ def main():
                 ceiling, unlink = pipe_round(opts.keys)
                 rows["ceiling"].append(ceiling)
                 rows["unlink"].append(unlink)
+            elif what == "grow-slots":
+                rows["grow_slots"].append(shard_grow_slots_round(opts.grow_keys))
+                print(f"  grow_slots: {rows['grow_slots'][-1]}", flush=True)
             elif what == "gets":
                 rows["gets"].append(shard_round(opts.keys, with_gets=True))
             elif what in ("bigkeys", "grow"):
@@ -710,6 +763,17 @@ def main():
                          f"{copy_s / vwall:.2f} |")
         else:
             lines.append("| Valkey | not run (no VALKEY_SERVER) | | | | |")
+    if rows["grow_slots"]:
+        gs = rows["grow_slots"]
+        swall = med(d["wall_s"] for d in gs)
+        vg = rows["valkey_grow"]
+        ratio = (f"shard wall / Valkey's: **{swall / med(d['trimmed_s'] for d in vg):.2f}**"
+                 if vg else "")
+        lines += ["", f"| grow 3 -> 4 on a `slots` ring, {millions(3 * opts.grow_keys)} keys | "
+                  "wall s | keys moved | moved keys/s | ratio |", "|---|---|---|---|---|",
+                  f"| shard: one SHARD.RESHARD START (the fewest slots move: a quarter) | "
+                  f"{swall:.2f} | {med(d['copied'] for d in gs):,.0f} | "
+                  f"{med(d['copied'] / d['wall_s'] for d in gs):,.0f} | {ratio} |"]
     section = "\n".join(lines) + "\n"
     print(section)
     if wanted == set(ROWS):
