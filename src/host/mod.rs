@@ -23,6 +23,8 @@ pub mod fork;
 pub mod info;
 pub mod keyspace;
 pub mod keyspace_events;
+pub mod names;
 pub mod register;
 pub mod replicate;
 pub mod reply;
+pub mod walk;

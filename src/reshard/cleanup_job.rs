@@ -1,6 +1,6 @@
 //! A cleanup job's driver, on the main thread: steps on module timers, each deleting keys
 //! until its time budget (`STEP_BUDGET`) is spent, so that the server keeps serving. A forked
-//! child (`cleanup_child`) walks the keyspace and sends the steps the names of the keys this
+//! child (`host::walk`) walks the keyspace and sends the steps the names of the keys this
 //! node no longer owns; while it walks, a step with nothing to delete waits in the event loop
 //! for its next names. The keys written meanwhile (`dirty`) are checked after it. Without a
 //! child (another one runs), the steps walk the keyspace themselves. What the copy and the
@@ -13,13 +13,12 @@ use std::time::{Duration, Instant};
 use redis_module::Context;
 
 use crate::host::keyspace;
-use crate::reshard::cleanup_child;
+use crate::host::names::Names;
 use crate::reshard::dirty::{self, DbKey};
 use crate::reshard::jobs::{
     child_outcome, fail_job, finish, forget_child_outcome, on_child_done, Runner, RUNNER,
 };
 use crate::reshard::moved;
-use crate::reshard::names::Names;
 use crate::reshard::progress::AfterPass;
 
 /// How long one step may run before it yields back to the event loop.
@@ -57,7 +56,16 @@ fn fork_cleanup_walk(ctx: &Context) {
         }
         dirty::begin();
         forget_child_outcome();
-        match cleanup_child::start(ctx, &runner.ring, &runner.self_name, on_child_done) {
+        let placement = Arc::clone(&runner.ring);
+        let self_name = runner.self_name.clone();
+        // (Run in the child only.)
+        let goes = move |name: &[u8]| {
+            placement
+                .ring
+                .as_ref()
+                .is_some_and(|ring| crate::reshard::cleanup_deletes(ring, &self_name, name))
+        };
+        match crate::host::walk::start(ctx, goes, on_child_done) {
             Ok((pid, names)) => {
                 runner.child = Some(pid);
                 runner.names = Some(names);

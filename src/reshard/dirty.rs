@@ -18,8 +18,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::host::keyspace_events::{self, KeyspaceEvent};
 use crate::ring::placement::Placement;
 
-/// A database number and a key of it.
-pub type DbKey = (i32, Vec<u8>);
+/// A database number and a key of it (the same type as `host::names`'s).
+pub use crate::host::names::DbKey;
 
 /// The keys written, per database.
 #[derive(Default)]

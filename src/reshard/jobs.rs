@@ -23,10 +23,10 @@ use redis_module::{Context, RedisValue};
 
 use crate::host::fork::{self, Exit, Pid};
 use crate::host::keyspace::ScanCursor;
+use crate::host::names::Names;
 use crate::reshard::copy_page::{self, Shared};
 use crate::reshard::dirty::{self, DbKey};
 use crate::reshard::moved;
-use crate::reshard::names::Names;
 use crate::reshard::pace::Pace;
 use crate::reshard::{cleanup_job, copy_job, Job, JobKind};
 use crate::ring::placement::Placement;

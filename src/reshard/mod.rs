@@ -16,8 +16,8 @@
 //!   `SET`s and `RESTORE`s to their owners; `pieces` copies big keys piece by piece;
 //!   `copy_page` is the page the child and the main
 //!   thread share (counts up, rate and pause down); `pace` keeps a job to its rate.
-//! - `cleanup_child`: a cleanup's walk in a forked child, sending the names to delete through a
-//!   pipe.
+//! - `moved`: what a copy's walk found moving, for the cleanup on the same ring (one walk per
+//!   resharding; a cleanup without it walks in a child, `host::walk`).
 //! - `dirty`: the keys written while a child works on its snapshot (keyspace events).
 //! - `fleet/`: the fleet operation's plan, its checks and byte form, the coordinator that
 //!   drives it, and what the fleet commands ask of it (see its own doc).
@@ -27,7 +27,6 @@
 //! nodes' addresses) and `route` (SHARD.CALL's network steps, which the fleet requests share).
 //! Never `cluster` or `commands`: the commands call in here, not the other way.
 
-pub mod cleanup_child;
 pub mod cleanup_job;
 pub mod copy_child;
 pub mod copy_job;
@@ -39,7 +38,6 @@ pub mod fate;
 pub mod fleet;
 pub mod jobs;
 pub mod moved;
-pub mod names;
 pub mod pace;
 pub mod pieces;
 pub mod progress;

@@ -25,8 +25,8 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::host::names::{Names, Record};
 use crate::reshard::dirty;
-use crate::reshard::names::{Names, Record};
 use crate::ring::placement::Placement;
 
 /// The list's file name, between the server's `dbfilename` and its port, in its directory.

@@ -1,6 +1,7 @@
-//! The names of keys to delete, as a cleanup reads them: from the pipe of a cleanup's child
-//! (`cleanup_child`), which walks the keyspace, or from the list a copy wrote as it walked
-//! (`moved`), so that a cleanup after a copy does not walk again. One format for both.
+//! Names of keys, with their databases, as the main thread reads them back in its steps: from
+//! the pipe of a child that walks the keyspace (`walk`: a cleanup's names to delete, the names
+//! the key index is built from), or from the list a copy wrote as it walked
+//! (`reshard::moved`), so that a cleanup after a copy does not walk again. One format for all.
 //!
 //! Each name is a 4-byte little-endian length and the bytes; a length of `u32::MAX` is
 //! followed instead by the 8-byte count of keys walked so far, and `u32::MAX - 1` by the
@@ -10,7 +11,8 @@ use std::ffi::c_void;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use crate::reshard::dirty::DbKey;
+/// A database number and a key of it.
+pub type DbKey = (i32, Vec<u8>);
 
 /// Where names are read from (a pipe's read end, non-blocking, or a file), and what was read
 /// of a name not yet whole.

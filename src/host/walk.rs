@@ -1,37 +1,32 @@
-//! The walk of a cleanup, run by a forked child (`host::fork`): the child scans its snapshot of
-//! the keyspace (`host::keyspace`), computes each key's owner, and writes the names of the keys
-//! this node no longer owns to a pipe; the main thread reads them in its time-bounded steps
-//! (`cleanup_job`) and unlinks them. Walking and hashing every key (most of a cleanup's cost,
-//! `bench/findings.md`) so leave the main thread, which only deletes. Keys written after the
-//! fork are not in the snapshot: `dirty` records them and the main thread checks those itself
-//! once the child is done. A cleanup that follows a copy on the same ring needs no walk at all:
-//! it reads the copy's list (`moved`).
+//! A walk of the keyspace by a forked child (`fork`), the way `BGSAVE` works: the child scans
+//! its snapshot of every database (`keyspace`), tests each name, and writes the names that pass
+//! to a pipe; the main thread reads them (`names`) in its time-bounded steps. A cleanup walks
+//! this way (the test: this node no longer owns the key; the steps unlink what arrives), and so
+//! does the build of the key index (every name). Walking and hashing every key (most of a
+//! cleanup's cost, `bench/findings.md`) so leave the main thread. Keys written after the fork
+//! are not in the snapshot: the caller follows them through keyspace events.
 //!
-//! The pipe carries the records of `names` (every database that has keys is walked). The child
-//! blocks when the pipe is full: the main thread's pace sets the child's.
+//! The pipe carries the records of `names`. The child blocks when the pipe is full: the main
+//! thread's pace sets the child's.
 
+use redis_module::Context;
 use std::ffi::c_int;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
-
-use redis_module::Context;
 
 use crate::host::fork::{self, Exit, Forked, Pid};
 use crate::host::keyspace::{self, ScanCursor};
-use crate::reshard::names::{Names, Record};
-use crate::ring::placement::Placement;
+use crate::host::names::{Names, Record};
 
 /// The pipe's capacity asked for.
 const PIPE_BYTES: c_int = 1 << 20;
 
-/// Forks the child; its pid and the pipe's read end. `done` is told on the main thread when the
-/// child exits.
-pub fn start(
+/// Forks the child, which sends the names for which `keep` is true; its pid and the pipe's read
+/// end. `done` is told on the main thread when the child exits.
+pub fn start<F: Fn(&[u8]) -> bool>(
     ctx: &Context,
-    ring: &Arc<Placement>,
-    self_name: &str,
+    keep: F,
     done: fn(Exit),
 ) -> Result<(Pid, Names), String> {
     let mut fds = [0 as c_int; 2];
@@ -54,8 +49,7 @@ pub fn start(
         Forked::Child => {
             drop(read_end);
             let mut out = std::fs::File::from(write_end);
-            let ok = catch_unwind(AssertUnwindSafe(|| walk(ctx, ring, self_name, &mut out)))
-                .unwrap_or(false);
+            let ok = catch_unwind(AssertUnwindSafe(|| walk(ctx, &keep, &mut out))).unwrap_or(false);
             fork::exit_child(if ok { 0 } else { 1 });
         }
     };
@@ -69,12 +63,8 @@ pub fn start(
     Ok((pid, Names::new(read_end)))
 }
 
-/// The child's walk: every key of every database, the names of those that go elsewhere to
-/// `out`.
-fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs::File) -> bool {
-    let Some(ring) = ring.ring.as_ref() else {
-        return false;
-    };
+/// The child's walk: every key of every database, the names `keep` keeps to `out`.
+fn walk(ctx: &Context, keep: &dyn Fn(&[u8]) -> bool, out: &mut std::fs::File) -> bool {
     let mut buf: Vec<u8> = Vec::with_capacity(128 * 1024);
     let mut walked: u64 = 0;
     for db in 0.. {
@@ -91,7 +81,7 @@ fn walk(ctx: &Context, ring: &Arc<Placement>, self_name: &str, out: &mut std::fs
         loop {
             let more = cursor.scan(ctx, &mut |name, _| {
                 walked += 1;
-                if crate::reshard::cleanup_deletes(ring, self_name, name) {
+                if keep(name) {
                     Record::Name(name).write(&mut buf);
                 }
             });
