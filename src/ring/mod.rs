@@ -5,8 +5,12 @@
 //! The `slots` algo's files: `slots` (CRC16, the contiguous split of the weights, the built
 //! slot table), `slot_map` (an explicit map: `SLOTS` range lists, the check that it covers
 //! every slot once), `fewest` (the map that moves the fewest slots to new weights or nodes).
+//!
+//! `bucket`: every ring's 16384 buckets (fixed ranges of its hash, the slot for `slots`), the
+//! nodes owning each, and the buckets a ring change moves: the unit of the index of keys.
 
 mod algo;
+mod bucket;
 mod error;
 mod fewest;
 mod file;
@@ -22,6 +26,7 @@ mod slots;
 mod spec;
 
 pub use algo::Algo;
+pub use bucket::{changing_buckets, BUCKETS};
 pub use error::RingError;
 pub use file::parse_ring_file;
 pub use hashtag::HashTag;
