@@ -25,6 +25,7 @@ fn change_in(st: &mut ModuleState, change: impl FnOnce(&mut Config)) -> Result<(
     }
     let keys = KeySettings::resolve(&next.keys)?;
     check_topology(&next)?;
+    check_key_index(&next)?;
     check_tls(&st.config, &next)?;
     let tls = tls_update(st, &next)?;
     crate::cluster::protocol::check_config(&next, st.rings.current.as_deref())?;
@@ -102,6 +103,7 @@ fn refresh_tls_in(st: &mut ModuleState) {
 fn finish_load_in(st: &mut ModuleState) -> Result<(), String> {
     let keys = KeySettings::resolve(&st.config.keys)?;
     check_topology(&st.config)?;
+    check_key_index(&st.config)?;
     check_tls(&Config::default(), &st.config)?;
     check_shardjs_config(&st.config, &keys)?;
     let ring = crate::state::ring_from_file(&st.config)?;
@@ -154,6 +156,7 @@ pub unsafe fn follow_config_set(ctx: *mut redis_module::raw::RedisModuleCtx) {
 /// without the state's lock).
 fn apply(config: &Config) {
     crate::cluster::protocol::set_enabled(config.cluster_protocol == "yes");
+    crate::index::set_wanted(config.key_index == "yes");
     // Checked before: the mode parses.
     crate::topology::nodes::set_read_from(
         crate::topology::nodes::ReadFrom::parse(&config.read_from)
@@ -250,6 +253,7 @@ config_field!(BIG_KEY_ELEMENTS: IntConfig => big_key_elements);
 config_field!(AUTH_USER: TextConfig => auth_user);
 config_field!(AUTH_PASSWORD: TextConfig => auth_password);
 config_field!(CLUSTER_PROTOCOL: TextConfig => cluster_protocol);
+config_field!(KEY_INDEX: TextConfig => key_index);
 config_field!(SPECIAL_KEYS: TextConfig => special_keys);
 config_field!(FIELDS: TextConfig => fields);
 config_field!(SENTINELS: TextConfig => sentinels);
@@ -284,6 +288,7 @@ pub const NAMES: &[&str] = &[
     "big-key-bytes",
     "big-key-elements",
     "cluster-protocol",
+    "key-index",
     "special-keys",
     "fields",
     "sentinels",
@@ -300,6 +305,14 @@ pub const NAMES: &[&str] = &[
 ];
 
 /// Checks the high-availability settings: the sentinels' addresses and where reads go.
+/// `key-index` is `yes` or `no`.
+pub fn check_key_index(c: &Config) -> Result<(), String> {
+    match c.key_index.as_str() {
+        "yes" | "no" => Ok(()),
+        other => Err(format!("key-index is yes or no, not '{other}'")),
+    }
+}
+
 pub fn check_topology(c: &Config) -> Result<(), String> {
     crate::topology::sentinel::parse_sentinels(&c.sentinels)?;
     if crate::topology::nodes::ReadFrom::parse(&c.read_from).is_none() {

@@ -76,6 +76,11 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     section.str("reshard_paused", if job.paused { "yes" } else { "no" });
     section.int("reshard_max_step_us", int(job.max_step_us));
     section.str("reshard_keys_from", job.keys_from);
+    let (phase, keys, builds, bytes) = crate::index::status();
+    section.str("key_index", phase.name());
+    section.int("key_index_keys", int(keys as u64));
+    section.int("key_index_builds", int(builds));
+    section.int("key_index_bytes", int(bytes as u64));
     section.str("reshard_by_db", &job.by_db_text());
     section.str("ring_returning", if rings.returning { "yes" } else { "no" });
     // The fleet operation this node coordinates: its phase (`none` when there is none), whether

@@ -11,7 +11,9 @@ pub mod commands;
 pub mod config;
 pub mod durability;
 pub mod host;
+pub mod index;
 pub mod info;
+pub mod keyindex;
 pub mod keys;
 pub mod net;
 pub mod persist;
@@ -92,6 +94,17 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 /// # Safety
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
 unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Result<(), String> {
+    fn keyspace_changed(change: host::events::KeyspaceChange) {
+        use host::events::KeyspaceChange;
+        // A copy's list of what moves no longer describes a keyspace replaced under it.
+        if matches!(
+            change,
+            KeyspaceChange::LoadStarted | KeyspaceChange::Swapped(..)
+        ) {
+            reshard::moved::forget();
+        }
+        index::on_keyspace_change(change);
+    }
     fn before_sleep() {
         net::pool::before_sleep();
         topology::watcher::tick();
@@ -100,8 +113,7 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
     unsafe {
         host::events::on_event_loop(ctx, before_sleep, net::pool::after_sleep)?;
         host::events::on_role_change(ctx, topology::nodes::set_replica);
-        // A copy's list of what moves no longer describes a keyspace replaced under it.
-        host::events::on_keyspace_replaced(ctx, reshard::moved::forget);
+        host::events::on_keyspace_change(ctx, keyspace_changed);
     }
     // A fleet operation's old and new rings are watched too (their Sentinel nodes' addresses).
     topology::watcher::set_more_rings(|| {
@@ -164,6 +176,7 @@ redis_module! {
             ["auth-user", &config::AUTH_USER, "", ConfigurationFlags::DEFAULT, None],
             ["auth-password", &config::AUTH_PASSWORD, "", ConfigurationFlags::SENSITIVE, None],
             ["cluster-protocol", &config::CLUSTER_PROTOCOL, "no", ConfigurationFlags::DEFAULT, None],
+            ["key-index", &config::KEY_INDEX, "no", ConfigurationFlags::DEFAULT, None],
             ["special-keys", &config::SPECIAL_KEYS, "", ConfigurationFlags::DEFAULT, None],
             ["fields", &config::FIELDS, "", ConfigurationFlags::DEFAULT, None],
             ["sentinels", &config::SENTINELS, "", ConfigurationFlags::DEFAULT, None],

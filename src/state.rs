@@ -35,6 +35,8 @@ pub struct Config {
     /// `yes`: the node answers the cluster commands from its `slots` ring and redirects keyed
     /// commands for other nodes' slots (`route::cluster_glue`); `no` (the default): plain.
     pub cluster_protocol: String,
+    /// `yes`: the index of keys by ring bucket is kept (`index`).
+    pub key_index: String,
     /// Shardjs's special keys: `name:offset:type ...` (`SHARD.SPECIALKEY name`).
     pub special_keys: String,
     /// Shardjs's field-name dictionary: `long:short ...` (hash commands through SHARD.CALL).
@@ -65,6 +67,7 @@ impl Default for Config {
             big_key_bytes: 1 << 20,
             big_key_elements: 4096,
             cluster_protocol: "no".into(),
+            key_index: "no".into(),
             special_keys: String::new(),
             fields: String::new(),
             sentinels: String::new(),

@@ -22,11 +22,11 @@ GROUP = re.compile(r"\bcrate::\{([^}]*)\}", re.S)
 
 # The layers, bottom up (docs/architecture.md).
 LAYERS = [
-    ["clock", "keys", "ring", "persist"],  # pure core
+    ["clock", "keys", "ring", "persist", "keyindex"],  # pure core
     ["host"],  # the server edge
     ["net"],  # the network
     ["state"],  # settings, rings, generator
-    ["topology"],  # where nodes are
+    ["topology", "index"],  # where nodes are; the key index
     ["route"],  # SHARD.CALL
     ["cluster", "reshard"],  # capabilities built on routing
     ["commands", "config", "durability", "info"],  # glue

@@ -1,6 +1,7 @@
-//! `SHARD.DEBUG PANIC`: proves the panic guard on a live server. Refused unless redis-server
-//! runs with `enable-debug-command yes` (or `local`, from a local connection), like Redis's
-//! own DEBUG command.
+//! `SHARD.DEBUG PANIC`: proves the panic guard on a live server; `SHARD.DEBUG KEYINDEX db`:
+//! every name the key index holds for database `db`, with its bucket (the tests compare it with
+//! a full scan). Refused unless redis-server runs with `enable-debug-command yes` (or `local`,
+//! from a local connection), like Redis's own DEBUG command.
 
 use crate::command;
 use crate::host::register::CommandSpec;
@@ -10,8 +11,10 @@ use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::is;
 
 pub fn debug(call: &Call) -> CmdResult {
-    if call.args.len() != 2 || !is(call.args.get(1), "PANIC") {
-        return Err(CmdError::err("usage: SHARD.DEBUG PANIC"));
+    let panic = call.args.len() == 2 && is(call.args.get(1), "PANIC");
+    let index = call.args.len() == 3 && is(call.args.get(1), "KEYINDEX");
+    if !panic && !index {
+        return Err(CmdError::err("usage: SHARD.DEBUG PANIC | KEYINDEX db"));
     }
     let setting = call
         .ctx
@@ -28,7 +31,41 @@ pub fn debug(call: &Call) -> CmdResult {
             "SHARD.DEBUG is disabled: start redis-server with enable-debug-command yes",
         ));
     }
+    if index {
+        return key_index(call);
+    }
     panic!("SHARD.DEBUG PANIC was called");
+}
+
+/// `KEYINDEX db`: `[bucket, name, ...]` of database `db`, once the index is ready.
+fn key_index(call: &Call) -> CmdResult {
+    let db = std::str::from_utf8(call.args.get(2))
+        .ok()
+        .and_then(|s| s.parse::<i32>().ok())
+        .ok_or_else(|| CmdError::err("KEYINDEX takes a database number"))?;
+    let ring = crate::state::lock().current_ring()?.clone();
+    let pairs = crate::index::with_ready(&ring, |index| {
+        index
+            .buckets(db)
+            .flat_map(|(bucket, _)| index.names(db, bucket).map(move |n| (bucket, n.to_vec())))
+            .collect::<Vec<_>>()
+    })
+    .ok_or_else(|| {
+        CmdError::code(
+            "NOTREADY",
+            format!(
+                "the key index is {} for the current ring",
+                crate::index::status().0.name()
+            ),
+        )
+    })?;
+    let reply = &call.reply;
+    reply.array(pairs.len() * 2);
+    for (bucket, name) in pairs {
+        reply.int(i64::from(bucket));
+        reply.bulk(&name);
+    }
+    Ok(())
 }
 
 /// `SHARD.DEBUG`: how Redis registers and documents it.
@@ -36,8 +73,8 @@ pub static COMMAND: CommandSpec = command! {
     name: "shard.debug",
     handler: debug,
     flags: "admin",
-    arity: 2,
-    summary: "Debugging: PANIC proves the panic guard (needs enable-debug-command)",
+    arity: -2,
+    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index (needs enable-debug-command)",
     complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",

@@ -31,6 +31,7 @@ pub fn set(call: &Call) -> CmdResult {
         ));
     }
     state::lock().rings.set(placement).map_err(CmdError::err)?;
+    crate::index::ring_changed();
     call.ctx.replicate_verbatim();
     call.reply.ok();
     Ok(())
@@ -102,6 +103,7 @@ fn change(
         ));
     }
     apply(&mut state::lock().rings).map_err(CmdError::err)?;
+    crate::index::ring_changed();
     call.ctx.replicate_verbatim();
     call.reply.ok();
     Ok(())
@@ -248,6 +250,7 @@ pub fn install(call: &Call) -> CmdResult {
         .rings
         .install(current, previous, returning)
         .map_err(CmdError::err)?;
+    crate::index::ring_changed();
     call.ctx.replicate_verbatim();
     call.reply.ok();
     Ok(())

@@ -15,12 +15,13 @@ struct Handlers {
     after_sleep: fn(),
     role: fn(bool),
     config: fn(&[&[u8]]),
-    replaced: fn(),
+    keyspace: fn(KeyspaceChange),
 }
 
 fn nothing() {}
 fn no_role(_: bool) {}
 fn no_config(_: &[&[u8]]) {}
+fn no_change(_: KeyspaceChange) {}
 
 thread_local! {
     static HANDLERS: Cell<Handlers> = const {
@@ -29,7 +30,7 @@ thread_local! {
             after_sleep: nothing,
             role: no_role,
             config: no_config,
-            replaced: nothing,
+            keyspace: no_change,
         })
     };
 }
@@ -143,26 +144,78 @@ pub unsafe fn on_config_change(ctx: *mut raw::RedisModuleCtx, config: fn(&[&[u8]
     unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_CONFIG, Some(callback)) };
 }
 
-/// Calls `replaced()` when the keyspace changes wholesale without a keyspace event per key: a
-/// load (an RDB or AOF at start or `DEBUG RELOAD`, a replica's full sync) begins, or a
-/// `SWAPDB` swaps two databases.
+/// A change of the keyspace as a whole, which no keyspace event per key tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyspaceChange {
+    /// A load begins: an RDB or AOF at start, `DEBUG RELOAD`, a replica's full sync (also
+    /// one that loads into a side database and swaps it in).
+    LoadStarted,
+    /// The load ended (or failed: what is there is what is there).
+    LoadEnded,
+    /// A database was emptied (`FLUSHDB`, `FLUSHALL`: `None`, every database).
+    Flushed(Option<i32>),
+    /// `SWAPDB a b`.
+    Swapped(i32, i32),
+}
+
+/// Calls `change(..)` on each `KeyspaceChange`.
 ///
 /// # Safety
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
-pub unsafe fn on_keyspace_replaced(ctx: *mut raw::RedisModuleCtx, replaced: fn()) {
-    set(|h| h.replaced = replaced);
+pub unsafe fn on_keyspace_change(ctx: *mut raw::RedisModuleCtx, change: fn(KeyspaceChange)) {
+    set(|h| h.keyspace = change);
     extern "C" fn callback(
         _ctx: *mut raw::RedisModuleCtx,
-        _event: raw::RedisModuleEvent,
-        _subevent: u64,
-        _data: *mut c_void,
+        event: raw::RedisModuleEvent,
+        subevent: u64,
+        data: *mut c_void,
     ) {
-        let _ = std::panic::catch_unwind(|| (handlers().replaced)());
+        let _ = std::panic::catch_unwind(|| {
+            let change = match event.id {
+                raw::REDISMODULE_EVENT_LOADING => match subevent {
+                    raw::REDISMODULE_SUBEVENT_LOADING_ENDED
+                    | raw::REDISMODULE_SUBEVENT_LOADING_FAILED => KeyspaceChange::LoadEnded,
+                    _ => KeyspaceChange::LoadStarted,
+                },
+                raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD => match subevent {
+                    raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
+                        KeyspaceChange::LoadStarted
+                    }
+                    _ => KeyspaceChange::LoadEnded,
+                },
+                raw::REDISMODULE_EVENT_FLUSHDB => {
+                    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END || data.is_null() {
+                        return;
+                    }
+                    // SAFETY: Redis passes a RedisModuleFlushInfo for this event, valid during
+                    // the callback.
+                    let info = unsafe { &*(data as *const raw::RedisModuleFlushInfo) };
+                    KeyspaceChange::Flushed((info.dbnum >= 0).then_some(info.dbnum))
+                }
+                raw::REDISMODULE_EVENT_SWAPDB => {
+                    if data.is_null() {
+                        return;
+                    }
+                    // SAFETY: Redis passes a RedisModuleSwapDbInfo for this event, valid
+                    // during the callback.
+                    let info = unsafe { &*(data as *const raw::RedisModuleSwapDbInfo) };
+                    KeyspaceChange::Swapped(info.dbnum_first, info.dbnum_second)
+                }
+                _ => return,
+            };
+            (handlers().keyspace)(change);
+        });
     }
     // SAFETY: as the caller promises.
     unsafe {
-        subscribe(ctx, raw::REDISMODULE_EVENT_LOADING, Some(callback));
-        subscribe(ctx, raw::REDISMODULE_EVENT_SWAPDB, Some(callback));
+        for id in [
+            raw::REDISMODULE_EVENT_LOADING,
+            raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD,
+            raw::REDISMODULE_EVENT_FLUSHDB,
+            raw::REDISMODULE_EVENT_SWAPDB,
+        ] {
+            subscribe(ctx, id, Some(callback));
+        }
     }
 }
 

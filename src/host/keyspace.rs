@@ -41,6 +41,12 @@ pub fn select_db(ctx: &Context, db: i32) -> bool {
     selected == Some(raw::REDISMODULE_OK as c_int)
 }
 
+/// The database selected on `ctx`.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: the API table is filled at load; a live context.
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx.ctx)) }
+}
+
 /// How many keys the selected database holds.
 pub fn db_size(ctx: &Context) -> u64 {
     // SAFETY: the API table is filled at load; a live context.

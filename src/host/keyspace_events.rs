@@ -41,6 +41,43 @@ impl KeyspaceEvent {
 }
 
 static SUBSCRIBER: OnceLock<fn(&KeyspaceEvent)> = OnceLock::new();
+static LIFECYCLE: OnceLock<fn(&KeyspaceEvent)> = OnceLock::new();
+
+/// Calls `subscriber` on each event that makes a key or ends one, from then on: `new` (a key
+/// added to a database, by any command, a `RESTORE`, a module), and the generic, expired and
+/// evicted classes (`del`, `rename_from`, `move_from`, `expired`, `evicted`, and the others of
+/// those classes, which the subscriber tells apart by name). Once per module.
+pub fn subscribe_to_lifecycle(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
+    if LIFECYCLE.get().is_some() {
+        return Err("key lifecycle events are subscribed already".into());
+    }
+    extern "C" fn callback(
+        ctx: *mut raw::RedisModuleCtx,
+        _type: c_int,
+        event: *const c_char,
+        key: *mut raw::RedisModuleString,
+    ) -> c_int {
+        if let Some(subscriber) = LIFECYCLE.get() {
+            let _ = std::panic::catch_unwind(|| subscriber(&KeyspaceEvent { ctx, event, key }));
+        }
+        0
+    }
+    let types = raw::REDISMODULE_NOTIFY_NEW
+        | raw::REDISMODULE_NOTIFY_GENERIC
+        | raw::REDISMODULE_NOTIFY_EXPIRED
+        | raw::REDISMODULE_NOTIFY_EVICTED;
+    // SAFETY: the API table is filled at load; the callback lives as long as the module.
+    let done = unsafe {
+        let subscribe = raw::RedisModule_SubscribeToKeyspaceEvents
+            .ok_or("RedisModule_SubscribeToKeyspaceEvents is missing")?;
+        subscribe(ctx.ctx, types as c_int, Some(callback))
+    };
+    if done != raw::REDISMODULE_OK as c_int {
+        return Err("cannot subscribe to key lifecycle events".into());
+    }
+    let _ = LIFECYCLE.set(subscriber);
+    Ok(())
+}
 
 /// Calls `subscriber` on each keyspace event of a write (the generic, string, list, set, hash,
 /// sorted set and stream classes), from then on. Once per module: a second subscription is

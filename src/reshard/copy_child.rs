@@ -40,6 +40,9 @@ use crate::ring::placement::Placement;
 pub enum Source {
     /// Every key of the snapshot.
     Scan,
+    /// The keys the key index names in the buckets that the ring does not give wholly to this
+    /// node (the parent checked the index is ready for the ring).
+    Index,
     /// These keys only (written after the previous pass's fork), sorted by database.
     Keys(Vec<DbKey>),
 }
@@ -169,6 +172,13 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
                 list.finish();
             }
         }
+        Source::Index => {
+            let mut list = pass.list.clone().and_then(ListWriter::create);
+            by_index(ctx, &mut walk, &mut copier, shared, list.as_mut());
+            if let Some(list) = list {
+                list.finish();
+            }
+        }
         Source::Keys(keys) => {
             let mut db = 0;
             keyspace::select_db(ctx, 0);
@@ -246,6 +256,61 @@ fn scan_db(
         }
     }
     true
+}
+
+/// Copies the keys of the buckets the ring does not give wholly to this node, as the key index
+/// names them, and adds their names to the cleanup's list.
+fn by_index(
+    ctx: &Context,
+    walk: &mut Walk,
+    copier: &mut Copier,
+    shared: &Shared,
+    mut list: Option<&mut ListWriter>,
+) {
+    let visit: Vec<bool> = (0..crate::ring::BUCKETS)
+        .map(|b| {
+            let owners = walk.ring.bucket_owners(b as u16);
+            walk.self_index.is_none_or(|me| owners != [me])
+        })
+        .collect();
+    crate::index::in_child(|index| {
+        for db in index.databases() {
+            if !keyspace::select_db(ctx, db) {
+                continue;
+            }
+            copier.shipper.select(db);
+            for (bucket, _) in index.buckets(db) {
+                if !visit[usize::from(bucket)] {
+                    continue;
+                }
+                for name in index.names(db, bucket) {
+                    walk.scanned += 1;
+                    if let Some(found) = look_up(ctx, walk, name) {
+                        walk.found.push(found);
+                    }
+                }
+                if walk.found.len() >= BATCH {
+                    if let Some(list) = list.as_deref_mut() {
+                        for f in &walk.found {
+                            list.add(db, &f.name);
+                        }
+                    }
+                    copier.ship(&mut walk.found);
+                    shared.publish(
+                        walk.scanned,
+                        &copier.shipper.tally,
+                        copier.shipper.in_flight(),
+                    );
+                }
+            }
+            if let Some(list) = list.as_deref_mut() {
+                for f in &walk.found {
+                    list.add(db, &f.name);
+                }
+            }
+            copier.ship(&mut walk.found);
+        }
+    });
 }
 
 /// A key the scan did not hand over (a pass over written keys), if it goes elsewhere and is

@@ -102,20 +102,29 @@ fn copy_tick(ctx: &Context) -> bool {
                 return false;
             }
         }
-        // Start the next pass: the whole keyspace first, then the keys written meanwhile.
+        // Start the next pass: the whole keyspace first (or what the key index names in the
+        // buckets that move), then the keys written meanwhile.
+        let whole = |runner: &super::jobs::Runner| {
+            if crate::index::with_ready(&runner.ring, |_| ()).is_some() {
+                crate::reshard::current::lock().job.keys_from = "index";
+                Source::Index
+            } else {
+                Source::Scan
+            }
+        };
         let source = if runner.scan_over {
             match dirty::take() {
                 Some(keys) => Source::Keys(keys),
-                None => Source::Scan,
+                None => whole(runner),
             }
         } else {
-            Source::Scan
+            whole(runner)
         };
         let (max_rate, paused) = {
             let st = crate::reshard::current::lock();
             (st.job.max_rate, st.job.paused)
         };
-        let walking = matches!(source, Source::Scan);
+        let walking = matches!(source, Source::Scan | Source::Index);
         let pass = Pass {
             list: if walking { runner.list.clone() } else { None },
             ring: Arc::clone(&runner.ring),

@@ -104,3 +104,14 @@ def slot_keys():
         found.setdefault(binascii.crc_hqx(key, 0) & 16383, key)
         n += 1
     return tuple(found[s] for s in range(16384))
+
+
+def key_slot(key):
+    """`CLUSTER KEYSLOT key`: Redis Cluster's hash-tag rule, then CRC-16/XMODEM mod 16384."""
+    key = key.encode() if isinstance(key, str) else key
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1:end]
+    return binascii.crc_hqx(key, 0) & 16383

@@ -1,0 +1,185 @@
+//! Building the key index: a forked child walks the keyspace and sends every name
+//! (`host::walk`), and the main thread adds them in steps of at most `STEP_BUDGET`, so that the
+//! server keeps serving. Keys made or ended meanwhile reach the index through the keyspace
+//! events (`follow`): a name ended after the fork is remembered, so that the child's copy of
+//! it is not added back.
+//!
+//! Redis runs one child at a time: while another one runs (a `BGSAVE`, a copy's pass), the
+//! build waits and tries again.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_module::Context;
+
+use crate::host::fork::{self, Exit};
+use crate::host::names::DbKey;
+use crate::index::{follow, Phase, FOLLOWING, TRACKER};
+use crate::keyindex::KeyIndex;
+
+/// How long one step may add names before it yields to the event loop.
+const STEP_BUDGET: Duration = Duration::from_millis(2);
+/// How soon a build that could not fork tries again.
+const RETRY: Duration = Duration::from_millis(100);
+/// Names read from the pipe at a time.
+const READ_BATCH: usize = 1024;
+
+thread_local! {
+    /// How the build's child ended, when the server said so.
+    static CHILD_DONE: Cell<Option<Exit>> = const { Cell::new(None) };
+    /// Lifecycle events are subscribed (once per process).
+    static SUBSCRIBED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn on_child_done(exit: Exit) {
+    CHILD_DONE.with(|d| d.set(Some(exit)));
+}
+
+fn later(after: Duration, what: fn(&Context)) {
+    crate::host::context::after(after, |ctx: &Context, what: fn(&Context)| what(ctx), what);
+}
+
+/// Starts a build for the current ring's buckets (when the index is wanted and there is a
+/// ring with buckets; else it waits for one).
+pub fn start(ctx: &Context) {
+    if !crate::index::wanted() {
+        return;
+    }
+    if !SUBSCRIBED.get() {
+        if let Err(why) =
+            crate::host::keyspace_events::subscribe_to_lifecycle(ctx, follow::on_key_event)
+        {
+            ctx.log_warning(&format!(
+                "shard: the key index cannot follow the keyspace: {why}"
+            ));
+            return;
+        }
+        SUBSCRIBED.set(true);
+    }
+    let ring = crate::state::lock().rings.current.clone();
+    let Some(ring) = ring.filter(|r| r.ring.is_some()) else {
+        TRACKER.with(|t| t.borrow_mut().phase = Phase::Waiting);
+        return;
+    };
+    // (A second start while a build runs: that build goes on.)
+    if TRACKER.with(|t| t.borrow().child.is_some()) {
+        return;
+    }
+    CHILD_DONE.with(|d| d.set(None));
+    // Every name: the test runs in the child.
+    match crate::host::walk::start(ctx, |_| true, on_child_done) {
+        Ok((pid, names)) => {
+            TRACKER.with(|t| {
+                let mut t = t.borrow_mut();
+                t.phase = Phase::Building;
+                t.index = KeyIndex::new();
+                t.gone.clear();
+                t.buckets = Some(Arc::clone(&ring));
+                t.child = Some((pid, names));
+            });
+            FOLLOWING.store(true, Ordering::Relaxed);
+            later(Duration::ZERO, step);
+        }
+        Err(_) => {
+            // Another child runs: again shortly.
+            TRACKER.with(|t| t.borrow_mut().phase = Phase::Waiting);
+            later(RETRY, start);
+        }
+    }
+}
+
+/// Stops a build (its child is killed); the index is left as it is.
+pub fn stop() {
+    let child = TRACKER.with(|t| t.borrow_mut().child.take());
+    if let Some((pid, _names)) = child {
+        fork::kill_child(pid);
+    }
+}
+
+/// Builds again from the start, on the main thread's next turn.
+pub fn restart() {
+    stop();
+    FOLLOWING.store(false, Ordering::Relaxed);
+    TRACKER.with(|t| t.borrow_mut().phase = Phase::Waiting);
+    if crate::index::wanted() {
+        later(Duration::ZERO, start);
+    }
+}
+
+/// A load begins: the index stops following until it ends (then `restart`).
+pub fn wait_for_load() {
+    stop();
+    FOLLOWING.store(false, Ordering::Relaxed);
+    TRACKER.with(|t| t.borrow_mut().phase = Phase::Waiting);
+}
+
+/// Adds what the child sent, for at most `STEP_BUDGET`; then another step, or the end.
+fn step(_ctx: &Context) {
+    let deadline = Instant::now() + STEP_BUDGET;
+    let mut pending: VecDeque<DbKey> = VecDeque::with_capacity(READ_BATCH);
+    loop {
+        let open = TRACKER.with(|t| {
+            let mut t = t.borrow_mut();
+            let t = &mut *t;
+            let (_, names) = t.child.as_mut()?;
+            let open = names.read(&mut pending, READ_BATCH);
+            let got = pending.len();
+            let ring = t.buckets.as_ref().and_then(|b| b.ring.as_ref())?;
+            for (db, name) in pending.drain(..) {
+                let key = (db, name);
+                if t.gone.is_empty() || !t.gone.contains(&key) {
+                    t.index.insert(key.0, ring.bucket(&key.1), &key.1);
+                }
+            }
+            Some((open, got))
+        });
+        match open {
+            // Stopped meanwhile.
+            None => return,
+            // The child walks on: look again in a moment.
+            Some((true, 0)) => {
+                later(Duration::from_millis(1), step);
+                return;
+            }
+            Some((true, _)) if Instant::now() < deadline => {}
+            Some((true, _)) => {
+                later(Duration::ZERO, step);
+                return;
+            }
+            Some((false, _)) => {
+                finish();
+                return;
+            }
+        }
+    }
+}
+
+/// Every name arrived: ready if the child walked it all, else built again.
+fn finish() {
+    let pid = TRACKER.with(|t| t.borrow().child.as_ref().map(|(pid, _)| *pid));
+    let Some(pid) = pid else {
+        return;
+    };
+    let Some((code, signalled)) = CHILD_DONE
+        .with(Cell::take)
+        .or_else(|| fork::reap_if_exited(pid))
+    else {
+        // Exiting: look again shortly.
+        later(Duration::from_millis(1), |_| finish());
+        return;
+    };
+    TRACKER.with(|t| t.borrow_mut().child = None);
+    if code != 0 || signalled {
+        later(RETRY, start);
+        return;
+    }
+    TRACKER.with(|t| {
+        let mut t = t.borrow_mut();
+        t.phase = Phase::Ready;
+        t.gone = Default::default();
+        t.builds += 1;
+    });
+}

@@ -1,0 +1,185 @@
+//! The key index kept in step with the keyspace (`shard.key-index yes`): the names of this
+//! node's keys by database and ring bucket (`keyindex`, the pure structure; `Ring::bucket`), so
+//! that a copy visits only the buckets a ring change gives away and `CLUSTER COUNTKEYSINSLOT`
+//! and `GETKEYSINSLOT` answer without a walk.
+//!
+//! How it stays exact:
+//! - every key made (`new`: any command, `RESTORE`, a module) is added and every key that ends
+//!   (`del`, `expired`, `evicted`, `rename_from`, `move_from`) removed, from the keyspace events
+//!   (`host::keyspace_events`, subscribed the first time the index is turned on, so that a server
+//!   that never uses it pays nothing);
+//! - `FLUSHDB`/`FLUSHALL` empty its databases and `SWAPDB` swaps them (server events);
+//! - a load (an RDB or AOF at start, `DEBUG RELOAD`, a replica's full sync) stops it, and once
+//!   the load ended it is built again (`build`): by a child that walks the keyspace, while the
+//!   main thread adds what arrives in time-bounded steps;
+//! - its buckets are those of the ring current when it was built; a current ring of another
+//!   algo or hash-tag rule makes it build again when next asked.
+//!
+//! Until it is `ready`, nothing relies on it: a copy walks, `COUNTKEYSINSLOT` scans. Keys that
+//! another module deletes without a keyspace event (`RedisModule_DeleteKey` does not tell) stay
+//! named here until a rebuild: a copy looks each name up and skips what is gone.
+
+pub mod build;
+mod follow;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::host::fork::Pid;
+use crate::keyindex::KeyIndex;
+use crate::ring::placement::Placement;
+
+pub use follow::on_keyspace_change;
+
+/// Where the index stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phase {
+    /// Turned off (or not turned on yet).
+    #[default]
+    Off,
+    /// Turned on, waiting for a ring (its buckets) or for a load to end.
+    Waiting,
+    /// A child walks the keyspace; the names arrive.
+    Building,
+    /// Exact.
+    Ready,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Off => "off",
+            Phase::Waiting => "waiting",
+            Phase::Building => "building",
+            Phase::Ready => "ready",
+        }
+    }
+}
+
+/// The index and what keeps it.
+#[derive(Default)]
+pub(crate) struct Tracker {
+    pub(crate) phase: Phase,
+    pub(crate) index: KeyIndex,
+    /// The ring whose buckets the index uses.
+    pub(crate) buckets: Option<Arc<Placement>>,
+    /// During a build: the names deleted since the child's fork, which must not be added when
+    /// the child sends them.
+    pub(crate) gone: rustc_hash::FxHashSet<(i32, Vec<u8>)>,
+    /// The building child and what it sends.
+    pub(crate) child: Option<(Pid, crate::host::names::Names)>,
+    /// How many builds ran (a figure for INFO and the tests).
+    pub(crate) builds: u64,
+}
+
+thread_local! {
+    pub(crate) static TRACKER: RefCell<Tracker> = RefCell::new(Tracker::default());
+}
+
+/// Whether `shard.key-index` is `yes`.
+static WANTED: AtomicBool = AtomicBool::new(false);
+/// Whether keyspace events change the index (building or ready): checked first by the event
+/// handler, so that a write costs one load while the index is off.
+pub(crate) static FOLLOWING: AtomicBool = AtomicBool::new(false);
+
+/// `shard.key-index` was set: the index is built (on the main thread's next turn) or dropped.
+pub fn set_wanted(on: bool) {
+    if WANTED.swap(on, Ordering::Relaxed) == on {
+        return;
+    }
+    if on {
+        TRACKER.with(|t| t.borrow_mut().phase = Phase::Waiting);
+        crate::host::context::after(
+            std::time::Duration::ZERO,
+            |ctx: &redis_module::Context, ()| build::start(ctx),
+            (),
+        );
+    } else {
+        build::stop();
+        FOLLOWING.store(false, Ordering::Relaxed);
+        TRACKER.with(|t| *t.borrow_mut() = Tracker::default());
+    }
+}
+
+/// The current ring changed: an index waiting for a ring, or built for other buckets, is
+/// built (again) for it.
+pub fn ring_changed() {
+    if !wanted() {
+        return;
+    }
+    let Some(ring) = crate::state::lock().rings.current.clone() else {
+        return;
+    };
+    let rebuild = TRACKER.with(|t| {
+        let t = t.borrow();
+        match (
+            t.phase,
+            t.buckets.as_ref().and_then(|b| b.ring.as_ref()),
+            ring.ring.as_ref(),
+        ) {
+            (Phase::Waiting, _, Some(_)) => true,
+            (Phase::Building | Phase::Ready, Some(mine), Some(theirs)) => {
+                !mine.same_buckets(theirs)
+            }
+            _ => false,
+        }
+    });
+    if rebuild {
+        build::restart();
+    }
+}
+
+/// Whether `shard.key-index` is `yes`.
+pub fn wanted() -> bool {
+    WANTED.load(Ordering::Relaxed)
+}
+
+/// The phase, and how many keys and builds, for INFO.
+pub fn status() -> (Phase, usize, u64, usize) {
+    TRACKER.with(|t| {
+        let t = t.borrow();
+        (t.phase, t.index.len(), t.builds, t.index.heap_bytes())
+    })
+}
+
+/// Runs `f` on the index as it is, in a forked child whose parent checked it was ready for the
+/// child's ring (`with_ready`): the child's snapshot of the index is that of its keyspace.
+pub fn in_child<R>(f: impl FnOnce(&KeyIndex) -> R) -> R {
+    TRACKER.with(|t| f(&t.borrow().index))
+}
+
+/// Runs `f` on the index when it is ready and its buckets are those of `ring` (same algo and
+/// hash-tag rule); `None` otherwise (and, when the index is wanted but its buckets are another
+/// ring's, a build for `ring`'s starts).
+pub fn with_ready<R>(ring: &Arc<Placement>, f: impl FnOnce(&KeyIndex) -> R) -> Option<R> {
+    let stale = TRACKER.with(|t| {
+        let t = t.borrow();
+        if t.phase != Phase::Ready {
+            return None;
+        }
+        let same = match (
+            t.buckets.as_ref().and_then(|b| b.ring.as_ref()),
+            ring.ring.as_ref(),
+        ) {
+            (Some(mine), Some(theirs)) => mine.same_buckets(theirs),
+            _ => false,
+        };
+        Some(!same)
+    });
+    match stale {
+        Some(false) => TRACKER.with(|t| Some(f(&t.borrow().index))),
+        Some(true) => {
+            // Built for a ring of other buckets: built again, for this one.
+            build::restart();
+            None
+        }
+        None => {
+            // Wanted, but waiting for a ring it did not have: now it may.
+            if wanted() && TRACKER.with(|t| t.borrow().phase == Phase::Waiting) {
+                build::restart();
+            }
+            None
+        }
+    }
+}

@@ -1,0 +1,191 @@
+"""The key index (`shard.key-index yes`, issue 32): the names of a node's keys by database and
+ring bucket, kept exact through every way a key is made or ends, and through whole-keyspace
+changes (flushes, SWAPDB, loads, a replica's full sync), checked against a full scan
+(`SHARD.DEBUG KEYINDEX db` lists what the index holds). With it, a copy visits only the buckets
+that move (STATUS `keys_from: index`), and CLUSTER COUNTKEYSINSLOT/GETKEYSINSLOT answer from it."""
+
+import signal
+import time
+
+import pytest
+import redis
+
+from helpers.fleet import owners, start_fleet
+from helpers.keys import key_slot
+from helpers.reshard import status, wait_job
+from helpers.server import info_shard, pipelined, until, wait_in_sync
+
+DEBUG = [("enable-debug-command", "yes")]
+
+
+def indexed(client, db=0):
+    """{name: bucket} the index holds for `db` (waits until it is ready)."""
+    def ready():
+        try:
+            return client.execute_command("SHARD.DEBUG", "KEYINDEX", db)
+        except redis.ResponseError as e:
+            if "NOTREADY" in str(e):
+                return None
+            raise
+    flat = until(lambda: (r := ready()) is not None and (r,), "the key index to be ready")[0]
+    return {name: bucket for bucket, name in zip(flat[::2], flat[1::2])}
+
+
+def assert_exact(server, dbs=(0,), slots=False):
+    c = server.client()
+    for db in dbs:
+        got = indexed(c, db)
+        want = set(server.client(db=db).scan_iter(count=1000))
+        assert set(got) == want, (db, len(got), len(want),
+                                  sorted(set(got) ^ want)[:5])
+        if slots:
+            assert all(b == key_slot(n) for n, b in got.items())
+
+
+def node(server_factory, algo="ketama", config=(), extra=()):
+    s = server_factory(module_args=["self", "a", "key-index", "yes", *extra],
+                       config=[*DEBUG, *config])
+    ring = ["slots", "a", f"127.0.0.1:{s.port}", 1] if algo == "slots" else \
+        [algo, "a", f"127.0.0.1:{s.port}", 1]
+    s.client().execute_command("SHARD.RING", "SET", *ring)
+    return s
+
+
+@pytest.mark.parametrize("algo", ["ketama", "slots"])
+def test_the_index_follows_every_way_a_key_is_made_or_ends(server_factory, algo):
+    s = node(server_factory, algo)
+    c = s.client()
+    pipelined(c, [("SET", f"k:{i}", i) for i in range(3000)])
+    assert_exact(s, slots=algo == "slots")
+    # Deletions of every kind.
+    c.delete(*[f"k:{i}" for i in range(0, 100)])
+    c.unlink(*[f"k:{i}" for i in range(100, 200)])
+    c.rename("k:200", "renamed:200")
+    c.renamenx("k:201", "renamed:201")
+    c.set("k:202", "over")  # an overwrite makes nothing new
+    c.move("k:203", 2)
+    c.copy("k:204", "copied:204")
+    c.restore("restored", 0, c.dump("k:205"))
+    c.getdel("k:206")
+    # Containers that empty themselves.
+    c.rpush("list", "a")
+    c.lpop("list")
+    c.sadd("set", "m")
+    c.srem("set", "m")
+    c.hset("hash", "f", "v")
+    c.hdel("hash", "f")
+    c.zadd("zset", {"m": 1})
+    c.zpopmin("zset")
+    c.xadd("stream", {"f": "v"})
+    # Expiries: active, lazy (a read of an expired key), and a write over an expired key.
+    for i in range(300, 400):
+        c.pexpire(f"k:{i}", 1)
+    c.pexpire("k:400", 1)
+    c.pexpire("k:401", 1)
+    time.sleep(0.05)
+    c.get("k:400")
+    c.set("k:401", "again")
+    until(lambda: c.dbsize() == len(set(c.scan_iter(count=1000))) and not any(
+        c.exists(f"k:{i}") for i in range(300, 400)), "the expired keys to go")
+    assert_exact(s, dbs=(0, 2), slots=algo == "slots")
+    # Whole databases: SWAPDB, FLUSHDB, FLUSHALL.
+    c.execute_command("SWAPDB", 0, 2)
+    assert_exact(s, dbs=(0, 2))
+    c.execute_command("SWAPDB", 0, 2)
+    s.client(db=2).flushdb()
+    assert_exact(s, dbs=(0, 2))
+    c.flushall()
+    assert indexed(c) == {}
+    c.set("after-flush", 1)
+    assert_exact(s)
+
+
+def test_evicted_keys_leave_the_index(server_factory):
+    s = node(server_factory, config=[("maxmemory-policy", "allkeys-random")])
+    c = s.client()
+    used = c.info("memory")["used_memory"]
+    c.config_set("maxmemory", used + 2_000_000)
+    pipelined(c, [("SET", f"big:{i}", "x" * 1000) for i in range(5000)], raise_on_error=False)
+    assert c.info("stats")["evicted_keys"] > 0
+    # (Every command evicts while the server is over maxmemory: none after this, so that the
+    # index and the scan see the same keys.)
+    c.config_set("maxmemory", 0)
+    assert_exact(s)
+
+
+def test_the_index_is_built_when_turned_on_and_after_a_load_and_a_restart(server_factory):
+    s = server_factory(module_args=["self", "a"],
+                       config=[*DEBUG, ("appendonly", "yes"), ("appendfsync", "always")])
+    c = s.client()
+    c.execute_command("SHARD.RING", "SET", "ketama", "a", f"127.0.0.1:{s.port}", 1)
+    pipelined(c, [("SET", f"k:{i}", i) for i in range(20_000)])
+    with pytest.raises(redis.ResponseError, match="NOTREADY"):
+        c.execute_command("SHARD.DEBUG", "KEYINDEX", 0)
+    c.config_set("shard.key-index", "yes")
+    assert_exact(s)
+    assert info_shard(c)["key_index"] == "ready"
+    builds = int(info_shard(c)["key_index_builds"])
+    c.execute_command("DEBUG", "RELOAD")
+    until(lambda: int(info_shard(c)["key_index_builds"]) > builds, "a build after the load")
+    assert_exact(s)
+    with pytest.raises(redis.ResponseError, match="key-index is yes or no"):
+        c.config_set("shard.key-index", "maybe")
+    # A restart from the AOF: the setting given at load builds it again.
+    s.module_args += ["key-index", "yes"]
+    s.stop(signal.SIGKILL)
+    s.start()
+    assert_exact(s)
+    c = s.client()
+    c.config_set("shard.key-index", "no")
+    assert info_shard(c)["key_index"] == "off"
+    assert info_shard(c)["key_index_keys"] == "0"
+
+
+def test_a_replica_after_its_full_sync_holds_an_exact_index(server_factory):
+    primary = node(server_factory)
+    pipelined(primary.client(), [("SET", f"k:{i}", i) for i in range(5000)])
+    replica = server_factory(module_args=["self", "a", "key-index", "yes"], config=DEBUG)
+    replica.client().execute_command("REPLICAOF", "127.0.0.1", primary.port)
+    wait_in_sync(primary.client(), replica.client(), timeout=30)
+    primary.client().delete(*[f"k:{i}" for i in range(100)])
+    primary.client().set("new-after-sync", 1)
+    wait_in_sync(primary.client(), replica.client(), timeout=30)
+    assert_exact(replica)
+
+
+def test_countkeysinslot_and_getkeysinslot_answer_from_the_index(server_factory):
+    s = node(server_factory, "slots")
+    c = s.client()
+    c.config_set("shard.cluster-protocol", "yes")
+    names = [f"{{user{i % 5}}}:{i}" for i in range(100)]
+    pipelined(c, [("SET", n, 1) for n in names])
+    indexed(c)  # ready
+    for tag in range(5):
+        slot = key_slot(f"{{user{tag}}}:0".encode())
+        assert c.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 20
+        got = c.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 7)
+        assert len(got) == 7 and all(key_slot(n) == slot for n in got)
+
+
+def test_a_copy_with_the_index_visits_only_the_buckets_that_move(server_factory):
+    servers = start_fleet(server_factory, ["a", "b"], ring=["a"],
+                          module_args=["key-index", "yes"], config=DEBUG)
+    a = servers["a"].client()
+    pipelined(a, [("SET", f"k:{i}", i) for i in range(30_000)])
+    indexed(a)
+    servers.ring({"a": 3, "b": 1}, verb="BEGIN")
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    st = wait_job(a)
+    keys = [f"k:{i}" for i in range(30_000)]
+    moving = [k for k, o in zip(keys, owners(a, keys)) if o == "b"]
+    assert st["state"] == b"done" and st["keys_from"] == b"index", st
+    assert st["copied"] == len(moving) == servers["b"].client().dbsize()
+    # It looked at the keys of the buckets that move, not at the whole keyspace.
+    assert len(moving) <= st["scanned"] < 30_000 / 2, st["scanned"]
+    for n in ("a", "b"):
+        servers[n].client().execute_command("SHARD.RING", "COMMIT")
+    a.execute_command("SHARD.RESHARD", "CLEANUP")
+    st = wait_job(a)
+    assert st["keys_from"] == b"list" and st["deleted"] == len(moving), st
+    assert a.dbsize() == 30_000 - len(moving)
+    assert_exact(servers["a"])
