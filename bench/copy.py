@@ -74,6 +74,8 @@ ROOT = base.ROOT
 RESULTS = ROOT / "bench" / "results.md"
 SECTION = "## Resharding speed (issue 21)"
 VALKEY = os.environ.get("VALKEY_SERVER") or None
+# `KEY_INDEX=yes`: the servers with the module keep the key index (`shard.key-index`).
+KEY_INDEX = os.environ.get("KEY_INDEX") or "no"
 
 
 def start(binary, module=True, cluster=False, name="s"):
@@ -82,7 +84,7 @@ def start(binary, module=True, cluster=False, name="s"):
     argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
             "no", "--dir", str(base.TMP), "--logfile", str(log), "--enable-debug-command", "yes"]
     if module:
-        argv += ["--loadmodule", str(base.MODULE), "self", name]
+        argv += ["--loadmodule", str(base.MODULE), "self", name, "key-index", KEY_INDEX]
     if cluster:
         conf = base.TMP / f"copy-{name}-{port}.conf"
         conf.unlink(missing_ok=True)
@@ -515,6 +517,8 @@ def shard_grow_round(keys):
             sys.exit(f"grow: a cleanup failed: {sts2}")
         copied = sum(st[b"copied"] for st in sts)
         deleted = sum(st[b"deleted"] for st in sts2)
+        print(f"  keys from: copy {[st[b'keys_from'] for st in sts]}, cleanup "
+              f"{[st[b'keys_from'] for st in sts2]}", flush=True)
         sizes = [c.call("DBSIZE") for c in cs]
         if sum(sizes) != 3 * keys or sizes[3] != copied or deleted != copied:
             sys.exit(f"grow: DBSIZE {sizes} (want {3 * keys} in all), copied {copied}, "
