@@ -2,6 +2,7 @@
 //!
 //! - `keys/`: time-sorted unique keys (layouts, base62, the generator): pure Rust.
 //! - `ring/`: where a key lives (ketama, jedis, redis-shard, cluster slots): pure Rust.
+//! - `keyindex/`: the key names of each database by ring bucket, packed for memory: pure Rust.
 //! - `commands/`: the glue from Redis commands to the core, every call guarded against panics.
 //! - `config`, `info`, `state`: module configurations, the INFO section, the shared state.
 

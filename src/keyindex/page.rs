@@ -8,6 +8,7 @@
 //! A name of `LONG_NAME` bytes or more lives in its own allocation beside its hash (`big`), so
 //! that no step ever copies or hashes a long name again.
 
+use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
 /// The control byte of a free record (a used one holds the hash's top 7 bits: 0..=127).
@@ -23,6 +24,9 @@ pub(super) const PAGE_MAX: usize = 1024;
 /// The smallest table.
 const MIN_CAP: usize = 4;
 
+/// A long name and its hash.
+type Long = (u64, Box<[u8]>);
+
 /// A set of names (see the module doc).
 #[derive(Debug, Default)]
 pub(super) struct Page {
@@ -31,7 +35,7 @@ pub(super) struct Page {
     /// record and the name a lookup reads are near each other.
     data: Vec<u8>,
     /// Long names and their hashes.
-    big: Vec<(u64, Box<[u8]>)>,
+    big: Vec<Long>,
     /// Records in the table.
     cap: u32,
     /// Live entries.
@@ -105,9 +109,6 @@ fn push_entry(arena: &mut Vec<u8>, name: &[u8]) {
     arena.push(n as u8);
     arena.extend_from_slice(name);
 }
-
-/// How a refill hashes a name (see `Page::refill`).
-type NameHash<'a> = &'a dyn Fn(&[u8]) -> u64;
 
 impl Page {
     /// A page sized for `n` entries and `arena` bytes of names.
@@ -319,9 +320,9 @@ impl Page {
     }
 
     /// Moves the entries of `old` (a table of `old_cap` records and its arena) into this page's
-    /// empty table, packing the arena: `hash` gives each entry's hash when the records are
-    /// placed anew, `None` keeps each record where it was.
-    fn refill(&mut self, old: &[u8], old_cap: usize, hash: Option<NameHash<'_>>) {
+    /// empty table, packing the arena: with a hasher the records are placed anew, without one
+    /// each record stays where it was.
+    fn refill<H: BuildHasher>(&mut self, old: &[u8], old_cap: usize, hasher: Option<&H>) {
         let (table, arena) = old.split_at((old_cap * RECORD).min(old.len()));
         for (i, record) in table.chunks_exact(RECORD).enumerate() {
             if record[0] == EMPTY {
@@ -335,11 +336,11 @@ impl Page {
                 let name = arena_entry(arena, reference as usize).0;
                 reference = (self.data.len() - self.cap() * RECORD) as u32;
                 push_entry(&mut self.data, name);
-                if let Some(f) = hash {
-                    h = f(name);
+                if let Some(hasher) = hasher {
+                    h = hasher.hash_one(name);
                 }
             }
-            if hash.is_some() {
+            if hasher.is_some() {
                 self.place(h, reference);
             } else {
                 self.set(i, record[0], reference);
@@ -351,21 +352,22 @@ impl Page {
     fn resize(&mut self, cap: usize, hasher: &impl BuildHasher) {
         let old_cap = self.cap();
         let old = std::mem::take(&mut self.data);
-        let live = old.len() - old_cap * RECORD - self.garbage as usize;
+        let live =
+            (old.len().saturating_sub(old_cap * RECORD)).saturating_sub(self.garbage as usize);
         self.data = fresh(cap, live);
         self.cap = cap as u32;
         self.garbage = 0;
-        self.refill(&old, old_cap, Some(&|name: &[u8]| hasher.hash_one(name)));
+        self.refill(&old, old_cap, Some(hasher));
     }
 
     /// The arena without its dead entries (each record stays where it is).
     fn compact(&mut self) {
         let cap = self.cap();
         let old = std::mem::take(&mut self.data);
-        let live = old.len() - cap * RECORD - self.garbage as usize;
+        let live = (old.len().saturating_sub(cap * RECORD)).saturating_sub(self.garbage as usize);
         self.data = fresh(cap, live);
         self.garbage = 0;
-        self.refill(&old, cap, None);
+        self.refill(&old, cap, None::<&RandomState>);
     }
 
     /// Splits the page by hash bit `bit` (of the hash's upper half): the entries without it
@@ -396,7 +398,7 @@ impl Page {
         }
         *self = Page::with_capacity(entries.len() - ones, zero_bytes, depth);
         let mut moved = Page::with_capacity(ones, one_bytes, depth);
-        let mut big: Vec<Option<(u64, Box<[u8]>)>> = old.big.into_iter().map(Some).collect();
+        let mut big: Vec<Option<Long>> = old.big.into_iter().map(Some).collect();
         for (hash, reference) in entries {
             let to = if (hash >> (32 + bit)) & 1 == 1 {
                 &mut moved
@@ -429,7 +431,7 @@ impl Page {
     /// Bytes this page holds on the heap.
     pub(super) fn heap_bytes(&self) -> usize {
         self.data.capacity()
-            + self.big.capacity() * std::mem::size_of::<(u64, Box<[u8]>)>()
+            + self.big.capacity() * std::mem::size_of::<Long>()
             + self.big.iter().map(|b| b.1.len()).sum::<usize>()
     }
 }
