@@ -60,11 +60,33 @@ fn tag(hash: u64) -> u8 {
 
 /// A table of `cap` free records, with room for `arena` bytes of names after it.
 fn fresh(cap: usize, arena: usize) -> Vec<u8> {
-    let mut data = Vec::with_capacity(cap * RECORD + arena);
+    let mut data = Vec::with_capacity(size_class(cap * RECORD + arena));
     for _ in 0..cap {
         data.extend_from_slice(&[EMPTY, 0, 0, 0, 0]);
     }
     data
+}
+
+/// `n` rounded up to the size class of jemalloc (Redis's allocator), which gives a request
+/// that much anyway: 16-byte steps up to 128, then four classes for each doubling.
+pub(super) fn size_class(n: usize) -> usize {
+    if n <= 8 {
+        return 8;
+    }
+    if n <= 128 {
+        return n.div_ceil(16) * 16;
+    }
+    let step = 1usize << ((usize::BITS - 1 - (n - 1).leading_zeros()) - 2);
+    n.div_ceil(step) * step
+}
+
+/// What an allocation of `n` bytes costs (none for 0: no allocation).
+pub(super) fn allocated(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        size_class(n)
+    }
 }
 
 /// The reference in a record.
@@ -221,7 +243,8 @@ impl Page {
         }
         if self.data.capacity() - self.data.len() < need {
             // A quarter of the arena more at a time: its slack stays small.
-            self.data.reserve_exact(need.max(offset / 4).max(16));
+            let want = size_class(self.data.len() + need.max(offset / 4).max(16));
+            self.data.reserve_exact(want - self.data.len());
         }
         push_entry(&mut self.data, name);
         Some(offset as u32)
@@ -428,11 +451,11 @@ impl Page {
         PageNames { page: self, at: 0 }
     }
 
-    /// Bytes this page holds on the heap.
+    /// Bytes this page holds on the heap, each allocation counted at its size class.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.data.capacity()
-            + self.big.capacity() * std::mem::size_of::<Long>()
-            + self.big.iter().map(|b| b.1.len()).sum::<usize>()
+        allocated(self.data.capacity())
+            + allocated(self.big.capacity() * std::mem::size_of::<Long>())
+            + self.big.iter().map(|b| allocated(b.1.len())).sum::<usize>()
     }
 }
 
