@@ -1,9 +1,11 @@
 //! `Page`: a small set of names, built for memory: the names packed in one arena (a length, then
 //! the bytes), and an open-addressing table of 5-byte records (a control byte holding 7 bits of
 //! the name's hash, then the entry's offset in the arena). Linear probing, deletion by backward
-//! shift (no tombstones), the table kept between 50% and 80% full and grown or shrunk by about
-//! a quarter at a time, the arena compacted when a quarter of it is dead. Every step is bounded
-//! by the page's size, which its bucket keeps under `PAGE_MAX` entries by splitting it.
+//! shift (no tombstones). The table is at most 80% full: it grows by about a quarter when it
+//! would be fuller, shrinks when under 25% full, and is 62% full after either; the arena grows
+//! by a quarter (to the allocator's next size class) and is compacted when a quarter of it is
+//! dead. Every step is bounded by the page's size, which its bucket keeps under `PAGE_MAX`
+//! entries by splitting it.
 //!
 //! A name of `LONG_NAME` bytes or more lives in its own allocation beside its hash (`big`), so
 //! that no step ever copies or hashes a long name again.
