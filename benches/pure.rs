@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the pure core (no Redis): base62, each layout's text and bits, the
-//! generator's reserve, and each ring's lookup. Run with `cargo bench --features system-alloc`
-//! (or `cargo bench --features system-alloc -- ring` for some).
+//! generator's reserve, and each ring's lookup and bucket. Run with
+//! `cargo bench --features system-alloc` (or `cargo bench --features system-alloc -- ring` for
+//! some).
 //!
 //! The crate is built with its `system-alloc` feature here (see `required-features` in
 //! Cargo.toml): outside Redis, Redis's allocator is not available.
@@ -193,6 +194,12 @@ fn bench_rings(c: &mut Criterion) {
                 b.iter(|| {
                     i = (i + 1) & 1023;
                     r.locate(black_box(&keys[i])).node
+                })
+            });
+            g.bench_function(format!("bucket/{algo}/{n}"), |b| {
+                b.iter(|| {
+                    i = (i + 1) & 1023;
+                    r.bucket(black_box(&keys[i]))
                 })
             });
         }

@@ -46,8 +46,8 @@ fuzz_target!(|data: &[u8]| {
             vec![fill; 1000 + (len - 200) * 8]
         } else {
             let end = (at + len % 24).min(data.len());
-            let n = data[at..end].to_vec();
-            at = end;
+            let n = data.get(at..end).unwrap_or(&[]).to_vec();
+            at = end.max(at);
             n
         };
         let set = model.entry((db, bucket)).or_default();

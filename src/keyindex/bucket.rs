@@ -5,7 +5,7 @@
 
 use std::hash::BuildHasher;
 
-use super::page::{Page, PAGE_MAX};
+use super::page::{allocated, Page, PAGE_MAX};
 
 /// The directory's hash bits: bits 32.. of the name's hash (the table uses bits 0..32, the
 /// control byte bits 57..64).
@@ -148,8 +148,8 @@ impl Bucket {
         match self {
             Bucket::One(p) => p.heap_bytes(),
             Bucket::Split(s) => {
-                s.dir.capacity() * 4
-                    + s.pages.capacity() * std::mem::size_of::<Page>()
+                allocated(s.dir.capacity() * 4)
+                    + allocated(s.pages.capacity() * std::mem::size_of::<Page>())
                     + s.pages.iter().map(Page::heap_bytes).sum::<usize>()
             }
         }

@@ -16,7 +16,10 @@
 //! records. Names are hashed with SipHash-1-3 under keys chosen at random for each index (the
 //! standard library's `RandomState`, as Redis's own dictionaries use SipHash), so that no one
 //! can choose names that collide. Every operation is O(1) amortized, and its worst step (a
-//! page's resize, compaction or split) is bounded by a page's 1024 entries.
+//! page's resize, compaction or split) is bounded by a page's 1024 entries. Names are any
+//! bytes, empty or long (a name of 1024 bytes or more gets an allocation of its own, with its
+//! hash, and is never copied or hashed again). Clearing a database frees a few allocations per
+//! bucket, not one per name.
 
 mod bucket;
 mod page;
@@ -27,7 +30,7 @@ use std::hash::BuildHasher;
 use rustc_hash::FxHashMap;
 
 use bucket::Bucket;
-use page::{Page, PageNames};
+use page::{allocated, Page, PageNames};
 
 /// Number of buckets of each database (as many as the ring's, `ring::BUCKETS`). A bucket
 /// number is taken modulo this.
@@ -207,19 +210,19 @@ impl KeyIndex {
         self.len == 0
     }
 
-    /// Bytes the index holds on the heap (as requested from the allocator, which may round
-    /// each allocation up).
+    /// Bytes the index holds on the heap, each allocation counted at its size class in
+    /// jemalloc (Redis's allocator, which counts them so in `used_memory`).
     pub fn heap_bytes(&self) -> usize {
-        let map = self.dbs.capacity() * (std::mem::size_of::<(i32, Db)>() + 1);
+        let map = allocated(self.dbs.capacity() * (std::mem::size_of::<(i32, Db)>() + 1));
         let dbs: usize = self
             .dbs
             .values()
             .map(|d| {
-                d.buckets.len() * std::mem::size_of::<Option<Box<Bucket>>>()
+                allocated(d.buckets.len() * std::mem::size_of::<Option<Box<Bucket>>>())
                     + d.buckets
                         .iter()
                         .flatten()
-                        .map(|b| std::mem::size_of::<Bucket>() + b.heap_bytes())
+                        .map(|b| allocated(std::mem::size_of::<Bucket>()) + b.heap_bytes())
                         .sum::<usize>()
             })
             .sum();

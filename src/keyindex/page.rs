@@ -1,9 +1,11 @@
 //! `Page`: a small set of names, built for memory: the names packed in one arena (a length, then
 //! the bytes), and an open-addressing table of 5-byte records (a control byte holding 7 bits of
 //! the name's hash, then the entry's offset in the arena). Linear probing, deletion by backward
-//! shift (no tombstones), the table kept between 50% and 80% full and grown or shrunk by about
-//! a quarter at a time, the arena compacted when a quarter of it is dead. Every step is bounded
-//! by the page's size, which its bucket keeps under `PAGE_MAX` entries by splitting it.
+//! shift (no tombstones). The table is at most 80% full: it grows by about a quarter when it
+//! would be fuller, shrinks when under 25% full, and is 62% full after either; the arena grows
+//! by a quarter (to the allocator's next size class) and is compacted when a quarter of it is
+//! dead. Every step is bounded by the page's size, which its bucket keeps under `PAGE_MAX`
+//! entries by splitting it.
 //!
 //! A name of `LONG_NAME` bytes or more lives in its own allocation beside its hash (`big`), so
 //! that no step ever copies or hashes a long name again.
@@ -60,11 +62,33 @@ fn tag(hash: u64) -> u8 {
 
 /// A table of `cap` free records, with room for `arena` bytes of names after it.
 fn fresh(cap: usize, arena: usize) -> Vec<u8> {
-    let mut data = Vec::with_capacity(cap * RECORD + arena);
+    let mut data = Vec::with_capacity(size_class(cap * RECORD + arena));
     for _ in 0..cap {
         data.extend_from_slice(&[EMPTY, 0, 0, 0, 0]);
     }
     data
+}
+
+/// `n` rounded up to the size class of jemalloc (Redis's allocator), which gives a request
+/// that much anyway: 16-byte steps up to 128, then four classes for each doubling.
+pub(super) fn size_class(n: usize) -> usize {
+    if n <= 8 {
+        return 8;
+    }
+    if n <= 128 {
+        return n.div_ceil(16) * 16;
+    }
+    let step = 1usize << ((usize::BITS - 1 - (n - 1).leading_zeros()) - 2);
+    n.div_ceil(step) * step
+}
+
+/// What an allocation of `n` bytes costs (none for 0: no allocation).
+pub(super) fn allocated(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        size_class(n)
+    }
 }
 
 /// The reference in a record.
@@ -221,7 +245,8 @@ impl Page {
         }
         if self.data.capacity() - self.data.len() < need {
             // A quarter of the arena more at a time: its slack stays small.
-            self.data.reserve_exact(need.max(offset / 4).max(16));
+            let want = size_class(self.data.len() + need.max(offset / 4).max(16));
+            self.data.reserve_exact(want - self.data.len());
         }
         push_entry(&mut self.data, name);
         Some(offset as u32)
@@ -428,11 +453,11 @@ impl Page {
         PageNames { page: self, at: 0 }
     }
 
-    /// Bytes this page holds on the heap.
+    /// Bytes this page holds on the heap, each allocation counted at its size class.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.data.capacity()
-            + self.big.capacity() * std::mem::size_of::<Long>()
-            + self.big.iter().map(|b| b.1.len()).sum::<usize>()
+        allocated(self.data.capacity())
+            + allocated(self.big.capacity() * std::mem::size_of::<Long>())
+            + self.big.iter().map(|b| allocated(b.1.len())).sum::<usize>()
     }
 }
 

@@ -307,3 +307,27 @@ fn run(keys: &[([u8; 16], u16)], what: &str) -> f64 {
     println!("  clear_db of {} names: {:?}", n - n / 2, t.elapsed());
     per_key
 }
+
+#[test]
+fn size_classes_are_jemallocs() {
+    let pairs = [
+        (1, 8),
+        (8, 8),
+        (9, 16),
+        (17, 32),
+        (128, 128),
+        (129, 160),
+        (160, 160),
+    ];
+    let more = [
+        (161, 192),
+        (256, 256),
+        (257, 320),
+        (4097, 5120),
+        (14337, 16384),
+    ];
+    for (n, class) in pairs.into_iter().chain(more) {
+        assert_eq!(super::page::size_class(n), class, "{n}");
+    }
+    assert_eq!(super::page::allocated(0), 0);
+}
