@@ -84,7 +84,9 @@ def start(binary, module=True, cluster=False, name="s"):
     argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
             "no", "--dir", str(base.TMP), "--logfile", str(log), "--enable-debug-command", "yes"]
     if module:
-        argv += ["--loadmodule", str(base.MODULE), "self", name, "key-index", KEY_INDEX]
+        argv += ["--loadmodule", str(base.MODULE), "self", name]
+        if KEY_INDEX == "yes":
+            argv += ["key-index", "yes"]
     if cluster:
         conf = base.TMP / f"copy-{name}-{port}.conf"
         conf.unlink(missing_ok=True)
