@@ -115,6 +115,11 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         host::events::on_event_loop(ctx, before_sleep, net::pool::after_sleep)?;
         host::events::on_role_change(ctx, topology::nodes::set_replica);
         host::events::on_keyspace_change(ctx, keyspace_changed);
+        // A child follows no keyspace event (the parent's records are the parent's).
+        host::fork::in_child(|| {
+            index::stop_following();
+            reshard::dirty::stop_recording();
+        });
     }
     // A fleet operation's old and new rings are watched too (their Sentinel nodes' addresses).
     topology::watcher::set_more_rings(|| {

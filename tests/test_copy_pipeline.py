@@ -332,6 +332,9 @@ def test_keys_of_every_database_move_to_the_same_database(server_factory):
     # next pass finds it among the written keys, with its database.
     written = moving_keys(a, 50, prefix="written-during")[0]
     a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", 3000)
+    # (Its child forked and walks: a fork can wait for another child, such as a key index's
+    # build.)
+    until(lambda: status(a)["scanned"] > 0, "the copy's first pass to walk")
     time.sleep(0.3)
     assert status(a)["state"] == b"copying" and status(a)["passes"] == 1
     dbs[3][0].set(written, "x")

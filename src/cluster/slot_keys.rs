@@ -10,27 +10,28 @@ use redis_module::Context;
 use crate::host::keyspace::{self, ScanCursor};
 use crate::ring::{key_slot, Algo, HashTag};
 
-/// How many keys of the selected database are in `slot`, and the first `max` of them.
-pub fn keys_in_slot(ctx: &Context, slot: u16, max: usize) -> (u64, Vec<Vec<u8>>) {
+/// How many keys of the selected database are in `slot` (when `count` is asked: else the walk
+/// ends once it has `max` names), and the first `max` of them.
+pub fn keys_in_slot(ctx: &Context, slot: u16, max: usize, count: bool) -> (u64, Vec<Vec<u8>>) {
     if let Some(found) = from_index(ctx, slot, max) {
         return found;
     }
     let mut names = Vec::new();
-    let mut count = 0u64;
+    let mut found = 0u64;
     let Some(cursor) = ScanCursor::new() else {
         return (0, names);
     };
     loop {
         let more = cursor.scan(ctx, &mut |name, _| {
             if key_slot(name) == slot {
-                count += 1;
+                found += 1;
                 if names.len() < max {
                     names.push(name.to_vec());
                 }
             }
         });
-        if !more {
-            return (count, names);
+        if !more || (!count && names.len() >= max) {
+            return (found, names);
         }
     }
 }

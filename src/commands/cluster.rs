@@ -53,7 +53,7 @@ pub fn cluster(call: &Call) -> CmdResult {
                 .ok()
                 .filter(|s| usize::from(*s) < SLOTS)
                 .ok_or_else(|| CmdError::err("Invalid slot"))?;
-            let (count, _) = slot_keys::keys_in_slot(call.ctx, slot, 0);
+            let (count, _) = slot_keys::keys_in_slot(call.ctx, slot, 0, true);
             reply.int(i64::try_from(count).unwrap_or(i64::MAX));
         }
         "getkeysinslot" if args.len() == 4 => {
@@ -65,7 +65,7 @@ pub fn cluster(call: &Call) -> CmdResult {
                 .filter(|s| usize::from(*s) < SLOTS)
                 .ok_or_else(invalid)?;
             let count = usize::try_from(count).map_err(|_| invalid())?;
-            let (_, keys) = slot_keys::keys_in_slot(call.ctx, slot, count);
+            let (_, keys) = slot_keys::keys_in_slot(call.ctx, slot, count, false);
             reply.array(keys.len());
             for k in keys {
                 reply.bulk(&k);

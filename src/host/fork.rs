@@ -33,6 +33,16 @@ thread_local! {
     static DONE: Cell<fn(Exit)> = const { Cell::new(no_handler) };
 }
 
+thread_local! {
+    /// Run first in every child (`in_child`).
+    static IN_CHILD: Cell<fn()> = const { Cell::new(|| {}) };
+}
+
+/// Sets what every child runs first, before its own work (registered at load).
+pub fn in_child(first: fn()) {
+    IN_CHILD.with(|c| c.set(first));
+}
+
 /// Forks through the server. In the parent: the child's pid; `done` is called on the main
 /// thread when the child exits (unless it was reaped by `reap_if_exited` or killed by
 /// `kill_child` first). In the child: `Forked::Child`, the child running at the lowest
@@ -53,6 +63,9 @@ pub fn fork(done: fn(Exit)) -> Result<Forked, String> {
     if pid == 0 {
         // The child yields the CPU to the server's clients: its work may go slower, not them.
         lower_priority();
+        // What the parent follows from keyspace events is the parent's: a child that opens a
+        // key (and so may expire it) must not touch it.
+        (IN_CHILD.with(Cell::get))();
         return Ok(Forked::Child);
     }
     Ok(Forked::Parent(pid))

@@ -80,7 +80,7 @@ pub fn subscribe_to_lifecycle(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> 
 }
 
 /// Calls `subscriber` on each keyspace event of a write (the generic, string, list, set, hash,
-/// sorted set and stream classes), from then on. Once per module: a second subscription is
+/// sorted set, stream and module classes, and `new`), from then on. Once per module: a second subscription is
 /// refused.
 pub fn subscribe_to_writes(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
     if SUBSCRIBER.get().is_some() {
@@ -97,18 +97,23 @@ pub fn subscribe_to_writes(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Res
         }
         0
     }
-    let types = raw::NotifyEvent::GENERIC
+    // (And `new`: a key made by a module's own type, or by a module that tells no event of
+    // its own, still says it was added.)
+    let types = (raw::NotifyEvent::GENERIC
         | raw::NotifyEvent::STRING
         | raw::NotifyEvent::LIST
         | raw::NotifyEvent::SET
         | raw::NotifyEvent::HASH
         | raw::NotifyEvent::ZSET
-        | raw::NotifyEvent::STREAM;
+        | raw::NotifyEvent::STREAM
+        | raw::NotifyEvent::MODULE)
+        .bits()
+        | raw::REDISMODULE_NOTIFY_NEW;
     // SAFETY: the API table is filled at load; the callback lives as long as the module.
     let done = unsafe {
         let subscribe = raw::RedisModule_SubscribeToKeyspaceEvents
             .ok_or("RedisModule_SubscribeToKeyspaceEvents is missing")?;
-        subscribe(ctx.ctx, types.bits(), Some(callback))
+        subscribe(ctx.ctx, types, Some(callback))
     };
     if done != raw::REDISMODULE_OK as c_int {
         return Err("cannot subscribe to keyspace events".into());

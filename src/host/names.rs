@@ -24,6 +24,8 @@ pub struct Names {
     pub walked: u64,
     /// Names read so far.
     names: u64,
+    /// The count of a list's `End` record, once read (a name after it unsets it).
+    ended: Option<u64>,
     /// The database of the names being read.
     db: i32,
     /// Whether the read end is in the server's event loop (waiting for names).
@@ -32,6 +34,7 @@ pub struct Names {
 
 const WALKED: u32 = u32::MAX;
 const DATABASE: u32 = u32::MAX - 1;
+const END: u32 = u32::MAX - 2;
 
 /// One record of the pipe.
 #[derive(Debug, PartialEq, Eq)]
@@ -42,6 +45,8 @@ pub enum Record<'a> {
     Walked(u64),
     /// The database of the names that follow.
     Database(i32),
+    /// The end of a list, with the count of its names: only a list that ends so is whole.
+    End(u64),
 }
 
 impl Record<'_> {
@@ -63,6 +68,10 @@ impl Record<'_> {
                 out.extend_from_slice(&DATABASE.to_le_bytes());
                 out.extend_from_slice(&db.to_le_bytes());
             }
+            Record::End(n) => {
+                out.extend_from_slice(&END.to_le_bytes());
+                out.extend_from_slice(&n.to_le_bytes());
+            }
         }
     }
 
@@ -79,6 +88,10 @@ impl Record<'_> {
             DATABASE => (
                 Record::Database(i32::from_le_bytes(body.get(..4)?.try_into().ok()?)),
                 8,
+            ),
+            END => (
+                Record::End(u64::from_le_bytes(body.get(..8)?.try_into().ok()?)),
+                12,
             ),
             len => {
                 let len = usize::try_from(len).ok()?;
@@ -97,6 +110,7 @@ impl Names {
             eof: false,
             walked: 0,
             names: 0,
+            ended: None,
             db: 0,
             registered: false,
         }
@@ -117,10 +131,10 @@ impl Names {
         self.registered
     }
 
-    /// Whether a list (`moved`) was read to its end, whole: its last record counts every
-    /// name before it.
+    /// Whether a list (`moved`) was read to its end, whole: it ended with its `End` record,
+    /// which counts every name before it, and nothing after.
     pub fn whole_list(&self) -> bool {
-        self.eof && self.buf.is_empty() && self.walked == self.names
+        self.eof && self.buf.is_empty() && self.ended == Some(self.names)
     }
 
     /// Whether the step waits in the event loop for the pipe.
@@ -151,9 +165,14 @@ impl Names {
                     Record::Name(name) => {
                         out.push_back((self.db, name.to_vec()));
                         self.names += 1;
+                        self.ended = None;
                         taken += 1;
                     }
                     Record::Walked(n) => self.walked = n,
+                    Record::End(n) => {
+                        self.walked = n;
+                        self.ended = Some(n);
+                    }
                     Record::Database(db) => self.db = db,
                 }
                 at += used;
@@ -208,6 +227,7 @@ mod tests {
             Record::Name(b"k:1"),
             Record::Name(b""),
             Record::Walked(1 << 40),
+            Record::End(7),
             Record::Database(0),
         ];
         let mut buf = Vec::new();

@@ -42,6 +42,25 @@ fn later(after: Duration, what: fn(&Context)) {
     crate::host::context::after(after, |ctx: &Context, what: fn(&Context)| what(ctx), what);
 }
 
+/// Runs `what(ctx, build)` after `after`, if build `build` is still the running one (a timer
+/// of a build that was stopped or restarted meanwhile does nothing: it must not read or end
+/// the next build's child).
+fn later_for(after: Duration, build: u64, what: fn(&Context)) {
+    crate::host::context::after(
+        after,
+        |ctx: &Context, (build, what): (u64, fn(&Context))| {
+            if TRACKER.with(|t| t.borrow().generation) == build {
+                what(ctx);
+            }
+        },
+        (build, what),
+    );
+}
+
+fn generation() -> u64 {
+    TRACKER.with(|t| t.borrow().generation)
+}
+
 /// Starts a build for the current ring's buckets (when the index is wanted and there is a
 /// ring with buckets; else it waits for one).
 pub fn start(ctx: &Context) {
@@ -79,9 +98,10 @@ pub fn start(ctx: &Context) {
                 t.gone.clear();
                 t.buckets = Some(Arc::clone(&ring));
                 t.child = Some((pid, names));
+                t.generation += 1;
             });
             FOLLOWING.store(true, Ordering::Relaxed);
-            later(Duration::ZERO, step);
+            later_for(Duration::ZERO, generation(), step);
         }
         Err(_) => {
             // Another child runs: again shortly.
@@ -91,9 +111,13 @@ pub fn start(ctx: &Context) {
     }
 }
 
-/// Stops a build (its child is killed); the index is left as it is.
+/// Stops a build (its child is killed, its timers do nothing more); the index is left as it is.
 pub fn stop() {
-    let child = TRACKER.with(|t| t.borrow_mut().child.take());
+    let child = TRACKER.with(|t| {
+        let mut t = t.borrow_mut();
+        t.generation += 1;
+        t.child.take()
+    });
     if let Some((pid, _names)) = child {
         fork::kill_child(pid);
     }
@@ -141,12 +165,12 @@ fn step(_ctx: &Context) {
             None => return,
             // The child walks on: look again in a moment.
             Some((true, 0)) => {
-                later(Duration::from_millis(1), step);
+                later_for(Duration::from_millis(1), generation(), step);
                 return;
             }
             Some((true, _)) if Instant::now() < deadline => {}
             Some((true, _)) => {
-                later(Duration::ZERO, step);
+                later_for(Duration::ZERO, generation(), step);
                 return;
             }
             Some((false, _)) => {
@@ -168,7 +192,7 @@ fn finish() {
         .or_else(|| fork::reap_if_exited(pid))
     else {
         // Exiting: look again shortly.
-        later(Duration::from_millis(1), |_| finish());
+        later_for(Duration::from_millis(1), generation(), |_| finish());
         return;
     };
     TRACKER.with(|t| t.borrow_mut().child = None);

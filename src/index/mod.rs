@@ -71,6 +71,9 @@ pub(crate) struct Tracker {
     pub(crate) child: Option<(Pid, crate::host::names::Names)>,
     /// How many builds ran (a figure for INFO and the tests).
     pub(crate) builds: u64,
+    /// The running build's number: its timers check it, so that a build stopped or restarted
+    /// meanwhile leaves the next one alone.
+    pub(crate) generation: u64,
 }
 
 thread_local! {
@@ -98,7 +101,15 @@ pub fn set_wanted(on: bool) {
     } else {
         build::stop();
         FOLLOWING.store(false, Ordering::Relaxed);
-        TRACKER.with(|t| *t.borrow_mut() = Tracker::default());
+        TRACKER.with(|t| {
+            let mut t = t.borrow_mut();
+            // (The build number goes on: a timer of the dropped build must not match the next.)
+            let generation = t.generation + 1;
+            *t = Tracker {
+                generation,
+                ..Tracker::default()
+            };
+        });
     }
 }
 
@@ -128,6 +139,11 @@ pub fn ring_changed() {
     if rebuild {
         build::restart();
     }
+}
+
+/// Keyspace events change the index no more (in a forked child: its copy is the parent's).
+pub fn stop_following() {
+    FOLLOWING.store(false, Ordering::Relaxed);
 }
 
 /// Whether `shard.key-index` is `yes`.

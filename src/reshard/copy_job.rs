@@ -81,7 +81,7 @@ fn copy_tick(ctx: &Context) -> bool {
                 error = format!("the copy's child ended before its pass was done (exit code {code}, signal {signalled})");
             }
             if runner.walking {
-                moved::walk_ended(!broken);
+                moved::walk_ended(!broken, runner.list.as_deref());
                 runner.walking = false;
             }
             let written = dirty::count();

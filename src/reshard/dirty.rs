@@ -137,19 +137,32 @@ pub fn begin_since(ring: Arc<Placement>, self_name: &str) {
     SINCE_TRACKING.store(true, Ordering::Relaxed);
 }
 
-/// The keys of the `since` record so far (it goes on), sorted by database; `None` if it does
-/// not run or overflowed.
+/// The keys of the `since` record so far, sorted by database (the record keeps them: a cleanup
+/// stopped before it deleted them all finds them again next time); `None` if it does not run or
+/// overflowed.
 pub fn since_keys() -> Option<Vec<DbKey>> {
     SINCE.with(|s| {
-        let mut s = s.borrow_mut();
-        let written = s.as_mut()?.written.as_mut()?;
-        Some(std::mem::take(written).into_keys())
+        let s = s.borrow();
+        let written = s.as_ref()?.written.as_ref()?;
+        let mut keys: Vec<DbKey> = written
+            .by_db
+            .iter()
+            .flat_map(|(db, set)| set.iter().map(move |k| (*db, k.clone())))
+            .collect();
+        keys.sort_unstable_by_key(|(db, _)| *db);
+        Some(keys)
     })
 }
 
 /// Whether the `since` record runs and holds every key written since it began.
 pub fn since_whole() -> bool {
     SINCE.with(|s| s.borrow().as_ref().is_some_and(|s| s.written.is_some()))
+}
+
+/// Records nothing more, forgetting nothing (in a forked child: the records are the parent's).
+pub fn stop_recording() {
+    TRACKING.store(false, Ordering::Relaxed);
+    SINCE_TRACKING.store(false, Ordering::Relaxed);
 }
 
 /// Stops the `since` record and forgets it.

@@ -86,12 +86,16 @@ pub fn begin_copy(ring: &Arc<Placement>, self_name: &str) -> Option<PathBuf> {
     Some(partial(&path))
 }
 
-/// A copy's walk ended (`ok`: its child walked every key and wrote every name): its list
-/// becomes the one a cleanup reads.
-pub fn walk_ended(ok: bool) {
+/// A copy's walk ended (`ok`: its child walked every key and wrote every name; `written`: where
+/// it wrote): its list becomes the one a cleanup reads, or goes.
+pub fn walk_ended(ok: bool, written: Option<&std::path::Path>) {
     LEARNT.with(|l| {
         let mut l = l.borrow_mut();
         let Some(learnt) = l.as_mut() else {
+            // Forgotten while the child wrote (a load, a SWAPDB): what it wrote goes too.
+            if let Some(path) = written {
+                let _ = std::fs::remove_file(path);
+            }
             return;
         };
         let from = partial(&learnt.path);
@@ -181,7 +185,7 @@ impl ListWriter {
     /// Writes the end of the list; false (and no list left) if any write failed.
     pub fn finish(mut self) -> bool {
         let mut buf = Vec::new();
-        Record::Walked(self.names).write(&mut buf);
+        Record::End(self.names).write(&mut buf);
         let ok = self.ok && self.out.write_all(&buf).is_ok() && self.out.flush().is_ok();
         if !ok {
             let _ = std::fs::remove_file(&self.path);
@@ -219,9 +223,17 @@ mod tests {
         let (got, whole) = read_all(&path);
         assert_eq!(got, want);
         assert!(whole);
-        // Cut anywhere (a writer that died): the reader ends, and says the list is not whole.
+        // Cut anywhere (a writer that died), even right after a progress record: the reader
+        // ends, and says the list is not whole.
         let bytes = std::fs::read(&path).expect("the list");
-        for cut in [1, 3, 12, bytes.len() / 2] {
+        let mut progress = Vec::new();
+        Record::Walked(2048).write(&mut progress);
+        let after_progress = bytes
+            .windows(progress.len())
+            .position(|w| w == progress.as_slice())
+            .map(|at| bytes.len() - (at + progress.len()))
+            .expect("a progress record");
+        for cut in [1, 3, 12, bytes.len() / 2, after_progress, bytes.len()] {
             std::fs::write(&path, &bytes[..bytes.len() - cut]).expect("a cut list");
             let (got, whole) = read_all(&path);
             assert!(!whole, "cut {cut}");

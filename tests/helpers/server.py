@@ -89,7 +89,12 @@ class RedisServer:
             "--appendonly", "no", "--dir", str(self.workdir), "--logfile", str(self.logfile),
         ]
         if self.module:
-            conf += ["--loadmodule", str(MODULE), *self.module_args]
+            args = list(self.module_args)
+            # SHARD_KEY_INDEX=yes (tests/run.py's `index` pass): every server keeps the key
+            # index unless its test says otherwise, so that the resharding tests run with it.
+            if os.environ.get("SHARD_KEY_INDEX") == "yes" and "key-index" not in args:
+                args += ["key-index", "yes"]
+            conf += ["--loadmodule", str(MODULE), *args]
         for line in self.config:
             conf.extend(["--" + line[0], *[str(v) for v in line[1:]]])
         return [self.binary, *conf]
