@@ -189,3 +189,26 @@ def test_a_copy_with_the_index_visits_only_the_buckets_that_move(server_factory)
     assert st["keys_from"] == b"list" and st["deleted"] == len(moving), st
     assert a.dbsize() == 30_000 - len(moving)
     assert_exact(servers["a"])
+
+
+def test_a_copy_does_not_trust_an_index_that_names_fewer_keys_than_there_are(server_factory):
+    """An index that lost a name (as a missed event would make it: SHARD.DEBUG KEYINDEX-FORGET)
+    is not trusted: the copy walks the keyspace and moves every key, and the index is built
+    again, whole."""
+    servers = start_fleet(server_factory, ["a", "b"], ring=["a"],
+                          module_args=["key-index", "yes"], config=DEBUG)
+    a = servers["a"].client()
+    pipelined(a, [("SET", f"k:{i}", i) for i in range(5000)])
+    indexed(a)
+    servers.ring({"a": 1, "b": 1}, verb="BEGIN")
+    keys = [f"k:{i}" for i in range(5000)]
+    moving = [k for k, o in zip(keys, owners(a, keys)) if o == "b"]
+    assert a.execute_command("SHARD.DEBUG", "KEYINDEX-FORGET", 0, moving[0]) == 1
+    builds = int(info_shard(a)["key_index_builds"])
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["keys_from"] == b"walk", st
+    assert st["copied"] == len(moving) == servers["b"].client().dbsize()
+    assert servers["b"].client().get(moving[0]) is not None
+    until(lambda: int(info_shard(a)["key_index_builds"]) > builds, "the index built again")
+    assert_exact(servers["a"])

@@ -13,8 +13,11 @@ use crate::host::args::is;
 pub fn debug(call: &Call) -> CmdResult {
     let panic = call.args.len() == 2 && is(call.args.get(1), "PANIC");
     let index = call.args.len() == 3 && is(call.args.get(1), "KEYINDEX");
-    if !panic && !index {
-        return Err(CmdError::err("usage: SHARD.DEBUG PANIC | KEYINDEX db"));
+    let forget = call.args.len() == 4 && is(call.args.get(1), "KEYINDEX-FORGET");
+    if !panic && !index && !forget {
+        return Err(CmdError::err(
+            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key",
+        ));
     }
     let setting = call
         .ctx
@@ -34,7 +37,25 @@ pub fn debug(call: &Call) -> CmdResult {
     if index {
         return key_index(call);
     }
+    if forget {
+        return key_index_forget(call);
+    }
     panic!("SHARD.DEBUG PANIC was called");
+}
+
+/// `KEYINDEX-FORGET db key`: takes `key` out of the index as if its event had been missed (the
+/// tests prove that a copy then does not trust the index); 1 if it was there.
+fn key_index_forget(call: &Call) -> CmdResult {
+    let db = std::str::from_utf8(call.args.get(2))
+        .ok()
+        .and_then(|s| s.parse::<i32>().ok())
+        .ok_or_else(|| CmdError::err("KEYINDEX-FORGET takes a database number"))?;
+    let ring = crate::state::lock().current_ring()?.clone();
+    let key = call.args.get(3);
+    let gone = crate::index::forget_for_test(&ring, db, key)
+        .ok_or_else(|| CmdError::code("NOTREADY", "the key index is not ready"))?;
+    call.reply.int(i64::from(gone));
+    Ok(())
 }
 
 /// `KEYINDEX db`: `[bucket, name, ...]` of database `db`, once the index is ready.
@@ -74,7 +95,7 @@ pub static COMMAND: CommandSpec = command! {
     handler: debug,
     flags: "admin",
     arity: -2,
-    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index (needs enable-debug-command)",
+    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it (needs enable-debug-command)",
     complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",

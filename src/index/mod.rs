@@ -159,6 +159,49 @@ pub fn status() -> (Phase, usize, u64, usize) {
     })
 }
 
+/// Whether a copy may trust the index for `ring`: it is ready for that ring's buckets, and no
+/// database holds more keys than it names (a guard against an event missed: then it is built
+/// again and the copy walks). More names than keys is fine: a key another module deleted
+/// without an event stays named, and a copy skips a name it cannot find.
+pub fn complete_for(ctx: &redis_module::Context, ring: &Arc<Placement>) -> bool {
+    let counts = with_ready(ring, |index| {
+        (0..MAX_DBS)
+            .map(|db| (db, index.db_len(db)))
+            .collect::<Vec<_>>()
+    });
+    let Some(counts) = counts else {
+        return false;
+    };
+    let mut complete = true;
+    for (db, named) in counts {
+        if !crate::host::keyspace::select_db(ctx, db) {
+            break;
+        }
+        if crate::host::keyspace::db_size(ctx) > named as u64 {
+            complete = false;
+            break;
+        }
+    }
+    crate::host::keyspace::select_db(ctx, 0);
+    if !complete {
+        ctx.log_warning("shard: the key index names fewer keys than a database holds: built again");
+        build::restart();
+    }
+    complete
+}
+
+/// Takes `key` of `db` out of a ready index, as a missed event would (`SHARD.DEBUG
+/// KEYINDEX-FORGET`); whether it was there, or `None` when the index is not ready for `ring`.
+pub fn forget_for_test(ring: &Arc<Placement>, db: i32, key: &[u8]) -> Option<bool> {
+    with_ready(ring, |_| ())?;
+    let bucket = ring.ring.as_ref()?.bucket(key);
+    Some(TRACKER.with(|t| t.borrow_mut().index.remove(db, bucket, key)))
+}
+
+/// Databases the completeness check looks at, at most (a server's `databases`, 16 by default;
+/// the check stops at the first that does not exist).
+const MAX_DBS: i32 = 1024;
+
 /// Runs `f` on the index as it is, in a forked child whose parent checked it was ready for the
 /// child's ring (`with_ready`): the child's snapshot of the index is that of its keyspace.
 pub fn in_child<R>(f: impl FnOnce(&KeyIndex) -> R) -> R {

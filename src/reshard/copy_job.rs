@@ -105,7 +105,7 @@ fn copy_tick(ctx: &Context) -> bool {
         // Start the next pass: the whole keyspace first (or what the key index names in the
         // buckets that move), then the keys written meanwhile.
         let whole = |runner: &super::jobs::Runner| {
-            if crate::index::with_ready(&runner.ring, |_| ()).is_some() {
+            if crate::index::complete_for(ctx, &runner.ring) {
                 crate::reshard::current::lock().job.keys_from = "index";
                 Source::Index
             } else {
