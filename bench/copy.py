@@ -480,6 +480,21 @@ def all_at_once(cs, *command):
     return [c._read() for c in cs]
 
 
+def fill_old(old, keys):
+    """Every old node gets the same 3 x keys names; a cleanup leaves each only its own. What
+    each holds then (3 x keys in all, or the bench stops)."""
+    all_at_once(old, "DEBUG", "POPULATE", 3 * keys, "key", 42)
+    all_at_once(old, "SHARD.RESHARD", "CLEANUP")
+    for c in old:
+        st = wait_status(c, (b"cleaning",))
+        if st[b"state"] != b"done":
+            sys.exit(f"grow setup: cleanup failed: {st}")
+    held = [c.call("DBSIZE") for c in old]
+    if sum(held) != 3 * keys:
+        sys.exit(f"grow setup: the old nodes hold {held} keys, not {3 * keys} in all")
+    return held
+
+
 def shard_grow_round(keys):
     """A grow 3 -> 4 of 3 x `keys` keys: wall, copy and cleanup seconds, keys copied."""
     names = ("n0", "n1", "n2", "n3")
@@ -492,16 +507,7 @@ def shard_grow_round(keys):
         nodes = list(zip(names, procs))
         for c in cs:
             c.call("SHARD.RING", "SET", *ring(nodes[:3]))
-        # Every old node gets the same 3 x keys names; a cleanup leaves each only its own.
-        all_at_once(old, "DEBUG", "POPULATE", 3 * keys, "key", 42)
-        all_at_once(old, "SHARD.RESHARD", "CLEANUP")
-        for c in old:
-            st = wait_status(c, (b"cleaning",))
-            if st[b"state"] != b"done":
-                sys.exit(f"grow setup: cleanup failed: {st}")
-        held = [c.call("DBSIZE") for c in old]
-        if sum(held) != 3 * keys:
-            sys.exit(f"grow setup: the old nodes hold {held} keys, not {3 * keys} in all")
+        fill_old(old, keys)
         t0 = time.perf_counter()
         for c in new:
             c.call("SHARD.RING", "BEGIN", *ring(nodes))
@@ -559,11 +565,7 @@ def shard_grow_slots_round(keys):
                                              for x in (name, f"127.0.0.1:{p.port}", 1)]
         for c in cs:
             c.call("SHARD.RING", "SET", *slots_ring(nodes[:3]))
-        all_at_once(old, "DEBUG", "POPULATE", 3 * keys, "key", 42)
-        all_at_once(old, "SHARD.RESHARD", "CLEANUP")
-        for c in old:
-            wait_status(c, (b"cleaning",))
-        held = [c.call("DBSIZE") for c in old]
+        held = fill_old(old, keys)
         t0 = time.perf_counter()
         reply = cs[0].call("SHARD.RESHARD", "START", *slots_ring(nodes))
         if reply not in (b"OK", "OK"):

@@ -88,14 +88,17 @@ class Run:
         # 5: no test was selected (a pass with no test on this server), not a failure.
         return self.code in (0, 5)
 
-    def failures(self):
-        """(test id [server], first line of the failure) of every failed or erroring test."""
+    def cases(self):
+        """The test cases of the run's JUnit XML (none if it was not written)."""
         try:
-            tree = ET.parse(self.junit)
+            return list(ET.parse(self.junit).iter("testcase"))
         except (OSError, ET.ParseError):
             return []
+
+    def failures(self):
+        """(test id [server], first line of the failure) of every failed or erroring test."""
         out = []
-        for case in tree.iter("testcase"):
+        for case in self.cases():
             for bad in list(case.iter("failure")) + list(case.iter("error")):
                 why = (bad.get("message") or bad.text or "").strip().splitlines()
                 out.append((f"{node_id(case)} [{self.label}]", why[0][:300] if why else "?"))
@@ -103,20 +106,14 @@ class Run:
 
     def failed_ids(self):
         """The pytest node ids of the failed tests."""
-        return sorted({test.rsplit(" [", 1)[0] for test, _ in self.failures()})
+        return sorted({node_id(case) for case in self.cases()
+                       if case.find("failure") is not None or case.find("error") is not None})
 
     def durations(self):
         """(seconds, test id) of every test of the run, from its JUnit XML (setup, call and
         teardown together)."""
-        try:
-            tree = ET.parse(self.junit)
-        except (OSError, ET.ParseError):
-            return []
-        out = []
-        for case in tree.iter("testcase"):
-            test = case.get("classname", "").replace(".", "/") + ".py::" + case.get("name", "")
-            out.append((float(case.get("time", 0)), f"{test} [{self.label}]"))
-        return out
+        return [(float(case.get("time", 0)), f"{node_id(case)} [{self.label}]")
+                for case in self.cases()]
 
 
 def node_id(case):

@@ -8,7 +8,7 @@ use crate::host::register::CommandSpec;
 use redis_module::RedisValue;
 
 use crate::commands::{Call, CmdError, CmdResult};
-use crate::host::args::is;
+use crate::host::args::{int_in, is};
 
 pub fn debug(call: &Call) -> CmdResult {
     let panic = call.args.len() == 2 && is(call.args.get(1), "PANIC");
@@ -43,13 +43,16 @@ pub fn debug(call: &Call) -> CmdResult {
     panic!("SHARD.DEBUG PANIC was called");
 }
 
+/// A database number argument.
+fn db_arg(arg: &[u8]) -> Result<i32, CmdError> {
+    // (Within i32 by its range.)
+    int_in(arg, "db", 0, i64::from(i32::MAX)).map(|db| db as i32)
+}
+
 /// `KEYINDEX-FORGET db key`: takes `key` out of the index as if its event had been missed (the
 /// tests prove that a copy then does not trust the index); 1 if it was there.
 fn key_index_forget(call: &Call) -> CmdResult {
-    let db = std::str::from_utf8(call.args.get(2))
-        .ok()
-        .and_then(|s| s.parse::<i32>().ok())
-        .ok_or_else(|| CmdError::err("KEYINDEX-FORGET takes a database number"))?;
+    let db = db_arg(call.args.get(2))?;
     let ring = crate::state::lock().current_ring()?.clone();
     let key = call.args.get(3);
     let gone = crate::index::forget_for_test(&ring, db, key)
@@ -60,10 +63,7 @@ fn key_index_forget(call: &Call) -> CmdResult {
 
 /// `KEYINDEX db`: `[bucket, name, ...]` of database `db`, once the index is ready.
 fn key_index(call: &Call) -> CmdResult {
-    let db = std::str::from_utf8(call.args.get(2))
-        .ok()
-        .and_then(|s| s.parse::<i32>().ok())
-        .ok_or_else(|| CmdError::err("KEYINDEX takes a database number"))?;
+    let db = db_arg(call.args.get(2))?;
     let ring = crate::state::lock().current_ring()?.clone();
     let pairs = crate::index::with_ready(&ring, |index| {
         index

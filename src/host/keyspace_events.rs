@@ -40,62 +40,50 @@ impl KeyspaceEvent {
     }
 }
 
-static SUBSCRIBER: OnceLock<fn(&KeyspaceEvent)> = OnceLock::new();
-static LIFECYCLE: OnceLock<fn(&KeyspaceEvent)> = OnceLock::new();
+/// The subscriber of each subscription, set once.
+type Slot = OnceLock<fn(&KeyspaceEvent)>;
+
+static WRITES: Slot = OnceLock::new();
+static LIFECYCLE: Slot = OnceLock::new();
 
 /// Calls `subscriber` on each event that makes a key or ends one, from then on: `new` (a key
 /// added to a database, by any command, a `RESTORE`, a module), and the generic, expired and
 /// evicted classes (`del`, `rename_from`, `move_from`, `expired`, `evicted`, and the others of
 /// those classes, which the subscriber tells apart by name). Once per module.
 pub fn subscribe_to_lifecycle(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
-    if LIFECYCLE.get().is_some() {
-        return Err("key lifecycle events are subscribed already".into());
-    }
     extern "C" fn callback(
         ctx: *mut raw::RedisModuleCtx,
         _type: c_int,
         event: *const c_char,
         key: *mut raw::RedisModuleString,
     ) -> c_int {
-        if let Some(subscriber) = LIFECYCLE.get() {
-            let _ = std::panic::catch_unwind(|| subscriber(&KeyspaceEvent { ctx, event, key }));
-        }
-        0
+        deliver(&LIFECYCLE, ctx, event, key)
     }
     let types = raw::REDISMODULE_NOTIFY_NEW
         | raw::REDISMODULE_NOTIFY_GENERIC
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED;
-    // SAFETY: the API table is filled at load; the callback lives as long as the module.
-    let done = unsafe {
-        let subscribe = raw::RedisModule_SubscribeToKeyspaceEvents
-            .ok_or("RedisModule_SubscribeToKeyspaceEvents is missing")?;
-        subscribe(ctx.ctx, types as c_int, Some(callback))
-    };
-    if done != raw::REDISMODULE_OK as c_int {
-        return Err("cannot subscribe to key lifecycle events".into());
-    }
-    let _ = LIFECYCLE.set(subscriber);
-    Ok(())
+    subscribe(
+        ctx,
+        &LIFECYCLE,
+        subscriber,
+        types,
+        Some(callback),
+        "key lifecycle events",
+    )
 }
 
 /// Calls `subscriber` on each keyspace event of a write (the generic, string, list, set, hash,
-/// sorted set, stream and module classes, and `new`), from then on. Once per module: a second subscription is
-/// refused.
+/// sorted set, stream and module classes, and `new`), from then on. Once per module: a second
+/// subscription is refused.
 pub fn subscribe_to_writes(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
-    if SUBSCRIBER.get().is_some() {
-        return Err("keyspace events are subscribed already".into());
-    }
     extern "C" fn callback(
         ctx: *mut raw::RedisModuleCtx,
         _type: c_int,
         event: *const c_char,
         key: *mut raw::RedisModuleString,
     ) -> c_int {
-        if let Some(subscriber) = SUBSCRIBER.get() {
-            let _ = std::panic::catch_unwind(|| subscriber(&KeyspaceEvent { ctx, event, key }));
-        }
-        0
+        deliver(&WRITES, ctx, event, key)
     }
     // (And `new`: a key made by a module's own type, or by a module that tells no event of
     // its own, still says it was added.)
@@ -109,15 +97,51 @@ pub fn subscribe_to_writes(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Res
         | raw::NotifyEvent::MODULE)
         .bits()
         | raw::REDISMODULE_NOTIFY_NEW;
+    subscribe(
+        ctx,
+        &WRITES,
+        subscriber,
+        types,
+        Some(callback),
+        "keyspace events",
+    )
+}
+
+/// Hands one event to the subscriber in `slot`; a panic in it stops there.
+fn deliver(
+    slot: &Slot,
+    ctx: *mut raw::RedisModuleCtx,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    if let Some(subscriber) = slot.get() {
+        let _ = std::panic::catch_unwind(|| subscriber(&KeyspaceEvent { ctx, event, key }));
+    }
+    0
+}
+
+/// Subscribes `callback` to the event classes `types` and puts `subscriber` in `slot` (which
+/// `callback` delivers from); refused when `slot` is taken.
+fn subscribe(
+    ctx: &Context,
+    slot: &Slot,
+    subscriber: fn(&KeyspaceEvent),
+    types: c_int,
+    callback: raw::RedisModuleNotificationFunc,
+    what: &str,
+) -> Result<(), String> {
+    if slot.get().is_some() {
+        return Err(format!("{what} are subscribed already"));
+    }
     // SAFETY: the API table is filled at load; the callback lives as long as the module.
     let done = unsafe {
         let subscribe = raw::RedisModule_SubscribeToKeyspaceEvents
             .ok_or("RedisModule_SubscribeToKeyspaceEvents is missing")?;
-        subscribe(ctx.ctx, types, Some(callback))
+        subscribe(ctx.ctx, types, callback)
     };
     if done != raw::REDISMODULE_OK as c_int {
-        return Err("cannot subscribe to keyspace events".into());
+        return Err(format!("cannot subscribe to {what}"));
     }
-    let _ = SUBSCRIBER.set(subscriber);
+    let _ = slot.set(subscriber);
     Ok(())
 }

@@ -239,17 +239,7 @@ fn scan_db(
             }
         });
         if walk.found.len() >= BATCH || !more {
-            if let Some(list) = list.as_deref_mut() {
-                for f in &walk.found {
-                    list.add(db, &f.name);
-                }
-            }
-            copier.ship(&mut walk.found);
-            shared.publish(
-                walk.scanned,
-                &copier.shipper.tally,
-                copier.shipper.in_flight(),
-            );
+            ship_found(db, walk, copier, shared, list.as_deref_mut());
         }
         if !more {
             break;
@@ -290,27 +280,34 @@ fn by_index(
                     }
                 }
                 if walk.found.len() >= BATCH {
-                    if let Some(list) = list.as_deref_mut() {
-                        for f in &walk.found {
-                            list.add(db, &f.name);
-                        }
-                    }
-                    copier.ship(&mut walk.found);
-                    shared.publish(
-                        walk.scanned,
-                        &copier.shipper.tally,
-                        copier.shipper.in_flight(),
-                    );
+                    ship_found(db, walk, copier, shared, list.as_deref_mut());
                 }
             }
-            if let Some(list) = list.as_deref_mut() {
-                for f in &walk.found {
-                    list.add(db, &f.name);
-                }
-            }
-            copier.ship(&mut walk.found);
+            ship_found(db, walk, copier, shared, list.as_deref_mut());
         }
     });
+}
+
+/// Ships what the walk found in database `db` (adding the names to the cleanup's list, when
+/// the pass writes one) and publishes the counts.
+fn ship_found(
+    db: i32,
+    walk: &mut Walk,
+    copier: &mut Copier,
+    shared: &Shared,
+    list: Option<&mut ListWriter>,
+) {
+    if let Some(list) = list {
+        for f in &walk.found {
+            list.add(db, &f.name);
+        }
+    }
+    copier.ship(&mut walk.found);
+    shared.publish(
+        walk.scanned,
+        &copier.shipper.tally,
+        copier.shipper.in_flight(),
+    );
 }
 
 /// A key the scan did not hand over (a pass over written keys), if it goes elsewhere and is

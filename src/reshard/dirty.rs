@@ -22,7 +22,7 @@ use crate::ring::placement::Placement;
 pub use crate::host::names::DbKey;
 
 /// The keys written, per database.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Written {
     by_db: FxHashMap<i32, FxHashSet<Vec<u8>>>,
     len: usize,
@@ -143,14 +143,7 @@ pub fn begin_since(ring: Arc<Placement>, self_name: &str) {
 pub fn since_keys() -> Option<Vec<DbKey>> {
     SINCE.with(|s| {
         let s = s.borrow();
-        let written = s.as_ref()?.written.as_ref()?;
-        let mut keys: Vec<DbKey> = written
-            .by_db
-            .iter()
-            .flat_map(|(db, set)| set.iter().map(move |k| (*db, k.clone())))
-            .collect();
-        keys.sort_unstable_by_key(|(db, _)| *db);
-        Some(keys)
+        Some(s.as_ref()?.written.clone()?.into_keys())
     })
 }
 
