@@ -59,9 +59,11 @@ def test_keys_written_at_the_source_during_a_pass_are_copied_by_the_next(server_
     servers, a, b = two_nodes(server_factory)
     late = moving_keys(a, 3000, prefix="late")
     assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
-    # Clients that still write to the old owner directly, while the first pass runs.
-    time.sleep(0.05)
-    assert status(a)["passes"] == 1 and status(a)["state"] == b"copying"
+    # Clients that still write to the old owner directly, while the first pass runs (its child
+    # has begun to walk: on a loaded machine, or while a key index is built, 50 ms may not do).
+    until(lambda: status(a)["scanned"] > 0, "the copy's first pass to walk")
+    first = status(a)
+    assert first["passes"] == 1 and first["state"] == b"copying", first
     a.mset({k: f"late-{k}" for k in late})
     st = wait_job(a)
     assert st["state"] == b"done" and st["failed"] == 0, st
