@@ -5,6 +5,7 @@
 //! half-written reply.
 
 pub mod advance;
+pub mod apply;
 pub mod call;
 pub mod cluster;
 pub mod debug;

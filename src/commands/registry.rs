@@ -4,12 +4,13 @@
 //! their subcommands' handlers; this file lists them all.
 
 use crate::commands::{
-    advance, call, cluster, debug, decode, dump, encode, genkey, reshard, ring, shardjs, whereis,
+    advance, apply, call, cluster, debug, decode, dump, encode, genkey, reshard, ring, shardjs,
+    whereis,
 };
 use crate::host::register::CommandSpec;
 
 /// Every command of the module.
-pub fn table() -> [&'static CommandSpec; 17] {
+pub fn table() -> [&'static CommandSpec; 18] {
     [
         &genkey::COMMAND,
         &decode::COMMAND,
@@ -25,6 +26,7 @@ pub fn table() -> [&'static CommandSpec; 17] {
         &cluster::REDIRECT,
         &debug::COMMAND,
         &dump::COMMAND,
+        &apply::COMMAND,
         &advance::COMMAND,
         &ring::RING,
         &reshard::RESHARD,

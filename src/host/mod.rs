@@ -27,4 +27,5 @@ pub mod names;
 pub mod register;
 pub mod replicate;
 pub mod reply;
+pub mod strings;
 pub mod walk;

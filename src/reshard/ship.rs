@@ -1,7 +1,8 @@
-//! Ships `RESTORE` and `SET` commands to the destinations of a copy, many in flight on one
-//! connection per destination, and counts what each reply says: `+OK` copied, `-BUSYKEY` (or a
-//! `SET NX`'s null) skipped (the key is there already, newer than this copy), any other error or
-//! a lost connection failed. A big
+//! Ships `RESTORE`, `SET` and `SHARD.APPLY` commands to the destinations of a copy, many in
+//! flight on one connection per destination, and counts what each reply says: `+OK` copied,
+//! `-BUSYKEY` (or a `SET NX`'s null) skipped (the key is there already, newer than this copy),
+//! `SHARD.APPLY`'s count of strings written (the rest skipped), any other error or a lost
+//! connection failed. A big
 //! key's pieces (`pieces`) travel the same way: their errors are counted apart, and the
 //! `RENAMENX` that puts the key in place counts it (`:1` copied, `:0` skipped). Keys of
 //! another database than 0 go on a connection of their own, which `SELECT`ed it when it logged
@@ -72,6 +73,33 @@ pub enum Expect {
     Piece,
     /// The `RENAMENX` that puts a big key in place: `:1` copied, `:0` skipped.
     Rename,
+    /// A `SHARD.APPLY` of this many strings: `:k` copied k and skipped the rest (there
+    /// already), an error failed them all.
+    Batch(u32),
+}
+
+impl Expect {
+    /// How many keys the request carries (0 for a piece).
+    fn keys(self) -> u64 {
+        match self {
+            Expect::Piece => 0,
+            Expect::Key | Expect::Set | Expect::Rename => 1,
+            Expect::Batch(n) => u64::from(n),
+        }
+    }
+
+    /// How much the request weighs in the keys in flight: its keys, or one for a piece.
+    fn weight(self) -> usize {
+        usize::try_from(self.keys()).unwrap_or(usize::MAX).max(1)
+    }
+
+    /// Counts the request as failed.
+    fn fail(self, tally: &mut Tally) {
+        match self {
+            Expect::Piece => tally.piece_errors += 1,
+            keys => tally.failed += keys.keys(),
+        }
+    }
 }
 
 /// A destination's address and how to log in.
@@ -91,6 +119,8 @@ struct Dest {
     /// order).
     in_flight: std::collections::VecDeque<(usize, Expect)>,
     in_flight_bytes: usize,
+    /// Keys of the requests in flight (a piece of a big key counts as one).
+    in_flight_keys: usize,
     inbuf: Vec<u8>,
     filled: usize,
     scanner: FrameScanner,
@@ -131,9 +161,10 @@ impl Shipper {
         }
     }
 
-    /// Requests sent and not answered yet, over all destinations.
+    /// Keys sent and not answered yet, over all destinations (a piece of a big key counts as
+    /// one).
     pub fn in_flight(&self) -> usize {
-        self.dests.values().map(|d| d.in_flight.len()).sum()
+        self.dests.values().map(|d| d.in_flight_keys).sum()
     }
 
     /// Queues a `RESTORE` for `target`, waiting first while its window is full.
@@ -153,10 +184,7 @@ impl Shipper {
             return;
         };
         if let Some(e) = &dest.error {
-            match expect {
-                Expect::Piece => self.tally.piece_errors += 1,
-                Expect::Key | Expect::Set | Expect::Rename => self.tally.failed += 1,
-            }
+            expect.fail(&mut self.tally);
             self.tally.last_error = e.clone();
             return;
         }
@@ -167,6 +195,7 @@ impl Shipper {
         let len = encode_command_into(&mut dest.out, args);
         dest.in_flight.push_back((len, expect));
         dest.in_flight_bytes += len;
+        dest.in_flight_keys += expect.weight();
         self.tally.bytes_sent += len as u64;
         // Write in large pieces (each write wakes the destination once); wait only while the
         // window is full.
@@ -221,6 +250,7 @@ impl Shipper {
             out_pos: 0,
             in_flight: Default::default(),
             in_flight_bytes: 0,
+            in_flight_keys: 0,
             inbuf: vec![0; 64 * 1024],
             filled: 0,
             scanner: FrameScanner::default(),
@@ -390,6 +420,7 @@ fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
             let reply = &dest.inbuf[start..start + len];
             let (bytes, expect) = dest.in_flight.pop_front().unwrap_or((0, Expect::Key));
             dest.in_flight_bytes = dest.in_flight_bytes.saturating_sub(bytes);
+            dest.in_flight_keys = dest.in_flight_keys.saturating_sub(expect.weight());
             count(reply, expect, tally, &dest.target, dest.db);
             dest.last_reply = Instant::now();
             start += len;
@@ -402,45 +433,57 @@ fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
 /// Counts one reply.
 fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target, db: i32) {
     if reply.first() == Some(&b'-') && !(expect == Expect::Key && reply.starts_with(b"-BUSYKEY")) {
-        match expect {
-            Expect::Piece => tally.piece_errors += 1,
-            Expect::Key | Expect::Set | Expect::Rename => tally.failed += 1,
-        }
+        expect.fail(tally);
         let text = String::from_utf8_lossy(&reply[1..]);
         tally.last_error = format!("{} ({}): {}", target.name, target.address, text.trim_end());
         return;
     }
     let copied = match expect {
-        Expect::Key if reply.starts_with(b"-BUSYKEY") => false,
-        Expect::Set if reply.starts_with(b"$-1") || reply.starts_with(b"_") => false,
-        Expect::Rename if reply.starts_with(b":0") => false,
-        Expect::Key | Expect::Set | Expect::Rename => true,
+        Expect::Key if reply.starts_with(b"-BUSYKEY") => 0,
+        Expect::Set if reply.starts_with(b"$-1") || reply.starts_with(b"_") => 0,
+        Expect::Rename if reply.starts_with(b":0") => 0,
+        Expect::Key | Expect::Set | Expect::Rename => 1,
+        Expect::Batch(n) => match integer(reply) {
+            Some(k) if k <= u64::from(n) => k,
+            _ => {
+                expect.fail(tally);
+                tally.last_error = format!(
+                    "{} ({}): SHARD.APPLY gave an unexpected reply",
+                    target.name, target.address
+                );
+                return;
+            }
+        },
         Expect::Piece => return,
     };
-    if !copied {
-        tally.skipped += 1;
+    tally.skipped += expect.keys() - copied;
+    if copied == 0 {
         return;
     }
-    tally.copied += 1;
+    tally.copied += copied;
     let db = usize::try_from(db).unwrap_or(0);
     if tally.copied_by_db.len() <= db {
         tally.copied_by_db.resize(db + 1, 0);
     }
-    tally.copied_by_db[db] += 1;
+    tally.copied_by_db[db] += copied;
+}
+
+/// The value of an integer reply (`:12\r\n`).
+fn integer(reply: &[u8]) -> Option<u64> {
+    let digits = reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// The destination is gone: what it has in flight failed, and so will what is sent to it.
 fn fail(dest: &mut Dest, tally: &mut Tally, why: &str) {
     let reason = format!("{} ({}): {why}", dest.target.name, dest.target.address);
     for (_, expect) in &dest.in_flight {
-        match expect {
-            Expect::Piece => tally.piece_errors += 1,
-            Expect::Key | Expect::Set | Expect::Rename => tally.failed += 1,
-        }
+        expect.fail(tally);
     }
     tally.last_error = reason.clone();
     dest.in_flight.clear();
     dest.in_flight_bytes = 0;
+    dest.in_flight_keys = 0;
     dest.stream = None;
     dest.error = Some(reason);
 }
