@@ -4,6 +4,7 @@ changes (flushes, SWAPDB, loads, a replica's full sync), checked against a full 
 (`SHARD.DEBUG KEYINDEX db` lists what the index holds). With it, a copy visits only the buckets
 that move (STATUS `keys_from: index`), and CLUSTER COUNTKEYSINSLOT/GETKEYSINSLOT answer from it."""
 
+import hashlib
 import signal
 import time
 
@@ -216,3 +217,50 @@ def test_a_copy_does_not_trust_an_index_that_names_fewer_keys_than_there_are(ser
     assert servers["b"].client().get(moving[0]) is not None
     until(lambda: int(info_shard(a)["key_index_builds"]) > builds, "the index built again")
     assert_exact(servers["a"])
+
+
+def ketama_bucket(name):
+    """A key's bucket on a ketama ring (no hash tags): the top 14 bits of the first word of its
+    MD5, little-endian, as libketama reads it."""
+    return int.from_bytes(hashlib.md5(name.encode()).digest()[:4], "little") >> 18
+
+
+@pytest.mark.parametrize("algo", ["ketama", "slots"])
+def test_ring_check_counts_each_nodes_keys_per_range_of_buckets_it_owns(server_factory, algo):
+    """SHARD.RING CHECK with the key index: each node's keys per range of buckets it owns
+    wholly (counted here from the names' own hashes), the keys of buckets it shares with another
+    node, and those it holds but does not own (a stray); without the index, it says so."""
+    names = ["a", "b", "c"]
+    servers = start_fleet(server_factory, names, algo=algo, config=DEBUG,
+                          per_node_args={"a": ["key-index", "yes"], "b": ["key-index", "yes"]})
+    c = servers["a"].client()
+    keys = [f"k:{i}" for i in range(6000)]
+    where = dict(zip(keys, owners(c, keys)))
+    for n in names:
+        pipelined(servers[n].client(), [("SET", k, 1) for k in keys if where[k] == n])
+    stray = next(k for k in keys if where[k] == "b")
+    servers["a"].client().set(stray, "left behind")  # a holds a key b owns
+    for n in ("a", "b"):
+        indexed(servers[n].client())
+    bucket = (lambda k: key_slot(k.encode())) if algo == "slots" else ketama_bucket
+    reply = c.execute_command("SHARD.RING", "CHECK")
+    nodes = {name.decode(): dict(zip(f[::2], f[1::2])) for name, f in
+             zip(reply[5][::2], reply[5][1::2])}
+    for n in ("a", "b"):
+        f = nodes[n]
+        held = [k for k in keys if where[k] == n] + ([stray] if n == "a" else [])
+        ranges = f[b"key_ranges"]
+        assert ranges, f
+        in_ranges = 0
+        for first, last, count in ranges:
+            assert count == sum(1 for k in held if first <= bucket(k) <= last), (n, first, last)
+            in_ranges += count
+        # Every key held is in a whole range, a shared bucket, or not owned at all.
+        assert in_ranges + f[b"keys_in_part_buckets"] + f[b"keys_not_owned"] == len(held)
+        # Every key the node owns is counted as its own; the stray is counted apart.
+        assert f[b"keys_not_owned"] + f[b"keys_in_part_buckets"] >= (1 if n == "a" else 0)
+        if algo == "slots":
+            assert f[b"keys_in_part_buckets"] == 0
+            assert f[b"keys_not_owned"] == (1 if n == "a" else 0)
+            assert in_ranges == len(held) - (1 if n == "a" else 0)
+    assert nodes["c"][b"key_ranges"].startswith(b"unknown")

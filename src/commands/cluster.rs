@@ -106,7 +106,7 @@ pub static CLUSTER: CommandSpec = command! {
     flags: "fast allow-stale allow-loading",
     arity: -2,
     summary: "What CLUSTER, READONLY, READWRITE and ASKING answer when shard.cluster-protocol is yes",
-    complexity: "O(N) with N the nodes; COUNTKEYSINSLOT and GETKEYSINSLOT O(N) with N the keys",
+    complexity: "O(N) with N the nodes; COUNTKEYSINSLOT O(1) and GETKEYSINSLOT O(count) from the key index (shard.key-index yes), else both a walk of the whole keyspace on the main thread, O(N) with N the keys",
     args: CLUSTER_ARGS,
     acl: "connection slow",
 };

@@ -190,6 +190,22 @@ pub fn complete_for(ctx: &redis_module::Context, ring: &Arc<Placement>) -> bool 
     complete
 }
 
+/// How many keys the index names in each bucket (16384 counts, every database summed), when it
+/// is ready for `ring`'s buckets.
+pub fn keys_by_bucket(ring: &Arc<Placement>) -> Option<Vec<u64>> {
+    with_ready(ring, |index| {
+        let mut counts = vec![0u64; crate::ring::BUCKETS];
+        for db in index.databases() {
+            for (bucket, n) in index.buckets(db) {
+                if let Some(c) = counts.get_mut(usize::from(bucket)) {
+                    *c += n as u64;
+                }
+            }
+        }
+        counts
+    })
+}
+
 /// Takes `key` of `db` out of a ready index, as a missed event would (`SHARD.DEBUG
 /// KEYINDEX-FORGET`); whether it was there, or `None` when the index is not ready for `ring`.
 pub fn forget_for_test(ring: &Arc<Placement>, db: i32, key: &[u8]) -> Option<bool> {

@@ -65,6 +65,76 @@ impl Ring {
     }
 }
 
+/// How much of a bucket a node owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    /// Every hash of the bucket.
+    Whole,
+    /// Some of its hashes, other nodes the rest (a ring point inside the bucket).
+    Part,
+    /// None of it.
+    Nothing,
+}
+
+impl Ring {
+    /// What node `node` (an index in `spec().nodes`) owns of each bucket, in bucket order: one
+    /// sweep of the ring (as `changing_buckets`).
+    pub fn bucket_shares(&self, node: usize) -> Vec<Share> {
+        let view = View::of(self);
+        let mut starts = Vec::new();
+        (0..BUCKETS as u16)
+            .map(|bucket| {
+                starts.clear();
+                view.segment_starts(bucket, &mut starts);
+                let mine = starts.iter().filter(|&&c| view.owner_at(c) == node).count();
+                match mine {
+                    0 => Share::Nothing,
+                    n if n == starts.len() => Share::Whole,
+                    _ => Share::Part,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A node's keys by what it owns of their buckets: the ranges of buckets it owns wholly, with
+/// the keys in each (`(first, last, keys)`, ascending, maximal), the keys of buckets it owns in
+/// part, and the keys of buckets it does not own at all (strays, or keys a resharding moves).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KeysByShare {
+    pub ranges: Vec<(u16, u16, u64)>,
+    pub in_part: u64,
+    pub not_owned: u64,
+}
+
+/// Sums `keys` (a count per bucket) by `shares` (what a node owns of each bucket).
+pub fn keys_by_share(shares: &[Share], keys: &[u64]) -> KeysByShare {
+    let mut out = KeysByShare::default();
+    let mut open: Option<(u16, u16, u64)> = None;
+    for (bucket, (share, &n)) in shares.iter().zip(keys).enumerate() {
+        let bucket = bucket as u16;
+        match share {
+            Share::Whole => match &mut open {
+                Some((_, last, sum)) => {
+                    *last = bucket;
+                    *sum += n;
+                }
+                None => open = Some((bucket, bucket, n)),
+            },
+            other => {
+                out.ranges.extend(open.take());
+                if *other == Share::Part {
+                    out.in_part += n;
+                } else {
+                    out.not_owned += n;
+                }
+            }
+        }
+    }
+    out.ranges.extend(open);
+    out
+}
+
 /// Every bucket (ascending) where some key has another owner name under `new` than under `old`
 /// (names, not indexes: the node lists may differ). Exact: each bucket's range is cut at the
 /// points of both rings, and each piece's owners compared. `None` when the rings do not bucket

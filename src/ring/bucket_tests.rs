@@ -147,6 +147,67 @@ fn the_owners_of_a_bucket_hold_the_owner_of_each_of_its_keys() {
 }
 
 #[test]
+fn a_nodes_shares_agree_with_the_owners_of_each_bucket_and_sum_its_keys() {
+    let mut rng = Rng(7);
+    for algo in ALGOS {
+        for n in [1, 3, 12] {
+            let r = ring(algo, &refs(&named(n)));
+            for node in 0..n {
+                let shares = r.bucket_shares(node);
+                assert_eq!(shares.len(), BUCKETS);
+                for (b, share) in shares.iter().enumerate() {
+                    let owners = r.bucket_owners(b as u16);
+                    let expected = match (owners.contains(&node), owners.len()) {
+                        (false, _) => Share::Nothing,
+                        (true, 1) => Share::Whole,
+                        (true, _) => Share::Part,
+                    };
+                    assert_eq!(*share, expected, "{algo} {n} node {node} bucket {b}");
+                }
+                // Keys counted by bucket: every key falls in exactly one of the three sums, and
+                // a key whose bucket the node owns wholly is the node's.
+                let mut counts = vec![0u64; BUCKETS];
+                let mut mine_whole = 0;
+                for _ in 0..2000 {
+                    let key = rng.key();
+                    let b = usize::from(r.bucket(&key));
+                    counts[b] += 1;
+                    if shares[b] == Share::Whole {
+                        assert_eq!(r.locate(&key).node, node, "{algo} {key:?}");
+                        mine_whole += 1;
+                    }
+                }
+                let by = keys_by_share(&shares, &counts);
+                let in_ranges: u64 = by.ranges.iter().map(|r| r.2).sum();
+                assert_eq!(in_ranges, mine_whole);
+                assert_eq!(in_ranges + by.in_part + by.not_owned, 2000);
+                // Maximal ascending ranges of whole buckets.
+                for w in by.ranges.windows(2) {
+                    assert!(w[0].1 + 1 < w[1].0, "{algo}: ranges {w:?} touch");
+                }
+                for &(first, last, _) in &by.ranges {
+                    assert!((first..=last).all(|b| shares[usize::from(b)] == Share::Whole));
+                }
+                if n == 1 {
+                    assert_eq!(by.ranges, vec![(0, BUCKETS as u16 - 1, 2000)]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn keys_by_share_cuts_ranges_at_each_bucket_not_wholly_owned() {
+    use Share::*;
+    let shares = [Whole, Whole, Part, Whole, Nothing, Nothing, Whole];
+    let keys = [1, 2, 3, 4, 5, 6, 7];
+    let by = keys_by_share(&shares, &keys);
+    assert_eq!(by.ranges, vec![(0, 1, 3), (3, 3, 4), (6, 6, 7)]);
+    assert_eq!((by.in_part, by.not_owned), (3, 11));
+    assert_eq!(keys_by_share(&[], &[]), KeysByShare::default());
+}
+
+#[test]
 fn the_owners_of_a_bucket_hold_the_owners_at_each_point_and_beside_it() {
     for algo in ["ketama", "jedis", "jedis-murmur", "redis-shard"] {
         let r = ring(algo, &refs(&named(40)));

@@ -26,7 +26,7 @@ mod slots;
 mod spec;
 
 pub use algo::Algo;
-pub use bucket::{changing_buckets, BUCKETS};
+pub use bucket::{changing_buckets, keys_by_share, KeysByShare, Share, BUCKETS};
 pub use error::RingError;
 pub use file::parse_ring_file;
 pub use hashtag::HashTag;

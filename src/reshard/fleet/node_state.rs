@@ -8,6 +8,7 @@ use redis_module::{Context, RedisValue};
 
 use crate::net::resp::Resp;
 use crate::reshard::JobKind;
+use crate::ring::{keys_by_share, KeysByShare};
 use crate::ring::placement::Placement;
 use crate::state;
 
@@ -27,6 +28,9 @@ pub struct NodeState {
     pub paused: bool,
     pub keys: u64,
     pub used_memory: u64,
+    /// Its keys by what it owns of their buckets under its current ring (from its key index;
+    /// `None` when it keeps none, or none ready).
+    pub keys_by_share: Option<KeysByShare>,
     /// Routed calls in flight there that were routed by rings older than the current ones.
     pub calls_before: u64,
 }
@@ -72,6 +76,18 @@ impl NodeState {
                 b"keys" => st.keys = int(),
                 b"used_memory" => st.used_memory = int(),
                 b"calls_before" => st.calls_before = int(),
+                b"key_ranges" => {
+                    if let Resp::Array(ranges) = v {
+                        let by = st.keys_by_share.get_or_insert_with(KeysByShare::default);
+                        by.ranges = ranges.iter().filter_map(range).collect();
+                    }
+                }
+                b"keys_in_part_buckets" => {
+                    st.keys_by_share.get_or_insert_with(KeysByShare::default).in_part = int();
+                }
+                b"keys_not_owned" => {
+                    st.keys_by_share.get_or_insert_with(KeysByShare::default).not_owned = int();
+                }
                 _ => {}
             }
         }
@@ -84,8 +100,36 @@ impl NodeState {
     }
 }
 
+/// A `[first, last, keys]` range of `key_ranges`.
+fn range(r: &Resp) -> Option<(u16, u16, u64)> {
+    let Resp::Array(parts) = r else {
+        return None;
+    };
+    let n = |i: usize| match parts.get(i) {
+        Some(Resp::Int(n)) => Some(*n),
+        _ => None,
+    };
+    Some((
+        u16::try_from(n(0)?).ok()?,
+        u16::try_from(n(1)?).ok()?,
+        u64::try_from(n(2)?).ok()?,
+    ))
+}
+
+/// This node's keys by what it owns of their buckets under `current`, from the key index when
+/// it is ready for that ring (one sweep of the ring and of the index's 16384 counts).
+fn my_keys_by_share(current: &Option<Arc<Placement>>, self_name: &str) -> Option<KeysByShare> {
+    let current = current.as_ref()?;
+    let ring = current.ring.as_ref()?;
+    let me = current.spec.node_index(self_name)?;
+    let counts = crate::index::keys_by_bucket(current)?;
+    Some(keys_by_share(&ring.bucket_shares(me), &counts))
+}
+
 /// This node's answer to `SHARD.RING STATE`: its rings, job, key count and memory, as a map of
-/// 15 fields (read back by `NodeState::from_resp`).
+/// 15 fields, and with a ready key index 3 more: `key_ranges` (`[first, last, keys]` for each
+/// range of buckets it owns wholly), `keys_in_part_buckets`, `keys_not_owned` (read back by
+/// `NodeState::from_resp`).
 pub fn this_node(ctx: &Context) -> Resp {
     // INFO first: the state's lock is not held while the server gathers it.
     let keys = crate::reshard::fate::keys_in_keyspace(&info(ctx, "keyspace"));
@@ -108,7 +152,8 @@ pub fn this_node(ctx: &Context) -> Resp {
         job.copied()
     };
     let calls_before = crate::route::forward::calls_before(st.rings.epoch) as u64;
-    let fields = [
+    let by_share = my_keys_by_share(&st.rings.current, &st.config.ring.self_name);
+    let mut fields = vec![
         ("self", bulk(st.config.ring.self_name.as_bytes())),
         ("digest", bulk(digest(&st.rings.current).as_bytes())),
         (
@@ -128,6 +173,22 @@ pub fn this_node(ctx: &Context) -> Resp {
         ("used_memory", int(used_memory)),
         ("calls_before", int(calls_before)),
     ];
+    if let Some(by) = by_share {
+        let ranges = by
+            .ranges
+            .iter()
+            .map(|&(first, last, keys)| {
+                Resp::Array(vec![
+                    int(u64::from(first)),
+                    int(u64::from(last)),
+                    int(keys),
+                ])
+            })
+            .collect();
+        fields.push(("key_ranges", Resp::Array(ranges)));
+        fields.push(("keys_in_part_buckets", int(by.in_part)));
+        fields.push(("keys_not_owned", int(by.not_owned)));
+    }
     Resp::Map(
         fields
             .into_iter()

@@ -117,6 +117,28 @@ impl Survey {
                     ("weight_share", fraction(row.weight_share)),
                     ("share", fraction(row.share)),
                 ];
+                // With its key index: its keys per range of buckets it owns wholly, and those
+                // of buckets it owns in part or not at all.
+                let mut fields = fields;
+                match &st.keys_by_share {
+                    Some(by) => {
+                        let ranges = by
+                            .ranges
+                            .iter()
+                            .map(|&(first, last, keys)| {
+                                Resp::Array(vec![
+                                    int(u64::from(first)),
+                                    int(u64::from(last)),
+                                    int(keys),
+                                ])
+                            })
+                            .collect();
+                        fields.push(("key_ranges", Resp::Array(ranges)));
+                        fields.push(("keys_in_part_buckets", int(by.in_part)));
+                        fields.push(("keys_not_owned", int(by.not_owned)));
+                    }
+                    None => fields.push(("key_ranges", bulk("unknown: no key index there"))),
+                }
                 let map = fields.into_iter().map(|(k, v)| (bulk(k), v)).collect();
                 (bulk(&row.at.name), Resp::Map(map))
             })
