@@ -10,7 +10,7 @@ import pytest
 
 from helpers.fleet import owners, start_fleet
 from helpers.reshard import status, wait_job
-from helpers.server import pipelined, wait_in_sync
+from helpers.server import pipelined, until, wait_in_sync
 
 KEYS = 20_000
 
@@ -100,6 +100,39 @@ def test_a_cleanup_after_a_copy_reads_its_list_and_deletes_what_was_written_sinc
     assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
     st = wait_job(a)
     assert st["keys_from"] == b"walk" and st["deleted"] == 0, st
+
+
+def test_a_cleanup_stopped_midway_leaves_the_rest_to_the_next_from_the_list(server_factory):
+    """A cleanup from the list, throttled and stopped while it deletes the keys written since
+    the copy (they come after the list's), gives back those it had not handled: the next cleanup
+    reads the list again, deletes them too, and leaves only what this node owns."""
+    servers, a, b = two_nodes(server_factory)
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    assert wait_job(a)["failed"] == 0
+    listed = sum(len(split(a, names)[1]) for names in every_key(servers["a"]).values())
+    late = [f"late:{i}" for i in range(40_000)]
+    pipelined(a, [("SET", k, "v") for k in late])
+    late_moving = split(a, late)[1]
+    want = {}
+    for db, names in every_key(servers["a"]).items():
+        mine, _ = split(a, names)
+        if mine:
+            want[db] = mine
+    for n in ("a", "b"):
+        servers[n].client().execute_command("SHARD.RING", "COMMIT")
+    assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
+    a.execute_command("SHARD.RESHARD", "THROTTLE", 20_000)
+    until(lambda: status(a)["deleted"] > listed + 2000, "the cleanup to reach the late keys",
+          every=0.01)
+    a.execute_command("SHARD.RESHARD", "STOP")
+    st = wait_job(a)
+    assert st["state"] == b"idle" and st["keys_from"] == b"list", st
+    left = [k for k in late_moving if a.exists(k)]
+    assert 0 < len(left) < len(late_moving), "stopped while deleting the keys written since"
+    assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["keys_from"] == b"list", st
+    assert_only_owned_left(servers, a, want)
 
 
 @pytest.mark.parametrize("change", ["swapdb", "debug-reload", "restart"])

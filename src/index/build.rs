@@ -94,8 +94,9 @@ pub fn start(ctx: &Context) {
             TRACKER.with(|t| {
                 let mut t = t.borrow_mut();
                 t.phase = Phase::Building;
-                t.index = KeyIndex::new();
-                t.gone.clear();
+                let index = std::mem::replace(&mut t.index, KeyIndex::new());
+                let gone = std::mem::take(&mut t.gone);
+                super::free_later((index, gone));
                 t.buckets = Some(Arc::clone(&ring));
                 t.child = Some((pid, names));
                 t.generation += 1;
@@ -203,7 +204,7 @@ fn finish() {
     TRACKER.with(|t| {
         let mut t = t.borrow_mut();
         t.phase = Phase::Ready;
-        t.gone = Default::default();
+        super::free_later(std::mem::take(&mut t.gone));
         t.builds += 1;
     });
 }

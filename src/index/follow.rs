@@ -64,7 +64,7 @@ pub fn on_keyspace_change(change: KeyspaceChange) {
             let mut t = t.borrow_mut();
             match db {
                 Some(db) => t.index.clear_db(db),
-                None => t.index.clear(),
+                None => super::free_later(std::mem::take(&mut t.index)),
             }
         }),
         KeyspaceChange::Swapped(a, b) => TRACKER.with(|t| t.borrow_mut().index.swap_dbs(a, b)),

@@ -86,6 +86,19 @@ static WANTED: AtomicBool = AtomicBool::new(false);
 /// handler, so that a write costs one load while the index is off.
 pub(crate) static FOLLOWING: AtomicBool = AtomicBool::new(false);
 
+/// Frees what an index held (its names, a build's `gone` names) on a thread of its own: a
+/// million names take tens of milliseconds to free, which the main thread must not spend in one
+/// step (Redis frees big values the same way, `lazyfree`).
+pub(crate) fn free_later<T: Send + 'static>(held: T) {
+    let spawned = std::thread::Builder::new()
+        .name("shard-free".into())
+        .spawn(move || drop(held));
+    // No thread to be had: freed here, as before.
+    if let Err(e) = spawned {
+        redis_module::logging::log_warning(format!("shard: no thread to free the key index: {e}"));
+    }
+}
+
 /// `shard.key-index` was set: the index is built (on the main thread's next turn) or dropped.
 pub fn set_wanted(on: bool) {
     if WANTED.swap(on, Ordering::Relaxed) == on {
@@ -105,10 +118,14 @@ pub fn set_wanted(on: bool) {
             let mut t = t.borrow_mut();
             // (The build number goes on: a timer of the dropped build must not match the next.)
             let generation = t.generation + 1;
-            *t = Tracker {
-                generation,
-                ..Tracker::default()
-            };
+            let old = std::mem::replace(
+                &mut *t,
+                Tracker {
+                    generation,
+                    ..Tracker::default()
+                },
+            );
+            free_later((old.index, old.gone));
         });
     }
 }

@@ -64,14 +64,15 @@ impl Written {
         true
     }
 
-    /// The keys, sorted by database.
+    /// The keys, by database in ascending order (the databases sorted, not the keys: up to
+    /// a million keys are moved, never compared).
     fn into_keys(self) -> Vec<DbKey> {
-        let mut keys: Vec<DbKey> = self
-            .by_db
-            .into_iter()
-            .flat_map(|(db, set)| set.into_iter().map(move |k| (db, k)))
-            .collect();
-        keys.sort_unstable_by_key(|(db, _)| *db);
+        let mut dbs: Vec<(i32, FxHashSet<Vec<u8>>)> = self.by_db.into_iter().collect();
+        dbs.sort_unstable_by_key(|(db, _)| *db);
+        let mut keys = Vec::with_capacity(self.len);
+        for (db, set) in dbs {
+            keys.extend(set.into_iter().map(|k| (db, k)));
+        }
         keys
     }
 }
@@ -137,14 +138,32 @@ pub fn begin_since(ring: Arc<Placement>, self_name: &str) {
     SINCE_TRACKING.store(true, Ordering::Relaxed);
 }
 
-/// The keys of the `since` record so far, sorted by database (the record keeps them: a cleanup
-/// stopped before it deleted them all finds them again next time); `None` if it does not run or
-/// overflowed.
-pub fn since_keys() -> Option<Vec<DbKey>> {
+/// Takes the keys of the `since` record so far, by database (moved out, not copied: the record
+/// goes on from empty); a cleanup stopped before it handled them all gives the rest back
+/// (`give_back_since`). `None` if it does not run or overflowed.
+pub fn take_since_keys() -> Option<Vec<DbKey>> {
     SINCE.with(|s| {
-        let s = s.borrow();
-        Some(s.as_ref()?.written.clone()?.into_keys())
+        let mut s = s.borrow_mut();
+        let written = s.as_mut()?.written.as_mut()?;
+        Some(std::mem::take(written).into_keys())
     })
+}
+
+/// Puts keys taken by `take_since_keys` back in the `since` record (while it runs and holds
+/// every key), for the next cleanup.
+pub fn give_back_since(keys: impl IntoIterator<Item = DbKey>) {
+    SINCE.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(written) = s.as_mut().and_then(|s| s.written.as_mut()) else {
+            return;
+        };
+        for (db, key) in keys {
+            if !written.add(db, &key) {
+                s.as_mut().map(|s| s.written = None);
+                return;
+            }
+        }
+    });
 }
 
 /// Whether the `since` record runs and holds every key written since it began.
