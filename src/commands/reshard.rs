@@ -32,6 +32,7 @@ pub fn parse_copy<A: ArgList + ?Sized>(args: &A) -> Result<CopyOptions, CmdError
         auth: None,
         max_rate: 0,
         big: crate::reshard::pieces::Limits::default(),
+        leaving: None,
     };
     let mut cursor = args.cursor(2);
     while let Some(arg) = cursor.next_arg() {
@@ -90,6 +91,7 @@ pub fn copy(call: &Call) -> CmdResult {
             )));
         }
         options.auth = st.config.auth();
+        options.leaving = st.rings.previous.clone();
         options.big = crate::reshard::pieces::Limits {
             bytes: usize::try_from(st.config.big_key_bytes).unwrap_or(1 << 20),
             elements: usize::try_from(st.config.big_key_elements).unwrap_or(4096),
@@ -127,6 +129,7 @@ pub fn cleanup(call: &Call) -> CmdResult {
         auth: None,
         max_rate: 0,
         big: crate::reshard::pieces::Limits::default(),
+        leaving: None,
     };
     jobs::start(call.ctx, JobKind::Cleanup, ring, self_name, options).map_err(CmdError::err)?;
     call.reply.ok();

@@ -62,6 +62,9 @@ pub struct Pass {
     pub big: Limits,
     /// Where a walk writes the names it finds going elsewhere, for the cleanup (`moved`).
     pub list: Option<std::path::PathBuf>,
+    /// The ring the keys leave: only the keys it gives to this node travel
+    /// (`CopyOptions::leaving`).
+    pub leaving: Option<Arc<Placement>>,
 }
 
 /// Forks a child that runs `pass`; its pid, or why it could not start (another child, such as
@@ -99,6 +102,10 @@ pub struct Found {
     /// Index of its owner in the ring.
     pub owner: usize,
     pub info: KeyInfo,
+    /// Whether it travels: the ring it leaves (the previous ring) gave it to this node. A key
+    /// that ring gave elsewhere is a stray (an earlier cleanup's leftover): listed for the
+    /// cleanup, never shipped, so it cannot replace or bring back the owner's key.
+    pub travels: bool,
 }
 
 /// Keys are serialized and shipped this many at a time.
@@ -108,6 +115,10 @@ const BATCH: usize = 256;
 struct Walk<'a> {
     ring: &'a crate::ring::Ring,
     self_index: Option<usize>,
+    /// The ring the keys leave (the previous ring: the old one in a resharding, the one being
+    /// left in a cancel's copy back) and this node's index in it; a key travels only if that
+    /// ring gives it to this node.
+    leaving: Option<(&'a crate::ring::Ring, Option<usize>)>,
     scanned: u64,
     found: Vec<Found>,
 }
@@ -115,9 +126,17 @@ struct Walk<'a> {
 impl Walk<'_> {
     /// The owner of `name` when it is another node.
     #[inline]
-    fn moving(&self, name: &[u8]) -> Option<usize> {
+    /// The owner of `name` when it is another node, and whether the key travels there.
+    fn moving(&self, name: &[u8]) -> Option<(usize, bool)> {
         let owner = self.ring.owner(name);
-        (Some(owner) != self.self_index).then_some(owner)
+        if Some(owner) == self.self_index {
+            return None;
+        }
+        let travels = match self.leaving {
+            Some((left, me)) => me.is_some() && Some(left.owner(name)) == me,
+            None => true,
+        };
+        Some((owner, travels))
     }
 }
 
@@ -137,9 +156,15 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
             address: crate::topology::nodes::endpoint_of(n, "").address,
         })
         .collect();
+    let leaving = pass
+        .leaving
+        .as_ref()
+        .and_then(|p| p.ring.as_ref())
+        .map(|left| (left, left.spec().node_index(&pass.self_name)));
     let mut walk = Walk {
         ring,
         self_index: ring.spec().node_index(&pass.self_name),
+        leaving,
         scanned: 0,
         found: Vec::with_capacity(BATCH * 2),
     };
@@ -227,7 +252,7 @@ fn scan_db(
     loop {
         let more = cursor.scan(ctx, &mut |name, key| {
             walk.scanned += 1;
-            let Some(owner) = walk.moving(name) else {
+            let Some((owner, travels)) = walk.moving(name) else {
                 return;
             };
             if let Some(info) = key.info() {
@@ -235,6 +260,7 @@ fn scan_db(
                     name: name.to_vec(),
                     owner,
                     info,
+                    travels,
                 });
             }
         });
@@ -313,11 +339,12 @@ fn ship_found(
 /// A key the scan did not hand over (a pass over written keys), if it goes elsewhere and is
 /// still there.
 fn look_up(ctx: &Context, walk: &Walk, name: &[u8]) -> Option<Found> {
-    let owner = walk.moving(name)?;
+    let (owner, travels) = walk.moving(name)?;
     let info = keyspace::look_up(ctx, name)?;
     Some(Found {
         name: name.to_vec(),
         owner,
         info,
+        travels,
     })
 }

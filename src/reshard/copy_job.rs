@@ -127,6 +127,7 @@ fn copy_tick(ctx: &Context) -> bool {
         let walking = matches!(source, Source::Scan | Source::Index);
         let pass = Pass {
             list: if walking { runner.list.clone() } else { None },
+            leaving: runner.options.leaving.clone(),
             ring: Arc::clone(&runner.ring),
             self_name: runner.self_name.clone(),
             source,

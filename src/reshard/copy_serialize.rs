@@ -52,8 +52,9 @@ impl<'a> Copier<'a> {
         }
     }
 
-    /// Ships the keys of `found` (which it empties).
+    /// Ships the keys of `found` that travel (and empties it).
     pub fn ship(&mut self, found: &mut Vec<Found>) {
+        found.retain(|f| f.travels);
         let options = CallOptionsBuilder::new().build();
         // Big keys: in pieces.
         let big = self.big;

@@ -45,6 +45,12 @@ pub struct CopyOptions {
     pub max_rate: u64,
     /// Which keys travel in pieces (`big-key-bytes`, `big-key-elements`).
     pub big: crate::reshard::pieces::Limits,
+    /// The ring the keys leave (the previous ring: the old one in a resharding, the one being
+    /// left in a cancel's copy back; none without a resharding). Only the keys it gives to this
+    /// node travel; a key it holds that that ring gives elsewhere (a stray an earlier failed
+    /// cleanup left) stays put, listed for the cleanup, so an old copy never replaces, or
+    /// brings back, the owner's key.
+    pub leaving: Option<Arc<Placement>>,
 }
 
 /// A running job: what it works with, and where its scan stands.
