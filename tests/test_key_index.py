@@ -264,3 +264,30 @@ def test_ring_check_counts_each_nodes_keys_per_range_of_buckets_it_owns(server_f
             assert f[b"keys_not_owned"] == (1 if n == "a" else 0)
             assert in_ranges == len(held) - (1 if n == "a" else 0)
     assert nodes["c"][b"key_ranges"].startswith(b"unknown")
+
+
+def test_a_cleanup_without_the_copys_list_visits_only_the_buckets_that_move(server_factory):
+    """After a reload the copy's list is gone, but the key index (built again after the load)
+    names the keys by bucket: the cleanup's child sends those of the buckets the ring does not
+    give wholly to this node and looks at no other key (`keys_from: index`)."""
+    servers, a, moving = indexed_resharding(server_factory, 30_000, {"a": 3, "b": 1})
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    assert wait_job(a)["failed"] == 0
+    a.execute_command("DEBUG", "RELOAD")
+    builds = int(info_shard(a)["key_index_builds"])
+    indexed(a)  # built again after the load
+    assert int(info_shard(a)["key_index_builds"]) >= builds
+    late = [f"late:{i}" for i in range(2000)]  # written after the copy: some go too
+    pipelined(a, [("SET", k, "v") for k in late])
+    late_moving = [k for k, o in zip(late, owners(a, late)) if o == "b"]
+    for n in ("a", "b"):
+        servers[n].client().execute_command("SHARD.RING", "COMMIT")
+    assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["keys_from"] == b"index", st
+    assert st["deleted"] == len(moving) + len(late_moving), st
+    assert len(moving) <= st["scanned"] < 32_000 / 2, st["scanned"]
+    assert a.dbsize() == 32_000 - st["deleted"]
+    left = [k.decode() for k in a.scan_iter(count=1000)]
+    assert all(o == "a" for o in owners(a, left))
+    assert_exact(servers["a"])

@@ -29,6 +29,74 @@ pub fn start<F: Fn(&[u8]) -> bool>(
     keep: F,
     done: fn(Exit),
 ) -> Result<(Pid, Names), String> {
+    start_child(ctx, |ctx, out| walk(ctx, &keep, out), done)
+}
+
+/// Forks a child that sends what `produce` hands it (`Emit`: a database, then its names)
+/// instead of walking: the key index's names of a few buckets, say. Its pid and the pipe's
+/// read end, as `start`.
+pub fn start_from<P: FnOnce(&mut Emit)>(
+    ctx: &Context,
+    produce: P,
+    done: fn(Exit),
+) -> Result<(Pid, Names), String> {
+    start_child(
+        ctx,
+        |_, out| {
+            let mut emit = Emit {
+                buf: Vec::with_capacity(128 * 1024),
+                out,
+                walked: 0,
+                ok: true,
+            };
+            produce(&mut emit);
+            emit.flush();
+            emit.ok
+        },
+        done,
+    )
+}
+
+/// What a `start_from` child sends: databases and names, with the count of names looked at.
+pub struct Emit<'a> {
+    buf: Vec<u8>,
+    out: &'a mut std::fs::File,
+    walked: u64,
+    ok: bool,
+}
+
+impl Emit<'_> {
+    /// The names that follow are of database `db`.
+    pub fn database(&mut self, db: i32) {
+        Record::Database(db).write(&mut self.buf);
+    }
+
+    /// One name looked at: sent if `send`.
+    pub fn name(&mut self, name: &[u8], send: bool) {
+        self.walked += 1;
+        if send {
+            Record::Name(name).write(&mut self.buf);
+        }
+        if self.buf.len() >= 64 * 1024 {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        Record::Walked(self.walked).write(&mut self.buf);
+        if self.out.write_all(&self.buf).is_err() {
+            self.ok = false;
+        }
+        self.buf.clear();
+    }
+}
+
+/// Forks the child, which runs `body` on the pipe's write end (true: it did all its work).
+fn start_child<B: FnOnce(&Context, &mut std::fs::File) -> bool>(
+    ctx: &Context,
+    body: B,
+    done: fn(Exit),
+) -> Result<(Pid, Names), String> {
     let mut fds = [0 as c_int; 2];
     // SAFETY: two fds for a new pipe.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -49,7 +117,7 @@ pub fn start<F: Fn(&[u8]) -> bool>(
         Forked::Child => {
             drop(read_end);
             let mut out = std::fs::File::from(write_end);
-            let ok = catch_unwind(AssertUnwindSafe(|| walk(ctx, &keep, &mut out))).unwrap_or(false);
+            let ok = catch_unwind(AssertUnwindSafe(|| body(ctx, &mut out))).unwrap_or(false);
             fork::exit_child(if ok { 0 } else { 1 });
         }
     };

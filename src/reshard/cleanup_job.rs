@@ -1,7 +1,9 @@
 //! A cleanup job's driver, on the main thread: steps on module timers, each deleting keys
-//! until its time budget (`STEP_BUDGET`) is spent, so that the server keeps serving. A forked
-//! child (`host::walk`) walks the keyspace and sends the steps the names of the keys this
-//! node no longer owns; while it walks, a step with nothing to delete waits in the event loop
+//! until its time budget (`STEP_BUDGET`) is spent, so that the server keeps serving. The names
+//! come from the copy's list when it left one for this ring (`moved`); else a forked child
+//! (`host::walk`) sends the steps the names of the keys this node no longer owns, from the key
+//! index's buckets that the ring does not give wholly to this node when the index is ready
+//! (`keys_from: index`), else from a walk of the whole keyspace; while it walks, a step with nothing to delete waits in the event loop
 //! for its next names. The keys written meanwhile (`dirty`) are checked after it. Without a
 //! child (another one runs), the steps walk the keyspace themselves. What the copy and the
 //! cleanup share (the running job, its child, its rate) is `jobs`.
@@ -14,12 +16,15 @@ use redis_module::Context;
 
 use crate::host::keyspace;
 use crate::host::names::Names;
+use crate::host::walk::Emit;
 use crate::reshard::dirty::{self, DbKey};
 use crate::reshard::jobs::{
     child_outcome, fail_job, finish, forget_child_outcome, on_child_done, Runner, RUNNER,
 };
 use crate::reshard::moved;
 use crate::reshard::progress::AfterPass;
+use crate::ring::placement::Placement;
+use crate::ring::{Share, BUCKETS};
 
 /// How long one step may run before it yields back to the event loop.
 const STEP_BUDGET: Duration = Duration::from_millis(2);
@@ -58,6 +63,20 @@ fn fork_cleanup_walk(ctx: &Context) {
         forget_child_outcome();
         let placement = Arc::clone(&runner.ring);
         let self_name = runner.self_name.clone();
+        if crate::index::complete_for(ctx, &placement) {
+            // The key index names the keys by bucket: the child sends those of the buckets
+            // the ring does not give wholly to this node, and looks at no other key.
+            let produce = move |emit: &mut Emit| names_from_index(&placement, &self_name, emit);
+            match crate::host::walk::start_from(ctx, produce, on_child_done) {
+                Ok((pid, names)) => {
+                    crate::reshard::current::lock().job.keys_from = "index";
+                    runner.child = Some(pid);
+                    runner.names = Some(names);
+                }
+                Err(_) => dirty::end(),
+            }
+            return;
+        }
         // (Run in the child only.)
         let goes = move |name: &[u8]| {
             placement
@@ -71,6 +90,31 @@ fn fork_cleanup_walk(ctx: &Context) {
                 runner.names = Some(names);
             }
             Err(_) => dirty::end(),
+        }
+    });
+}
+
+/// In a cleanup's child: the names the key index holds in the buckets `placement`'s ring does
+/// not give wholly to `self_name`, each sent if this node no longer owns it.
+fn names_from_index(placement: &Placement, self_name: &str, emit: &mut Emit) {
+    let Some(ring) = placement.ring.as_ref() else {
+        return;
+    };
+    let shares = match ring.spec().node_index(self_name) {
+        Some(me) => ring.bucket_shares(me),
+        None => vec![Share::Nothing; BUCKETS],
+    };
+    crate::index::in_child(|index| {
+        for db in index.databases() {
+            emit.database(db);
+            for (bucket, _) in index.buckets(db) {
+                if shares.get(usize::from(bucket)) == Some(&Share::Whole) {
+                    continue;
+                }
+                for name in index.names(db, bucket) {
+                    emit.name(name, crate::reshard::cleanup_deletes(ring, self_name, name));
+                }
+            }
         }
     });
 }
