@@ -79,11 +79,12 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let (applied, applied_skipped) = crate::commands::apply::counts();
     section.int("applied_strings", int(applied));
     section.int("applied_skipped", int(applied_skipped));
-    let (phase, keys, builds, bytes) = crate::index::status();
-    section.str("key_index", phase.name());
-    section.int("key_index_keys", int(keys as u64));
-    section.int("key_index_builds", int(builds));
-    section.int("key_index_bytes", int(bytes as u64));
+    let index = crate::index::status();
+    section.str("key_index", index.phase.name());
+    section.int("key_index_keys", int(index.keys as u64));
+    section.int("key_index_builds", int(index.builds));
+    section.int("key_index_restarts", int(index.restarts));
+    section.int("key_index_bytes", int(index.bytes as u64));
     section.str("reshard_by_db", &job.by_db_text());
     section.str("ring_returning", if rings.returning { "yes" } else { "no" });
     // The fleet operation this node coordinates: its phase (`none` when there is none), whether

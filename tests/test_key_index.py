@@ -291,3 +291,22 @@ def test_a_cleanup_without_the_copys_list_visits_only_the_buckets_that_move(serv
     left = [k.decode() for k in a.scan_iter(count=1000)]
     assert all(o == "a" for o in owners(a, left))
     assert_exact(servers["a"])
+
+
+def test_a_build_under_many_deletions_ends_exact(server_factory):
+    """Past its bound of names deleted during a build (lowered here to 10), a build looks each
+    name up as it arrives instead of starting again: it ends, exact."""
+    s = server_factory(module_args=["self", "a"], config=DEBUG)
+    c = s.client()
+    c.execute_command("SHARD.RING", "SET", "ketama", "a", f"127.0.0.1:{s.port}", 1)
+    c.execute_command("DEBUG", "POPULATE", 1_000_000, "key", 10)
+    assert c.execute_command("SHARD.DEBUG", "KEYINDEX-GONE-LIMIT", 10) == b"OK"
+    c.config_set("shard.key-index", "yes")
+    until(lambda: info_shard(c)["key_index"] == "building", "the build to start", every=0.001)
+    pipelined(c, [("UNLINK", *[f"key:{i}" for i in range(j, j + 100)])
+                  for j in range(0, 30_000, 100)])
+    assert info_shard(c)["key_index"] == "building", "deleted while the build runs"
+    assert_exact(s)
+    assert c.dbsize() == 970_000
+    info = info_shard(c)
+    assert info["key_index_builds"] == "1" and info["key_index_restarts"] == "0", info

@@ -14,9 +14,10 @@ pub fn debug(call: &Call) -> CmdResult {
     let panic = call.args.len() == 2 && is(call.args.get(1), "PANIC");
     let index = call.args.len() == 3 && is(call.args.get(1), "KEYINDEX");
     let forget = call.args.len() == 4 && is(call.args.get(1), "KEYINDEX-FORGET");
-    if !panic && !index && !forget {
+    let gone_limit = call.args.len() == 3 && is(call.args.get(1), "KEYINDEX-GONE-LIMIT");
+    if !panic && !index && !forget && !gone_limit {
         return Err(CmdError::err(
-            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key",
+            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n",
         ));
     }
     let setting = call
@@ -39,6 +40,14 @@ pub fn debug(call: &Call) -> CmdResult {
     }
     if forget {
         return key_index_forget(call);
+    }
+    if gone_limit {
+        // How many names deleted during a build are remembered before the build looks names
+        // up as they arrive instead (1 000 000 by default; the tests lower it).
+        let n = int_in(call.args.get(2), "n", 0, 1 << 40)?;
+        crate::index::set_gone_limit(n.unsigned_abs() as usize);
+        call.reply.ok();
+        return Ok(());
     }
     panic!("SHARD.DEBUG PANIC was called");
 }
@@ -76,7 +85,7 @@ fn key_index(call: &Call) -> CmdResult {
             "NOTREADY",
             format!(
                 "the key index is {} for the current ring",
-                crate::index::status().0.name()
+                crate::index::status().phase.name()
             ),
         )
     })?;

@@ -2,7 +2,8 @@
 //! (`host::walk`), and the main thread adds them in steps of at most `STEP_BUDGET`, so that the
 //! server keeps serving. Keys made or ended meanwhile reach the index through the keyspace
 //! events (`follow`): a name ended after the fork is remembered, so that the child's copy of
-//! it is not added back.
+//! it is not added back (past a million of them, each name that arrives is looked up instead,
+//! so that a build ends however fast the server deletes).
 //!
 //! Redis runs one child at a time: while another one runs (a `BGSAVE`, a copy's pass), the
 //! build waits and tries again.
@@ -97,6 +98,7 @@ pub fn start(ctx: &Context) {
                 let index = std::mem::replace(&mut t.index, KeyIndex::new());
                 let gone = std::mem::take(&mut t.gone);
                 super::free_later((index, gone));
+                t.check_arrivals = false;
                 t.buckets = Some(Arc::clone(&ring));
                 t.child = Some((pid, names));
                 t.generation += 1;
@@ -126,6 +128,12 @@ pub fn stop() {
 
 /// Builds again from the start, on the main thread's next turn.
 pub fn restart() {
+    TRACKER.with(|t| {
+        let mut t = t.borrow_mut();
+        if t.phase == Phase::Building {
+            t.restarts += 1;
+        }
+    });
     stop();
     FOLLOWING.store(false, Ordering::Relaxed);
     TRACKER.with(|t| t.borrow_mut().phase = Phase::Waiting);
@@ -142,16 +150,28 @@ pub fn wait_for_load() {
 }
 
 /// Adds what the child sent, for at most `STEP_BUDGET`; then another step, or the end.
-fn step(_ctx: &Context) {
+fn step(ctx: &Context) {
     let deadline = Instant::now() + STEP_BUDGET;
     let mut pending: VecDeque<DbKey> = VecDeque::with_capacity(READ_BATCH);
     loop {
+        let read = TRACKER.with(|t| {
+            let mut t = t.borrow_mut();
+            let check = t.check_arrivals;
+            let (_, names) = t.child.as_mut()?;
+            let open = names.read(&mut pending, READ_BATCH);
+            Some((open, pending.len(), check))
+        });
+        let Some((open, got, check)) = read else {
+            return; // stopped meanwhile
+        };
+        if check {
+            // (Outside the index's borrow: a lookup may expire a key, and its event reaches
+            // the index.)
+            keep_existing(ctx, &mut pending);
+        }
         let open = TRACKER.with(|t| {
             let mut t = t.borrow_mut();
             let t = &mut *t;
-            let (_, names) = t.child.as_mut()?;
-            let open = names.read(&mut pending, READ_BATCH);
-            let got = pending.len();
             let ring = t.buckets.as_ref().and_then(|b| b.ring.as_ref())?;
             for (db, name) in pending.drain(..) {
                 let key = (db, name);
@@ -182,6 +202,19 @@ fn step(_ctx: &Context) {
     }
 }
 
+/// Keeps the names of `pending` whose keys are still there (a lookup each, in its database).
+fn keep_existing(ctx: &Context, pending: &mut VecDeque<DbKey>) {
+    let mut db = None;
+    pending.retain(|(key_db, name)| {
+        if db != Some(*key_db) {
+            crate::host::keyspace::select_db(ctx, *key_db);
+            db = Some(*key_db);
+        }
+        crate::host::keyspace::look_up(ctx, name).is_some()
+    });
+    crate::host::keyspace::select_db(ctx, 0);
+}
+
 /// Every name arrived: ready if the child walked it all, else built again.
 fn finish() {
     let pid = TRACKER.with(|t| t.borrow().child.as_ref().map(|(pid, _)| *pid));
@@ -204,6 +237,7 @@ fn finish() {
     TRACKER.with(|t| {
         let mut t = t.borrow_mut();
         t.phase = Phase::Ready;
+        t.check_arrivals = false;
         super::free_later(std::mem::take(&mut t.gone));
         t.builds += 1;
     });

@@ -11,8 +11,10 @@ use crate::index::{build, Phase, FOLLOWING, TRACKER};
 const GONE: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move_from"];
 
 /// Most names removed while a build runs that are kept to be left out of it: past this, the
-/// build starts again.
-const MAX_GONE: usize = 1_000_000;
+/// build looks each name up as it arrives instead (`Tracker::check_arrivals`). 1 000 000
+/// unless `SHARD.DEBUG KEYINDEX-GONE-LIMIT` says otherwise.
+pub(crate) static MAX_GONE: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(1_000_000);
 
 /// A key lifecycle event (`host::keyspace_events::subscribe_to_lifecycle`).
 pub(crate) fn on_key_event(event: &KeyspaceEvent) {
@@ -26,27 +28,26 @@ pub(crate) fn on_key_event(event: &KeyspaceEvent) {
     }
     let key = event.key();
     let db = event.db();
-    let overflow = TRACKER.with(|t| {
+    TRACKER.with(|t| {
         let mut t = t.borrow_mut();
         let t = &mut *t;
         let Some(ring) = t.buckets.as_ref().and_then(|b| b.ring.as_ref()) else {
-            return false;
+            return;
         };
         let bucket = ring.bucket(key);
         if made {
             t.index.insert(db, bucket, key);
-            return false;
+            return;
         }
         t.index.remove(db, bucket, key);
-        if t.phase == Phase::Building {
+        if t.phase == Phase::Building && !t.check_arrivals {
             t.gone.insert((db, key.to_vec()));
-            return t.gone.len() > MAX_GONE;
+            if t.gone.len() > MAX_GONE.load(Ordering::Relaxed) {
+                t.check_arrivals = true;
+                super::free_later(std::mem::take(&mut t.gone));
+            }
         }
-        false
     });
-    if overflow {
-        build::restart();
-    }
 }
 
 /// A change of the keyspace as a whole (`host::events::on_keyspace_change`).

@@ -67,10 +67,17 @@ pub(crate) struct Tracker {
     /// During a build: the names deleted since the child's fork, which must not be added when
     /// the child sends them.
     pub(crate) gone: rustc_hash::FxHashSet<(i32, Vec<u8>)>,
+    /// During a build whose `gone` grew past its bound (a server deleting faster than the
+    /// build reads): `gone` is dropped and each name the child sends is looked up before it is
+    /// added, so that the build ends however many keys are deleted meanwhile.
+    pub(crate) check_arrivals: bool,
     /// The building child and what it sends.
     pub(crate) child: Option<(Pid, crate::host::names::Names)>,
     /// How many builds ran (a figure for INFO and the tests).
     pub(crate) builds: u64,
+    /// How many builds were started again before they ended (a load, a flush or a swap
+    /// meanwhile, a ring of other buckets).
+    pub(crate) restarts: u64,
     /// The running build's number: its timers check it, so that a build stopped or restarted
     /// meanwhile leaves the next one alone.
     pub(crate) generation: u64,
@@ -168,11 +175,26 @@ pub fn wanted() -> bool {
     WANTED.load(Ordering::Relaxed)
 }
 
-/// The phase, and how many keys and builds, for INFO.
-pub fn status() -> (Phase, usize, u64, usize) {
+/// Where the index stands, for INFO.
+pub struct Status {
+    pub phase: Phase,
+    pub keys: usize,
+    pub builds: u64,
+    pub restarts: u64,
+    pub bytes: usize,
+}
+
+/// Where the index stands, for INFO.
+pub fn status() -> Status {
     TRACKER.with(|t| {
         let t = t.borrow();
-        (t.phase, t.index.len(), t.builds, t.index.heap_bytes())
+        Status {
+            phase: t.phase,
+            keys: t.index.len(),
+            builds: t.builds,
+            restarts: t.restarts,
+            bytes: t.index.heap_bytes(),
+        }
     })
 }
 
@@ -221,6 +243,12 @@ pub fn keys_by_bucket(ring: &Arc<Placement>) -> Option<Vec<u64>> {
         }
         counts
     })
+}
+
+/// Sets how many names deleted during a build are remembered before the build looks names up
+/// as they arrive instead (`SHARD.DEBUG KEYINDEX-GONE-LIMIT`).
+pub fn set_gone_limit(n: usize) {
+    follow::MAX_GONE.store(n, Ordering::Relaxed);
 }
 
 /// Takes `key` of `db` out of a ready index, as a missed event would (`SHARD.DEBUG
