@@ -2,7 +2,8 @@
 //! epoch, the current ring and, during a resharding, the previous ring; from version 2 also
 //! whether a cancelled resharding is bringing keys back, and the plan of the fleet operation
 //! this node coordinates (`reshard::fleet`, stored as its own bytes); version 3 is version 2
-//! whose rings may carry a `slots` ring's explicit slot map (its ranges on each node line).
+//! whose rings may carry a `slots` ring's explicit slot map (its ranges on each node line);
+//! version 4 is version 3 whose returning flag may be 2: the rings of a fleet operation's fence.
 //!
 //! `SHRD`, a format version, then fixed-width little-endian fields and length-prefixed ring
 //! texts (the rings' canonical form). Decoding checks every length and rejects truncated,
@@ -12,7 +13,9 @@ use crate::ring::{parse_ranges, Algo, HashTag, NodeSpec, RingError, RingSpec};
 
 const MAGIC: &[u8; 4] = b"SHRD";
 /// The newest version this build writes; it reads every version from 1.
-pub const FORMAT_VERSION: u8 = 3;
+pub const FORMAT_VERSION: u8 = 4;
+/// The version whose rings may carry a slot map.
+const WITH_SLOT_MAP: u8 = 3;
 /// The version with the returning flag and the fleet plan.
 const WITH_FLEET: u8 = 2;
 
@@ -26,6 +29,8 @@ pub struct Persisted {
     pub previous: Option<RingSpec>,
     /// The rings are those of a cancel bringing keys back (`RingState::returning`).
     pub returning: bool,
+    /// The rings are those of a fleet operation's fence (`RingState::fence`).
+    pub fence: bool,
     /// The coordinator's plan (`FleetPlan::encode`), if this node coordinates one.
     pub fleet: Option<Vec<u8>>,
 }
@@ -40,8 +45,10 @@ impl Persisted {
         let mapped = [&self.current, &self.previous]
             .iter()
             .any(|r| r.as_ref().is_some_and(|r| r.slot_map.is_some()));
-        let version = if mapped {
+        let version = if self.fence {
             FORMAT_VERSION
+        } else if mapped {
+            WITH_SLOT_MAP
         } else if self.returning || self.fleet.is_some() {
             WITH_FLEET
         } else {
@@ -57,7 +64,11 @@ impl Persisted {
             out.extend_from_slice(text.as_bytes());
         }
         if v2 {
-            out.push(u8::from(self.returning));
+            out.push(if self.fence {
+                2
+            } else {
+                u8::from(self.returning)
+            });
             let plan = self.fleet.as_deref().unwrap_or_default();
             out.extend_from_slice(&(plan.len() as u64).to_le_bytes());
             out.extend_from_slice(plan);
@@ -81,12 +92,17 @@ impl Persisted {
         let ring_epoch = r.u64("ring epoch")?;
         let current = r.ring("current ring")?;
         let previous = r.ring("previous ring")?;
-        let (returning, fleet) = if version >= WITH_FLEET {
-            let returning = r.flag("returning flag")?;
+        let (returning, fence, fleet) = if version >= WITH_FLEET {
+            let (returning, fence) = match r.byte("returning flag")? {
+                0 => (false, false),
+                1 => (true, false),
+                2 if version >= FORMAT_VERSION => (true, true),
+                other => return Err(format!("the returning flag is {other}, not 0 or 1")),
+            };
             let plan = r.sized("fleet plan")?;
-            (returning, (!plan.is_empty()).then(|| plan.to_vec()))
+            (returning, fence, (!plan.is_empty()).then(|| plan.to_vec()))
         } else {
-            (false, None)
+            (false, false, None)
         };
         if r.pos != bytes.len() {
             return Err(format!(
@@ -103,6 +119,7 @@ impl Persisted {
             current,
             previous,
             returning,
+            fence,
             fleet,
         })
     }
@@ -246,8 +263,24 @@ mod tests {
             current: Some(spec(b"ketama", &["a", "b", "c"])),
             previous: Some(spec(b"jedis", &["a", "b"])),
             returning: true,
+            fence: false,
             fleet: Some(b"plan bytes".to_vec()),
         }
+    }
+
+    #[test]
+    fn a_fence_is_written_as_version_4_and_read_back() {
+        let fenced = Persisted {
+            fence: true,
+            ..sample()
+        };
+        let bytes = fenced.encode();
+        assert_eq!(bytes[4], 4, "an older build refuses it by its version");
+        assert_eq!(Persisted::decode(&bytes).unwrap(), fenced);
+        // A fence flag in an older version is refused, never read as something else.
+        let mut older = bytes.clone();
+        older[4] = 3;
+        assert!(Persisted::decode(&older).unwrap_err().contains("returning flag is 2"));
     }
 
     #[test]

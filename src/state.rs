@@ -184,6 +184,7 @@ impl ModuleState {
             current: self.rings.current.as_ref().map(|p| p.spec.clone()),
             previous: self.rings.previous.as_ref().map(|p| p.spec.clone()),
             returning: self.rings.returning,
+            fence: self.rings.fence,
             fleet: None,
         }
     }
@@ -207,7 +208,8 @@ impl ModuleState {
                 current,
                 previous,
                 epoch: persisted.ring_epoch.max(self.rings.epoch),
-                returning: persisted.returning,
+                returning: persisted.returning || persisted.fence,
+                fence: persisted.fence,
             };
         }
         Ok(())

@@ -1,5 +1,6 @@
 """Resharding between real servers with MIGRATE: grow 3 -> 4, shrink 4 -> 3, faults."""
 
+import re
 import threading
 import time
 
@@ -256,3 +257,30 @@ def test_copy_with_auth(server_factory):
     # The password is not shown back by the module's own replies.
     assert b"s3cret" not in repr(ca.execute_command("SHARD.RING", "GET")).encode()
     assert "s3cret" not in repr(ca.info("shard"))
+
+
+def test_refusals_name_the_fence_or_the_cancel_that_holds_the_rings(server_factory):
+    """The old ring over the new one, returning, is a fleet operation's fence or a cancel
+    bringing keys back (issue 33): a write of a moving key is refused with TRYAGAIN either way,
+    and the refusal says which one holds the rings; a restart keeps which one it was."""
+    servers = start_fleet(server_factory, ["a", "b"], ring=["a"],
+                          config=[("appendonly", "yes")])
+    a = servers["a"].client()
+    servers.ring(["a", "b"], verb="BEGIN", on=["a"])
+    keys = [f"k:{i}" for i in range(100)]
+    moving = [k for k, o in zip(keys, owners(a, keys)) if o == "b"][:5]
+    a.execute_command("SHARD.RING", "ABORT")
+    old = f"algo ketama\nhashtag none\nnode a 127.0.0.1:{servers['a'].port} 1\n"
+    new = old + f"node b 127.0.0.1:{servers['b'].port} 1\n"
+    for flag, words in (("FENCE", "a resharding is starting (its fence)"),
+                        ("RETURNING", "a cancelled resharding is bringing")):
+        assert a.execute_command("SHARD.RING", "INSTALL", old, new, flag) == b"OK"
+        for k in moving:
+            with pytest.raises(redis.ResponseError, match=r"^TRYAGAIN " + re.escape(words)):
+                a.execute_command("SHARD.CALL", "SET", k, "v")
+    a.execute_command("SHARD.RING", "INSTALL", old, new, "FENCE")
+    servers["a"].stop()
+    servers["a"].start()
+    a = servers["a"].client()
+    with pytest.raises(redis.ResponseError, match=r"^TRYAGAIN a resharding is starting"):
+        a.execute_command("SHARD.CALL", "SET", moving[0], "v")

@@ -52,7 +52,7 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
             "Keys in request don't hash to the same slot",
         ));
     }
-    let (current, previous, previous_in_map, self_name, returning) = {
+    let (current, previous, previous_in_map, self_name, (returning, fence)) = {
         let st = state::lock();
         let owner = |p: &Placement| {
             p.ring
@@ -74,7 +74,7 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
             previous,
             in_map,
             st.config.ring.self_name.clone(),
-            st.rings.returning,
+            (st.rings.returning, st.rings.fence),
         )
     };
     let Some(current) = current else {
@@ -84,10 +84,7 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
     if returning && previous.is_some() {
         // A cancelled resharding brings this slot's keys back (`route::decide`): clients
         // retry on TRYAGAIN, as during a cluster's multi-key migration.
-        return Err(CmdError::code(
-            "TRYAGAIN",
-            "a cancelled resharding is bringing this slot's keys back to their owner: retry in a moment",
-        ));
+        return Err(crate::route::decide::refusal(fence, "slot"));
     }
     if current.name != self_name {
         // A read of a key still at its previous owner, asked for after an ASK.

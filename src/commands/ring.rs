@@ -219,12 +219,15 @@ fn reply_nodes(call: &Call, placement: &Placement) {
     }
 }
 
-/// `SHARD.RING INSTALL current [previous] [RETURNING]`: both rings at once, as canonical texts
-/// (a fleet operation's step: the same call repeated changes nothing).
+/// `SHARD.RING INSTALL current [previous] [RETURNING|FENCE]`: both rings at once, as canonical
+/// texts (a fleet operation's step: the same call repeated changes nothing). `RETURNING`: a
+/// cancel brings keys back; `FENCE`: a fleet operation's fence (the same rings and refusals,
+/// which then name the fence).
 pub fn install(call: &Call) -> CmdResult {
     let n = call.args.len();
     let returning = n > 3 && is(call.args.get(n - 1), "RETURNING");
-    let texts = n - usize::from(returning);
+    let fence = n > 3 && is(call.args.get(n - 1), "FENCE");
+    let texts = n - usize::from(returning || fence);
     if !(3..=4).contains(&texts) {
         return Err(CmdError::wrong_arity("shard.ring|install"));
     }
@@ -248,7 +251,7 @@ pub fn install(call: &Call) -> CmdResult {
     }
     state::lock()
         .rings
-        .install(current, previous, returning)
+        .install(current, previous, returning, fence)
         .map_err(CmdError::err)?;
     crate::index::ring_changed();
     call.ctx.replicate_verbatim();

@@ -38,6 +38,10 @@ pub struct RingState {
     /// owner's while they travel back. Routed writes of those keys are refused (`TRYAGAIN`)
     /// and reads prefer the previous owner (see `route::decide`).
     pub returning: bool,
+    /// The same rings, for a fleet operation's fence (`reshard::fleet`): nothing was copied or
+    /// cancelled yet; writes of the keys about to move are refused for a moment all the same,
+    /// and the refusal says it is the fence.
+    pub fence: bool,
 }
 
 /// Why a ring change was refused.
@@ -78,13 +82,15 @@ impl RingState {
         current: Placement,
         previous: Option<Placement>,
         returning: bool,
+        fence: bool,
     ) -> Result<(), &'static str> {
-        if returning && previous.is_none() {
-            return Err("RETURNING needs a previous ring: the ring the keys come back from");
+        if (returning || fence) && previous.is_none() {
+            return Err("RETURNING and FENCE need a previous ring: the ring the keys come back from");
         }
         self.current = Some(Arc::new(current));
         self.previous = previous.map(Arc::new);
-        self.returning = returning;
+        self.returning = returning || fence;
+        self.fence = fence;
         self.epoch += 1;
         Ok(())
     }
@@ -93,6 +99,7 @@ impl RingState {
     pub fn commit(&mut self) -> Result<(), &'static str> {
         self.previous.take().ok_or(NO_RESHARDING)?;
         self.returning = false;
+        self.fence = false;
         self.epoch += 1;
         Ok(())
     }
@@ -102,6 +109,7 @@ impl RingState {
         let previous = self.previous.take().ok_or(NO_RESHARDING)?;
         self.current = Some(previous);
         self.returning = false;
+        self.fence = false;
         self.epoch += 1;
         Ok(())
     }

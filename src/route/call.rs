@@ -35,7 +35,8 @@ use crate::topology::nodes::ReadFrom;
 pub fn route(call: &Call, command: &Carried) -> CmdResult {
     refuse_blocking(command.meta.blocking, &command.name_text, &call.args)?;
     let flags = call.ctx.get_flags();
-    let (keys, link, returning) = place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;
+    let (keys, link, (returning, fence)) =
+        place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;
     // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
     // whether the keys are local or not.
     acl::check_caller(call, 1, &command.name_text)?;
@@ -47,6 +48,7 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
         splittable: split::splittable(command.name),
         keys,
         returning,
+        fence,
         read_from: crate::topology::nodes::read_from(),
         translated: translation.is_some(),
         can_wait: !flags.contains(ContextFlags::DENY_BLOCKING)
@@ -139,12 +141,13 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
 }
 
 /// Where each key of the call lives, from one look at the rings; how to reach the nodes (the
-/// client's database and RESP version); whether a cancelled resharding is bringing keys back.
+/// client's database and RESP version); whether the rings are returning (a cancelled resharding
+/// brings keys back), and whether that is a fleet operation's fence.
 fn place(
     call: &Call,
     command: &Carried,
     resp3: bool,
-) -> Result<(Vec<Placed>, Link, bool), CmdError> {
+) -> Result<(Vec<Placed>, Link, (bool, bool)), CmdError> {
     let st = state::lock();
     let current = st.current_ring()?;
     let self_name = st.config.ring.self_name.as_str();
@@ -167,7 +170,7 @@ fn place(
         resp3,
         db: caller::selected_db(call),
     };
-    Ok((keys, link, st.rings.returning))
+    Ok((keys, link, (st.rings.returning, st.rings.fence)))
 }
 
 /// The parts of a split command, each with its plan; this node's parts run here at once,

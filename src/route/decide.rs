@@ -31,8 +31,11 @@ pub struct Facts<'a> {
     pub splittable: Option<Splittable>,
     /// Its keys, in the order of its arguments.
     pub keys: Vec<Placed>,
-    /// The previous ring is being returned to (a cancelled resharding brings its keys back).
+    /// The previous ring is being returned to (a cancelled resharding brings its keys back),
+    /// or, with `fence`, a fleet operation's fence holds the rings so for a moment.
     pub returning: bool,
+    /// The returning rings are a fence, not a cancel: the refusal says so.
+    pub fence: bool,
     pub read_from: ReadFrom,
     /// A hash command whose field names the dictionary translates.
     pub translated: bool,
@@ -83,6 +86,27 @@ pub struct Target {
     pub here: bool,
 }
 
+/// Why a write of a moving key is refused while the rings are returning, naming what holds
+/// them so: a fleet operation's fence, or a cancel bringing keys back (`what`: "key", or
+/// "slot" for a cluster client).
+pub fn refusal(fence: bool, what: &str) -> CmdError {
+    if fence {
+        CmdError::code(
+            "TRYAGAIN",
+            format!(
+                "a resharding is starting (its fence): a write of a {what} about to move waits until every node has the new ring; retry in a moment"
+            ),
+        )
+    } else {
+        CmdError::code(
+            "TRYAGAIN",
+            format!(
+                "a cancelled resharding is bringing this {what}'s keys back to their owner: retry in a moment"
+            ),
+        )
+    }
+}
+
 /// The decision for a call.
 pub fn decide(facts: Facts) -> Result<Route, CmdError> {
     let Facts {
@@ -91,6 +115,7 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
         splittable,
         mut keys,
         returning,
+        fence,
         read_from,
         translated,
         can_wait,
@@ -102,10 +127,7 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
         // coming back, so it is refused until the keys are home; a read prefers the previous
         // owner, where the newest version is while it is there.
         if kind != CommandKind::Read {
-            return Err(CmdError::code(
-                "TRYAGAIN",
-                "a cancelled resharding is bringing this key back to its owner: retry in a moment",
-            ));
+            return Err(refusal(fence, "key"));
         }
         for p in &mut keys {
             if let Some(previous) = p.previous.take() {

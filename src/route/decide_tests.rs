@@ -35,6 +35,7 @@ struct Case {
     kind: CommandKind,
     keys: &'static [&'static str],
     returning: bool,
+    fence: bool,
     read_from: ReadFrom,
     translated: bool,
     can_wait: bool,
@@ -46,6 +47,7 @@ const fn case(command: &'static str, kind: CommandKind, keys: &'static [&'static
         kind,
         keys,
         returning: false,
+        fence: false,
         read_from: ReadFrom::Primary,
         translated: false,
         can_wait: true,
@@ -55,6 +57,11 @@ const fn case(command: &'static str, kind: CommandKind, keys: &'static [&'static
 impl Case {
     const fn returning(mut self) -> Case {
         self.returning = true;
+        self
+    }
+    const fn fence(mut self) -> Case {
+        self.returning = true;
+        self.fence = true;
         self
     }
     const fn read_from(mut self, mode: ReadFrom) -> Case {
@@ -77,6 +84,7 @@ impl Case {
             splittable: splittable(self.command.as_bytes()),
             keys: self.keys.iter().map(|k| placed(k)).collect(),
             returning: self.returning,
+            fence: self.fence,
             read_from: self.read_from,
             translated: self.translated,
             can_wait: self.can_wait,
@@ -130,7 +138,8 @@ use ReadFrom::{Replica, ReplicaPreferred};
 const SCATTERED: &str = "ERR the keys of 'rename' live on different nodes (a, b): SHARD.CALL splits only MGET, MSET, DEL, UNLINK, EXISTS and TOUCH; give the keys one hash tag to keep them together";
 const MOVING: &str = "ERR the keys of 'rename' are moving between nodes in a resharding: SHARD.CALL runs commands with several keys then only if they split by key (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH)";
 const RETURNING: &str =
-    "TRYAGAIN a cancelled resharding is bringing this key back to its owner: retry in a moment";
+    "TRYAGAIN a cancelled resharding is bringing this key's keys back to their owner: retry in a moment";
+const FENCE: &str = "TRYAGAIN a resharding is starting (its fence): a write of a key about to move waits until every node has the new ring; retry in a moment";
 
 #[test]
 fn the_table() {
@@ -219,6 +228,16 @@ fn the_table() {
             "a delete while returning",
             case("del", Delete, &["b<a"]).returning(),
             RETURNING,
+        ),
+        (
+            "a write during a fleet operation's fence names the fence",
+            case("set", Write, &["b<a"]).fence(),
+            FENCE,
+        ),
+        (
+            "a delete during the fence names it too",
+            case("del", Delete, &["b<a"]).fence(),
+            FENCE,
         ),
         (
             "a read while returning prefers the previous owner",

@@ -233,10 +233,12 @@ pub struct Install<'a> {
     pub current: &'a RingSpec,
     pub previous: Option<&'a RingSpec>,
     pub returning: bool,
+    /// The fence: returning rings whose refusals name the fence.
+    pub fence: bool,
 }
 
 impl Install<'_> {
-    /// `SHARD.RING INSTALL current [previous] [RETURNING]`.
+    /// `SHARD.RING INSTALL current [previous] [RETURNING|FENCE]`.
     pub fn command(&self) -> Vec<Vec<u8>> {
         let mut args = vec![
             b"SHARD.RING".to_vec(),
@@ -246,7 +248,9 @@ impl Install<'_> {
         if let Some(previous) = self.previous {
             args.push(previous.canonical().into_bytes());
         }
-        if self.returning {
+        if self.fence {
+            args.push(b"FENCE".to_vec());
+        } else if self.returning {
             args.push(b"RETURNING".to_vec());
         }
         args
@@ -326,6 +330,7 @@ impl FleetPlan {
             current,
             previous,
             returning,
+            fence: self.phase == Phase::Fence,
         })
     }
 

@@ -33,6 +33,7 @@ impl Push {
             current: &current.spec,
             previous: previous.map(|p| &p.spec),
             returning: st.rings.returning,
+            fence: st.rings.fence,
         }
         .command();
         Ok(Push {
