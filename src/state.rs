@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use lazy_static::lazy_static;
 
 use crate::host::error::CmdError;
-use crate::keys::{Entropy, Generator, KeyConfig, KeySettings};
+use crate::keys::{Entropy, Generators, KeyConfig, KeySettings};
 use crate::net::tls::TlsFiles;
 use crate::persist::Persisted;
 use crate::ring::placement::{Placement, RingState};
@@ -127,7 +127,8 @@ pub struct ModuleState {
     pub config: Config,
     /// The configuration, checked and resolved.
     pub keys: KeySettings,
-    pub generator: Generator,
+    /// The configured layout's generator, and those of the layouts GENKEY LAYOUT asked for.
+    pub generator: Generators,
     /// The random bits of uuidv7 and ulid IDs (seeded from the OS at the first one).
     pub entropy: Entropy,
     pub rings: RingState,

@@ -152,6 +152,35 @@ def test_a_change_of_layout_never_goes_back_in_time(server_factory):
         last_ms = ms[-1]
 
 
+def test_genkey_layout_draws_another_layout_beside_the_configured_one(server_factory):
+    """Calls of two layouts interleave: each layout's keys increase, neither moves the other's
+    clock ahead, and the high-water mark is the later of the two."""
+    c = server_factory(module_args=["node-id", 9]).client()  # snowflake configured
+    uuid = Ids("uuidv7")
+    snow, uuids = [], []
+    for _ in range(300):
+        snow += [int(k) for k in genkey(c, "COUNT", 20)]
+        uuids += genkey(c, "LAYOUT", "uuidv7", "COUNT", 20)
+        uuids += [genkey(c, "LAYOUT", "UUIDv7")]
+    assert snow == sorted(snow) and uuids == sorted(uuids)
+    assert len(set(uuids)) == len(uuids) == 300 * 21
+    assert {uuid.node(uuid.value(k)) for k in uuids} == {9}
+    info = info_shard(c)
+    assert int(info["drift_ms"]) < 1000, "interleaving did not push a clock ahead"
+    assert int(info["keys_generated"]) == 300 * 41
+    last = max(uuid.ms(uuid.value(uuids[-1])), Ids("snowflake").ms(snow[-1]))
+    assert int(info["high_water_ms"]) == last
+    assert TEXT["tsid"].match(genkey(c, "LAYOUT", "tsid"))
+    d = decode(c, genkey(c, "LAYOUT", "ulid", "FORMAT", "hex"), "LAYOUT", "ulid")
+    assert d["node"] == 9
+    other = server_factory(module_args=["layout", "sonyflake", "node-id", 40000]).client()
+    with pytest.raises(redis.ResponseError, match=r"node-id 40000 does not fit layout uuidv7 \(0 to 1023\)"):
+        genkey(other, "LAYOUT", "uuidv7")
+    with pytest.raises(redis.ResponseError, match="unknown layout 'uuid'"):
+        genkey(other, "LAYOUT", "uuid")
+    assert info_shard(other)["keys_generated"] == "0"
+
+
 def test_node_bits_set_the_node_width(server_factory):
     c = server_factory(module_args=["layout", "uuidv7", "node-bits", 4, "node-id", 15]).client()
     assert Ids("uuidv7", 4).node(Ids("uuidv7", 4).value(genkey(c))) == 15

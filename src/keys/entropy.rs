@@ -82,9 +82,11 @@ impl Entropy {
                     self.rng = Some(rng);
                     self.drawn = 0;
                 }
-                Err(e) if self.rng.is_none() => return Err(format!(
+                Err(e) if self.rng.is_none() => {
+                    return Err(format!(
                     "the operating system's random source cannot be read ({e}); no ID was issued"
-                )),
+                ))
+                }
                 Err(_) => self.reseed_failures = self.reseed_failures.saturating_add(1),
             }
         }

@@ -10,6 +10,7 @@ pub mod crockford;
 pub mod entropy;
 pub mod format;
 pub mod generator;
+pub mod generators;
 #[cfg(test)]
 mod ids_tests;
 pub mod layout;
@@ -26,6 +27,7 @@ pub use codec::{Encoding, KeyFormatter, KeyText};
 pub use entropy::{Draw, Entropy};
 pub use format::Format;
 pub use generator::{Batch, GenError, GenStats, Generator, Request, Shape};
+pub use generators::Generators;
 pub use layout::{KeyFields, Layout, LayoutKind};
 pub use settings::{KeyConfig, KeySettings};
 pub use types::TypeNames;
