@@ -11,8 +11,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use shard::keys::{
-    base62, codec, Encoding, Entropy, Format, Generator, KeyFields, KeyFormatter, Layout,
-    Request, Shape,
+    base62, codec, Encoding, Entropy, Format, Generator, KeyFields, KeyFormatter, Layout, Request,
+    Shape,
 };
 use shard::ring::{Ring, RingSpec};
 
@@ -202,7 +202,9 @@ fn bench_ids(c: &mut Criterion) {
         let mut draw_entropy = Entropy::from_seed([8; 32]);
         for format in Format::choices(&layout) {
             let mut draw = draw_entropy.ready().expect("seeded");
-            let text = formatter.issue(&layout, *format, &fields, &mut draw).to_vec();
+            let text = formatter
+                .issue(&layout, *format, &fields, &mut draw)
+                .to_vec();
             g.bench_function(format!("parse/{name}/{}", format.name()), |b| {
                 b.iter(|| {
                     codec::parse_as(
