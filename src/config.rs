@@ -243,6 +243,7 @@ config_field!(TYPES: TextConfig => keys.types);
 config_field!(NODE_ID: IntConfig => keys.node_id);
 config_field!(NODE_COUNT: IntConfig => keys.node_count);
 config_field!(MAX_DRIFT_MS: IntConfig => keys.max_drift_ms);
+config_field!(NODE_BITS: IntConfig => keys.node_bits);
 config_field!(RING_FILE: TextConfig => ring.file);
 config_field!(RING_ALGO: TextConfig => ring.algo);
 config_field!(RING_HASHTAG: TextConfig => ring.hashtag);
@@ -278,6 +279,7 @@ pub const NAMES: &[&str] = &[
     "types",
     "node-count",
     "max-drift-ms",
+    "node-bits",
     "ring-file",
     "ring-algo",
     "ring-hashtag",

@@ -161,7 +161,8 @@ redis_module! {
     commands: [],
     configurations: [
         i64: [
-            ["node-id", &config::NODE_ID, 0, 0, 65535, ConfigurationFlags::DEFAULT, None],
+            ["node-id", &config::NODE_ID, 0, 0, 1_048_575, ConfigurationFlags::DEFAULT, None],
+            ["node-bits", &config::NODE_BITS, 10, 0, 20, ConfigurationFlags::DEFAULT, None],
             ["node-count", &config::NODE_COUNT, 1, 1, 3844, ConfigurationFlags::DEFAULT, None],
             ["max-drift-ms", &config::MAX_DRIFT_MS, 5000, 0, 86_400_000, ConfigurationFlags::DEFAULT, None],
             ["call-timeout-ms", &config::CALL_TIMEOUT_MS, 1000, 1, 600_000, ConfigurationFlags::DEFAULT, None],

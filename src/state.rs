@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use lazy_static::lazy_static;
 
 use crate::host::error::CmdError;
-use crate::keys::{Generator, KeyConfig, KeySettings};
+use crate::keys::{Entropy, Generators, KeyConfig, KeySettings};
 use crate::net::tls::TlsFiles;
 use crate::persist::Persisted;
 use crate::ring::placement::{Placement, RingState};
@@ -127,7 +127,10 @@ pub struct ModuleState {
     pub config: Config,
     /// The configuration, checked and resolved.
     pub keys: KeySettings,
-    pub generator: Generator,
+    /// The configured layout's generator, and those of the layouts GENKEY LAYOUT asked for.
+    pub generator: Generators,
+    /// The random bits of uuidv7 and ulid IDs (seeded from the OS at the first one).
+    pub entropy: Entropy,
     pub rings: RingState,
     /// The high-water mark last propagated as SHARD.ADVANCE: the mark only moves when the tick
     /// does, so replicas and the AOF get it once per tick, not once per call.
@@ -167,6 +170,8 @@ impl ModuleState {
             // Checked by the caller: a ring file never replaces an open resharding's rings.
             let _ = self.rings.set(placement);
         }
+        // A change of layout, epoch, node or node width moves the generator past every
+        // millisecond used: the new layout's first key sorts after the old layout's last.
         if keys.layout != self.keys.layout || keys.node_id != self.keys.node_id {
             self.generator.rebase(&self.keys.layout, &keys.layout);
         }

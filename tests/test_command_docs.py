@@ -60,11 +60,13 @@ def test_command_docs_summary_and_arguments(r):
     assert genkey[b"module"] == b"shard"
     args = [dict(zip(a[::2], a[1::2])) for a in genkey[b"arguments"]]
     assert [(a[b"name"], a[b"token"], a[b"type"]) for a in args] == [
-        (b"type", b"TYPE", b"string"), (b"count", b"COUNT", b"integer")]
+        (b"type", b"TYPE", b"string"), (b"count", b"COUNT", b"integer"),
+        (b"format", b"FORMAT", b"string"), (b"layout", b"LAYOUT", b"string")]
     assert all(b"optional" in a[b"flags"] for a in args)
     encode = dict(zip(docs[b"shard.encode"][::2], docs[b"shard.encode"][1::2]))
     names = [dict(zip(a[::2], a[1::2]))[b"name"] for a in encode[b"arguments"]]
-    assert names == [b"layout", b"epoch", b"when", b"node", b"seq", b"type", b"suffix"]
+    assert names == [b"layout", b"epoch", b"when", b"node", b"seq", b"type", b"suffix", b"random",
+                     b"format"]
     ring = dict(zip(docs[b"shard.ring"][::2], docs[b"shard.ring"][1::2]))
     subs = ring[b"subcommands"]
     subs = dict(zip(subs[::2], subs[1::2]))

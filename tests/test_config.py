@@ -11,7 +11,8 @@ def test_defaults_are_visible_in_config_get(r):
     assert got == {
         "shard.layout": "snowflake", "shard.node-id": "0", "shard.epoch": "",
         "shard.custom-layout": "", "shard.encoding": "decimal", "shard.types": "",
-        "shard.node-count": "1", "shard.max-drift-ms": "5000", "shard.ring-file": "",
+        "shard.node-count": "1", "shard.max-drift-ms": "5000", "shard.node-bits": "10",
+        "shard.ring-file": "",
         "shard.ring-algo": "ketama", "shard.ring-hashtag": "", "shard.self": "",
         "shard.auth-user": "", "shard.auth-password": "", "shard.call-timeout-ms": "1000",
         "shard.cluster-protocol": "no", "shard.key-index": "no", "shard.special-keys": "",

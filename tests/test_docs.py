@@ -25,7 +25,8 @@ The only ways an output line may differ from the page (the exceptions; keep them
   1. Elision: a line `...` stands for any number of lines (none included); a line ending in
      `...` stands for a line starting with what comes before the `...`, and any lines after it.
   2. Fresh keys: each key SHARD.GENKEY replies is new by nature; it matches a key of the same
-     length over the same alphabet (digits, or 0-9A-Za-z when the page's key has a letter).
+     length over the same alphabet (digits, or 0-9A-Za-z when the page's key has a letter, or
+     0-9a-f and `-` for a UUID, whose hyphens stay where the page has them).
   3. The time of the last key: `shard_high_water_ms` in INFO matches a number of the same
      number of digits.
 
@@ -213,11 +214,15 @@ def expected_pattern(step):
         if line.endswith("..."):
             parts.append(re.escape(line[:-3]) + r"[^\n]*\n(?:[^\n]*\n)*?")
             continue
-        fresh = re.fullmatch(r'(\s*\d+\) )?"([0-9A-Za-z]+)"', line)
+        fresh = re.fullmatch(r'(\s*\d+\) )?"([0-9A-Za-z-]+)"', line)
         if step.command == "SHARD.GENKEY" and fresh:
             key = fresh.group(2)
-            alphabet = "[0-9]" if key.isdigit() else "[0-9A-Za-z]"
-            parts.append(re.escape(fresh.group(1) or "") + f'"{alphabet}{{{len(key)}}}"\n')
+            if "-" in key:  # a UUID: hex digits, the hyphens where they are
+                pattern = "-".join(f"[0-9a-f]{{{len(g)}}}" for g in key.split("-"))
+            else:
+                alphabet = "[0-9]" if key.isdigit() else "[0-9A-Za-z]"
+                pattern = f"{alphabet}{{{len(key)}}}"
+            parts.append(re.escape(fresh.group(1) or "") + f'"{pattern}"\n')
             continue
         clock = re.fullmatch(r"shard_high_water_ms:(\d+)", line)
         if clock:

@@ -1,6 +1,7 @@
 """Durability (issue 5): the generator's high-water mark and the rings survive a restart from
 the RDB or the AOF, reach replicas, and a failover never repeats a key, even when the wall
-clock steps back.
+clock steps back. The tests of keys run for every layout family: snowflake's 63-bit keys, and
+the tsid, uuidv7 and ulid IDs of issue 34 (tests/helpers/ids.py reads each).
 
 The wall clock of a server is moved with tests/clockshim.c (an LD_PRELOAD shim that adds the
 offset in milliseconds written in a file to CLOCK_REALTIME, gettimeofday and time), so every
@@ -18,11 +19,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from helpers.ids import LAYOUTS, Ids
 from helpers.ports import free_port
 from helpers.server import (AOF, PRIMARY, RedisServer, ServerFailed, as_dict, info_shard, until,
                             wait_in_sync)
 
-SNOWFLAKE_EPOCH = 1288834974657
 SHIM_SOURCE = Path(__file__).resolve().parent / "clockshim.c"
 BACK = -10_000  # the clock steps back by 10 s
 SLACK_MS = 1_000
@@ -127,20 +128,30 @@ def plain_factory():
 # ---------------------------------------------------------------------------------------------
 
 
-def genkeys(client, n=None):
-    """n keys from one SHARD.GENKEY COUNT n (one key without COUNT when n is None), as ints."""
+SNOWFLAKE = Ids("snowflake")
+
+
+@pytest.fixture(params=LAYOUTS)
+def ids(request):
+    """The layout a key test runs with (each test runs once per layout)."""
+    return Ids(request.param)
+
+
+def genkeys(client, n=None, ids=SNOWFLAKE):
+    """n keys from one SHARD.GENKEY COUNT n (one key without COUNT when n is None), as the
+    numbers they hold (whose order is their text order)."""
     if n is None:
-        return [int(client.execute_command("SHARD.GENKEY"))]
-    return [int(k) for k in client.execute_command("SHARD.GENKEY", "COUNT", n)]
+        return [ids.value(client.execute_command("SHARD.GENKEY"))]
+    return [ids.value(k) for k in client.execute_command("SHARD.GENKEY", "COUNT", n)]
 
 
-def generate(client, bursts=5, count=2000, singles=50):
+def generate(client, bursts=5, count=2000, singles=50, ids=SNOWFLAKE):
     """Some COUNT bursts and some single calls, in call order."""
     keys = []
     for _ in range(bursts):
-        keys += genkeys(client, count)
+        keys += genkeys(client, count, ids)
         for _ in range(singles // bursts):
-            keys += genkeys(client)
+            keys += genkeys(client, ids=ids)
     return keys
 
 
@@ -153,12 +164,8 @@ def server_ms(client):
     return sec * 1000 + usec // 1000
 
 
-def key_ms(key):
-    return (key >> 22) + SNOWFLAKE_EPOCH
-
-
-def node_of(key):
-    return (key >> 12) & 1023
+def key_ms(key, ids=SNOWFLAKE):
+    return ids.ms(key)
 
 
 def assert_strictly_increasing(keys, what="keys"):
@@ -166,11 +173,11 @@ def assert_strictly_increasing(keys, what="keys"):
     assert bad is None, f"{what} do not strictly increase at {bad}: {keys[bad - 1]} then {keys[bad]}"
 
 
-def assert_all_after(new, old, what):
+def assert_all_after(new, old, what, ids=SNOWFLAKE):
     assert new and old
     assert min(new) > max(old), (
-        f"{what}: a new key ({min(new)}, {key_ms(min(new))} ms) is not above the last old key "
-        f"({max(old)}, {key_ms(max(old))} ms): the high-water mark was not carried over"
+        f"{what}: a new key ({min(new)}, {key_ms(min(new), ids)} ms) is not above the last old "
+        f"key ({max(old)}, {key_ms(max(old), ids)} ms): the high-water mark was not carried over"
     )
     repeats = set(new) & set(old)
     assert not repeats, f"{what}: {len(repeats)} keys repeated, e.g. {sorted(repeats)[:3]}"
@@ -191,10 +198,10 @@ def restart(server, offset_ms=None, sig=signal.SIGTERM):
     return server
 
 
-def assert_clock_is_back(client, old_keys, by_ms=-BACK - SLACK_MS):
+def assert_clock_is_back(client, old_keys, by_ms=-BACK - SLACK_MS, ids=SNOWFLAKE):
     """The server's clock really is behind the old keys: without the stored mark, new keys
     would be smaller (so the test can fail)."""
-    lag = key_ms(max(old_keys)) - server_ms(client)
+    lag = key_ms(max(old_keys), ids) - server_ms(client)
     assert lag >= by_ms, f"the shimmed clock is only {lag} ms behind the last key"
 
 
@@ -258,22 +265,22 @@ def test_clock_shim_moves_time_and_the_keys_of_a_running_server(clocked):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_rdb_restart_with_the_clock_set_back_keeps_keys_increasing(clocked):
-    s = clocked(module_args=LENIENT)
+def test_rdb_restart_with_the_clock_set_back_keeps_keys_increasing(clocked, ids):
+    s = clocked(module_args=LENIENT + ids.module_args())
     c = s.client()
-    before = generate(c)
+    before = generate(c, ids=ids)
     high_water = info_int(c, "high_water_ms")
     assert c.save()
     c.close()
 
     restart(s, offset_ms=BACK)
     c = s.client()
-    assert_clock_is_back(c, before)
+    assert_clock_is_back(c, before, ids=ids)
     assert info_int(c, "high_water_ms") == high_water, "the RDB's high-water mark was not restored"
     assert info_int(c, "keys_generated") == 0
-    after = generate(c)
+    after = generate(c, ids=ids)
     assert_strictly_increasing(before + after)
-    assert_all_after(after, before, "after a restart from the RDB")
+    assert_all_after(after, before, "after a restart from the RDB", ids)
     assert info_int(c, "drift_ms") >= -BACK - SLACK_MS
 
 
@@ -283,8 +290,8 @@ def test_rdb_restart_with_the_clock_set_back_keeps_keys_increasing(clocked):
 
 
 @pytest.mark.slow
-def test_aof_kill_9_during_a_burst_then_restart_with_the_clock_set_back(clocked):
-    s = clocked(module_args=LENIENT, config=AOF)
+def test_aof_kill_9_during_a_burst_then_restart_with_the_clock_set_back(clocked, ids):
+    s = clocked(module_args=LENIENT + ids.module_args(), config=AOF)
     received = []  # every key whose reply arrived, in order
     calls = [0]
     errors = []
@@ -293,7 +300,7 @@ def test_aof_kill_9_during_a_burst_then_restart_with_the_clock_set_back(clocked)
         c = s.client(socket_timeout=5)
         try:
             while True:
-                keys = genkeys(c, 200) if calls[0] % 4 == 0 else genkeys(c)
+                keys = genkeys(c, 200, ids) if calls[0] % 4 == 0 else genkeys(c, ids=ids)
                 received.extend(keys)
                 calls[0] += 1
         except (redis.ConnectionError, redis.TimeoutError, ConnectionError):
@@ -316,11 +323,11 @@ def test_aof_kill_9_during_a_burst_then_restart_with_the_clock_set_back(clocked)
     s.clock.set(BACK)
     s.start()
     c = s.client()
-    assert_clock_is_back(c, before)
+    assert_clock_is_back(c, before, ids=ids)
     assert not (s.workdir / "dump.rdb").exists(), "the state must come from the AOF alone"
-    after = generate(c)
+    after = generate(c, ids=ids)
     assert_strictly_increasing(after)
-    assert_all_after(after, before, "after kill -9 and a restart from the AOF")
+    assert_all_after(after, before, "after kill -9 and a restart from the AOF", ids)
 
 
 def rewrite_aof(client):
@@ -370,15 +377,15 @@ def test_aof_rewrite_without_the_rdb_preamble_keeps_the_mark_and_the_rings(clock
 # ---------------------------------------------------------------------------------------------
 
 
-def test_clock_set_back_while_running_and_while_down(clocked):
-    s = clocked(module_args=LENIENT)
+def test_clock_set_back_while_running_and_while_down(clocked, ids):
+    s = clocked(module_args=LENIENT + ids.module_args())
     c = s.client()
-    keys = generate(c, bursts=2, count=1000)
+    keys = generate(c, bursts=2, count=1000, ids=ids)
     assert info_int(c, "clock_backsteps") == 0
 
     s.clock.set(BACK)
-    assert_clock_is_back(c, keys)
-    running = generate(c, bursts=3, count=3000)
+    assert_clock_is_back(c, keys, ids=ids)
+    running = generate(c, bursts=3, count=3000, ids=ids)
     assert_strictly_increasing(keys + running)
     info = info_shard(c)
     assert int(info["clock_backsteps"]) >= 1
@@ -390,10 +397,10 @@ def test_clock_set_back_while_running_and_while_down(clocked):
     # Another 10 s back while it is down: 20 s behind the real time, and still increasing.
     restart(s, offset_ms=2 * BACK)
     c = s.client()
-    assert_clock_is_back(c, keys, by_ms=-2 * BACK - 5_000)
-    after = generate(c, bursts=3, count=3000)
+    assert_clock_is_back(c, keys, by_ms=-2 * BACK - 5_000, ids=ids)
+    after = generate(c, bursts=3, count=3000, ids=ids)
     assert_strictly_increasing(keys + after)
-    assert_all_after(after, keys, "after a restart with the clock 20 s back")
+    assert_all_after(after, keys, "after a restart with the clock 20 s back", ids)
     assert int(info_shard(c)["drift_ms"]) >= -BACK - SLACK_MS
 
 
@@ -402,28 +409,29 @@ def test_clock_set_back_while_running_and_while_down(clocked):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_promoted_replica_never_repeats_a_key_of_its_old_master(clocked):
-    master = clocked(module_args=LENIENT, config=PRIMARY)
-    replica = clocked(module_args=LENIENT, offset_ms=BACK)  # same node id 0
+def test_promoted_replica_never_repeats_a_key_of_its_old_master(clocked, ids):
+    args = LENIENT + ids.module_args() + ["node-id", 7]
+    master = clocked(module_args=args, config=PRIMARY)
+    replica = clocked(module_args=args, offset_ms=BACK)  # the same node id
     m, r = master.client(), replica.client()
 
-    old = genkeys(m, 20_000)  # reaches the replica in the full sync's RDB
+    old = genkeys(m, 20_000, ids)  # reaches the replica in the full sync's RDB
     r.replicaof("127.0.0.1", master.port)
     wait_replicated(m, r)
     assert info_int(r, "high_water_ms") == info_int(m, "high_water_ms")
-    old += generate(m, bursts=10, count=2000, singles=100)  # reaches it as SHARD.ADVANCE
+    old += generate(m, bursts=10, count=2000, singles=100, ids=ids)  # as SHARD.ADVANCE
     wait_replicated(m, r)
 
     with pytest.raises(redis.exceptions.ReadOnlyError):  # -READONLY, code stripped by redis-py
-        genkeys(r)
+        genkeys(r, ids=ids)
     assert info_int(r, "keys_generated") == 0, "the replica generated keys of its own"
-    assert_clock_is_back(r, old)
+    assert_clock_is_back(r, old, ids=ids)
 
     assert r.replicaof("NO", "ONE")
-    new = generate(r, bursts=5, count=2000)
-    assert {node_of(k) for k in new} == {node_of(k) for k in old} == {0}
+    new = generate(r, bursts=5, count=2000, ids=ids)
+    assert {ids.node(k) for k in new} == {ids.node(k) for k in old} == {7}
     assert_strictly_increasing(new)
-    assert_all_after(new, old, "on the promoted replica")
+    assert_all_after(new, old, "on the promoted replica", ids)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,18 +1,22 @@
-//! `SHARD.DECODE key [LAYOUT name] [EPOCH ms]`: take a key apart.
+//! `SHARD.DECODE key [LAYOUT name] [EPOCH ms] [FORMAT f]`: take a key apart. A key of the
+//! tsid, uuidv7 or ulid layout (generated here or by any other program, in any of its forms)
+//! gives its time, node, counter, random bits and canonical text (`reply_id`).
 
 use crate::command;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::{is, printable, ArgList, Cursor};
 use crate::host::register::{arg, opt, Arg, CommandSpec, Kind};
 use crate::keys::settings::parse_epoch;
-use crate::keys::{codec, shardjs, time, LayoutKind};
+use crate::keys::{codec, shardjs, time, Format, Layout, LayoutKind, WideParts};
 use crate::state;
 
-/// Reads the `LAYOUT name` and `EPOCH ms` options shared by DECODE and ENCODE.
+/// Reads the `LAYOUT name`, `EPOCH ms` and `FORMAT f` options shared by DECODE and ENCODE.
 #[derive(Default)]
 pub struct LayoutOptions {
     pub kind: Option<LayoutKind>,
     pub epoch: Option<i64>,
+    /// The form of the key read (DECODE) or written (ENCODE); checked against the layout later.
+    pub format: Option<Format>,
 }
 
 impl LayoutOptions {
@@ -36,7 +40,12 @@ impl LayoutOptions {
                 ));
             }
             Ok(true)
-        } else if is(arg, "LAYOUT") || is(arg, "EPOCH") {
+        } else if is(arg, "FORMAT") && self.format.is_none() {
+            let name = cursor.value_of("FORMAT")?;
+            self.format =
+                Some(Format::parse(name).ok_or_else(|| CmdError::err(Format::unknown(name)))?);
+            Ok(true)
+        } else if is(arg, "LAYOUT") || is(arg, "EPOCH") || is(arg, "FORMAT") {
             Err(CmdError::given_twice(arg))
         } else {
             Ok(false)
@@ -44,7 +53,7 @@ impl LayoutOptions {
     }
 }
 
-/// Reads `key [LAYOUT name] [EPOCH ms]`.
+/// Reads `key [LAYOUT name] [EPOCH ms] [FORMAT f]`.
 pub fn parse<A: ArgList + ?Sized>(args: &A) -> Result<(&[u8], LayoutOptions), CmdError> {
     if args.count() < 2 {
         return Err(CmdError::wrong_arity("shard.decode"));
@@ -68,13 +77,19 @@ pub fn decode(call: &Call) -> CmdResult {
     let layout = keys
         .layout_for(options.kind.unwrap_or(keys.layout.kind), options.epoch)
         .map_err(CmdError::err)?;
-    let fields = codec::parse(&layout, keys.encoding, key).map_err(|e| {
+    let format = options
+        .format
+        .map(|f| f.check(&layout))
+        .transpose()
+        .map_err(CmdError::err)?;
+    let not_a_key = |e: codec::KeyError| {
         CmdError::err(format!(
             "'{}' is not a {} key: {e}",
             printable(key),
             layout.name()
         ))
-    })?;
+    };
+    let fields = codec::parse_as(&layout, keys.encoding, format, key).map_err(not_a_key)?;
     let time_ms = layout.time_ms(fields.tick);
     let iso = time::iso8601_ms(time_ms).ok_or_else(|| {
         CmdError::err(format!(
@@ -82,6 +97,43 @@ pub fn decode(call: &Call) -> CmdResult {
             printable(key)
         ))
     })?;
+    if let Some(w) = layout.wide_form() {
+        let value = w.read(key, format).map_err(not_a_key)?;
+        let text = codec::format_wide(&w, value, Format::Text);
+        let random = hex(w.parts(value).random, w.random_bits());
+        reply_id(
+            call,
+            &layout,
+            time_ms,
+            &iso,
+            &w.parts(value),
+            Some(&random),
+            text.as_bytes(),
+            None,
+        );
+        return Ok(());
+    }
+    if layout.kind == LayoutKind::Tsid {
+        let text = codec::format_as(&layout, Format::Text, &fields);
+        let decimal = codec::format_as(&layout, Format::Decimal, &fields);
+        let parts = WideParts {
+            ms: u64::try_from(time_ms).unwrap_or(0),
+            node: fields.node,
+            counter: Some(fields.seq),
+            random: 0,
+        };
+        reply_id(
+            call,
+            &layout,
+            time_ms,
+            &iso,
+            &parts,
+            None,
+            text.as_bytes(),
+            Some(decimal.as_bytes()),
+        );
+        return Ok(());
+    }
     let type_name = keys.types.name_of(fields.key_type);
 
     // Shardjs keys: the decimal form (toDecimalString) and a fixed key's suffix.
@@ -113,10 +165,42 @@ fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// `value`'s low `bits` bits in lowercase hex, one digit per 4 bits (rounded up).
+fn hex(value: u128, bits: u32) -> String {
+    let width = bits.div_ceil(4) as usize;
+    format!("{value:0width$x}")
+}
+
+/// The reply for a tsid, uuidv7 or ulid ID: its layout, time, node, counter (`seq`, nil for
+/// ulid), random bits in hex (nil for tsid), canonical text and decimal number (tsid only).
+#[allow(clippy::too_many_arguments)]
+fn reply_id(
+    call: &Call,
+    layout: &Layout,
+    time_ms: i64,
+    iso: &str,
+    parts: &WideParts,
+    random: Option<&str>,
+    text: &[u8],
+    decimal: Option<&[u8]>,
+) {
+    let reply = &call.reply;
+    reply.map(8);
+    reply.field_bulk("layout", layout.name().as_bytes());
+    reply.field_int("time_ms", time_ms);
+    reply.field_bulk("time", iso.as_bytes());
+    reply.field_int("node", to_i64(parts.node));
+    reply.field_opt_int("seq", parts.counter.map(to_i64));
+    reply.field_opt("random", random.map(str::as_bytes));
+    reply.field_bulk("text", text);
+    reply.field_opt("decimal", decimal);
+}
+
 static ARGS: &[Arg] = &[
     arg(c"key", Kind::Str),
     opt(c"layout", c"LAYOUT", Kind::Str),
     opt(c"epoch", c"EPOCH", Kind::UnixTime),
+    opt(c"format", c"FORMAT", Kind::Str),
 ];
 
 /// `SHARD.DECODE`: how Redis registers and documents it.
@@ -125,7 +209,7 @@ pub static COMMAND: CommandSpec = command! {
     handler: decode,
     flags: "readonly fast",
     arity: -2,
-    summary: "Takes a key apart: time, node, sequence, type",
+    summary: "Takes a key apart: time, node, sequence, type; a TSID, UUIDv7 or ULID's random bits and text",
     complexity: "O(1)",
     args: ARGS,
     acl: "read fast",

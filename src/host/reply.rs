@@ -57,6 +57,15 @@ impl Reply {
         self.int(value);
     }
 
+    /// A map field whose value is an integer or nil.
+    pub fn field_opt_int(&self, name: &str, value: Option<i64>) {
+        self.bulk(name.as_bytes());
+        match value {
+            Some(v) => self.int(v),
+            None => self.null(),
+        }
+    }
+
     /// A map field whose value is a bulk string or nil.
     pub fn field_opt(&self, name: &str, value: Option<&[u8]>) {
         self.bulk(name.as_bytes());

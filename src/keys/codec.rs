@@ -1,4 +1,5 @@
-//! The text of a key: decimal or fixed-width base62 for bit layouts, Shardjs's own text form.
+//! The text of a key: decimal or fixed-width base62 for bit layouts, Shardjs's own text form,
+//! TSID's forms (`tsid`), and for uuidv7 and ulid the dispatch to `wide`.
 //!
 //! Formatting writes into small stack buffers (`KeyFormatter`, or the `KeyText` that `format`
 //! returns), so issuing a key allocates nothing.
@@ -7,7 +8,16 @@
 use std::fmt;
 
 use super::base62;
-use super::layout::{KeyFields, Layout, LayoutError};
+use super::entropy::Draw;
+use super::format::Format;
+use super::layout::{Form, KeyFields, Layout, LayoutError, LayoutKind};
+use super::tsid::{self, TsidError};
+use super::ulid::UlidError;
+use super::uuidv7::{self, UuidError};
+use super::wide::WideForm;
+
+/// The longest text of a key: a UUID's 36 characters.
+pub const MAX_TEXT: usize = 36;
 
 /// How the keys of a bit layout are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +50,7 @@ impl Encoding {
 /// A formatted key, held on the stack.
 #[derive(Clone, Copy)]
 pub struct KeyText {
-    buf: [u8; 24],
+    buf: [u8; MAX_TEXT],
     len: usize,
 }
 
@@ -62,12 +72,23 @@ impl fmt::Debug for KeyText {
 pub enum KeyError {
     Empty,
     NotDecimal,
-    TooLong { max: usize },
+    TooLong {
+        max: usize,
+    },
     ShardjsTooShort,
     OutOfRange,
     WiderThanLayout,
     Base62(base62::Base62Error),
     Layout(LayoutError),
+    Uuid(UuidError),
+    Ulid(UlidError),
+    Tsid(TsidError),
+    /// A `FORMAT` was given and the text's length is not that form's.
+    FormLength {
+        format: &'static str,
+        len: usize,
+        want: usize,
+    },
 }
 
 impl fmt::Display for KeyError {
@@ -86,6 +107,12 @@ impl fmt::Display for KeyError {
             }
             KeyError::Base62(e) => write!(f, "{e}"),
             KeyError::Layout(e) => write!(f, "{e}"),
+            KeyError::Uuid(e) => write!(f, "{e}"),
+            KeyError::Ulid(e) => write!(f, "{e}"),
+            KeyError::Tsid(e) => write!(f, "{e}"),
+            KeyError::FormLength { format, len, want } => {
+                write!(f, "the {format} form is {want} bytes long, not {len}")
+            }
         }
     }
 }
@@ -104,10 +131,18 @@ impl From<LayoutError> for KeyError {
 
 /// Formats keys in its own buffers and lends out the text, so a caller that replies at once
 /// (GENKEY) copies nothing: the decimal digits are replied from where `itoa` wrote them.
-#[derive(Default)]
 pub struct KeyFormatter {
     digits: itoa::Buffer,
-    text: [u8; 24],
+    text: [u8; MAX_TEXT],
+}
+
+impl Default for KeyFormatter {
+    fn default() -> Self {
+        KeyFormatter {
+            digits: itoa::Buffer::new(),
+            text: [0; MAX_TEXT],
+        }
+    }
 }
 
 impl KeyFormatter {
@@ -138,31 +173,119 @@ impl KeyFormatter {
     }
 }
 
+impl KeyFormatter {
+    /// The text of a key just issued, in `format` (one of `Format::choices(layout)`): a
+    /// uuidv7 or ulid ID takes its counter and random bits from `draw`.
+    #[inline]
+    pub fn issue(
+        &mut self,
+        layout: &Layout,
+        format: Format,
+        fields: &KeyFields,
+        draw: &mut Draw<'_>,
+    ) -> &[u8] {
+        match layout.form {
+            Form::Wide(w) => {
+                let v = w.issued(fields, draw);
+                w.write(v, format, &mut self.text)
+            }
+            _ => self.format_in(layout, format, fields),
+        }
+    }
+
+    /// The text of `fields` (already validated for `layout`, not a 128-bit layout) in `format`.
+    #[inline]
+    pub fn format_in(&mut self, layout: &Layout, format: Format, fields: &KeyFields) -> &[u8] {
+        if layout.kind != LayoutKind::Tsid {
+            return self.format(layout, format.encoding(), fields);
+        }
+        let v = layout.pack(fields);
+        match format {
+            Format::Decimal => self.digits.format(v).as_bytes(),
+            Format::Hex => {
+                uuidv7::write_hex(u128::from(v), &mut self.text[..32]);
+                &self.text[16..32]
+            }
+            Format::Binary => {
+                self.text[..8].copy_from_slice(&v.to_be_bytes());
+                &self.text[..8]
+            }
+            _ => {
+                super::crockford::encode(u128::from(v), &mut self.text[..tsid::TEXT_LEN]);
+                &self.text[..tsid::TEXT_LEN]
+            }
+        }
+    }
+}
+
 /// The key of `fields` (already validated for `layout`), as a value of its own.
 pub fn format(layout: &Layout, encoding: Encoding, fields: &KeyFields) -> KeyText {
     let mut formatter = KeyFormatter::new();
-    let bytes = formatter.format(layout, encoding, fields);
-    let mut text = KeyText {
-        buf: [0; 24],
-        len: bytes.len(),
-    };
-    text.buf[..bytes.len()].copy_from_slice(bytes);
-    text
+    KeyText::of(formatter.format(layout, encoding, fields))
+}
+
+/// The key of `fields` (already validated for `layout`, not a 128-bit layout) in `format`.
+pub fn format_as(layout: &Layout, format: Format, fields: &KeyFields) -> KeyText {
+    let mut formatter = KeyFormatter::new();
+    KeyText::of(formatter.format_in(layout, format, fields))
+}
+
+/// The 128-bit ID `v` of `w` in `format`.
+pub fn format_wide(w: &WideForm, v: u128, format: Format) -> KeyText {
+    let mut out = [0u8; MAX_TEXT];
+    KeyText::of(w.write(v, format, &mut out))
+}
+
+impl KeyText {
+    fn of(bytes: &[u8]) -> KeyText {
+        let mut text = KeyText {
+            buf: [0; MAX_TEXT],
+            len: bytes.len().min(MAX_TEXT),
+        };
+        text.buf[..text.len].copy_from_slice(&bytes[..text.len]);
+        text
+    }
 }
 
 /// Reads a key of `layout`. With the base62 encoding an 11-character text is base62 and a
 /// text of digits of any other length is decimal (so foreign decimal IDs still decode).
 pub fn parse(layout: &Layout, encoding: Encoding, text: &[u8]) -> Result<KeyFields, KeyError> {
+    parse_as(layout, encoding, None, text)
+}
+
+/// Reads a key of `layout` in `format` when one is given (DECODE's `FORMAT`), else as `parse`
+/// does; a TSID's form is told by its shape (`tsid::read`). A 128-bit ID gives its
+/// millisecond, node and counter (the rest is `wide`'s to read).
+pub fn parse_as(
+    layout: &Layout,
+    encoding: Encoding,
+    format: Option<Format>,
+    text: &[u8],
+) -> Result<KeyFields, KeyError> {
     if text.is_empty() {
         return Err(KeyError::Empty);
+    }
+    if let Some(w) = layout.wide_form() {
+        let p = w.parts(w.read(text, format)?);
+        return Ok(KeyFields {
+            tick: p.ms,
+            node: p.node,
+            key_type: 0,
+            seq: p.counter.unwrap_or(0),
+        });
     }
     if layout.is_text() {
         return parse_shardjs(layout, text);
     }
-    let number = if encoding == Encoding::Base62 && text.len() == base62::KEY_WIDTH {
-        base62::decode(text)?
+    let number = if layout.kind == LayoutKind::Tsid {
+        tsid::read(text, format).map_err(KeyError::Tsid)?
     } else {
-        parse_decimal(text)?
+        match format.map(Format::encoding).unwrap_or(encoding) {
+            Encoding::Base62 if format.is_some() || text.len() == base62::KEY_WIDTH => {
+                base62::decode(text)?
+            }
+            _ => parse_decimal(text)?,
+        }
     };
     layout.unpack(number).ok_or(KeyError::WiderThanLayout)
 }

@@ -172,6 +172,14 @@ impl Generator {
         self.stats
     }
 
+    /// A generator that has issued nothing, keeping `stats` (a rebase's).
+    pub fn with_stats(stats: GenStats) -> Generator {
+        Generator {
+            stats,
+            ..Generator::default()
+        }
+    }
+
     /// The tick of the last key issued (the high-water mark), if any.
     pub fn last_tick(&self) -> Option<u64> {
         self.last.map(|l| l.tick)

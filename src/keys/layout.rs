@@ -5,8 +5,13 @@
 //! unpadded base62 time, two base62 characters of variant (our `seq`) and two of type; its
 //! node is not stored but implied by the time modulo the number of nodes (Shardjs's virtual
 //! shard). The layouts and their epochs are those of ../shared/PEERS.md.
+//!
+//! The time-sorted IDs of other specifications live in files of their own: `tsid` (a 64-bit
+//! bit layout built here), `wide` with `uuidv7` and `ulid` (128 bits, `Form::Wide`).
 
 use std::fmt;
+
+use super::wide::WideForm;
 
 /// The named layouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,15 +21,21 @@ pub enum LayoutKind {
     Sonyflake,
     Shardjs,
     Custom,
+    Tsid,
+    Uuidv7,
+    Ulid,
 }
 
 impl LayoutKind {
-    pub const ALL: [LayoutKind; 5] = [
+    pub const ALL: [LayoutKind; 8] = [
         LayoutKind::Snowflake,
         LayoutKind::Instagram,
         LayoutKind::Sonyflake,
         LayoutKind::Shardjs,
         LayoutKind::Custom,
+        LayoutKind::Tsid,
+        LayoutKind::Uuidv7,
+        LayoutKind::Ulid,
     ];
 
     /// Parses a layout name, case-insensitively.
@@ -42,16 +53,22 @@ impl LayoutKind {
             LayoutKind::Sonyflake => "sonyflake",
             LayoutKind::Shardjs => "shardjs",
             LayoutKind::Custom => "custom",
+            LayoutKind::Tsid => "tsid",
+            LayoutKind::Uuidv7 => "uuidv7",
+            LayoutKind::Ulid => "ulid",
         }
     }
 
-    /// The epoch (unix ms) the layout's own system uses; custom layouts take Twitter's.
+    /// The epoch (unix ms) the layout's own system uses; custom layouts take Twitter's; UUIDv7
+    /// and ULID count from 1970.
     pub fn default_epoch_ms(self) -> i64 {
         match self {
             LayoutKind::Snowflake | LayoutKind::Custom => 1_288_834_974_657,
             LayoutKind::Instagram => 1_314_220_021_721,
             LayoutKind::Sonyflake => 1_409_529_600_000,
             LayoutKind::Shardjs => 1_325_404_800_000,
+            LayoutKind::Tsid => 1_577_836_800_000,
+            LayoutKind::Uuidv7 | LayoutKind::Ulid => 0,
         }
     }
 }
@@ -105,6 +122,8 @@ pub enum Form {
     },
     /// Shardjs text: base62 time, 2-character variant, 2-character type.
     Shardjs { node_count: u64 },
+    /// 128 bits: UUIDv7 or ULID (`wide`).
+    Wide(WideForm),
 }
 
 /// Shardjs's variant and type are two base62 characters: 0..=3843.
@@ -160,7 +179,8 @@ impl fmt::Display for LayoutError {
         match self {
             LayoutError::UnknownLayout(name) => write!(
                 f,
-                "unknown layout '{name}': expected snowflake, instagram, sonyflake, shardjs or custom"
+                "unknown layout '{name}': expected snowflake, instagram, sonyflake, shardjs, custom, \
+                 tsid, uuidv7 or ulid"
             ),
             LayoutError::CustomSpec(msg) => write!(f, "invalid custom layout: {msg}"),
             LayoutError::FieldRange { field, value, max } => {
@@ -181,7 +201,7 @@ impl fmt::Display for LayoutError {
 impl Layout {
     /// Twitter's snowflake: 41 time, 10 node, 12 seq, 1 ms.
     pub fn snowflake() -> Layout {
-        Self::bits(
+        Self::from_fields(
             LayoutKind::Snowflake,
             &[(Field::Time, 41), (Field::Node, 10), (Field::Seq, 12)],
             1,
@@ -190,7 +210,7 @@ impl Layout {
 
     /// Instagram: 41 time, 13 shard, 10 seq, 1 ms.
     pub fn instagram() -> Layout {
-        Self::bits(
+        Self::from_fields(
             LayoutKind::Instagram,
             &[(Field::Time, 41), (Field::Node, 13), (Field::Seq, 10)],
             1,
@@ -199,7 +219,7 @@ impl Layout {
 
     /// Sonyflake v1: 39 time, 8 seq, 16 machine, 10 ms.
     pub fn sonyflake() -> Layout {
-        Self::bits(
+        Self::from_fields(
             LayoutKind::Sonyflake,
             &[(Field::Time, 39), (Field::Seq, 8), (Field::Node, 16)],
             10,
@@ -272,11 +292,15 @@ impl Layout {
         if total > 63 {
             return Err(bad(format!("{total} bits in all; at most 63 are allowed")));
         }
-        Ok(Self::bits(LayoutKind::Custom, &fields, unit.unwrap_or(1)))
+        Ok(Self::from_fields(
+            LayoutKind::Custom,
+            &fields,
+            unit.unwrap_or(1),
+        ))
     }
 
     /// Builds a bit layout from fields listed most significant first.
-    fn bits(kind: LayoutKind, fields: &[(Field, u32)], unit_ms: u64) -> Layout {
+    pub(super) fn from_fields(kind: LayoutKind, fields: &[(Field, u32)], unit_ms: u64) -> Layout {
         let mut shift: u32 = fields.iter().map(|(_, b)| b).sum();
         let (mut time, mut node, mut key_type, mut seq) = Default::default();
         for &(field, bits) in fields {
@@ -323,6 +347,7 @@ impl Layout {
         match self.form {
             Form::Bits { time, .. } => time.max(),
             Form::Shardjs { .. } => SHARDJS_MAX_TICK,
+            Form::Wide(_) => WideForm::MAX_MS,
         }
     }
 
@@ -330,6 +355,7 @@ impl Layout {
         match self.form {
             Form::Bits { seq, .. } => seq.max(),
             Form::Shardjs { .. } => SHARDJS_FIELD_MAX,
+            Form::Wide(w) => w.max_seq(),
         }
     }
 
@@ -338,6 +364,7 @@ impl Layout {
         match self.form {
             Form::Bits { node, .. } => node.max(),
             Form::Shardjs { node_count } => node_count - 1,
+            Form::Wide(w) => w.max_node(),
         }
     }
 
@@ -347,13 +374,14 @@ impl Layout {
             Form::Bits { key_type, .. } if key_type.bits == 0 => None,
             Form::Bits { key_type, .. } => Some(key_type.max()),
             Form::Shardjs { .. } => Some(SHARDJS_FIELD_MAX),
+            Form::Wide(_) => None,
         }
     }
 
     /// The type a key gets when none is asked for.
     pub fn default_type(&self) -> u64 {
         match self.form {
-            Form::Bits { .. } => 0,
+            Form::Bits { .. } | Form::Wide(_) => 0,
             Form::Shardjs { .. } => SHARDJS_DEFAULT_TYPE,
         }
     }
@@ -363,7 +391,7 @@ impl Layout {
     pub fn type_above_seq(&self) -> bool {
         match self.form {
             Form::Bits { key_type, seq, .. } => key_type.bits > 0 && key_type.shift > seq.shift,
-            Form::Shardjs { .. } => false,
+            Form::Shardjs { .. } | Form::Wide(_) => false,
         }
     }
 
@@ -371,7 +399,7 @@ impl Layout {
     /// Every tick for bit layouts; Shardjs's virtual shard for node `node_id`.
     pub fn tick_stride(&self, node_id: u64) -> (u64, u64) {
         match self.form {
-            Form::Bits { .. } => (1, 0),
+            Form::Bits { .. } | Form::Wide(_) => (1, 0),
             Form::Shardjs { node_count } => (node_count, node_id % node_count),
         }
     }
@@ -403,7 +431,7 @@ impl Layout {
     /// The node a key of these fields belongs to (Shardjs: derived from the time).
     pub fn node_of(&self, fields: &KeyFields) -> u64 {
         match self.form {
-            Form::Bits { .. } => fields.node,
+            Form::Bits { .. } | Form::Wide(_) => fields.node,
             Form::Shardjs { node_count } => fields.tick % node_count,
         }
     }
@@ -422,6 +450,7 @@ impl Layout {
         self.check("seq", fields.seq, self.max_seq())?;
         match self.form {
             Form::Bits { node, .. } => self.check("node", fields.node, node.max())?,
+            Form::Wide(w) => self.check("node", fields.node, w.max_node())?,
             Form::Shardjs { node_count } => {
                 let implied = fields.tick % node_count;
                 if fields.node != implied {
@@ -439,7 +468,8 @@ impl Layout {
     }
 
     /// Packs fields that `validate` accepted into the 63-bit number of a bit layout.
-    /// For Shardjs, the same order as its text: time, then variant, then type.
+    /// For Shardjs, the same order as its text: time, then variant, then type. A 128-bit layout
+    /// has no such number (0): its IDs are made by `wide`.
     #[inline]
     pub fn pack(&self, f: &KeyFields) -> u64 {
         match self.form {
@@ -455,6 +485,7 @@ impl Layout {
                     .saturating_mul(per_tick)
                     .saturating_add(f.seq * (SHARDJS_FIELD_MAX + 1) + f.key_type)
             }
+            Form::Wide(_) => 0,
         }
     }
 
@@ -479,14 +510,14 @@ impl Layout {
                     seq: seq.get(key),
                 })
             }
-            Form::Shardjs { .. } => None,
+            Form::Shardjs { .. } | Form::Wide(_) => None,
         }
     }
 }
 
-/// A field name of a custom layout.
+/// A field name of a bit layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
+pub(super) enum Field {
     Time,
     Node,
     Type,

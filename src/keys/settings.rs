@@ -5,6 +5,7 @@
 use super::codec::Encoding;
 use super::generator::Shape;
 use super::layout::{Layout, LayoutKind};
+use super::tsid::{self, DEFAULT_NODE_BITS};
 use super::types::TypeNames;
 
 /// Latest epoch accepted: the last millisecond of year 9999.
@@ -22,6 +23,8 @@ pub struct KeyConfig {
     pub types: String,
     pub node_count: i64,
     pub max_drift_ms: i64,
+    /// Bits of the node id in the tsid, uuidv7 and ulid layouts.
+    pub node_bits: i64,
 }
 
 impl Default for KeyConfig {
@@ -35,6 +38,7 @@ impl Default for KeyConfig {
             types: String::new(),
             node_count: 1,
             max_drift_ms: 5000,
+            node_bits: i64::from(DEFAULT_NODE_BITS),
         }
     }
 }
@@ -51,6 +55,7 @@ pub struct KeySettings {
     /// The custom layout, when one is described (LAYOUT custom in DECODE/ENCODE uses it).
     custom: Option<Layout>,
     node_count: u64,
+    node_bits: u32,
 }
 
 impl Default for KeySettings {
@@ -67,6 +72,7 @@ impl Default for KeySettings {
             max_drift_ms: defaults.max_drift_ms,
             custom: None,
             node_count: 1,
+            node_bits: DEFAULT_NODE_BITS,
         }
     }
 }
@@ -83,23 +89,27 @@ impl KeySettings {
         } else {
             Some(Layout::custom(&cfg.custom_layout).map_err(|e| e.to_string())?)
         };
+        let node_bits = u32::try_from(cfg.node_bits)
+            .ok()
+            .filter(|n| *n <= tsid::MAX_NODE_BITS)
+            .ok_or_else(|| format!("node-bits must be 0 to 20, got {}", cfg.node_bits))?;
         let base = match kind {
             LayoutKind::Custom => custom.clone().ok_or_else(|| {
                 "layout custom needs custom-layout, e.g. 'time:41 node:10 type:0 seq:12 unit:1'"
                     .to_string()
             })?,
-            other => builtin(other, node_count),
+            other => builtin(other, node_count, node_bits),
         };
         let layout = match parse_epoch(&cfg.epoch).map_err(|e| format!("epoch {e}"))? {
-            Some(epoch) => base.with_epoch(epoch),
+            Some(epoch) => with_epoch(base, epoch)?,
             None => base,
         };
         let node_id = u64::try_from(cfg.node_id).unwrap_or(u64::MAX);
         if node_id > layout.max_node() {
-            let what = if layout.is_text() {
-                "node-count - 1"
-            } else {
-                "its node field"
+            let what = match layout.kind {
+                LayoutKind::Shardjs => "node-count - 1",
+                LayoutKind::Tsid | LayoutKind::Uuidv7 | LayoutKind::Ulid => "node-bits wide",
+                _ => "its node field",
             };
             return Err(format!(
                 "node-id {} does not fit layout {} (0 to {}, {what})",
@@ -139,6 +149,7 @@ impl KeySettings {
             shape,
             custom,
             node_count,
+            node_bits,
         })
     }
 
@@ -152,12 +163,12 @@ impl KeySettings {
                 .clone()
                 .ok_or("LAYOUT custom needs the custom-layout configuration to be set")?
         } else {
-            builtin(kind, self.node_count)
+            builtin(kind, self.node_count, self.node_bits)
         };
-        Ok(match epoch {
-            Some(e) => layout.with_epoch(e),
-            None => layout,
-        })
+        match epoch {
+            Some(e) => with_epoch(layout, e),
+            None => Ok(layout),
+        }
     }
 
     /// A TYPE argument: a configured name, or a number that fits the layout's type field.
@@ -192,13 +203,28 @@ impl KeySettings {
     }
 }
 
-fn builtin(kind: LayoutKind, node_count: u64) -> Layout {
+fn builtin(kind: LayoutKind, node_count: u64, node_bits: u32) -> Layout {
     match kind {
         LayoutKind::Instagram => Layout::instagram(),
         LayoutKind::Sonyflake => Layout::sonyflake(),
         LayoutKind::Shardjs => Layout::shardjs(node_count),
+        LayoutKind::Tsid => Layout::tsid(node_bits),
+        LayoutKind::Uuidv7 => Layout::uuidv7(node_bits),
+        LayoutKind::Ulid => Layout::ulid(node_bits),
         LayoutKind::Snowflake | LayoutKind::Custom => Layout::snowflake(),
     }
+}
+
+/// `layout` with another epoch; UUIDv7 and ULID count from 1970 by their specifications.
+fn with_epoch(layout: Layout, epoch: i64) -> Result<Layout, String> {
+    if layout.wide_form().is_some() && epoch != 0 {
+        return Err(format!(
+            "layout {} counts milliseconds from 1970 (its specification's epoch): epoch must be \
+             empty (or 0) for it",
+            layout.name()
+        ));
+    }
+    Ok(layout.with_epoch(epoch))
 }
 
 /// An epoch in unix ms, or `None` for an empty text (the layout's own epoch). The error
