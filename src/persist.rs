@@ -280,7 +280,9 @@ mod tests {
         // A fence flag in an older version is refused, never read as something else.
         let mut older = bytes.clone();
         older[4] = 3;
-        assert!(Persisted::decode(&older).unwrap_err().contains("returning flag is 2"));
+        assert!(Persisted::decode(&older)
+            .unwrap_err()
+            .contains("returning flag is 2"));
     }
 
     #[test]

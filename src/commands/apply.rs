@@ -8,27 +8,15 @@
 //! `SET`'s cost at the destination (bench/findings.md, "The writes a destination applies
 //! fastest"). Every expiry is read before anything is written, so bad input changes nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use crate::command;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::is;
 use crate::host::register::{arg, block, tok, Arg, CommandSpec, Kind};
 use crate::host::strings::write_string_triples;
 
-/// Strings `SHARD.APPLY` wrote, and those it skipped (there already, or expired), since the
-/// server started: INFO's `applied_strings` and `applied_skipped`.
-static WRITTEN: AtomicU64 = AtomicU64::new(0);
-static SKIPPED: AtomicU64 = AtomicU64::new(0);
-
-/// (written, skipped) so far.
-pub fn counts() -> (u64, u64) {
-    (WRITTEN.load(Ordering::Relaxed), SKIPPED.load(Ordering::Relaxed))
-}
-
 pub fn apply(call: &Call) -> CmdResult {
     let n = call.args.len();
-    if n < 5 || (n - 2) % 3 != 0 {
+    if n < 5 || !(n - 2).is_multiple_of(3) {
         return Err(CmdError::wrong_arity("shard.apply"));
     }
     let flag = call.args.get(1);
@@ -60,8 +48,6 @@ pub fn apply(call: &Call) -> CmdResult {
         })
         .collect::<Result<Vec<i64>, CmdError>>()?;
     let written = write_string_triples(call.ctx, &call.args, 2, &expiries, replace);
-    WRITTEN.fetch_add(written, Ordering::Relaxed);
-    SKIPPED.fetch_add(expiries.len() as u64 - written, Ordering::Relaxed);
     call.reply.int(i64::try_from(written).unwrap_or(i64::MAX));
     Ok(())
 }

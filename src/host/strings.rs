@@ -9,10 +9,24 @@
 //! kept by reference, as `SET` keeps its own.
 
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{raw, Context};
 
 use crate::host::args::Args;
+
+/// Strings written by `write_string_triples`, and those it skipped (there already, or
+/// expired), since the server started: INFO's `applied_strings` and `applied_skipped`.
+static WRITTEN: AtomicU64 = AtomicU64::new(0);
+static SKIPPED: AtomicU64 = AtomicU64::new(0);
+
+/// (written, skipped) so far.
+pub fn applied() -> (u64, u64) {
+    (
+        WRITTEN.load(Ordering::Relaxed),
+        SKIPPED.load(Ordering::Relaxed),
+    )
+}
 
 /// One string to write: its name, its value and the argument its expiry was read from (all
 /// arguments of the running command), and that absolute expiry in Unix ms (0: none).
@@ -49,7 +63,10 @@ pub fn write_string_triples(
         })
         .collect();
     // SAFETY: every pointer is an argument of the running command.
-    unsafe { write_strings(ctx, argv[0], argv[from - 1], &writes, replace) }
+    let written = unsafe { write_strings(ctx, argv[0], argv[from - 1], &writes, replace) };
+    WRITTEN.fetch_add(written, Ordering::Relaxed);
+    SKIPPED.fetch_add(writes.len() as u64 - written, Ordering::Relaxed);
+    written
 }
 
 /// Writes `writes` in the selected database, each unless a key of that name is there
@@ -113,9 +130,19 @@ unsafe fn write_strings(
             written += 1;
             *done = true;
             if let Some(notify) = notify {
-                notify(ctx.ctx, raw::REDISMODULE_NOTIFY_STRING, c"set".as_ptr(), w.name);
+                notify(
+                    ctx.ctx,
+                    raw::REDISMODULE_NOTIFY_STRING,
+                    c"set".as_ptr(),
+                    w.name,
+                );
                 if w.expires_at > 0 {
-                    notify(ctx.ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"expire".as_ptr(), w.name);
+                    notify(
+                        ctx.ctx,
+                        raw::REDISMODULE_NOTIFY_GENERIC,
+                        c"expire".as_ptr(),
+                        w.name,
+                    );
                 }
             }
         }
@@ -164,7 +191,13 @@ unsafe fn replicate_written(
         let Ok(command) = std::ffi::CString::new(text) else {
             return;
         };
-        replicate(ctx.ctx, command.as_ptr(), c"v".as_ptr(), argv.as_ptr(), argv.len());
+        replicate(
+            ctx.ctx,
+            command.as_ptr(),
+            c"v".as_ptr(),
+            argv.as_ptr(),
+            argv.len(),
+        );
     }
 }
 

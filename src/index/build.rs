@@ -19,7 +19,6 @@ use redis_module::Context;
 use crate::host::fork::{self, Exit};
 use crate::host::names::DbKey;
 use crate::index::{follow, Phase, FOLLOWING, TRACKER};
-use crate::keyindex::KeyIndex;
 
 /// How long one step may add names before it yields to the event loop.
 const STEP_BUDGET: Duration = Duration::from_millis(2);
@@ -95,7 +94,7 @@ pub fn start(ctx: &Context) {
             TRACKER.with(|t| {
                 let mut t = t.borrow_mut();
                 t.phase = Phase::Building;
-                let index = std::mem::replace(&mut t.index, KeyIndex::new());
+                let index = std::mem::take(&mut t.index);
                 let gone = std::mem::take(&mut t.gone);
                 super::free_later((index, gone));
                 t.check_arrivals = false;

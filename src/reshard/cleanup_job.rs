@@ -129,7 +129,10 @@ fn after_cleanup_child(runner: &mut Runner) -> bool {
         // The keys written since the copy's walk that go elsewhere (the list's names went
         // elsewhere under this very ring when the copy found them).
         let placement = Arc::clone(&runner.ring);
-        match (whole.then(dirty::take_since_keys).flatten(), placement.ring.as_ref()) {
+        match (
+            whole.then(dirty::take_since_keys).flatten(),
+            placement.ring.as_ref(),
+        ) {
             (Some(written), Some(_)) => {
                 // Checked against the ring a batch at a time (`check_some`).
                 runner.to_check.extend(written);

@@ -176,7 +176,12 @@ impl<'a> Copier<'a> {
         };
         let ats: Vec<Vec<u8>> = strings
             .iter()
-            .map(|(f, _)| itoa::Buffer::new().format(f.info.expires_at).as_bytes().to_vec())
+            .map(|(f, _)| {
+                itoa::Buffer::new()
+                    .format(f.info.expires_at)
+                    .as_bytes()
+                    .to_vec()
+            })
             .collect();
         let condition: &[u8] = if self.replace { b"REPLACE" } else { b"NX" };
         let mut args: Vec<&[u8]> = Vec::with_capacity(2 + 3 * strings.len());

@@ -159,7 +159,9 @@ pub fn give_back_since(keys: impl IntoIterator<Item = DbKey>) {
         };
         for (db, key) in keys {
             if !written.add(db, &key) {
-                s.as_mut().map(|s| s.written = None);
+                if let Some(s) = s.as_mut() {
+                    s.written = None;
+                }
                 return;
             }
         }

@@ -85,7 +85,9 @@ impl RingState {
         fence: bool,
     ) -> Result<(), &'static str> {
         if (returning || fence) && previous.is_none() {
-            return Err("RETURNING and FENCE need a previous ring: the ring the keys come back from");
+            return Err(
+                "RETURNING and FENCE need a previous ring: the ring the keys come back from",
+            );
         }
         self.current = Some(Arc::new(current));
         self.previous = previous.map(Arc::new);

@@ -140,14 +140,13 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
     started.map_err(CmdError::err)
 }
 
+/// What `place` found: each key's owners, how to reach them, and (returning, fence).
+type Placing = (Vec<Placed>, Link, (bool, bool));
+
 /// Where each key of the call lives, from one look at the rings; how to reach the nodes (the
 /// client's database and RESP version); whether the rings are returning (a cancelled resharding
 /// brings keys back), and whether that is a fleet operation's fence.
-fn place(
-    call: &Call,
-    command: &Carried,
-    resp3: bool,
-) -> Result<(Vec<Placed>, Link, (bool, bool)), CmdError> {
+fn place(call: &Call, command: &Carried, resp3: bool) -> Result<Placing, CmdError> {
     let st = state::lock();
     let current = st.current_ring()?;
     let self_name = st.config.ring.self_name.as_str();

@@ -8,8 +8,8 @@ use redis_module::{Context, RedisValue};
 
 use crate::net::resp::Resp;
 use crate::reshard::JobKind;
-use crate::ring::{keys_by_share, KeysByShare};
 use crate::ring::placement::Placement;
+use crate::ring::{keys_by_share, KeysByShare};
 use crate::state;
 
 /// What a node answered to `SHARD.RING STATE`.
@@ -83,10 +83,14 @@ impl NodeState {
                     }
                 }
                 b"keys_in_part_buckets" => {
-                    st.keys_by_share.get_or_insert_with(KeysByShare::default).in_part = int();
+                    st.keys_by_share
+                        .get_or_insert_with(KeysByShare::default)
+                        .in_part = int();
                 }
                 b"keys_not_owned" => {
-                    st.keys_by_share.get_or_insert_with(KeysByShare::default).not_owned = int();
+                    st.keys_by_share
+                        .get_or_insert_with(KeysByShare::default)
+                        .not_owned = int();
                 }
                 _ => {}
             }
@@ -178,11 +182,7 @@ pub fn this_node(ctx: &Context) -> Resp {
             .ranges
             .iter()
             .map(|&(first, last, keys)| {
-                Resp::Array(vec![
-                    int(u64::from(first)),
-                    int(u64::from(last)),
-                    int(keys),
-                ])
+                Resp::Array(vec![int(u64::from(first)), int(u64::from(last)), int(keys)])
             })
             .collect();
         fields.push(("key_ranges", Resp::Array(ranges)));
