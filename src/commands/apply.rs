@@ -11,7 +11,7 @@
 use crate::command;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::is;
-use crate::host::register::{arg, block, tok, Arg, CommandSpec, Kind};
+use crate::host::register::{arg, block, one_of, tok, Arg, CommandSpec, Kind};
 use crate::host::strings::write_string_triples;
 
 pub fn apply(call: &Call) -> CmdResult {
@@ -59,17 +59,13 @@ static STRING: &[Arg] = &[
 ];
 
 static ARGS: &[Arg] = &[
-    Arg {
-        name: c"condition",
-        kind: Kind::OneOf,
-        token: None,
-        optional: false,
-        multiple: false,
-        subargs: &[
+    one_of(
+        c"condition",
+        &[
             tok(c"nx", c"NX", Kind::Token),
             tok(c"replace", c"REPLACE", Kind::Token),
         ],
-    },
+    ),
     block(c"string", STRING, false),
 ];
 

@@ -10,7 +10,7 @@ use crate::command;
 use crate::commands::decode::LayoutOptions;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::{int_in, is, printable, ArgList};
-use crate::host::register::{opt, tok, Arg, CommandSpec, Kind};
+use crate::host::register::{one_of, opt, tok, Arg, CommandSpec, Kind};
 use crate::keys::{codec, shardjs, Format, KeyFields, WideParts};
 use crate::state;
 
@@ -186,17 +186,13 @@ pub fn encode(call: &Call) -> CmdResult {
 static ARGS: &[Arg] = &[
     opt(c"layout", c"LAYOUT", Kind::Str),
     opt(c"epoch", c"EPOCH", Kind::UnixTime),
-    Arg {
-        name: c"when",
-        kind: Kind::OneOf,
-        token: None,
-        optional: false,
-        multiple: false,
-        subargs: &[
+    one_of(
+        c"when",
+        &[
             tok(c"time", c"TIME", Kind::UnixTime),
             tok(c"offset", c"OFFSET", Kind::Int),
         ],
-    },
+    ),
     opt(c"node", c"NODE", Kind::Int),
     opt(c"seq", c"SEQ", Kind::Int),
     opt(c"type", c"TYPE", Kind::Str),

@@ -87,6 +87,14 @@ pub const fn many(name: &'static CStr, kind: Kind, optional: bool) -> Arg {
     }
 }
 
+/// A choice of one of `subargs` (`tok`s), required.
+pub const fn one_of(name: &'static CStr, subargs: &'static [Arg]) -> Arg {
+    Arg {
+        subargs,
+        ..arg(name, Kind::OneOf)
+    }
+}
+
 /// A repeated group of arguments (`name address weight ...`), at least one unless `optional`.
 pub const fn block(name: &'static CStr, subargs: &'static [Arg], optional: bool) -> Arg {
     Arg {
