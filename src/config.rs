@@ -38,8 +38,14 @@ fn change_in(st: &mut ModuleState, change: impl FnOnce(&mut Config)) -> Result<(
     } else {
         None
     };
+    // Replicas are looked up at once when reads may now go to them or the maps list them.
+    let look = next.read_from != st.config.read_from
+        || next.cluster_protocol != st.config.cluster_protocol;
     st.install(next, keys, ring);
     apply(&st.config);
+    if look {
+        crate::topology::watcher::wake();
+    }
     if let Some(tls) = tls {
         crate::net::tls::install(tls);
     }

@@ -106,6 +106,10 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         }
         index::on_keyspace_change(change);
     }
+    fn role_changed(replica: bool) {
+        topology::nodes::set_replica(replica);
+        topology::me::refresh();
+    }
     fn before_sleep() {
         net::pool::before_sleep();
         topology::watcher::tick();
@@ -113,7 +117,9 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
     // SAFETY: as the caller promises.
     unsafe {
         host::events::on_event_loop(ctx, before_sleep, net::pool::after_sleep)?;
-        host::events::on_role_change(ctx, topology::nodes::set_replica);
+        host::events::on_role_change(ctx, role_changed);
+        host::events::on_master_link_change(ctx, topology::me::refresh);
+        host::events::on_client_gone(ctx, cluster::clients::forget);
         host::events::on_keyspace_change(ctx, keyspace_changed);
         // A child follows no keyspace event (the parent's records are the parent's).
         host::fork::in_child(|| {

@@ -6,10 +6,15 @@ tests/helpers/; this file only turns it into fixtures, each of which stops what 
 the test ends, however the test ends.
 """
 
+import json
+import shutil
 import signal
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from helpers.npm import npm_folder
 from helpers.sentinel import Sentinel
 from helpers.server import REDIS_SERVER, SERVER_NAME, SERVER_VERSION, RedisServer
 from helpers.tls import make_certs
@@ -71,3 +76,26 @@ def sentinel_factory(tmp_path):
     yield make
     for s in made:
         s.stop()
+
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+IOREDIS = "5.4.2"
+
+
+@pytest.fixture(scope="session")
+def ioredis(tmp_path_factory):
+    """tests/clients/ioredis_cluster.js with ioredis (npm, pinned): tests/clients/node_modules
+    when it is installed there, otherwise installed once for the run (tests/helpers/npm.py).
+    `ioredis(mode, port, commands)` runs the commands and returns their results."""
+    assert shutil.which("node") and shutil.which("npm"), "node and npm run the ioredis client"
+    directory = npm_folder(tmp_path_factory, CLIENTS, ("package.json", "ioredis_cluster.js"),
+                           "ioredis", IOREDIS)
+
+    def run(mode, port, commands):
+        done = subprocess.run(["node", str(directory / "ioredis_cluster.js"), mode,
+                               f"127.0.0.1:{port}"], input=json.dumps(commands).encode(),
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
+        return json.loads(done.stdout)
+    run.script = directory / "ioredis_cluster.js"
+    return run

@@ -4,12 +4,9 @@ RedisCluster, `redis-cli -c` and `redis-benchmark --cluster` route themselves ov
 through a resharding too."""
 
 import hashlib
-import json
 import random
-import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import redis
@@ -18,7 +15,6 @@ from helpers.calls import key_names, random_ops
 from helpers.cluster import (CliLoad, NodeLoad, PyLoad, cluster_client, cluster_fleet,
                              grow_and_shrink, grow_and_shrink_under_load, slots_ring)
 from helpers.fleet import NAMES
-from helpers.npm import npm_folder
 from helpers.ports import free_port
 from helpers.server import (AOF, FILTER_SEES_CLIENT, PRIMARY, aof_command_names, command_calls,
                             pipelined, until, wait_in_sync)
@@ -175,28 +171,6 @@ def test_a_resharding_redirects_with_ask_and_loses_nothing(fleet, server_factory
 
 
 # --- a Node.js cluster client: ioredis's Redis.Cluster -------------------------------------
-
-CLIENTS = Path(__file__).resolve().parent / "clients"
-IOREDIS = "5.4.2"
-
-
-@pytest.fixture(scope="session")
-def ioredis(tmp_path_factory):
-    """tests/clients/ioredis_cluster.js with ioredis (npm, pinned): tests/clients/node_modules
-    when it is installed there, otherwise installed once for the run (tests/helpers/npm.py)."""
-    assert shutil.which("node") and shutil.which("npm"), "node and npm run the ioredis client"
-    directory = npm_folder(tmp_path_factory, CLIENTS, ("package.json", "ioredis_cluster.js"),
-                           "ioredis", IOREDIS)
-
-    def run(mode, port, commands):
-        done = subprocess.run(["node", str(directory / "ioredis_cluster.js"), mode,
-                               f"127.0.0.1:{port}"], input=json.dumps(commands).encode(),
-                              capture_output=True, timeout=120)
-        assert done.returncode == 0, done.stderr.decode(errors="replace")
-        return json.loads(done.stdout)
-    run.script = directory / "ioredis_cluster.js"
-    return run
-
 
 @pytest.mark.slow
 def test_ioredis_cluster_client_equals_a_plain_server(fleet, server_factory, ioredis):

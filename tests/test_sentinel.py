@@ -179,3 +179,29 @@ def test_a_known_address_is_kept_when_every_sentinel_dies(fleet):
     assert fleet.primaries["n0"].client().get(key) == b"after"
     assert info_shard(c)["node_n0_address"] == f"127.0.0.1:{fleet.primaries['n0'].port}"
     assert info_shard(c)["sentinel_error"] != ""
+
+
+def test_read_from_replica_reads_at_once(fleet, server_factory):
+    """`CONFIG SET shard.read-from replica` looks the replicas up at once: the first read right
+    after it waits for that look instead of failing ('its replicas are not known yet'), for
+    Sentinel nodes (SENTINEL replicas) and plain ones (the primary's ROLE)."""
+    c = fleet.primaries["n2"].client()
+    keys = {n: fleet.keys_of(c, n, 1, prefix="now")[0] for n in SHARDS}
+    for n in SHARDS:
+        c.execute_command("SHARD.CALL", "SET", keys[n], f"v-{n}")
+        fleet.primaries[n].client().execute_command("WAIT", 1, 2000)
+    gets = {n: command_calls(fleet.replicas[n], "get") for n in SHARDS}
+    c.config_set("shard.read-from", "replica")
+    for n in SHARDS:
+        assert c.execute_command("SHARD.CALL", "GET", keys[n]) == f"v-{n}".encode()
+        assert command_calls(fleet.replicas[n], "get") == gets[n] + 1
+    # A plain ring node: its replicas from its ROLE.
+    primary = server_factory(config=[("shard.self", "p"), ("repl-diskless-sync-delay", 0)])
+    replica = server_factory(config=[("replicaof", "127.0.0.1", primary.port)])
+    p = primary.client()
+    p.execute_command("SHARD.RING", "SET", "ketama", "p", f"127.0.0.1:{primary.port}", 1)
+    p.set("k", "v")
+    until(lambda: p.execute_command("WAIT", 1, 100) == 1, "the replica in sync")
+    p.config_set("shard.read-from", "replica")
+    assert p.execute_command("SHARD.CALL", "GET", "k") == b"v"
+    assert command_calls(replica, "get") == 1

@@ -7,8 +7,14 @@
 //!   for it (or with every key brought here already), passes untouched: the server runs it as
 //!   always. Any other keyed command becomes `SHARD.REDIRECT command ...`, whose handler has
 //!   the context the filter lacks (who sent it, whether the key is here; `redirect`).
-//! - Keyless commands and the module's own commands are never redirected, and a replica
-//!   redirects nothing (it runs what its primary sends it).
+//! - Keyless commands and the module's own commands are never redirected.
+//! - On a replica, its primary's replication stream and the module's own connections pass
+//!   untouched, and so does a read of its shard's keys by a client that sent `READONLY`
+//!   (cluster mode's replica reads). Every other keyed command goes to `SHARD.REDIRECT`, whose
+//!   handler tells them apart where the filter cannot (on Redis 7.0 the filter never knows the
+//!   client): `MOVED` to the primary for a client's write or a read without `READONLY`, the
+//!   command run for the replication stream. Never refused when queued in `MULTI`: the
+//!   stream's own transactions come that way.
 //! - Inside `MULTI`, a command that must leave is refused when it is queued, so `EXEC` aborts
 //!   and nothing of the transaction runs: the filter replaces it by an unknown command named
 //!   after the redirect (`MOVED slot host:port`), the only queue-time refusal whose text a
@@ -24,6 +30,7 @@
 
 use std::sync::Arc;
 
+use crate::cluster::clients;
 use crate::cluster::protocol::{address_in_use, eligible};
 use crate::host::filter::FilterArgs;
 use crate::ring::key_slot;
@@ -41,6 +48,9 @@ pub enum Rewrite {
     /// Anything that needs the redirect handler: `SHARD.REDIRECT command ...`, or inside
     /// `MULTI` a refusal when the command is queued (`Leave::refusal`).
     Redirect(Leave),
+    /// On a replica, a command only the redirect handler can judge: `SHARD.REDIRECT command
+    /// ...`, in `MULTI` too.
+    Judge,
 }
 
 /// Why a command cannot run on this node as it is.
@@ -100,6 +110,8 @@ pub trait FilterEnv<'a> {
     fn exists(&self, pos: usize) -> bool;
     /// Whether this server is a replica.
     fn is_replica(&self) -> bool;
+    /// The id of the client that sent the command (`None` on Redis 7.0).
+    fn client_id(&self) -> Option<u64>;
     /// Whether the client that sent the command is inside `MULTI` (always `false` on Redis
     /// 7.0, whose command filters cannot tell which client sent a command).
     fn in_transaction(&self) -> bool;
@@ -110,8 +122,8 @@ pub trait FilterEnv<'a> {
 /// A command that must leave this node is `Redirect`: the filter makes it `SHARD.REDIRECT`, or
 /// inside `MULTI` an unknown command named after the redirect (`Leave::refusal`), which the
 /// server refuses when it is queued so that `EXEC` aborts. Keys of this node, including keys
-/// a resharding has already brought here, pass untouched and queue as always. A replica
-/// redirects nothing: it runs what its primary sends it, `MULTI` blocks included.
+/// a resharding has already brought here, pass untouched and queue as always. On a replica,
+/// what the filter cannot tell apart is the redirect handler's to judge (`on_replica`).
 pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
     let Some(name) = env.arg(0) else {
         return Rewrite::None;
@@ -131,25 +143,57 @@ pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
     let Some(meta) = command_table::known(name) else {
         return Rewrite::None;
     };
-    let here = match meta.fixed_keys(argc) {
-        Some(range) => runs_here(range, env),
+    match meta.fixed_keys(argc) {
+        Some(range) => verdict(range, meta.readonly, env),
         None if meta.movable => match env.movable_keys() {
-            Some(keys) => runs_here(keys.into_iter(), env),
-            None => return Rewrite::None,
+            Some(keys) => verdict(keys.into_iter(), meta.readonly, env),
+            None => Rewrite::None,
         },
-        None => return Rewrite::None,
-    };
-    match here {
-        Err(leave) if !env.is_replica() => Rewrite::Redirect(leave),
-        _ => Rewrite::None,
+        None => Rewrite::None,
     }
 }
 
-/// `Ok` when the keys at `positions` are in one slot this node owns, with no resharding step
-/// pending for it or with every key brought here already (or there is no key).
+/// The verdict on a keyed command whose keys are at `positions`.
+fn verdict<'a>(
+    positions: impl Iterator<Item = usize> + Clone,
+    readonly: bool,
+    env: &impl FilterEnv<'a>,
+) -> Rewrite {
+    if env.is_replica() {
+        return on_replica(positions, readonly, env);
+    }
+    match runs_here(positions, env, false) {
+        Err(leave) => Rewrite::Redirect(leave),
+        Ok(()) => Rewrite::None,
+    }
+}
+
+/// On a replica: untouched for its primary's replication stream, the module's own
+/// connections (a write from one is refused by the server itself, as without the protocol) and
+/// a `READONLY` client's read of its shard's keys; everything else to the redirect handler.
+fn on_replica<'a>(
+    positions: impl Iterator<Item = usize> + Clone,
+    readonly: bool,
+    env: &impl FilterEnv<'a>,
+) -> Rewrite {
+    match env.client_id() {
+        Some(id) if clients::is_primary_link(id) || clients::is_internal(id) => Rewrite::None,
+        Some(id)
+            if readonly && clients::is_readonly(id) && runs_here(positions, env, true).is_ok() =>
+        {
+            Rewrite::None
+        }
+        _ => Rewrite::Judge,
+    }
+}
+
+/// `Ok` when the keys at `positions` are in one slot this node owns (`replica`: this replica's
+/// shard owns), with no resharding step pending for it or with every key brought here already
+/// (or there is no key).
 fn runs_here<'a>(
     positions: impl Iterator<Item = usize> + Clone,
     env: &impl FilterEnv<'a>,
+    replica: bool,
 ) -> Result<(), Leave> {
     let arriving = {
         let st = state::lock();
@@ -159,7 +203,11 @@ fn runs_here<'a>(
         let Some(ring) = current.ring.as_ref().filter(|_| eligible(current)) else {
             return Ok(());
         };
-        let self_name = st.config.ring.self_name.as_str();
+        let self_name = if replica {
+            crate::topology::me::shard(ring.spec(), &st.config.ring.self_name).unwrap_or_default()
+        } else {
+            st.config.ring.self_name.as_str()
+        };
         let previous = st.rings.previous.as_ref();
         let mut slot = None;
         let mut arriving = None;
@@ -225,7 +273,12 @@ impl<'a> FilterEnv<'a> for Env<'a> {
     }
 
     fn is_replica(&self) -> bool {
-        crate::host::context::server_is_replica()
+        // The role the server's events gave: an atomic load on the hot path.
+        crate::topology::nodes::is_replica()
+    }
+
+    fn client_id(&self) -> Option<u64> {
+        self.0.client_id()
     }
 
     fn in_transaction(&self) -> bool {
@@ -246,7 +299,7 @@ pub fn rewrite(args: &mut FilterArgs) {
             return;
         }
         Rewrite::Connection => b"shard.cluster",
-        Rewrite::Redirect(_) => b"shard.redirect",
+        Rewrite::Redirect(_) | Rewrite::Judge => b"shard.redirect",
     };
     args.insert(0, insert);
 }

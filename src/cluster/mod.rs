@@ -8,8 +8,12 @@
 //!   refused at queue time inside `MULTI`), and that verdict applied.
 //! - `redirect`: `SHARD.REDIRECT`'s verdict (`MOVED`, `ASK`, `CROSSSLOT`, `TRYAGAIN`, run here,
 //!   or route as SHARD.CALL).
-//! - `clients`: the module's own connections and the clients that sent `ASKING`.
-//! - `replies`: `CLUSTER SLOTS/SHARDS/NODES/MYID/INFO` rendered from a `slots` ring (pure).
+//! - `replica`: on a replica, the verdict on what is not its primary's replication stream
+//!   (`READONLY` reads of its shard's keys run there, the rest is `MOVED` to the primary).
+//! - `clients`: the module's own connections, the clients that sent `ASKING` or `READONLY`,
+//!   and a replica's replication stream.
+//! - `replies`: `CLUSTER SLOTS/SHARDS/NODES/MYID/INFO` rendered from a `slots` ring and the
+//!   replicas known of its nodes (pure).
 //! - `slot_keys`: the keys of one slot (a `SCAN` walk); `live_slots`: a real cluster's slot
 //!   map, read from `CLUSTER SLOTS`.
 //!
@@ -21,5 +25,6 @@ pub mod filter;
 pub mod live_slots;
 pub mod protocol;
 pub mod redirect;
+pub mod replica;
 pub mod replies;
 pub mod slot_keys;

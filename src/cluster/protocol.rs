@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::ContextFlags;
 
-use crate::cluster::replies::ClusterView;
+use crate::cluster::replies::{ClusterView, Me};
 use crate::host::command::Call;
 use crate::host::error::{CmdError, CmdResult};
 use crate::ring::placement::Placement;
 use crate::ring::HashTag;
 use crate::state;
 use crate::state::Config;
+use crate::topology;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -60,7 +61,7 @@ pub fn check_ring_change(call: &Call, next_current: &Placement) -> CmdResult {
     Ok(())
 }
 
-/// The view of the current ring, for SHARD.CLUSTER.
+/// The view of the current ring, with the replicas the topology knows, for SHARD.CLUSTER.
 pub fn view() -> Result<ClusterView, CmdError> {
     let st = state::lock();
     let current = st
@@ -73,7 +74,19 @@ pub fn view() -> Result<ClusterView, CmdError> {
         .ring
         .as_ref()
         .ok_or_else(|| CmdError::err("cluster-protocol needs a slots ring"))?;
-    ClusterView::of(ring, &st.config.ring.self_name, st.rings.epoch)
+    let self_name = st.config.ring.self_name.as_str();
+    let me = if topology::nodes::is_replica() {
+        match topology::me::shard(ring.spec(), self_name) {
+            Some(shard) => Me::Replica {
+                shard: shard.to_string(),
+                address: topology::me::find_self(&topology::nodes::replicas_of(shard)),
+            },
+            None => Me::Nobody,
+        }
+    } else {
+        Me::Primary(self_name.to_string())
+    };
+    ClusterView::of(ring, &me, st.rings.epoch, topology::nodes::replicas_of)
         .ok_or_else(|| CmdError::err("cluster-protocol needs a slots ring"))
 }
 

@@ -4,7 +4,8 @@
 //! an `ASKING` client are obeyed) and whether its keys are here. The verdict is a refusal a
 //! cluster client follows (`MOVED`, `ASK`, `CROSSSLOT`, `TRYAGAIN`), running the command here,
 //! or routing it as SHARD.CALL does: a write of a key not copied yet in a resharding is made
-//! safe by SHARD.CALL's copy-before-write plan.
+//! safe by SHARD.CALL's copy-before-write plan. On a replica, what is not its primary's
+//! replication stream is judged by `replica`.
 
 use redis_module::ContextFlags;
 
@@ -23,6 +24,8 @@ use crate::state;
 pub enum Redirect {
     /// It runs here, as the calling user, replicated like itself.
     RunHere,
+    /// It runs here whoever sent it: the primary's replication stream on a replica.
+    Obey,
     /// It is routed as SHARD.CALL routes it.
     Route,
 }
@@ -33,10 +36,18 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
     let args = &call.args;
     let flags = call.ctx.get_flags();
     let id = caller::client_id(call);
-    let obey = flags.contains(ContextFlags::REPLICATED)
-        || flags.contains(ContextFlags::LOADING)
-        || clients::is_internal(id);
-    if obey {
+    if flags.contains(ContextFlags::REPLICATED) {
+        // The filter lets this client through untouched from now on, where it can tell it.
+        clients::mark_primary_link(id);
+        return Ok(Redirect::Obey);
+    }
+    if flags.contains(ContextFlags::LOADING) {
+        return Ok(Redirect::RunHere);
+    }
+    if crate::host::context::server_is_replica() {
+        return crate::cluster::replica::verdict(call, id);
+    }
+    if clients::is_internal(id) {
         return Ok(Redirect::RunHere);
     }
     let asking = clients::take_asking(id);
@@ -121,7 +132,8 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
     Ok(Redirect::Route)
 }
 
-fn exists(call: &Call, key: &[u8]) -> bool {
+/// Whether `key` is in the calling client's database here.
+pub(crate) fn exists(call: &Call, key: &[u8]) -> bool {
     let key = call.ctx.create_string(key);
     matches!(
         call.ctx.call("EXISTS", &[&key]),

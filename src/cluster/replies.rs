@@ -1,17 +1,22 @@
 //! A fleet of plain servers seen as a Redis Cluster: the replies of `CLUSTER SLOTS`, `SHARDS`,
-//! `NODES`, `MYID` and `INFO` rendered from a `slots` ring, in the formats of Redis 7.0's cluster
-//! mode, so that every cluster client library can route itself over the fleet.
+//! `NODES`, `MYID` and `INFO` rendered from a `slots` ring and the replicas known of its nodes,
+//! in the formats of Redis 7.0's cluster mode, so that every cluster client library can route
+//! itself over the fleet, and read from replicas.
 //!
-//! Node IDs are 40 hex digits derived from the ring node's name (its SHA-1), so every node of
-//! the fleet reports the same map. During a resharding the map shows the current owners.
-//! Pure: `commands::cluster` writes these values as replies.
+//! A primary's node ID is 40 hex digits derived from the ring node's name (its SHA-1); a
+//! replica's, from its shard's name and its address (`replica_id`). Every node of the fleet
+//! learns the same replica lists from the same source (Sentinel for a `sentinel` node, the
+//! primary's `ROLE` for the others), so every node reports the same map. Replicas are listed
+//! after their primary, sorted by address. During a resharding the map shows the current
+//! owners. Pure: `commands::cluster` writes these values as replies.
 
 use sha1::{Digest, Sha1};
 
+use crate::net::endpoint::split_address;
 use crate::net::resp::Resp;
 use crate::ring::{NodeSpec, Ring};
 
-/// A node as the cluster protocol shows it.
+/// A primary (a ring node) as the cluster protocol shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewNode {
     pub id: String,
@@ -21,6 +26,30 @@ pub struct ViewNode {
     /// Inclusive slot ranges it owns.
     pub ranges: Vec<(u16, u16)>,
     pub is_self: bool,
+    pub replicas: Vec<ViewReplica>,
+}
+
+/// A replica of a ring node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewReplica {
+    pub id: String,
+    pub host: String,
+    pub port: u16,
+    pub is_self: bool,
+}
+
+/// Which node of the map this server is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Me {
+    /// A primary: the ring node of this name (none when empty or not in the ring).
+    Primary(String),
+    /// A replica of the ring node `shard`, listed at `address` (`None`: not listed yet).
+    Replica {
+        shard: String,
+        address: Option<String>,
+    },
+    /// A replica of no ring node.
+    Nobody,
 }
 
 /// The cluster as the nodes report it.
@@ -41,46 +70,68 @@ pub fn node_id(name: &str) -> String {
     out
 }
 
+/// The node ID of the replica at `address` of the ring node `shard`.
+pub fn replica_id(shard: &str, address: &str) -> String {
+    node_id(&format!("{shard} replica {address}"))
+}
+
 impl ClusterView {
-    /// The view of a `slots` ring; `None` for another algo.
-    pub fn of(ring: &Ring, self_name: &str, epoch: u64) -> Option<ClusterView> {
+    /// The view of a `slots` ring, with the replicas `replicas_of(node name)` gives (`host:port`
+    /// each); `None` for another algo.
+    pub fn of(
+        ring: &Ring,
+        me: &Me,
+        epoch: u64,
+        replicas_of: impl Fn(&str) -> Vec<String>,
+    ) -> Option<ClusterView> {
         let ranges = ring.slot_ranges()?;
         let nodes = ring
             .spec()
             .nodes
             .iter()
             .zip(ranges)
-            .map(|(n, r)| view_node(n, r.clone(), self_name))
+            .map(|(n, r)| view_node(n, r.clone(), me, replicas_of(&n.name)))
             .collect();
         Some(ClusterView { nodes, epoch })
     }
 
-    pub fn myself(&self) -> Option<&ViewNode> {
-        self.nodes.iter().find(|n| n.is_self)
+    /// This server's node ID, if it is in the map.
+    pub fn my_id(&self) -> Option<&str> {
+        self.nodes.iter().find_map(|n| {
+            if n.is_self {
+                return Some(n.id.as_str());
+            }
+            n.replicas.iter().find(|r| r.is_self).map(|r| r.id.as_str())
+        })
     }
 
-    /// `CLUSTER SLOTS`: per range, its first and last slot and its master (ip, port, id, and
-    /// the networking metadata map Redis 7.0 adds, empty here).
+    /// `CLUSTER SLOTS`: per range, its first and last slot, its master and then its replicas
+    /// (ip, port, id, and the networking metadata map Redis 7.0 adds, empty here).
     pub fn slots(&self) -> Resp {
         let mut out = Vec::new();
         for n in &self.nodes {
+            let entry = |host: &str, port: u16, id: &str| {
+                Resp::Array(vec![
+                    Resp::Bulk(host.as_bytes().to_vec()),
+                    Resp::Int(i64::from(port)),
+                    Resp::Bulk(id.as_bytes().to_vec()),
+                    Resp::Map(Vec::new()),
+                ])
+            };
             for &(first, last) in &n.ranges {
-                out.push(Resp::Array(vec![
+                let mut range = vec![
                     Resp::Int(i64::from(first)),
                     Resp::Int(i64::from(last)),
-                    Resp::Array(vec![
-                        Resp::Bulk(n.host.clone().into_bytes()),
-                        Resp::Int(i64::from(n.port)),
-                        Resp::Bulk(n.id.clone().into_bytes()),
-                        Resp::Map(Vec::new()),
-                    ]),
-                ]));
+                    entry(&n.host, n.port, &n.id),
+                ];
+                range.extend(n.replicas.iter().map(|r| entry(&r.host, r.port, &r.id)));
+                out.push(Resp::Array(range));
             }
         }
         Resp::Array(out)
     }
 
-    /// `CLUSTER SHARDS` (Redis 7.0): per shard its slots and its nodes.
+    /// `CLUSTER SHARDS` (Redis 7.0): per shard its slots and its nodes, the master first.
     pub fn shards(&self) -> Resp {
         let text = |s: &str| Resp::Bulk(s.as_bytes().to_vec());
         Resp::Array(
@@ -92,28 +143,35 @@ impl ClusterView {
                         .iter()
                         .flat_map(|&(a, b)| [Resp::Int(i64::from(a)), Resp::Int(i64::from(b))])
                         .collect();
+                    let node = |id: &str, host: &str, port: u16, role: &str| {
+                        Resp::Map(vec![
+                            (text("id"), text(id)),
+                            (text("port"), Resp::Int(i64::from(port))),
+                            (text("ip"), text(host)),
+                            (text("endpoint"), text(host)),
+                            (text("role"), text(role)),
+                            (text("replication-offset"), Resp::Int(0)),
+                            (text("health"), text("online")),
+                        ])
+                    };
+                    let mut nodes = vec![node(&n.id, &n.host, n.port, "master")];
+                    nodes.extend(
+                        n.replicas
+                            .iter()
+                            .map(|r| node(&r.id, &r.host, r.port, "replica")),
+                    );
                     Resp::Map(vec![
                         (text("slots"), Resp::Array(slots)),
-                        (
-                            text("nodes"),
-                            Resp::Array(vec![Resp::Map(vec![
-                                (text("id"), text(&n.id)),
-                                (text("port"), Resp::Int(i64::from(n.port))),
-                                (text("ip"), text(&n.host)),
-                                (text("endpoint"), text(&n.host)),
-                                (text("role"), text("master")),
-                                (text("replication-offset"), Resp::Int(0)),
-                                (text("health"), text("online")),
-                            ])]),
-                        ),
+                        (text("nodes"), Resp::Array(nodes)),
                     ])
                 })
                 .collect(),
         )
     }
 
-    /// `CLUSTER NODES`: one line per node, as cluster mode writes them (the bus port shown as
-    /// the data port plus 10000; no bus runs).
+    /// `CLUSTER NODES`: one line per node, as cluster mode writes them, each replica's
+    /// (`slave <master id>`) after its master's (the bus port shown as the data port plus
+    /// 10000; no bus runs).
     pub fn nodes_text(&self) -> String {
         let mut out = String::new();
         for n in &self.nodes {
@@ -135,6 +193,19 @@ impl ClusterView {
                 }
             }
             out.push('\n');
+            for r in &n.replicas {
+                let flags = if r.is_self { "myself,slave" } else { "slave" };
+                out.push_str(&format!(
+                    "{} {}:{}@{} {} {} 0 0 {} connected\n",
+                    r.id,
+                    r.host,
+                    r.port,
+                    u32::from(r.port) + 10000,
+                    flags,
+                    n.id,
+                    self.epoch
+                ));
+            }
         }
         out
     }
@@ -156,7 +227,13 @@ impl ClusterView {
             format!("cluster_slots_ok:{assigned}"),
             "cluster_slots_pfail:0".to_string(),
             "cluster_slots_fail:0".to_string(),
-            format!("cluster_known_nodes:{}", self.nodes.len()),
+            format!(
+                "cluster_known_nodes:{}",
+                self.nodes
+                    .iter()
+                    .map(|n| 1 + n.replicas.len())
+                    .sum::<usize>()
+            ),
             format!("cluster_size:{masters}"),
             format!("cluster_current_epoch:{}", self.epoch),
             format!("cluster_my_epoch:{}", self.epoch),
@@ -169,16 +246,36 @@ impl ClusterView {
     }
 }
 
-fn view_node(n: &NodeSpec, ranges: Vec<(u16, u16)>, self_name: &str) -> ViewNode {
+fn view_node(n: &NodeSpec, ranges: Vec<(u16, u16)>, me: &Me, listed: Vec<String>) -> ViewNode {
     // A `sentinel` node's address is Sentinel's now.
     let at = crate::topology::nodes::endpoint_of(n, "");
+    let my_address = match me {
+        Me::Replica { shard, address } if *shard == n.name => address.as_deref(),
+        _ => None,
+    };
+    let mut replicas: Vec<ViewReplica> = listed
+        .iter()
+        .filter(|a| **a != at.address)
+        .filter_map(|a| {
+            let (host, port) = split_address(a)?;
+            Some(ViewReplica {
+                id: replica_id(&n.name, a),
+                host,
+                port,
+                is_self: my_address == Some(a.as_str()),
+            })
+        })
+        .collect();
+    replicas.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)));
+    replicas.dedup_by(|a, b| a.id == b.id);
     ViewNode {
         id: node_id(&n.name),
         name: n.name.clone(),
         host: at.host,
         port: at.port,
         ranges,
-        is_self: !self_name.is_empty() && n.name == self_name,
+        is_self: matches!(me, Me::Primary(name) if !name.is_empty() && *name == n.name),
+        replicas,
     }
 }
 
@@ -208,10 +305,11 @@ mod tests {
 
     #[test]
     fn three_nodes_split_like_redis_cli() {
-        let view = ClusterView::of(&ring("slots", &["a", "b", "c"]), "b", 7).expect("slots");
+        let view = ClusterView::of(&ring("slots", &["a", "b", "c"]), &primary("b"), 7, none)
+            .expect("slots");
         let ranges: Vec<_> = view.nodes.iter().map(|n| n.ranges[0]).collect();
         assert_eq!(ranges, [(0, 5460), (5461, 10922), (10923, 16383)]);
-        assert_eq!(view.myself().map(|n| n.name.as_str()), Some("b"));
+        assert_eq!(view.my_id(), Some(node_id("b").as_str()));
         let nodes = view.nodes_text();
         let lines: Vec<&str> = nodes.lines().collect();
         assert_eq!(lines.len(), 3);
@@ -260,7 +358,8 @@ mod tests {
             b"16383",
         ];
         let spec = RingSpec::from_args(b"slots", None, &fields).expect("spec");
-        let view = ClusterView::of(&Ring::build(&spec).expect("ring"), "a", 3).expect("slots");
+        let view = ClusterView::of(&Ring::build(&spec).expect("ring"), &primary("a"), 3, none)
+            .expect("slots");
         let Resp::Array(slots) = view.slots() else {
             panic!()
         };
@@ -304,6 +403,101 @@ mod tests {
 
     #[test]
     fn only_slots_rings_have_a_view() {
-        assert!(ClusterView::of(&ring("ketama", &["a"]), "a", 1).is_none());
+        assert!(ClusterView::of(&ring("ketama", &["a"]), &primary("a"), 1, none).is_none());
+    }
+
+    fn primary(name: &str) -> Me {
+        Me::Primary(name.into())
+    }
+
+    fn none(_: &str) -> Vec<String> {
+        Vec::new()
+    }
+
+    #[test]
+    fn replicas_follow_their_primary_in_every_reply() {
+        let listed = |name: &str| match name {
+            // Unsorted, with the primary's own address and a duplicate: shown sorted, once.
+            "a" => vec![
+                "10.0.1.2:6380".to_string(),
+                "10.0.0.1:6379".to_string(),
+                "10.0.1.1:6380".to_string(),
+                "10.0.1.1:6380".to_string(),
+            ],
+            _ => Vec::new(),
+        };
+        let me = Me::Replica {
+            shard: "a".into(),
+            address: Some("10.0.1.2:6380".into()),
+        };
+        let view = ClusterView::of(&ring("slots", &["a", "b"]), &me, 4, listed).expect("slots");
+        let r1 = replica_id("a", "10.0.1.1:6380");
+        let r2 = replica_id("a", "10.0.1.2:6380");
+        assert_eq!(view.my_id(), Some(r2.as_str()));
+        assert_ne!(r1, r2);
+        assert_ne!(r1, node_id("a"));
+        let Resp::Array(slots) = view.slots() else {
+            panic!()
+        };
+        let Resp::Array(first) = &slots[0] else {
+            panic!()
+        };
+        let entry = |host: &str, port: i64, id: &str| {
+            Resp::Array(vec![
+                Resp::Bulk(host.as_bytes().to_vec()),
+                Resp::Int(port),
+                Resp::Bulk(id.as_bytes().to_vec()),
+                Resp::Map(vec![]),
+            ])
+        };
+        assert_eq!(
+            first[2..],
+            [
+                entry("10.0.0.1", 6379, &node_id("a")),
+                entry("10.0.1.1", 6380, &r1),
+                entry("10.0.1.2", 6380, &r2),
+            ]
+        );
+        let Resp::Array(second) = &slots[1] else {
+            panic!()
+        };
+        assert_eq!(second.len(), 3);
+        let nodes = view.nodes_text();
+        let lines: Vec<&str> = nodes.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(
+            lines[0].ends_with(" master - 0 0 4 connected 0-8191"),
+            "{}",
+            lines[0]
+        );
+        assert_eq!(
+            lines[1],
+            format!(
+                "{r1} 10.0.1.1:6380@16380 slave {} 0 0 4 connected",
+                node_id("a")
+            )
+        );
+        assert!(lines[2].starts_with(&format!("{r2} 10.0.1.2:6380@16380 myself,slave ")));
+        assert!(view
+            .info_text()
+            .contains("cluster_known_nodes:4\r\ncluster_size:2\r\n"));
+        let Resp::Array(shards) = view.shards() else {
+            panic!()
+        };
+        let Resp::Map(first) = &shards[0] else {
+            panic!()
+        };
+        let Resp::Array(nodes) = &first[1].1 else {
+            panic!()
+        };
+        let roles: Vec<Resp> = nodes
+            .iter()
+            .map(|n| match n {
+                Resp::Map(fields) => fields[4].1.clone(),
+                _ => panic!(),
+            })
+            .collect();
+        let text = |s: &str| Resp::Bulk(s.as_bytes().to_vec());
+        assert_eq!(roles, [text("master"), text("replica"), text("replica")]);
     }
 }

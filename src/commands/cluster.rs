@@ -31,11 +31,15 @@ pub fn cluster(call: &Call) -> CmdResult {
             clients::mark_asking(caller::client_id(call));
             reply.ok();
         }
-        "readonly" | "readwrite" => reply.ok(),
+        // On a replica, a READONLY client reads its shard's keys there (`cluster::replica`).
+        "readonly" | "readwrite" => {
+            clients::set_readonly(caller::client_id(call), sub == "readonly");
+            reply.ok();
+        }
         "keyslot" if args.len() == 3 => reply.int(i64::from(key_slot(args.get(2)))),
         "myid" => {
             let view = protocol::view()?;
-            reply.bulk(view.myself().map_or("", |n| n.id.as_str()).as_bytes());
+            reply.bulk(view.my_id().unwrap_or_default().as_bytes());
         }
         "slots" => reply.resp(&protocol::view()?.slots()),
         "shards" => reply.resp(&protocol::view()?.shards()),
@@ -96,6 +100,7 @@ pub fn redirect(call: &Call) -> CmdResult {
     }
     match redirect::verdict(call)? {
         Redirect::RunHere => caller::pass_through(call, call.args.get(1), 2),
+        Redirect::Obey => caller::pass_through_obeyed(call, call.args.get(1), 2),
         Redirect::Route => crate::commands::call::call(call),
     }
 }

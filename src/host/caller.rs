@@ -27,9 +27,24 @@ pub fn client_id(call: &Call) -> u64 {
     unsafe { raw::RedisModule_GetClientId.map_or(0, |f| f(call.ctx.ctx)) }
 }
 
+/// `RedisModule_Call`'s flags for a command the server must obey (its primary's replication
+/// stream): argv given, errors as replies, replicated, no user (the stream's client has none:
+/// it may run anything) and no out-of-memory refusal (a replica applies what its primary did).
+const OBEYED: &std::ffi::CStr = c"vE!0";
+
 /// Runs the command `name` with the call's own arguments from `from` on, here, as the calling
 /// user; its reply becomes the call's reply as it is.
 pub fn pass_through(call: &Call, name: &[u8], from: usize) -> CmdResult {
+    run_passing(call, name, from, AS_CALLER)
+}
+
+/// As `pass_through`, for a command the server must obey whoever its client is (a replica's
+/// primary's replication stream).
+pub fn pass_through_obeyed(call: &Call, name: &[u8], from: usize) -> CmdResult {
+    run_passing(call, name, from, OBEYED)
+}
+
+fn run_passing(call: &Call, name: &[u8], from: usize, flags: &std::ffi::CStr) -> CmdResult {
     let name = CString::new(name).map_err(|_| CmdError::err("a command name with a NUL byte"))?;
     let argv = call.args.raw().get(from..).unwrap_or_default();
     // SAFETY: the strings are the live arguments of this call; the reply is freed after use.
@@ -44,7 +59,7 @@ pub fn pass_through(call: &Call, name: &[u8], from: usize) -> CmdResult {
         let reply = rm_call(
             call.ctx.ctx,
             name.as_ptr(),
-            AS_CALLER.as_ptr(),
+            flags.as_ptr(),
             argv.as_ptr().cast_mut(),
             argv.len(),
         );

@@ -1,7 +1,8 @@
 //! Server events the module follows, each handed to one Rust function registered at load:
 //! the event loop's turns (before it sleeps, after it wakes), the server becoming a primary or
-//! a replica, and a `CONFIG SET` (which settings changed). The handlers run on the main thread;
-//! a panic in one stops there.
+//! a replica, its link to its primary coming up or going down, a client leaving, and a
+//! `CONFIG SET` (which settings changed). The handlers run on the main thread; a panic in one
+//! stops there.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -14,12 +15,15 @@ struct Handlers {
     before_sleep: fn(),
     after_sleep: fn(),
     role: fn(bool),
+    master_link: fn(),
+    client_gone: fn(u64),
     config: fn(&[&[u8]]),
     keyspace: fn(KeyspaceChange),
 }
 
 fn nothing() {}
 fn no_role(_: bool) {}
+fn no_client(_: u64) {}
 fn no_config(_: &[&[u8]]) {}
 fn no_change(_: KeyspaceChange) {}
 
@@ -29,6 +33,8 @@ thread_local! {
             before_sleep: nothing,
             after_sleep: nothing,
             role: no_role,
+            master_link: nothing,
+            client_gone: no_client,
             config: no_config,
             keyspace: no_change,
         })
@@ -109,6 +115,56 @@ pub unsafe fn on_role_change(ctx: *mut raw::RedisModuleCtx, role: fn(bool)) {
             Some(callback),
         );
     }
+}
+
+/// Calls `changed()` each time the server's link to its primary goes up or down.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn on_master_link_change(ctx: *mut raw::RedisModuleCtx, changed: fn()) {
+    set(|h| h.master_link = changed);
+    extern "C" fn callback(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        _subevent: u64,
+        _data: *mut c_void,
+    ) {
+        let _ = std::panic::catch_unwind(|| (handlers().master_link)());
+    }
+    // SAFETY: as the caller promises.
+    unsafe {
+        subscribe(
+            ctx,
+            raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE,
+            Some(callback),
+        )
+    };
+}
+
+/// Calls `gone(client id)` each time a client disconnects.
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn on_client_gone(ctx: *mut raw::RedisModuleCtx, gone: fn(u64)) {
+    set(|h| h.client_gone = gone);
+    extern "C" fn callback(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        subevent: u64,
+        data: *mut c_void,
+    ) {
+        let _ = std::panic::catch_unwind(|| {
+            if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED || data.is_null() {
+                return;
+            }
+            // SAFETY: Redis passes a RedisModuleClientInfo for this event, valid during the
+            // callback.
+            let info = unsafe { &*(data as *const raw::RedisModuleClientInfo) };
+            (handlers().client_gone)(info.id);
+        });
+    }
+    // SAFETY: as the caller promises.
+    unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(callback)) };
 }
 
 /// Calls `config(names)` after each `CONFIG SET`, with the names of the settings it changed.

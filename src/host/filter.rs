@@ -138,6 +138,14 @@ impl FilterArgs {
         !ctx.is_null() && unsafe { exists(ctx, key) } != 0
     }
 
+    /// The id of the client that sent the command (`None` on Redis 7.0, whose command filters
+    /// cannot tell which client sent a command).
+    pub fn client_id(&self) -> Option<u64> {
+        // SAFETY: the API table is filled at load and read-only after; the filter context is
+        // live.
+        unsafe { raw::RedisModule_CommandFilterGetClientId.map(|id_of| id_of(self.fctx)) }
+    }
+
     /// Whether the client that sent the command is inside `MULTI` (always `false` on Redis
     /// 7.0, whose command filters cannot tell which client sent a command).
     pub fn client_in_multi(&self) -> bool {

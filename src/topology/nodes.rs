@@ -126,6 +126,15 @@ pub fn replicas_of(name: &str) -> Vec<String> {
     read_node(name, |n| n.replicas.clone()).unwrap_or_default()
 }
 
+/// Whether the replicas of the node called `name` have not been looked up yet (no answer and
+/// no error so far).
+pub fn replicas_pending(name: &str) -> bool {
+    read_node(name, |n| {
+        Some(n.replicas.is_none() && n.replicas_error.is_empty())
+    })
+    .unwrap_or(true)
+}
+
 /// A replica of `primary` to read from (each in turn), or why there is none.
 pub fn pick_replica(primary: &Endpoint) -> Result<Endpoint, String> {
     TABLE.with(|t| {

@@ -6,8 +6,9 @@
 //! - Every `shard.topology-refresh-ms`, and at once when the main thread needs an address it
 //!   does not have (`watcher::wake`): `SENTINEL get-master-addr-by-name` for every ring node
 //!   whose address is `sentinel`, asking the sentinels in turn (one that is down or does not
-//!   know the name is skipped); under `shard.read-from replica|replica-preferred`, `SENTINEL
-//!   replicas` for those nodes and `ROLE` for the others.
+//!   know the name is skipped); under `shard.read-from replica|replica-preferred` or
+//!   `shard.cluster-protocol yes`, `SENTINEL replicas` for those nodes and `ROLE` for the
+//!   others.
 
 use std::collections::HashMap;
 use std::io;

@@ -1,5 +1,5 @@
 //! The topology watcher as the main thread sees it: what to watch (Sentinel's masters, the
-//! nodes whose replicas reads may go to, read from the module's state at most every 100 ms and
+//! nodes whose replicas reads may go to or the cluster protocol's maps list, read from the module's state at most every 100 ms and
 //! sent when it changes), the orders it sends the watcher's thread (`watch_loop`), and what it
 //! hands back, applied on the main thread (`crate::topology::nodes::apply`). The thread never
 //! touches the server or the module's state itself.
@@ -28,7 +28,8 @@ pub(super) struct Watch {
     pub(super) refresh: Duration,
     /// Ring nodes whose address is `sentinel`.
     pub(super) masters: Vec<String>,
-    /// The other ring nodes, (name, address): asked for `ROLE` when reads may go to replicas.
+    /// The other ring nodes, (name, address): asked for `ROLE` when reads may go to replicas
+    /// or the cluster protocol is on.
     pub(super) plain: Vec<(String, String)>,
     pub(super) replicas: bool,
     /// TLS toward the sentinels and the nodes, as in force on the main thread.
@@ -82,7 +83,9 @@ impl Watch {
             ),
             masters,
             plain,
-            replicas: ReadFrom::parse(&c.read_from).is_some_and(|m| m != ReadFrom::Primary),
+            // Reads may go to replicas, or the cluster protocol's maps list them.
+            replicas: ReadFrom::parse(&c.read_from).is_some_and(|m| m != ReadFrom::Primary)
+                || c.cluster_protocol == "yes",
             tls: SameTls(crate::net::tls::current()),
         }
     }

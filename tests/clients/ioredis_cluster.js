@@ -1,6 +1,6 @@
 // Runs commands through ioredis's Redis.Cluster against a fleet with shard's cluster protocol
-// (argv[2] "cluster"), or through a plain ioredis client against one server ("single", the
-// reference). argv[3]: host:port. stdin: a JSON array of commands ([name, ...args]).
+// (argv[2] "cluster"; "replicas": with scaleReads "slave", reads go to the replicas), or through
+// a plain ioredis client against one server ("single", the reference). argv[3]: host:port. stdin: a JSON array of commands ([name, ...args]).
 // stdout: a JSON array of results, each {"ok": value} or {"err": message}; values are strings,
 // integers, null or arrays of those.
 //
@@ -51,17 +51,19 @@ async function main() {
   if (mode === "load") return load(host, port);
   const input = require("fs").readFileSync(0, "utf8");
   const commands = JSON.parse(input);
-  const cluster = mode === "cluster"
+  const cluster = mode === "cluster" || mode === "replicas"
     ? new Redis.Cluster([{ host, port: Number(port) }], {
         redisOptions: { connectTimeout: 5000 },
         maxRedirections: 16,
         slotsRefreshTimeout: 5000,
+        scaleReads: mode === "replicas" ? "slave" : "master",
       })
     : new Redis({ host, port: Number(port), connectTimeout: 5000 });
   const out = [];
   for (const [name, ...args] of commands) {
     try {
-      out.push({ ok: await cluster.call(name, ...args) });
+      // Lower case: ioredis finds a command's keys and its readonly flag by that name.
+      out.push({ ok: await cluster.call(name.toLowerCase(), ...args) });
     } catch (e) {
       out.push({ err: String(e.message) });
     }

@@ -1,5 +1,6 @@
 """Cluster clients on a fleet with `shard.cluster-protocol yes` on a `slots` ring: the ring's
-arguments, a redis-py RedisCluster of the fleet, a grow and a shrink of the fleet by hand
+arguments, a redis-py RedisCluster of the fleet, a fleet whose primaries each have a replica,
+a real Redis Cluster of a primary and a replica to compare with, a grow and a shrink of the fleet by hand
 (BEGIN, COPY, COMMIT, CLEANUP) and the loads that cluster clients put on it meanwhile (redis-py,
 ioredis in Node.js, `redis-cli -c`), with what each load must find afterwards.
 """
@@ -14,7 +15,9 @@ import traceback
 from redis.cluster import RedisCluster
 
 from helpers.fleet import NAMES, ring_args, start_fleet
+from helpers.ports import free_port
 from helpers.reshard import run_job
+from helpers.server import PRIMARY, until, wait_in_sync
 from helpers.tls import cli_tls_args, redis_py_tls_args
 
 
@@ -30,6 +33,47 @@ def cluster_fleet(server_factory, names=NAMES):
     for s in fleet.values():
         assert s.client().config_set("shard.cluster-protocol", "yes")
     return fleet
+
+
+def cluster_fleet_with_replicas(server_factory, names=NAMES):
+    """`cluster_fleet`, and a replica of each primary (the module loaded, no `self`: each knows
+    its shard from its primary's address) with the protocol on too. Returns (primaries,
+    replicas), each name -> RedisServer, once every node lists every replica."""
+    fast = [("shard.topology-refresh-ms", 200), *PRIMARY]
+    primaries = {n: server_factory(module_args=["self", n], config=fast) for n in names}
+    for s in primaries.values():
+        assert s.client().execute_command("SHARD.RING", "SET", *slots_ring(primaries, names))
+    replicas = {n: server_factory(config=[*fast, ("replicaof", "127.0.0.1", primaries[n].port)])
+                for n in names}
+    for n in names:
+        c = replicas[n].client()
+        wait_in_sync(primaries[n].client(), c)
+        until(lambda: c.execute_command("SHARD.RING", "GET"), f"{n}'s replica has the ring")
+    for s in (*primaries.values(), *replicas.values()):
+        assert s.client().config_set("shard.cluster-protocol", "yes")
+    every = (*primaries.values(), *replicas.values())
+    until(lambda: all(len(s.client().execute_command("CLUSTER", "NODES").splitlines())
+                      == 2 * len(names) for s in every), "every node lists every replica")
+    return primaries, replicas
+
+
+def real_cluster_with_a_replica(server_factory):
+    """A real Redis Cluster of one primary (every slot) and its replica: (primary, replica),
+    once the primary's CLUSTER SLOTS lists the replica."""
+    def node():
+        return server_factory(config=[("cluster-enabled", "yes"),
+                                      ("cluster-config-file", "nodes.conf"),
+                                      ("cluster-port", free_port()), *PRIMARY])
+    primary, replica = node(), node()
+    p, r = primary.client(), replica.client()
+    p.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+    bus = int(p.config_get("cluster-port")["cluster-port"])
+    r.execute_command("CLUSTER", "MEET", "127.0.0.1", primary.port, bus)
+    pid = p.execute_command("CLUSTER", "MYID").decode()
+    until(lambda: pid.encode() in r.execute_command("CLUSTER", "NODES"), "the nodes met")
+    until(lambda: r.execute_command("CLUSTER", "REPLICATE", pid), "the replica follows")
+    until(lambda: len(p.execute_command("CLUSTER", "SLOTS")[0]) == 4, "the replica is listed")
+    return primary, replica
 
 
 def cluster_client(servers, **kwargs):
