@@ -242,6 +242,19 @@ def test_sentinel_fleet_maps_follow_a_failover(server_factory, sentinel_factory)
     assert new.client().get(key) == b"after"
 
 
+def content(client, key):
+    """A key's type and value, in a form that does not depend on its encoding."""
+    kind = client.type(key)
+    value = {
+        b"string": lambda: client.get(key),
+        b"hash": lambda: client.hgetall(key),
+        b"list": lambda: client.lrange(key, 0, -1),
+        b"set": lambda: client.smembers(key),
+        b"zset": lambda: client.zrange(key, 0, -1, withscores=True),
+    }.get(kind, lambda: client.dump(key))()
+    return kind, value, client.pexpiretime(key)
+
+
 def test_a_replica_with_the_protocol_holds_what_its_primary_holds(fleet):
     """The replication stream is never redirected: on Redis 7.0 it runs through SHARD.REDIRECT
     (the filter cannot tell its client), transactions and scripts included, and the replica
@@ -268,5 +281,7 @@ def test_a_replica_with_the_protocol_holds_what_its_primary_holds(fleet):
         held = sorted(p.keys("*"))
         assert held and sorted(r.keys("*")) == held, n
         for k in held:
-            assert r.dump(k) == p.dump(k), (n, k)
+            # (Compared by content: DUMP of a hash in its hashtable encoding lists the fields
+            # in the order of each process's own hash seed.)
+            assert content(r, k) == content(p, k), (n, k)
         assert "errorstat_MOVED" not in r.info("errorstats"), n

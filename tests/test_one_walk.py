@@ -4,6 +4,7 @@ without walking the keyspace again (STATUS `keys_from: list`). A keyspace replac
 two (a restart, a load, SWAPDB) makes the cleanup walk as before; either way it ends with every
 key this node owns kept and every other one gone."""
 
+import os
 import signal
 
 import pytest
@@ -13,6 +14,9 @@ from helpers.reshard import status, wait_job
 from helpers.server import pipelined, until, wait_in_sync
 
 KEYS = 20_000
+# How a cleanup without the copy's list finds its keys: a walk, or the key index's buckets when
+# the servers keep one (tests/run.py's index pass) and it is ready.
+WALKED = (b"walk", b"index") if os.environ.get("SHARD_KEY_INDEX") == "yes" else (b"walk",)
 
 
 def two_nodes(server_factory, persist=False):
@@ -99,7 +103,7 @@ def test_a_cleanup_after_a_copy_reads_its_list_and_deletes_what_was_written_sinc
     # Spent: a second cleanup walks (and has nothing to delete).
     assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
     st = wait_job(a)
-    assert st["keys_from"] == b"walk" and st["deleted"] == 0, st
+    assert st["keys_from"] in WALKED and st["deleted"] == 0, st
 
 
 def test_a_cleanup_stopped_midway_leaves_the_rest_to_the_next_from_the_list(server_factory):
@@ -156,7 +160,7 @@ def test_a_keyspace_replaced_between_copy_and_cleanup_makes_the_cleanup_walk(
         if mine:
             want[db] = mine
     st = commit_and_clean(servers, a)
-    assert st["state"] == b"done" and st["keys_from"] == b"walk", st
+    assert st["state"] == b"done" and st["keys_from"] in WALKED, st
     assert_only_owned_left(servers, a, want)
 
 
