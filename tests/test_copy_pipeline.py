@@ -412,3 +412,37 @@ def test_a_cleanup_without_a_child_walks_every_database_itself(server_factory):
         keys = [k.decode() for k in c.keys("*")]
         assert 0 < len(keys) < 2000 and set(owners(a, keys)) == {"a"}, db
     a.config_set("rdb-key-save-delay", 0)
+
+
+def test_writes_of_keys_the_node_keeps_do_not_hold_the_copy_open(server_factory):
+    """Clients write keys the new ring leaves on the source all along the copy: those need no
+    next pass, so the copy ends after its first pass or two, not after 32 (the written-keys
+    record keeps only the keys the ring gives away)."""
+    servers, a, b = two_nodes(server_factory, n=50_000)
+    keys = [f"k:{i}" for i in range(50_000)]
+    kept = [k for k, o in zip(keys, owners(a, keys)) if o == "a"][:200]
+    stop = threading.Event()
+
+    writes = []
+
+    def writer():
+        c = servers["a"].client()
+        i = 0
+        while not stop.is_set():
+            c.set(kept[i % len(kept)], i)
+            i += 1
+        writes.append(i)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        time.sleep(0.1)
+        assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+        st = wait_job(a)
+    finally:
+        stop.set()
+        t.join()
+    assert writes and writes[0] > 100, "the writer wrote all along"
+    assert st["state"] == b"done" and st["failed"] == 0, st
+    assert st["passes"] <= 2, st
+    assert st["copied"] == b.dbsize() == len(moving_keys(a, 50_000))

@@ -59,7 +59,7 @@ fn fork_cleanup_walk(ctx: &Context) {
             crate::reshard::current::lock().job.keys_from = "list";
             return;
         }
-        dirty::begin();
+        dirty::begin(&runner.ring, &runner.self_name);
         forget_child_outcome();
         let placement = Arc::clone(&runner.ring);
         let self_name = runner.self_name.clone();

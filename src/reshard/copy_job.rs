@@ -138,7 +138,7 @@ fn copy_tick(ctx: &Context) -> bool {
             paused,
             big: runner.options.big,
         };
-        dirty::begin();
+        dirty::begin(&runner.ring, &runner.self_name);
         forget_child_outcome();
         match copy_child::start(ctx, &pass, on_child_done) {
             Ok(pid) => {

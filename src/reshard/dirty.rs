@@ -47,6 +47,9 @@ struct Since {
 thread_local! {
     /// The keys written, or `None` once more than `MAX_KEYS` were.
     static DIRTY: RefCell<Option<Written>> = RefCell::new(Some(Written::default()));
+    /// The ring and the node name that decide which written keys the record keeps: those the
+    /// ring gives to another node (a write of a key this node keeps needs no next pass).
+    static DIRTY_RING: RefCell<Option<(Arc<Placement>, String)>> = const { RefCell::new(None) };
     static SINCE: RefCell<Option<Since>> = const { RefCell::new(None) };
 }
 
@@ -100,7 +103,17 @@ fn on_event(event: &KeyspaceEvent) {
     }
     let bytes = event.key();
     let db = event.db();
-    if tracking {
+    let goes = || {
+        DIRTY_RING.with(|r| {
+            r.borrow().as_ref().is_none_or(|(placement, self_name)| {
+                placement
+                    .ring
+                    .as_ref()
+                    .is_none_or(|ring| crate::reshard::cleanup_deletes(ring, self_name, bytes))
+            })
+        })
+    };
+    if tracking && goes() {
         DIRTY.with(|d| {
             let mut d = d.borrow_mut();
             if d.as_mut().is_some_and(|written| !written.add(db, bytes)) {
@@ -185,8 +198,11 @@ pub fn end_since() {
     SINCE.with(|s| *s.borrow_mut() = None);
 }
 
-/// Starts recording, with nothing recorded (at a child's fork).
-pub fn begin() {
+/// Starts recording, with nothing recorded (at a child's fork), the keys written that `ring`
+/// gives to another node than `self_name`: a copy's next pass has those to copy, and a copy
+/// under writes of keys it keeps ends once none of the others is written.
+pub fn begin(ring: &Arc<Placement>, self_name: &str) {
+    DIRTY_RING.with(|r| *r.borrow_mut() = Some((Arc::clone(ring), self_name.to_owned())));
     DIRTY.with(|d| *d.borrow_mut() = Some(Written::default()));
     TRACKING.store(true, Ordering::Relaxed);
 }
