@@ -71,7 +71,10 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     section.int("reshard_keys_per_sec", int(job.keys_per_sec));
     section.int("reshard_eta_ms", int(job.eta_ms));
     section.int("reshard_bytes_sent", int(job.bytes_sent()));
-    section.int("reshard_in_flight", int(job.in_flight));
+    section.int(
+        "reshard_in_flight",
+        int(crate::reshard::copy_job::in_flight_now(job)),
+    );
     section.int("reshard_max_rate", int(job.max_rate));
     section.str("reshard_paused", if job.paused { "yes" } else { "no" });
     section.int("reshard_max_step_us", int(job.max_step_us));

@@ -191,7 +191,10 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_int("keys_per_sec", int(job.keys_per_sec));
     reply.field_int("eta_ms", int(job.eta_ms));
     reply.field_int("bytes_sent", int(job.bytes_sent()));
-    reply.field_int("in_flight", int(job.in_flight));
+    reply.field_int(
+        "in_flight",
+        int(crate::reshard::copy_job::in_flight_now(job)),
+    );
     reply.field_int("max_rate", int(job.max_rate));
     reply.field_bulk("paused", if job.paused { b"yes" } else { b"no" });
     // Keys copied (or deleted) by database: `db0=750,db3=12`.

@@ -172,3 +172,23 @@ impl Runner {
         self.update_rate();
     }
 }
+
+/// Keys in flight to the destinations now: while a copy's child runs, its own count read live
+/// (the child marks a batch in flight before it looks at the pause, so a PAUSE followed by a
+/// read of 0 means nothing more will be sent); else the last count followed.
+pub fn in_flight_now(job: &crate::reshard::Job) -> u64 {
+    let child_runs = super::jobs::RUNNER.with(|r| {
+        r.try_borrow()
+            .ok()
+            .is_some_and(|r| r.as_ref().is_some_and(|r| r.child.is_some()))
+    });
+    if job.kind == Some(crate::reshard::JobKind::Copy)
+        && job.state == crate::reshard::JobState::Copying
+        && child_runs
+    {
+        if let Some(shared) = copy_page::shared() {
+            return shared.in_flight.load(Ordering::SeqCst);
+        }
+    }
+    job.in_flight
+}
