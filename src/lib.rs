@@ -22,6 +22,8 @@ pub mod reshard;
 pub mod ring;
 pub mod route;
 pub mod state;
+#[cfg(test)]
+mod test_rng;
 pub mod topology;
 
 use host::aux::SHARD_AUX;

@@ -22,7 +22,7 @@ GROUP = re.compile(r"\bcrate::\{([^}]*)\}", re.S)
 
 # The layers, bottom up (docs/architecture.md).
 LAYERS = [
-    ["clock", "keys", "ring", "persist", "keyindex"],  # pure core
+    ["clock", "keys", "ring", "persist", "keyindex", "test_rng"],  # pure core
     ["host"],  # the server edge
     ["net"],  # the network
     ["state"],  # settings, rings, generator

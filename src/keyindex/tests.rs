@@ -7,22 +7,7 @@ use std::collections::{HashMap, HashSet};
 use super::page::{LONG_NAME, PAGE_MAX};
 use super::*;
 
-/// splitmix64: a seeded generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::test_rng::TestRng as Rng;
 
 type Model = HashMap<(i32, u16), HashSet<Vec<u8>>>;
 
@@ -85,7 +70,7 @@ fn name(rng: &mut Rng, pool: u64) -> Vec<u8> {
 
 #[test]
 fn random_operations_agree_with_a_model() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let mut index = KeyIndex::new();
     let mut model: Model = HashMap::new();
     let dbs = [0, 1, 2, 15, 1000, -1];
@@ -217,7 +202,7 @@ fn figures() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3_000_000);
-    let mut rng = Rng(11);
+    let mut rng = Rng::new(11);
     let keys: Vec<([u8; 16], u16)> = (0..n)
         .map(|_| {
             let mut k = [0u8; 16];

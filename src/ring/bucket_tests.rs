@@ -4,23 +4,14 @@
 
 use super::*;
 use crate::ring::{RingSpec, SLOTS};
+use crate::test_rng::TestRng as Rng;
 
-/// splitmix64: a seeded generator for reproducible random keys.
-struct Rng(u64);
+/// Random keys for the bucket tests.
+trait Keys {
+    fn key(&mut self) -> Vec<u8>;
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
+impl Keys for Rng {
     /// A key of 0..24 bytes, some with a hash tag, some with a `-`, some text, some binary.
     fn key(&mut self) -> Vec<u8> {
         match self.below(4) {
@@ -81,7 +72,7 @@ fn owner_name<'a>(r: &'a Ring, key: &[u8]) -> &'a str {
 
 #[test]
 fn a_bucket_is_the_top_of_the_hash_in_ring_order() {
-    let mut rng = Rng(1);
+    let mut rng = Rng::new(1);
     for algo in ALGOS {
         let r = ring(algo, &refs(&named(5)));
         for _ in 0..3000 {
@@ -112,7 +103,7 @@ fn a_bucket_is_the_top_of_the_hash_in_ring_order() {
 
 #[test]
 fn the_owners_of_a_bucket_hold_the_owner_of_each_of_its_keys() {
-    let mut rng = Rng(2);
+    let mut rng = Rng::new(2);
     for algo in ALGOS {
         for n in [1, 3, 60] {
             let r = ring(algo, &refs(&named(n)));
@@ -148,7 +139,7 @@ fn the_owners_of_a_bucket_hold_the_owner_of_each_of_its_keys() {
 
 #[test]
 fn a_nodes_shares_agree_with_the_owners_of_each_bucket_and_sum_its_keys() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for algo in ALGOS {
         for n in [1, 3, 12] {
             let r = ring(algo, &refs(&named(n)));
@@ -268,7 +259,7 @@ fn with_map(algo_spec: RingSpec, map: &str) -> RingSpec {
 
 #[test]
 fn every_key_that_changes_owner_is_in_a_changing_bucket() {
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let keys: Vec<Vec<u8>> = (0..20_000).map(|_| rng.key()).collect();
     let three = [("a", 1), ("b", 1), ("c", 1)];
     let changes: [(&str, &[(&str, u32)]); 6] = [
@@ -300,7 +291,7 @@ fn every_key_that_changes_owner_is_in_a_changing_bucket() {
 
 #[test]
 fn slot_maps_move_the_named_slots_only() {
-    let mut rng = Rng(4);
+    let mut rng = Rng::new(4);
     let keys: Vec<Vec<u8>> = (0..20_000).map(|_| rng.key()).collect();
     let three = spec("slots", &[("a", 1), ("b", 1), ("c", 1)]);
     let four = spec("slots", &[("a", 1), ("b", 1), ("c", 1), ("d", 1)]);
@@ -345,7 +336,7 @@ fn rings_that_bucket_keys_otherwise_are_not_compared() {
 /// that move (printed with `--nocapture`).
 #[test]
 fn a_ketama_grow_names_about_the_share_of_keys_that_move() {
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let keys: Vec<Vec<u8>> = (0..200_000)
         .map(|_| format!("key:{:016x}", rng.next()).into_bytes())
         .collect();
