@@ -181,6 +181,23 @@ def test_genkey_layout_draws_another_layout_beside_the_configured_one(server_fac
     assert info_shard(other)["keys_generated"] == "0"
 
 
+def test_uuidv7_and_ulid_in_turn_each_keep_their_order(server_factory):
+    """The two 128-bit layouts issued in turn within a millisecond (uuidv7 configured, ulid by
+    LAYOUT, pipelined): each keeps its own counter start, so each layout's IDs still increase."""
+    c = server_factory(module_args=["layout", "uuidv7", "node-id", 3]).client()
+    uuids, ulids = [], []
+    for _ in range(20):
+        pipe = c.pipeline(transaction=False)
+        for _ in range(100):
+            pipe.execute_command("SHARD.GENKEY")
+            pipe.execute_command("SHARD.GENKEY", "LAYOUT", "ulid")
+        got = pipe.execute()
+        uuids += got[0::2]
+        ulids += got[1::2]
+    assert uuids == sorted(uuids) and len(set(uuids)) == len(uuids)
+    assert ulids == sorted(ulids) and len(set(ulids)) == len(ulids)
+
+
 def test_node_bits_set_the_node_width(server_factory):
     c = server_factory(module_args=["layout", "uuidv7", "node-bits", 4, "node-id", 15]).client()
     assert Ids("uuidv7", 4).node(Ids("uuidv7", 4).value(genkey(c))) == 15

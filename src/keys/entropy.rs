@@ -16,15 +16,20 @@
 //!
 //! The counter of a millisecond starts at a random value below half its room (RFC 9562 section
 //! 6.2's seeding with a rollover guard bit) and adds the generator's sequence: the start is
-//! drawn at the first ID of a millisecond and kept for the next ones. The generator only ever
-//! continues the millisecond of the last ID issued (after a restart, a failover or a layout
-//! change it moves to a later one), so the kept start is always that millisecond's.
+//! drawn at the first ID of a millisecond and kept for the next ones, one start for each
+//! 128-bit layout (a server may issue uuidv7 and ulid IDs in turn, `GENKEY LAYOUT`, each from
+//! a generator of its own). A generator only ever continues the millisecond of the last ID it
+//! issued (after a restart, a failover or a layout change it moves to a later one), so the kept
+//! start of its layout is always that millisecond's.
 
 use rand::rngs::{StdRng, SysRng};
 use rand::{Rng, SeedableRng};
 
 /// Bytes of output after which the generator is seeded again from the OS.
 const RESEED_BYTES: u64 = 64 * 1024;
+
+/// How many counters keep a start of their own: one per 128-bit layout (uuidv7, ulid).
+pub const SLOTS: usize = 2;
 
 /// The start of the counter of one millisecond (tick) for counters of `bits` bits.
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +47,8 @@ pub struct Entropy {
     drawn: u64,
     /// False for a generator given a fixed seed (tests): never seeded from the OS.
     fixed: bool,
-    start: Option<Start>,
+    /// The counter's start of the current millisecond, for each 128-bit layout (`SLOTS`).
+    starts: [Option<Start>; SLOTS],
     /// Reseeds that failed (the state in use was kept).
     pub reseed_failures: u64,
 }
@@ -91,10 +97,10 @@ impl Entropy {
             }
         }
         let Entropy {
-            rng, drawn, start, ..
+            rng, drawn, starts, ..
         } = self;
         match rng {
-            Some(rng) => Ok(Draw { rng, drawn, start }),
+            Some(rng) => Ok(Draw { rng, drawn, starts }),
             None => Err("the random source is not seeded".into()),
         }
     }
@@ -104,7 +110,7 @@ impl Entropy {
 pub struct Draw<'a> {
     rng: &'a mut StdRng,
     drawn: &'a mut u64,
-    start: &'a mut Option<Start>,
+    starts: &'a mut [Option<Start>; SLOTS],
 }
 
 impl Draw<'_> {
@@ -126,15 +132,19 @@ impl Draw<'_> {
         }
     }
 
-    /// The counter of the `seq`-th ID of millisecond `tick`, for a counter of `bits` bits: the
-    /// millisecond's random start (below 2^(bits - 1)) plus `seq`.
+    /// The counter of the `seq`-th ID of millisecond `tick`, for the counter `slot` (one per
+    /// 128-bit layout, below `SLOTS`) of `bits` bits: the millisecond's random start (below
+    /// 2^(bits - 1)) plus `seq`.
     #[inline]
-    pub fn counter(&mut self, tick: u64, seq: u64, bits: u32) -> u128 {
-        let start = match *self.start {
+    pub fn counter(&mut self, slot: usize, tick: u64, seq: u64, bits: u32) -> u128 {
+        let kept = self.starts.get(slot).copied().flatten();
+        let start = match kept {
             Some(s) if s.tick == tick && s.bits == bits => s.value,
             _ => {
                 let value = self.bits(bits.saturating_sub(1));
-                *self.start = Some(Start { tick, bits, value });
+                if let Some(s) = self.starts.get_mut(slot) {
+                    *s = Some(Start { tick, bits, value });
+                }
                 value
             }
         };
@@ -197,14 +207,27 @@ mod tests {
     fn a_millisecond_keeps_its_start_and_the_next_draws_anew() {
         let mut e = Entropy::from_seed([2; 32]);
         let mut d = e.ready().unwrap();
-        let a0 = d.counter(100, 0, 24);
+        let a0 = d.counter(0, 100, 0, 24);
         assert!(a0 < 1 << 23, "the guard bit is 0");
-        assert_eq!(d.counter(100, 1, 24), a0 + 1);
-        assert_eq!(d.counter(100, 7, 24), a0 + 7);
-        let b0 = d.counter(101, 0, 24);
-        assert_eq!(d.counter(101, 3, 24), b0 + 3);
+        assert_eq!(d.counter(0, 100, 1, 24), a0 + 1);
+        assert_eq!(d.counter(0, 100, 7, 24), a0 + 7);
+        let b0 = d.counter(0, 101, 0, 24);
+        assert_eq!(d.counter(0, 101, 3, 24), b0 + 3);
         // Another counter width (a layout change) never reuses the start.
-        let c = d.counter(101, 0, 70);
+        let c = d.counter(0, 101, 0, 70);
         assert!(c < 1 << 69);
+    }
+
+    #[test]
+    fn each_layout_keeps_its_own_start() {
+        let mut e = Entropy::from_seed([3; 32]);
+        let mut d = e.ready().unwrap();
+        let u0 = d.counter(0, 100, 0, 24);
+        // Another layout's IDs in the same millisecond, in turn: neither start moves.
+        let l0 = d.counter(1, 100, 0, 70);
+        for seq in 1..50 {
+            assert_eq!(d.counter(0, 100, seq, 24), u0 + u128::from(seq));
+            assert_eq!(d.counter(1, 100, seq, 70), l0 + u128::from(seq));
+        }
     }
 }

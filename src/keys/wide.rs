@@ -123,7 +123,12 @@ impl WideForm {
     /// and fresh random bits.
     #[inline]
     pub fn issued(&self, fields: &KeyFields, draw: &mut Draw<'_>) -> u128 {
-        let counter = draw.counter(fields.tick, fields.seq, self.counter_bits());
+        let counter = draw.counter(
+            self.kind as usize,
+            fields.tick,
+            fields.seq,
+            self.counter_bits(),
+        );
         match self.kind {
             WideKind::Uuidv7 => uuidv7::pack(
                 &uuidv7::Uuid7Parts {
