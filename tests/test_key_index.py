@@ -14,7 +14,7 @@ import redis
 from helpers.fleet import owners, start_fleet
 from helpers.keys import key_slot
 from helpers.reshard import status, wait_job
-from helpers.server import info_shard, pipelined, until, wait_in_sync
+from helpers.server import command_calls, info_shard, pipelined, until, wait_in_sync
 
 DEBUG = [("enable-debug-command", "yes")]
 
@@ -312,3 +312,22 @@ def test_a_build_under_many_deletions_ends_exact(server_factory):
     assert c.dbsize() == 970_000
     info = info_shard(c)
     assert info["key_index_builds"] == "1" and info["key_index_restarts"] == "0", info
+
+
+def test_a_bucket_of_one_hash_tag_travels_in_bounded_batches(server_factory):
+    """One hash tag's keys fill one bucket: a copy from the index still ships them at most 256
+    strings a command (one bucket must never become one command of all its keys)."""
+    servers = start_fleet(server_factory, ["a", "b"], ring=["a"], algo="slots",
+                          module_args=["key-index", "yes"], config=DEBUG)
+    a = servers["a"].client()
+    servers.ring({"a": 1, "b": 3}, verb="BEGIN", algo="slots")
+    tag = next(t for t in range(1000) if owners(a, [f"{{t{t}}}:0"]) == ["b"])
+    keys = [f"{{t{tag}}}:{i}" for i in range(5000)]
+    pipelined(a, [("SET", k, i) for i, k in enumerate(keys)])
+    indexed(a)
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["keys_from"] == b"index", st
+    assert st["copied"] == 5000 == servers["b"].client().dbsize()
+    calls = command_calls(servers["b"], "shard.apply")
+    assert calls >= 5000 / 256, calls

@@ -283,12 +283,16 @@ fn by_index(
     shared: &Shared,
     mut list: Option<&mut ListWriter>,
 ) {
-    let visit: Vec<bool> = (0..crate::ring::BUCKETS)
-        .map(|b| {
-            let owners = walk.ring.bucket_owners(b as u16);
-            walk.self_index.is_none_or(|me| owners != [me])
-        })
-        .collect();
+    // Every bucket the ring does not give wholly to this node (all of them when it is no node).
+    let visit: Vec<bool> = match walk.self_index {
+        Some(me) => walk
+            .ring
+            .bucket_shares(me)
+            .into_iter()
+            .map(|share| share != crate::ring::Share::Whole)
+            .collect(),
+        None => vec![true; crate::ring::BUCKETS],
+    };
     crate::index::in_child(|index| {
         for db in index.databases() {
             if !keyspace::select_db(ctx, db) {
@@ -304,9 +308,10 @@ fn by_index(
                     if let Some(found) = look_up(ctx, walk, name) {
                         walk.found.push(found);
                     }
-                }
-                if walk.found.len() >= BATCH {
-                    ship_found(db, walk, copier, shared, list.as_deref_mut());
+                    // (Within the bucket: one bucket may hold a hash tag's million keys.)
+                    if walk.found.len() >= BATCH {
+                        ship_found(db, walk, copier, shared, list.as_deref_mut());
+                    }
                 }
             }
             ship_found(db, walk, copier, shared, list.as_deref_mut());
