@@ -97,7 +97,14 @@ impl Persisted {
                 0 => (false, false),
                 1 => (true, false),
                 2 if version >= FORMAT_VERSION => (true, true),
-                other => return Err(format!("the returning flag is {other}, not 0 or 1")),
+                other => {
+                    let allowed = if version >= FORMAT_VERSION {
+                        "0, 1 or 2"
+                    } else {
+                        "0 or 1"
+                    };
+                    return Err(format!("the returning flag is {other}, not {allowed}"));
+                }
             };
             let plan = r.sized("fleet plan")?;
             (returning, fence, (!plan.is_empty()).then(|| plan.to_vec()))

@@ -147,24 +147,23 @@ def main():
 
     started = time.monotonic()
     runs = []
-    parallel = [Run(s, labels[s], "parallel",
-                    [*PASSES["parallel"], "-n", str(args.workers), *DIST, *extra])
-                for s in args.servers]
-    for run in parallel:
-        run.start()
-    for run in parallel:
-        run.wait()
+
+    def side_by_side(name, selection, env=None):
+        """One pass per server, all at once; its runs when they all ended."""
+        group = [Run(s, labels[s], name,
+                     [*PASSES["parallel"], "-n", str(args.workers), *DIST, *selection], env=env)
+                 for s in args.servers]
+        for run in group:
+            run.start()
+        for run in group:
+            run.wait()
+        return group
+
+    parallel = side_by_side("parallel", extra)
     runs += parallel
     # Files named after `--` replace the whole selection: then no pass of the index files.
     if not args.no_index and not any(a.endswith(".py") or "::" in a for a in extra):
-        indexed = [Run(s, labels[s], "index",
-                       [*PASSES["parallel"], "-n", str(args.workers), *DIST, *extra,
-                        *INDEX_FILES], env={"SHARD_KEY_INDEX": "yes"})
-                   for s in args.servers]
-        for run in indexed:
-            run.start()
-        for run in indexed:
-            run.wait()
+        indexed = side_by_side("index", [*extra, *INDEX_FILES], env={"SHARD_KEY_INDEX": "yes"})
         runs += indexed
         parallel += indexed
     for s in args.servers:

@@ -269,6 +269,7 @@ def test_refusals_name_the_fence_or_the_cancel_that_holds_the_rings(server_facto
     servers.ring(["a", "b"], verb="BEGIN", on=["a"])
     keys = [f"k:{i}" for i in range(100)]
     moving = [k for k, o in zip(keys, owners(a, keys)) if o == "b"][:5]
+    assert moving
     a.execute_command("SHARD.RING", "ABORT")
     old = f"algo ketama\nhashtag none\nnode a 127.0.0.1:{servers['a'].port} 1\n"
     new = old + f"node b 127.0.0.1:{servers['b'].port} 1\n"

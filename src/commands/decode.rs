@@ -100,13 +100,14 @@ pub fn decode(call: &Call) -> CmdResult {
     if let Some(w) = layout.wide_form() {
         let value = w.read(key, format).map_err(not_a_key)?;
         let text = codec::format_wide(&w, value, Format::Text);
-        let random = hex(w.parts(value).random, w.random_bits());
+        let parts = w.parts(value);
+        let random = hex(parts.random, w.random_bits());
         reply_id(
             call,
             &layout,
             time_ms,
             &iso,
-            &w.parts(value),
+            &parts,
             Some(&random),
             text.as_bytes(),
             None,

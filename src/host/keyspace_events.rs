@@ -19,6 +19,13 @@ pub struct KeyspaceEvent {
 
 impl KeyspaceEvent {
     /// The event's name (`set`, `del`, `expired`, ...); empty if the server gave none.
+    /// Whether the event ends the key in its database (`del`, `expired`, `evicted`,
+    /// `rename_from`, `move_from`): nothing of it is left there.
+    pub fn ends_key(&self) -> bool {
+        const ENDS: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move_from"];
+        ENDS.contains(&self.name())
+    }
+
     pub fn name(&self) -> &[u8] {
         if self.event.is_null() {
             return b"";

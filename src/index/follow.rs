@@ -7,9 +7,6 @@ use crate::host::events::KeyspaceChange;
 use crate::host::keyspace_events::KeyspaceEvent;
 use crate::index::{build, Phase, FOLLOWING, TRACKER};
 
-/// Events after which the key is gone from its database.
-const GONE: [&[u8]; 5] = [b"del", b"expired", b"evicted", b"rename_from", b"move_from"];
-
 /// Most names removed while a build runs that are kept to be left out of it: past this, the
 /// build looks each name up as it arrives instead (`Tracker::check_arrivals`). 1 000 000
 /// unless `SHARD.DEBUG KEYINDEX-GONE-LIMIT` says otherwise.
@@ -23,7 +20,7 @@ pub(crate) fn on_key_event(event: &KeyspaceEvent) {
     }
     let name = event.name();
     let made = name == b"new";
-    if !made && !GONE.contains(&name) {
+    if !made && !event.ends_key() {
         return;
     }
     let key = event.key();

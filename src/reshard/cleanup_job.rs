@@ -127,15 +127,15 @@ fn after_cleanup_child(runner: &mut Runner) -> bool {
         runner.names = None;
         runner.from_list = false;
         // The keys written since the copy's walk that go elsewhere (the list's names went
-        // elsewhere under this very ring when the copy found them).
+        // elsewhere under this very ring when the copy found them; the `since` record kept only
+        // the written keys this ring gives away).
         let placement = Arc::clone(&runner.ring);
         match (
             whole.then(dirty::take_since_keys).flatten(),
             placement.ring.as_ref(),
         ) {
             (Some(written), Some(_)) => {
-                // Checked against the ring a batch at a time (`check_some`).
-                runner.to_check.extend(written);
+                runner.pending.extend(written);
                 runner.scan_over = true;
             }
             _ => {
@@ -159,9 +159,9 @@ fn after_cleanup_child(runner: &mut Runner) -> bool {
         placement.ring.as_ref(),
     ) {
         (true, Some(written), Some(_)) => {
-            // The keys written since the fork: those this node does not own go too (checked
-            // against the ring a batch at a time, `check_some`).
-            runner.to_check.extend(written);
+            // The keys written since the fork that this node does not own (the only ones the
+            // record keeps, `dirty::begin`) go too.
+            runner.pending.extend(written);
             runner.scan_over = true;
         }
         _ => {
@@ -243,18 +243,10 @@ fn step(ctx: &Context) -> Next {
             if crate::reshard::current::lock().job.stop_requested() {
                 runner.end_child();
                 // The keys not handled yet wait for the next cleanup in the `since` record.
-                dirty::give_back_since(runner.to_check.drain(..).chain(runner.pending.drain(..)));
+                dirty::give_back_since(runner.pending.drain(..));
                 finish(runner);
                 *slot = None;
                 return Next::Done;
-            }
-            if runner.pending.is_empty() && !runner.to_check.is_empty() {
-                check_some(runner);
-                if Instant::now() >= deadline {
-                    runner.update_rate();
-                    return Next::Now;
-                }
-                continue;
             }
             if runner.pending.is_empty() {
                 if let Some(names) = runner.names.as_mut() {
@@ -321,22 +313,6 @@ fn step(ctx: &Context) -> Next {
             }
         }
     })
-}
-
-/// Moves up to `4 * DELETE_BATCH` keys of `to_check` that this node does not own under the
-/// job's ring into `pending` (a ring lookup each: MD5 for ketama, so never a million at once).
-fn check_some(runner: &mut Runner) {
-    let placement = Arc::clone(&runner.ring);
-    let Some(ring) = placement.ring.as_ref() else {
-        runner.to_check.clear();
-        return;
-    };
-    let n = runner.to_check.len().min(4 * DELETE_BATCH);
-    for (db, key) in runner.to_check.drain(..n) {
-        if crate::reshard::cleanup_deletes(ring, &runner.self_name, &key) {
-            runner.pending.push_back((db, key));
-        }
-    }
 }
 
 /// Scans on until `batch` keys to delete are found, `SCAN_LIMIT` keys were seen, or the pass

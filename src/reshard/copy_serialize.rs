@@ -174,23 +174,23 @@ impl<'a> Copier<'a> {
         let Some(target) = self.targets.get(owner) else {
             return;
         };
-        let ats: Vec<Vec<u8>> = strings
-            .iter()
-            .map(|(f, _)| {
-                itoa::Buffer::new()
-                    .format(f.info.expires_at)
-                    .as_bytes()
-                    .to_vec()
-            })
-            .collect();
+        // The expiries' digits, all in one buffer (no allocation a key).
+        let mut digits = Vec::with_capacity(14 * strings.len());
+        let mut ends = Vec::with_capacity(strings.len());
+        for (f, _) in strings {
+            digits.extend_from_slice(itoa::Buffer::new().format(f.info.expires_at).as_bytes());
+            ends.push(digits.len());
+        }
         let condition: &[u8] = if self.replace { b"REPLACE" } else { b"NX" };
         let mut args: Vec<&[u8]> = Vec::with_capacity(2 + 3 * strings.len());
         args.push(b"SHARD.APPLY");
         args.push(condition);
-        for ((f, value), at) in strings.iter().zip(&ats) {
+        let mut start = 0;
+        for ((f, value), &end) in strings.iter().zip(&ends) {
             args.push(&f.name);
             args.push(value);
-            args.push(at);
+            args.push(&digits[start..end]);
+            start = end;
         }
         let n = u32::try_from(strings.len()).unwrap_or(u32::MAX);
         self.shipper.send_as(target, &args, Expect::Batch(n));

@@ -65,9 +65,6 @@ pub(super) struct Runner {
     pub(super) replace_now: bool,
     /// Keys scanned and not handled yet, with their databases.
     pub(super) pending: VecDeque<DbKey>,
-    /// A cleanup's keys written since its child's fork or the copy's walk, not yet checked
-    /// against the ring: checked a batch at a time, within a step's budget, into `pending`.
-    pub(super) to_check: VecDeque<DbKey>,
     /// The database a cleanup's own scan (without a child) walks.
     pub(super) db: i32,
     /// The scan of this pass has reached its end.
@@ -138,7 +135,6 @@ pub fn start(
             started: Instant::now(),
             replace_now,
             pending: VecDeque::new(),
-            to_check: VecDeque::new(),
             db: 0,
             scan_over: false,
             child: None,

@@ -15,7 +15,7 @@
 use std::cell::RefCell;
 
 use crate::ring::RingSpec;
-use crate::topology::nodes::{endpoint_of, is_replica};
+use crate::topology::nodes::{address_in_use_is, is_replica};
 
 thread_local! {
     /// The `replicaof` address (`host:port`) while the server is a replica.
@@ -48,10 +48,13 @@ pub fn primary() -> Option<String> {
 /// serves no node of `spec`.
 pub fn shard<'a>(spec: &'a RingSpec, self_name: &str) -> Option<&'a str> {
     if is_replica() {
-        if let Some(at) = primary() {
-            if let Some(n) = spec.nodes.iter().find(|n| endpoint_of(n, "").address == at) {
-                return Some(&n.name);
-            }
+        let served = PRIMARY.with(|p| {
+            let p = p.borrow();
+            let at = p.as_deref()?;
+            spec.nodes.iter().find(|n| address_in_use_is(n, at))
+        });
+        if let Some(n) = served {
+            return Some(&n.name);
         }
     }
     spec.node_index(self_name)

@@ -111,6 +111,23 @@ pub fn address_of(name: &str) -> Option<String> {
     read_node(name, |n| n.address.clone())
 }
 
+/// Whether `at` is the address in use of a ring's node, as `endpoint_of` gives it, without
+/// building the endpoint (a replica asks on each read it serves).
+pub fn address_in_use_is(node: &crate::ring::NodeSpec, at: &str) -> bool {
+    if node.via_sentinel() {
+        let known = read_node(&node.name, |n| {
+            n.address
+                .as_deref()
+                .filter(|a| split_address(a).is_some())
+                .map(|a| a == at)
+        });
+        if let Some(same) = known {
+            return same;
+        }
+    }
+    node.address == at
+}
+
 /// What `read` takes from the node called `name`, if the table has it.
 fn read_node<T>(name: &str, read: impl FnOnce(&Node) -> Option<T>) -> Option<T> {
     TABLE.with(|t| t.borrow().nodes.get(name).and_then(read))
