@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.clock import build_shim
 from helpers.npm import npm_folder
 from helpers.sentinel import Sentinel
 from helpers.server import REDIS_SERVER, SERVER_NAME, SERVER_VERSION, RedisServer
@@ -61,6 +62,12 @@ def r(server):
 def certs(tmp_path_factory):
     """The TLS tests' certificates (tests/helpers/tls.py), made once per test process."""
     return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="session")
+def clockshim(tmp_path_factory):
+    """tests/clockshim.c built once per test process (tests/helpers/clock.py)."""
+    return build_shim(tmp_path_factory.mktemp("clockshim"))
 
 
 @pytest.fixture

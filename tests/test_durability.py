@@ -11,7 +11,6 @@ smaller than the old ones and the tests would fail.
 
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -24,7 +23,6 @@ from helpers.ports import free_port
 from helpers.server import (AOF, PRIMARY, RedisServer, ServerFailed, as_dict, info_shard, until,
                             wait_in_sync)
 
-SHIM_SOURCE = Path(__file__).resolve().parent / "clockshim.c"
 BACK = -10_000  # the clock steps back by 10 s
 SLACK_MS = 1_000
 # Keys issued 10 s ahead of a clock set back need a drift limit above 10 s.
@@ -38,19 +36,6 @@ RING3 = ["jedis", "a", "127.0.0.1:7001", 2, "b", "127.0.0.1:7002", 1, "d", "127.
 # ---------------------------------------------------------------------------------------------
 # The clock shim and servers with a movable clock
 # ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def clockshim(tmp_path_factory):
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    assert gcc, "the durability tests need gcc to build tests/clockshim.c"
-    out = tmp_path_factory.mktemp("clockshim") / "clockshim.so"
-    done = subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O2", "-o", str(out), str(SHIM_SOURCE)],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert done.returncode == 0, f"cannot build the clock shim:\n{done.stderr}"
-    return out
 
 
 class Clock:

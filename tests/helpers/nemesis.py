@@ -1,0 +1,647 @@
+"""The nemesis test's parts (issue 33): a fleet of four shards of a primary and a replica behind
+three sentinels (AOF on, fsync always, the cluster protocol on a `slots` ring of three of them),
+a workload that records every operation's outcome, a nemesis that injects many faults at once
+from a seeded schedule, and the checks run on the healed fleet.
+
+The workload (each operation's outcome is `ok`, `fail`: refused and not applied, or `info`: its
+outcome unknown, as Jepsen's histories have it):
+- list appends: each writer appends unique elements `w<writer>-<n>` (`RPUSH`) to random list
+  keys, through `SHARD.CALL WAIT 1 <ms> RPUSH` on a random primary (acknowledged only once the
+  owner's replica has it), or through a cluster client (redis-py's `RedisCluster` finds the
+  owner from its slot map; `RPUSH` then `WAIT 1` on that node's connection);
+- registers: one writer per register key `SET`s unique values and `DEL`s, through
+  `SHARD.CALL WAIT`;
+- readers: `SHARD.CALL LRANGE` of a list, checked as read: no element twice, each writer's
+  elements in its order, every element acknowledged before the read began present;
+- IDs: `SHARD.GENKEY COUNT 10` on random primaries; one of them has its wall clock stepped back
+  by the nemesis (tests/clockshim.c).
+
+The nemesis, every 0.5-2 s: `kill -9` (restarted later from its AOF) or `SIGSTOP` (then `SIGCONT`)
+of a primary, a replica or a sentinel; a Sentinel failover; a grow to the fourth shard and a
+shrink back (`SHARD.RESHARD START` on a random primary, which coordinates), `CANCEL`, a kill of
+the coordinator, and `RESUME` on another node; a clock step. At the end everything is healed,
+an unfinished resharding is resumed to its end, and the checks run: every acknowledged element
+is in its list exactly once and in its writer's order, no unknown one twice; every register
+holds its last acknowledged write (or a later unknown one), so no deleted key comes back; every
+key is at its owner only; no ID was issued twice.
+"""
+
+import os
+import random
+import re
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
+
+from helpers.fleet import owners
+from helpers.reshard import fleet_status
+from helpers.ports import free_port
+from helpers.server import AOF, as_map, until
+
+SHARDS = ("n0", "n1", "n2", "n3")
+RING = SHARDS[:3]
+WAIT_MS = 1000
+OK, FAIL, INFO = "ok", "fail", "info"
+# Errors that say the command was not applied.
+REFUSALS = ("TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN", "NOREPLICAS_NOT_SENT", "LOADING",
+            "MASTERDOWN", "READONLY", "NORING", "ERR unknown")
+
+
+class History:
+    """Every operation and every nemesis event, in order, with the time since the start."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self.events = []
+
+    def add(self, who, what, outcome="", detail=""):
+        with self.lock:
+            self.events.append((round(time.monotonic() - self.started, 3), who, what, outcome,
+                                str(detail)[:200]))
+
+    def text(self, last=400):
+        with self.lock:
+            events = self.events[-last:]
+        return "\n".join(f"{t:9.3f} {who:>10} {what} {outcome} {detail}"
+                         for t, who, what, outcome, detail in events)
+
+
+def outcome_of(error):
+    """The outcome of an operation that got `error`: `fail` when the reply says it was not
+    applied, `info` when it may have been."""
+    text = str(error)
+    if isinstance(error, redis.ResponseError) and text.startswith(REFUSALS):
+        return FAIL
+    return INFO
+
+
+class Clock:
+    """The offset file of tests/clockshim.c for one server: a signed number of ms."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.set(0)
+
+    def set(self, offset_ms):
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(f"{int(offset_ms)}\n")
+        tmp.replace(self.path)
+
+
+class Fleet:
+    """The servers (primaries and replicas by shard, as started), the sentinels, and who is
+    down or paused now."""
+
+    def __init__(self, server_factory, sentinel_factory, shim, workdir):
+        self.clocks = {}
+        # The sentinels' ports first: every server is started knowing them, so that a server
+        # restarted after a kill still follows Sentinel.
+        sentinel_ports = [free_port() for _ in range(3)]
+        common = [("shard.sentinels", " ".join(f"127.0.0.1:{p}" for p in sentinel_ports)),
+                  ("shard.topology-refresh-ms", 200), ("shard.call-timeout-ms", 1000),
+                  ("shard.max-drift-ms", 60000), ("repl-diskless-sync-delay", 0), *AOF]
+
+        def make(n, i, role, primary=None):
+            clock = Clock(Path(workdir) / f"clock-{n}-{role}")
+            env = {"LD_PRELOAD": str(shim), "SHARD_CLOCK_OFFSET_FILE": str(clock.path)}
+            # Every server a node id of its own, replicas too (docs/durability.md): a replica
+            # promoted before its primary's last marks reached it, with its clock behind,
+            # would otherwise issue the same IDs again.
+            node_id = 2 * i + (role == "r")
+            config = [("shard.self", n), ("shard.node-id", node_id), *common]
+            if primary is not None:
+                config.append(("replicaof", "127.0.0.1", primary.port))
+            s = server_factory(config=config, env=env)
+            self.clocks[s.port] = clock
+            return s
+
+        self.primaries = {n: make(n, i, "p") for i, n in enumerate(SHARDS)}
+        self.replicas = {n: make(n, i, "r", self.primaries[n]) for i, n in enumerate(SHARDS)}
+        for n in SHARDS:
+            c = self.replicas[n].client()
+            until(lambda: c.info("replication")["master_link_status"] == "up",
+                  f"{n}'s replica in sync")
+        self.sentinels = [sentinel_factory({n: self.primaries[n].port for n in SHARDS}, port=p)
+                          for p in sentinel_ports]
+        ring = ["slots", *[x for n in RING for x in (n, "sentinel", 1)]]
+        for n in SHARDS:  # the fourth too: it joins and leaves by START
+            self.primaries[n].client().execute_command("SHARD.RING", "SET", *ring)
+        for n in SHARDS:
+            self._sentinels_ready(n)
+        for s in self.servers():
+            c = s.client()
+            until(lambda: c.execute_command("SHARD.RING", "GET"), f"{s.port} has the ring")
+            c.config_set("shard.cluster-protocol", "yes")
+        self.down = set()  # ports of servers killed and not restarted yet
+        self.paused = set()  # processes stopped: (kind, object)
+
+    def _sentinels_ready(self, n):
+        def ready():
+            for s in self.sentinels:
+                c = s.client()
+                reps = c.execute_command("SENTINEL", "REPLICAS", n)
+                if not any(b"s_down" not in dict(zip(r[::2], r[1::2]))[b"flags"] for r in reps):
+                    return False
+                master = c.execute_command("SENTINEL", "MASTER", n)
+                if dict(zip(master[::2], master[1::2]))[b"num-other-sentinels"] != b"2":
+                    return False
+            return True
+        until(ready, f"the sentinels know {n}'s replica and each other", timeout=30)
+
+    def servers(self):
+        return [*self.primaries.values(), *self.replicas.values()]
+
+    def shard_of(self, server):
+        for n in SHARDS:
+            if server in (self.primaries[n], self.replicas[n]):
+                return n
+        raise KeyError(server.port)
+
+    def live(self):
+        """The servers up and not paused."""
+        stopped = {id(o) for _, o in self.paused}
+        return [s for s in self.servers() if s.port not in self.down and id(s) not in stopped]
+
+    def role(self, server):
+        try:
+            return server.client(socket_timeout=1).execute_command("ROLE")[0].decode()
+        except (redis.RedisError, OSError):
+            return None
+
+    def current_primaries(self):
+        """Each shard's servers that say they are primaries now, among the live ones."""
+        out = defaultdict(list)
+        for s in self.live():
+            if self.role(s) == "master":
+                out[self.shard_of(s)].append(s)
+        return out
+
+    def master_address(self, n):
+        """The address the first sentinel that answers names for shard `n`."""
+        for s in self.sentinels:
+            try:
+                host, port = s.client(socket_timeout=1).execute_command(
+                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", n)
+                return int(port)
+            except (redis.RedisError, OSError, TypeError, ValueError):
+                continue
+        return None
+
+    def heal(self):
+        """Every paused process continued, every killed server restarted."""
+        for kind, o in list(self.paused):
+            o.proc.send_signal(signal.SIGCONT)
+        self.paused.clear()
+        for s in self.servers():
+            if s.port in self.down:
+                self.restart(s)
+        self.down.clear()
+
+    def restart(self, s):
+        """Starts a killed server again from its AOF, and turns the cluster protocol on as an
+        operator's configuration would (it needs the ring, which the AOF brings)."""
+        s.start()
+        c = s.client()
+        until(lambda: c.config_set("shard.cluster-protocol", "yes"),
+              f"{s.port}: the cluster protocol on again")
+
+    def settled(self):
+        """Each shard has one primary, the one Sentinel names, and its replica is linked."""
+        for n in SHARDS:
+            port = self.master_address(n)
+            pair = (self.primaries[n], self.replicas[n])
+            primary = [s for s in pair if s.port == port]
+            if not primary or self.role(primary[0]) != "master":
+                return False
+            other = [s for s in pair if s.port != port][0]
+            try:
+                info = other.client(socket_timeout=1).info("replication")
+            except (redis.RedisError, OSError):
+                return False
+            if info.get("role") != "slave" or info.get("master_port") != port or \
+                    info.get("master_link_status") != "up":
+                return False
+        return True
+
+    def primary(self, n):
+        """The server Sentinel names as shard `n`'s primary."""
+        port = self.master_address(n)
+        return next(s for s in (self.primaries[n], self.replicas[n]) if s.port == port)
+
+
+class Workload:
+    """The clients: list writers (SHARD.CALL WAIT and a cluster client), register writers,
+    readers and an ID drawer, each a thread, until `stop`."""
+
+    def __init__(self, fleet, history, rng, lists=12, registers=16, call_writers=3):
+        self.fleet, self.history = fleet, history
+        self.lists = [f"list:{i}" for i in range(lists)]
+        self.registers = [f"reg:{i}" for i in range(registers)]
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        # element -> (key, outcome); per writer, its elements in order
+        self.appends = {}
+        self.order = defaultdict(list)
+        # register -> [(value or None for a delete, outcome)], one writer per register
+        self.writes = defaultdict(list)
+        self.ids = []
+        self.read_errors = []
+        self.crashed = []
+        self.seeds = [rng.randrange(1 << 30) for _ in range(call_writers + 4)]
+        self.threads = [threading.Thread(target=self._guard, args=(self._call_writer, w),
+                                         daemon=True) for w in range(call_writers)]
+        self.threads += [
+            threading.Thread(target=self._guard, args=(self._cluster_writer, call_writers),
+                             daemon=True),
+            threading.Thread(target=self._guard, args=(self._register_writer, 0), daemon=True),
+            threading.Thread(target=self._guard, args=(self._reader, 0), daemon=True),
+            threading.Thread(target=self._guard, args=(self._genkey, 0), daemon=True),
+        ]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+    def _guard(self, body, w):
+        try:
+            body(w)
+        except Exception as e:  # a bug of the harness: reported by the checks
+            self.crashed.append(f"{body.__name__}: {e!r}")
+
+    def _client(self, rng):
+        live = [s for s in self.fleet.live()]
+        s = rng.choice(live or self.fleet.servers())
+        return s.client(socket_timeout=2, socket_connect_timeout=1)
+
+    def _record_append(self, w, element, key, outcome):
+        with self.lock:
+            self.appends[element] = (key, outcome)
+            self.order[w].append(element)
+
+    def _call_writer(self, w):
+        rng = random.Random(self.seeds[w])
+        n = 0
+        while not self.stop.is_set():
+            key = rng.choice(self.lists)
+            element = f"w{w}-{n}"
+            n += 1
+            try:
+                c = self._client(rng)
+                c.execute_command("SHARD.CALL", "WAIT", 1, WAIT_MS, "RPUSH", key, element)
+                outcome = OK
+            except (redis.RedisError, OSError) as e:
+                outcome = outcome_of(e)
+                self.history.add(f"w{w}", f"RPUSH {key} {element}", outcome, e)
+                time.sleep(0.02)
+            self._record_append(w, element, key, outcome)
+
+    def _cluster_writer(self, w):
+        rng = random.Random(self.seeds[w])
+        n = 0
+        rc = None
+        while not self.stop.is_set():
+            key = rng.choice(self.lists)
+            element = f"w{w}-{n}"
+            n += 1
+            outcome = INFO
+            try:
+                if rc is None:
+                    s = rng.choice(self.fleet.live() or self.fleet.servers())
+                    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", s.port)],
+                                      socket_timeout=2, socket_connect_timeout=1,
+                                      cluster_error_retry_attempts=0)
+                node = rc.get_node_from_key(key)
+                p = rc.get_redis_connection(node).pipeline(transaction=False)
+                p.execute_command("RPUSH", key, element)
+                p.execute_command("WAIT", 1, WAIT_MS)
+                pushed, acks = p.execute(raise_on_error=False)
+                if isinstance(pushed, Exception):
+                    outcome = outcome_of(pushed)
+                    rc = None  # its slot map may be old: a new client reads it again
+                elif isinstance(acks, int) and acks >= 1:
+                    outcome = OK
+                if outcome != OK:
+                    self.history.add(f"w{w}", f"RPUSH {key} {element}", outcome,
+                                     pushed if isinstance(pushed, Exception) else f"WAIT {acks}")
+            except RedisClusterException as e:  # no node answered: nothing was sent
+                outcome = FAIL
+                self.history.add(f"w{w}", f"RPUSH {key} {element}", outcome, e)
+                rc = None
+                time.sleep(0.05)
+            except (redis.RedisError, OSError) as e:
+                outcome = outcome_of(e)
+                self.history.add(f"w{w}", f"RPUSH {key} {element}", outcome, e)
+                rc = None
+                time.sleep(0.02)
+            self._record_append(w, element, key, outcome)
+
+    def _register_writer(self, _):
+        rng = random.Random(self.seeds[-4])
+        n = 0
+        while not self.stop.is_set():
+            key = rng.choice(self.registers)
+            delete = rng.random() < 0.3
+            value = None if delete else f"v{n}"
+            n += 1
+            command = ("DEL", key) if delete else ("SET", key, value)
+            try:
+                self._client(rng).execute_command("SHARD.CALL", "WAIT", 1, WAIT_MS, *command)
+                outcome = OK
+            except (redis.RedisError, OSError) as e:
+                outcome = outcome_of(e)
+                self.history.add("regs", " ".join(map(str, command)), outcome, e)
+                time.sleep(0.02)
+            with self.lock:
+                self.writes[key].append((value, outcome))
+
+    def _reader(self, _):
+        rng = random.Random(self.seeds[-3])
+        while not self.stop.is_set():
+            key = rng.choice(self.lists)
+            with self.lock:
+                known = {e for e, (k, o) in self.appends.items() if k == key and o == OK}
+            try:
+                got = self._client(rng).execute_command("SHARD.CALL", "LRANGE", key, 0, -1)
+            except (redis.RedisError, OSError):
+                time.sleep(0.02)
+                continue
+            problems = list_problems([e.decode() for e in got], known)
+            if problems:
+                self.read_errors.append((key, problems))
+                self.history.add("reader", f"LRANGE {key}", "bad", problems)
+            time.sleep(0.01)
+
+    def _genkey(self, _):
+        rng = random.Random(self.seeds[-2])
+        while not self.stop.is_set():
+            try:
+                c = self._client(rng)
+                ids = c.execute_command("SHARD.GENKEY", "COUNT", 10)
+                port = c.connection_pool.connection_kwargs["port"]
+                at = round(time.monotonic() - self.history.started, 3)
+                with self.lock:
+                    self.ids.extend((i, port, at) for i in ids)
+            except (redis.RedisError, OSError):
+                time.sleep(0.02)
+
+
+def list_problems(elements, acknowledged):
+    """What is wrong with a list's `elements`: an element twice, a writer's elements out of its
+    order, an element of `acknowledged` missing."""
+    problems = []
+    counts = Counter(elements)
+    twice = [e for e, c in counts.items() if c > 1]
+    if twice:
+        problems.append(f"twice: {twice[:5]}")
+    last = {}
+    for e in elements:
+        writer, n = e.rsplit("-", 1)
+        if int(n) < last.get(writer, -1):
+            problems.append(f"out of order: {e} after {writer}-{last[writer]}")
+            break
+        last[writer] = int(n)
+    missing = sorted(acknowledged - counts.keys())
+    if missing:
+        problems.append(f"missing {len(missing)} acknowledged: {missing[:5]}")
+    return problems
+
+
+class Nemesis:
+    """Faults from a seeded schedule, one every 0.5-2 s, several in force at once."""
+
+    def __init__(self, fleet, history, rng):
+        self.fleet, self.history, self.rng = fleet, history, rng
+        self.coordinator = None  # the server that ran the last START
+        self.grown = False
+        self.counts = Counter()
+
+    def run(self, seconds):
+        end = time.monotonic() + seconds
+        actions = [self.kill, self.kill, self.pause, self.pause, self.failover, self.reshard,
+                   self.cancel, self.kill_coordinator, self.resume_elsewhere, self.clock_step,
+                   self.restore]
+        while time.monotonic() < end:
+            action = self.rng.choice(actions)
+            try:
+                action()
+            except (redis.RedisError, OSError) as e:
+                self.history.add("nemesis", action.__name__, "error", e)
+            time.sleep(self.rng.uniform(0.5, 2.0))
+
+    def _note(self, what, detail=""):
+        self.counts[what.split()[0]] += 1
+        self.history.add("nemesis", what, "", detail)
+
+    def kill(self):
+        up = [s for s in self.fleet.servers() if s.port not in self.fleet.down]
+        if len(self.fleet.down) >= 2 or not up:
+            return self.restore()
+        s = self.rng.choice(up)
+        for kind, o in list(self.fleet.paused):
+            if o is s:
+                self.fleet.paused.discard((kind, o))
+        s.stop(signal.SIGKILL)
+        self.fleet.down.add(s.port)
+        self._note(f"kill -9 {self.fleet.shard_of(s)}:{s.port}")
+
+    def pause(self):
+        if len(self.fleet.paused) >= 2:
+            return self.restore()
+        choices = [("server", s) for s in self.fleet.live()] + \
+                  [("sentinel", s) for s in self.fleet.sentinels
+                   if ("sentinel", s) not in self.fleet.paused]
+        kind, o = self.rng.choice(choices)
+        o.proc.send_signal(signal.SIGSTOP)
+        self.fleet.paused.add((kind, o))
+        self._note(f"SIGSTOP {kind}:{o.port}")
+
+    def restore(self):
+        """Continues a paused process or restarts a killed server (the oldest fault first)."""
+        if self.fleet.paused:
+            kind, o = next(iter(self.fleet.paused))
+            o.proc.send_signal(signal.SIGCONT)
+            self.fleet.paused.discard((kind, o))
+            self._note(f"SIGCONT {kind}:{o.port}")
+        elif self.fleet.down:
+            port = next(iter(self.fleet.down))
+            s = next(s for s in self.fleet.servers() if s.port == port)
+            self.fleet.restart(s)
+            self.fleet.down.discard(port)
+            self._note(f"restart {self.fleet.shard_of(s)}:{port}")
+
+    def failover(self):
+        n = self.rng.choice(SHARDS)
+        live = [s for s in self.fleet.sentinels if ("sentinel", s) not in self.fleet.paused]
+        reply = self.rng.choice(live).client(socket_timeout=2).execute_command(
+            "SENTINEL", "FAILOVER", n)
+        self._note(f"SENTINEL FAILOVER {n}", reply)
+
+    def reshard(self):
+        target = SHARDS if not self.grown else RING
+        live = [s for s in self.fleet.live() if self.fleet.role(s) == "master"]
+        if not live:
+            return
+        s = self.rng.choice(live)
+        args = ["slots", *[x for n in target for x in (n, "sentinel", 1)]]
+        try:
+            reply = s.client(socket_timeout=5).execute_command("SHARD.RESHARD", "START", *args)
+        except redis.ResponseError as e:
+            self._note(f"START to {len(target)} refused", e)
+            return
+        self.coordinator = s
+        self.grown = not self.grown
+        self._note(f"START to {len(target)} on {self.fleet.shard_of(s)}:{s.port}", reply)
+
+    def cancel(self):
+        s = self.coordinator
+        if s is None or s.port in self.fleet.down:
+            return
+        try:
+            reply = s.client(socket_timeout=2).execute_command("SHARD.RESHARD", "CANCEL")
+        except redis.ResponseError as e:
+            self._note("CANCEL refused", e)
+            return
+        self.grown = not self.grown
+        self._note(f"CANCEL on {s.port}", reply)
+
+    def kill_coordinator(self):
+        s = self.coordinator
+        if s is None or s.port in self.fleet.down:
+            return
+        s.stop(signal.SIGKILL)
+        self.fleet.down.add(s.port)
+        self._note(f"kill -9 the coordinator {self.fleet.shard_of(s)}:{s.port}")
+
+    def resume_elsewhere(self):
+        """RESUME on a live node that holds the plan and is not the coordinator."""
+        for s in self.fleet.live():
+            if s is self.coordinator:
+                continue
+            try:
+                st = fleet_plan(s)
+                if st is None or st["phase"] in (b"done", b"cancelled") or st["running"] == b"yes":
+                    continue
+                reply = s.client(socket_timeout=2).execute_command("SHARD.RESHARD", "RESUME")
+                self.coordinator = s
+                self._note(f"RESUME on {self.fleet.shard_of(s)}:{s.port}", reply)
+                return
+            except redis.ResponseError as e:
+                self._note(f"RESUME on {s.port} refused", e)
+                return
+
+    def clock_step(self):
+        s = self.rng.choice(self.fleet.servers())
+        offset = self.rng.choice((-3000, -1500, 2000))
+        self.fleet.clocks[s.port].set(offset)
+        self._note(f"clock {offset:+} ms on {self.fleet.shard_of(s)}:{s.port}")
+
+
+def fleet_plan(server):
+    """The fleet plan `server` holds (`SHARD.RESHARD STATUS`'s `fleet`), or None."""
+    return fleet_status(server.client(socket_timeout=2))
+
+
+def finish_resharding(fleet, history, timeout=120):
+    """Resumes an unfinished plan (on whichever node holds one) until every plan is done or
+    cancelled and no node has a resharding open."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        open_plans = []
+        for s in fleet.servers():
+            if fleet.role(s) != "master":
+                continue
+            st = fleet_plan(s)
+            if st is not None and st["phase"] not in (b"done", b"cancelled"):
+                open_plans.append((s, st))
+        rings_open = [s for s in fleet.servers()
+                      if fleet.role(s) == "master" and ring_previous(s)]
+        if not open_plans and not rings_open:
+            return
+        for s, st in open_plans:
+            if st["running"] == b"no":
+                try:
+                    s.client().execute_command("SHARD.RESHARD", "RESUME")
+                    history.add("heal", f"RESUME on {s.port}", "", st["phase"])
+                except redis.ResponseError as e:
+                    history.add("heal", f"RESUME on {s.port}", "refused", e)
+        time.sleep(0.5)
+    raise AssertionError("the resharding did not finish once the fleet was healed")
+
+
+def ring_previous(server):
+    """The resharding `server` has open (its ring's `previous`), or None."""
+    ring = as_map(server.client().execute_command("SHARD.RING", "GET"))
+    return ring and ring.get("previous")
+
+
+# --- the checks, on the healed fleet ---------------------------------------------------------
+
+
+def check(fleet, workload):
+    """Everything the fleet must hold; returns the list of what is wrong (empty: all good)."""
+    problems = [f"harness thread crashed: {c}" for c in workload.crashed]
+    primaries = {n: fleet.primary(n) for n in SHARDS}
+    via = primaries["n0"].client(socket_timeout=10)
+    # Lists: each acknowledged element exactly once, each writer's elements in its order, no
+    # element twice.
+    acked = defaultdict(set)
+    sent = defaultdict(set)
+    for element, (key, outcome) in workload.appends.items():
+        if outcome == OK:
+            acked[key].add(element)
+        if outcome != FAIL:
+            sent[key].add(element)
+    for key in workload.lists:
+        got = [e.decode() for e in via.execute_command("SHARD.CALL", "LRANGE", key, 0, -1)]
+        for p in list_problems(got, acked[key]):
+            problems.append(f"{key}: {p}")
+        never = set(got) - sent[key]
+        if never:
+            problems.append(f"{key}: elements never sent or refused: {sorted(never)[:5]}")
+    # Registers: the last acknowledged write, or a later one of unknown outcome.
+    for key in workload.registers:
+        writes = workload.writes.get(key, [])
+        last_ok = max((i for i, (_, o) in enumerate(writes) if o == OK), default=None)
+        allowed = set()
+        start = 0 if last_ok is None else last_ok
+        if last_ok is None:
+            allowed.add(None)
+        for value, outcome in writes[start:]:
+            if outcome != FAIL:
+                allowed.add(value)
+        value = via.execute_command("SHARD.CALL", "GET", key)
+        value = value.decode() if value is not None else None
+        if value not in allowed:
+            what = "a deleted key came back" if None in allowed and value is not None \
+                else "not its last acknowledged write"
+            problems.append(f"{key}: {what}: holds {value!r}, allowed {sorted(map(str, allowed))}")
+    # Every key at its owner only (database 0 of each shard's primary).
+    for n, s in primaries.items():
+        keys = list(s.client(socket_timeout=10).scan_iter(count=1000))
+        if not keys:
+            continue
+        stray = [k for k, o in zip(keys, owners(via, keys)) if o != n]
+        if stray:
+            problems.append(f"{len(stray)} keys on {n}, which does not own them: {stray[:5]}")
+    # IDs: none issued twice.
+    issued = defaultdict(list)
+    for i, port, at in workload.ids:
+        issued[i].append((port, at))
+    twice = {i: by for i, by in issued.items() if len(by) > 1}
+    if twice:
+        problems.append(f"{len(twice)} IDs issued twice (the ID: (port, time) of each): "
+                        f"{list(twice.items())[:5]}")
+    problems += [f"read of {k}: {p}" for k, p in workload.read_errors]
+    return problems

@@ -1,0 +1,56 @@
+"""The nemesis test (issue 33): many faults at once against a record of every operation, as
+Jepsen tests databases. Four shards of a primary and a replica behind three sentinels (AOF on,
+fsync always), cluster protocol on; list appends through `SHARD.CALL WAIT` and through a cluster
+client, registers set and deleted, reads checked as they happen, IDs drawn; meanwhile a seeded
+schedule of kills, pauses, failovers, a grow and a shrink, cancels, coordinator kills, RESUMEs on
+other nodes and clock steps (tests/helpers/nemesis.py says what each is and what is checked).
+
+`NEMESIS_SECONDS` sets how long the nemesis runs (default 30 in `make test`; `make nemesis` runs
+600); `NEMESIS_SEED` replays a schedule. The seed is printed; a failure prints it with the
+history of the run's last operations and faults.
+"""
+
+import os
+import random
+import time
+
+import pytest
+
+from helpers.nemesis import (Fleet, History, Nemesis, Workload, check, finish_resharding)
+from helpers.server import until
+
+SECONDS = float(os.environ.get("NEMESIS_SECONDS", "30"))
+
+
+@pytest.mark.slow
+def test_nemesis(server_factory, sentinel_factory, clockshim, tmp_path):
+    seed = int(os.environ.get("NEMESIS_SEED", random.randrange(1 << 31)))
+    print(f"nemesis seed {seed} ({SECONDS:.0f} s): NEMESIS_SEED={seed} replays the schedule")
+    rng = random.Random(seed)
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    history = History()
+    workload = Workload(fleet, history, rng)
+    nemesis = Nemesis(fleet, history, rng)
+    workload.start()
+    try:
+        until(lambda: len(workload.appends) >= 50, "the workload under way")
+        nemesis.run(SECONDS)
+        fleet.heal()
+        history.add("heal", "everything continued and restarted")
+        until(fleet.settled, "every shard with the primary Sentinel names and its replica",
+              timeout=90, every=0.5)
+        finish_resharding(fleet, history)
+        # A last stretch of the workload on the healed fleet, then the checks.
+        time.sleep(2)
+    finally:
+        workload.finish()
+    until(fleet.settled, "the fleet settled before the checks", timeout=60, every=0.5)
+    problems = check(fleet, workload)
+    ok = sum(1 for _, o in workload.appends.values() if o == "ok")
+    summary = (f"seed {seed}: {len(workload.appends)} appends ({ok} acknowledged), "
+               f"{sum(len(w) for w in workload.writes.values())} register writes, "
+               f"{len(workload.ids)} IDs; faults: {dict(nemesis.counts)}")
+    print(summary)
+    assert not problems, (f"NEMESIS_SEED={seed} replays this run.\n{summary}\n"
+                          + "\n".join(problems[:40]) + "\n--- history ---\n" + history.text())
+    assert ok >= 100, f"too few acknowledged appends to judge: {summary}\n{history.text()}"
