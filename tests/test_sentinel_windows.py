@@ -59,7 +59,7 @@ def test_a_restarted_old_primary_never_acts_as_its_shards_primary(server_factory
         fleet.primaries[n].client().execute_command("SHARD.RING", "SET", *ring)
     old, new = fleet.primaries["n0"], fleet.replicas["n0"]
     via = fleet.primaries["n1"].client()
-    stale, deleted, a, b, c, d = keys_of(via, "n0", 6, prefix="w")
+    stale, deleted, a, a2, b, c, c2, d = keys_of(via, "n0", 8, prefix="w")
     via.execute_command("SHARD.CALL", "SET", stale, "before")
     via.execute_command("SHARD.CALL", "SET", deleted, "before")
     wait_in_sync(old.client(), new.client())
@@ -82,16 +82,18 @@ def test_a_restarted_old_primary_never_acts_as_its_shards_primary(server_factory
         assert p.get(stale) == b"before" and p.get(deleted) == b"before"
 
         # Just started, no sentinel answers it (shard.sentinels is not set again yet): a routed
-        # write of n0's key is refused, naming n0, not run here as the owner's.
-        with pytest.raises(redis.ResponseError) as e:
-            p.execute_command("SHARD.CALL", "SET", a, "window")
-        assert "n0" in str(e.value), e.value
+        # write of n0's key is refused, naming n0, not run here as the owner's (the first call of
+        # a command goes to SHARD.CALL's handler, the next ones through the command filter).
+        for key in (a, a2):
+            with pytest.raises(redis.ResponseError) as e:
+                p.execute_command("SHARD.CALL", "SET", key, "window")
+            assert "n0" in str(e.value), e.value
         p.config_set("shard.cluster-protocol", "yes")
         with pytest.raises(redis.ResponseError,
                            match="^TRYAGAIN this node is not the primary Sentinel names for n0"):
             p.set(b, "window")  # a cluster client's write, sent here directly
         p.config_set("shard.cluster-protocol", "no")
-        assert p.get(a) is None and p.get(b) is None
+        assert p.exists(a, a2, b) == 0
 
         # A sentinel that knows only the new primary (so it will not reconfigure this one): once
         # it names the new primary, calls go there.
@@ -100,8 +102,9 @@ def test_a_restarted_old_primary_never_acts_as_its_shards_primary(server_factory
         until(lambda: info_shard(p)["node_n0_address"] == new_address,
               "the old primary learns the new one")
         assert p.info("replication")["role"] == "master"
-        assert p.execute_command("SHARD.CALL", "SET", c, "forwarded") == b"OK"
-        assert new.client().get(c) == b"forwarded" and p.get(c) is None
+        for key in (c, c2):
+            assert p.execute_command("SHARD.CALL", "SET", key, "forwarded") == b"OK"
+            assert new.client().get(key) == b"forwarded" and p.get(key) is None
         assert p.execute_command("SHARD.CALL", "GET", stale) == b"after"
         assert p.execute_command("SHARD.CALL", "EXISTS", deleted) == 0
         p.config_set("shard.cluster-protocol", "yes")
@@ -123,5 +126,77 @@ def test_a_restarted_old_primary_never_acts_as_its_shards_primary(server_factory
     wait_in_sync(new.client(), p)
     for server in (new.client(), p):
         assert server.get(stale) == b"after"
-        assert server.get(c) == b"forwarded"
-        assert server.exists(deleted, a, b, d) == 0
+        assert server.get(c) == b"forwarded" and server.get(c2) == b"forwarded"
+        assert server.exists(deleted, a, a2, b, d) == 0
+
+
+@pytest.mark.slow
+def test_a_copy_follows_a_failover_of_its_destination(server_factory, sentinel_factory):
+    fleet = start_sentinel_fleet(server_factory, sentinel_factory)
+    old, new = fleet.primaries["n0"], fleet.replicas["n0"]
+    sentinels = " ".join(s.address for s in fleet.sentinels)
+    source = server_factory(config=[("shard.self", "a"), ("shard.sentinels", sentinels),
+                                    ("shard.topology-refresh-ms", 200),
+                                    ("shard.call-timeout-ms", 1000)])
+    a = source.client()
+    here = f"127.0.0.1:{source.port}"
+    a.execute_command("SHARD.RING", "SET", "ketama", "a", here, 1)
+    # Values of 1 KB: each batch of the copy fills the shipper's write buffer and goes out at
+    # once (smaller ones would wait for more, and reach the destination all at the end).
+    strings = {f"m:{i}": f"v{i}-" + "x" * 1000 for i in range(3000)}
+    pipe = a.pipeline(transaction=False)
+    for k, v in strings.items():
+        pipe.set(k, v)
+    for i in range(100):
+        pipe.hset(f"h:{i}", mapping={"f": i, "g": "x"})  # these travel as RESTORE
+    pipe.execute()
+    a.execute_command("SHARD.RING", "BEGIN", "ketama", "a", here, 1, "n0", "sentinel", 1)
+    names = [*strings, *(f"h:{i}" for i in range(100))]
+    moving = [k for k in names if a.execute_command("SHARD.WHEREIS", k) == b"n0"]
+    assert len(moving) > 500
+    until(lambda: info_shard(a)["node_n0_address"] == f"127.0.0.1:{old.port}",
+          "the source knows n0's primary")
+
+    assert a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", 200) == b"OK"
+    p = old.client()
+    until(lambda: p.dbsize() >= 100, "the copy sends keys to n0")
+    # The replica frozen and its link cut (it cannot come back while frozen): what the primary
+    # takes from now on, only it has.
+    new.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert p.client_kill_filter(_type="slave") == 1
+        base = p.dbsize()
+        until(lambda: p.dbsize() >= base + 200, "keys taken by n0's primary alone")
+        a.execute_command("SHARD.RESHARD", "PAUSE")
+        until(lambda: status(a)["in_flight"] == 0, "the paused copy has nothing in flight")
+        acknowledged = p.dbsize()
+        assert status(a)["state"] == b"copying" and acknowledged < len(moving)
+        old.stop(signal.SIGKILL)
+    finally:
+        new.proc.send_signal(signal.SIGCONT)
+    new_address = f"127.0.0.1:{new.port}"
+    for s in fleet.sentinels:
+        until(lambda: master_of(s, "n0") == new_address, "Sentinel promotes n0's replica",
+              timeout=40)
+    until(lambda: info_shard(a)["node_n0_address"] == new_address, "the source follows it")
+    r = new.client()
+    until(lambda: r.info("replication")["role"] == "master", "n0's replica promoted")
+    held = sum(r.exists(k) for k in moving)
+    assert held < acknowledged, "the old primary took keys its replica never received"
+    # Written under the new ring at n0's new primary: newer than the copy's.
+    newer = moving[-1]
+    r.delete(newer)
+    r.set(newer, "newer") if newer.startswith("m:") else r.hset(newer, "f", "newer")
+
+    a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
+    a.execute_command("SHARD.RESHARD", "RESUME")
+    st = wait_job(a, timeout=60)
+    assert st["state"] == b"done" and st["failed"] == 0, st
+    assert b"n0 failed over" in st["last_error"], st
+    for k in moving[:-1]:
+        if k.startswith("m:"):
+            assert r.get(k) == strings[k].encode(), k
+        else:
+            assert r.hgetall(k) == {b"f": k[2:].encode(), b"g": b"x"}, k
+    assert (r.get(newer) if newer.startswith("m:") else r.hget(newer, "f")) == b"newer"
+    assert r.dbsize() == len(moving)
