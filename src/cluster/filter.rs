@@ -8,6 +8,9 @@
 //!   always. Any other keyed command becomes `SHARD.REDIRECT command ...`, whose handler has
 //!   the context the filter lacks (who sent it, whether the key is here; `redirect`).
 //! - Keyless commands and the module's own commands are never redirected.
+//! - A key of this server's own `sentinel` node while Sentinel does not name this server as
+//!   its primary (a restarted old primary, before Sentinel makes it a replica): `MOVED` to the
+//!   primary Sentinel names, `TRYAGAIN` while it names none; never run here as the owner's.
 //! - On a replica, its primary's replication stream and the module's own connections pass
 //!   untouched, and so does a read of its shard's keys by a client that sent `READONLY`
 //!   (cluster mode's replica reads). Every other keyed command goes to `SHARD.REDIRECT`, whose
@@ -31,7 +34,7 @@
 use std::sync::Arc;
 
 use crate::cluster::clients;
-use crate::cluster::protocol::{address_in_use, eligible};
+use crate::cluster::protocol::{address_in_use, eligible, not_named};
 use crate::host::filter::FilterArgs;
 use crate::ring::key_slot;
 use crate::ring::placement::Placement;
@@ -65,6 +68,9 @@ pub enum Leave {
     Arriving { slot: u16, from: NodeOf },
     /// A key the filter could not read.
     Unreadable,
+    /// Its slot is this server's own `sentinel` node's, and Sentinel does not name this server
+    /// as that node's primary (`protocol::not_named`).
+    NotNamed { slot: u16, node: NodeOf },
 }
 
 /// A node of a ring, named by its index: its address is written out only if a refusal needs
@@ -94,6 +100,13 @@ impl Leave {
             Leave::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
             Leave::Arriving { slot, from } => format!("ASK {slot} {from}"),
             Leave::Unreadable => "TRYAGAIN a key of the command could not be read".into(),
+            Leave::NotNamed { slot, node } => match node.placement.spec.nodes.get(node.index) {
+                Some(n) => {
+                    let (code, text) = not_named(*slot, n);
+                    format!("{code} {text}")
+                }
+                None => "TRYAGAIN this node is not the slot's primary".into(),
+            },
         }
     }
 }
@@ -230,6 +243,13 @@ fn runs_here<'a>(
                         index,
                     };
                     return Err(Leave::Moved { slot: s, to });
+                }
+                if !replica && !crate::topology::nodes::acts_as(owner, self_name) {
+                    let node = NodeOf {
+                        placement: Arc::clone(current),
+                        index,
+                    };
+                    return Err(Leave::NotNamed { slot: s, node });
                 }
                 arriving = previous.and_then(|p| {
                     let index = p.ring.as_ref()?.owner(key);

@@ -90,6 +90,25 @@ pub fn view() -> Result<ClusterView, CmdError> {
         .ok_or_else(|| CmdError::err("cluster-protocol needs a slots ring"))
 }
 
+/// The refusal of a key of this server's own `sentinel` node while Sentinel does not name this
+/// server as that node's primary (a restarted old primary, or one failed over away from):
+/// (`MOVED`, `slot host:port`) to the primary Sentinel names, or (`TRYAGAIN`, why) while it
+/// has named none yet. The server never runs such a key's commands as the owner.
+pub fn not_named(slot: u16, n: &crate::ring::NodeSpec) -> (&'static str, String) {
+    if topology::nodes::address_of(&n.name)
+        .is_some_and(|a| crate::net::endpoint::split_address(&a).is_some())
+    {
+        return ("MOVED", format!("{slot} {}", address_in_use(n)));
+    }
+    (
+        "TRYAGAIN",
+        format!(
+            "this node is not the primary Sentinel names for {} (Sentinel has named none yet)",
+            n.name
+        ),
+    )
+}
+
 /// `host:port` of a node as a redirect names it: Sentinel's address now for a `sentinel` node.
 pub fn address_in_use(n: &crate::ring::NodeSpec) -> String {
     let at = crate::topology::nodes::endpoint_of(n, "");

@@ -10,7 +10,7 @@
 use redis_module::ContextFlags;
 
 use crate::cluster::clients;
-use crate::cluster::protocol::address_in_use;
+use crate::cluster::protocol::{address_in_use, not_named};
 use crate::host::caller;
 use crate::host::command::Call;
 use crate::host::error::CmdError;
@@ -107,6 +107,12 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
             "MOVED",
             format!("{slot} {}", address_in_use(&current)),
         ));
+    }
+    if !crate::topology::nodes::acts_as(&current, &self_name) {
+        // This server's own `sentinel` node, whose primary Sentinel says is another server (or
+        // has not said yet): never run here as the owner's.
+        let (code, text) = not_named(slot, &current);
+        return Err(CmdError::code(code, text));
     }
     let Some(previous) = previous else {
         return Ok(Redirect::RunHere);

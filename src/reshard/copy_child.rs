@@ -65,6 +65,28 @@ pub struct Pass {
     /// The ring the keys leave: only the keys it gives to this node travel
     /// (`CopyOptions::leaving`).
     pub leaving: Option<Arc<Placement>>,
+    /// Each node of the ring as a destination, with its address at the fork (`targets`).
+    pub targets: Vec<Target>,
+    /// The destinations this pass ships to, by node index (`None`: all): a pass that sends
+    /// again what a failover lost walks for those only (`failover`).
+    pub only: Option<Vec<bool>>,
+}
+
+/// The nodes of `ring` as a copy's destinations: the address each has now (Sentinel's, for a
+/// `sentinel` node: the child keeps it for its whole pass), and whether it is followed through
+/// a failover.
+pub fn targets(ring: &Placement) -> Vec<Target> {
+    ring.spec
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(index, n)| Target {
+            name: n.name.clone(),
+            address: crate::topology::nodes::endpoint_of(n, "").address,
+            index,
+            followed: n.via_sentinel() && index < copy_page::MAX_FOLLOWED,
+        })
+        .collect()
 }
 
 /// Forks a child that runs `pass`; its pid, or why it could not start (another child, such as
@@ -119,6 +141,8 @@ struct Walk<'a> {
     /// left in a cancel's copy back) and this node's index in it; a key travels only if that
     /// ring gives it to this node.
     leaving: Option<(&'a crate::ring::Ring, Option<usize>)>,
+    /// The destinations shipped to, by node index (`Pass::only`).
+    only: Option<&'a [bool]>,
     scanned: u64,
     found: Vec<Found>,
 }
@@ -129,7 +153,11 @@ impl Walk<'_> {
     /// The owner of `name` when it is another node, and whether the key travels there.
     fn moving(&self, name: &[u8]) -> Option<(usize, bool)> {
         let owner = self.ring.owner(name);
-        if Some(owner) == self.self_index {
+        if Some(owner) == self.self_index
+            || self
+                .only
+                .is_some_and(|only| !only.get(owner).copied().unwrap_or(false))
+        {
             return None;
         }
         let travels = match self.leaving {
@@ -146,16 +174,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
         shared.set_error("the cluster algo has no ring to reshard");
         return;
     };
-    let targets: Vec<Target> = ring
-        .spec()
-        .nodes
-        .iter()
-        .map(|n| Target {
-            name: n.name.clone(),
-            // A `sentinel` node's address as the parent knew it at the fork.
-            address: crate::topology::nodes::endpoint_of(n, "").address,
-        })
-        .collect();
+    let targets = pass.targets.clone();
     let leaving = pass
         .leaving
         .as_ref()
@@ -165,6 +184,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
         ring,
         self_index: ring.spec().node_index(&pass.self_name),
         leaving,
+        only: pass.only.as_deref(),
         scanned: 0,
         found: Vec::with_capacity(BATCH * 2),
     };

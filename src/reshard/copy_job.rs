@@ -1,8 +1,11 @@
 //! A copy job's driver, on the main thread: a module timer that forks a pass's child
 //! (`copy_child`), looks at its counts every few milliseconds (for `STATUS` and INFO) until it
 //! exits, then starts the next pass: the first walks the whole keyspace, each next one the keys
-//! written here during the one before (`dirty`), until a pass had none. What the copy and the
-//! cleanup share (the running job, its child, its rate) is `jobs`.
+//! written here during the one before (`dirty`), until a pass had none. A destination behind
+//! Sentinel that a pass lost (its primary died or was demoted) is followed (`failover`): once
+//! its new primary is known, a pass walks again for it alone, and the job does not end while
+//! one is waited for. What the copy and the cleanup share (the running job, its child, its
+//! rate) is `jobs`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -85,13 +88,47 @@ fn copy_tick(ctx: &Context) -> bool {
                 runner.walking = false;
             }
             let written = dirty::count();
+            let now = Instant::now();
+            let walked = runner.pass_walked.take();
+            let recovered = runner.followed.pass_ended(
+                &runner.pass_targets,
+                walked.as_deref(),
+                &shared.lost_by_node(),
+                now,
+            );
+            runner
+                .followed
+                .moved(&copy_child::targets(&runner.ring), now);
+            let given_up = runner.followed.give_up(now);
             let after = {
                 let mut st = crate::reshard::current::lock();
                 st.job.add_pass(shared.counts(), &shared.copied_by_db(), &error);
                 if broken {
                     st.job.failed += 1;
                 }
-                st.job.end_fork_pass(written)
+                for (name, old, new) in recovered {
+                    st.job.last_error = if old == new {
+                        format!("{name} ({new}) was out of reach during the copy: its keys were sent again")
+                    } else {
+                        format!("{name} failed over from {old} to {new} during the copy: its keys were sent again there")
+                    };
+                }
+                count_given_up(&mut st.job, given_up);
+                if runner.followed.waiting() && !st.job.stop_requested() {
+                    let why = if error.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({error})")
+                    };
+                    st.job.last_error = format!(
+                        "waiting for the failover of {}: its keys are sent again once Sentinel names a new primary, or it answers again{why}",
+                        runner.followed.names()
+                    );
+                    st.job.hold_for_failover();
+                    AfterPass::Again
+                } else {
+                    st.job.end_fork_pass(written)
+                }
             };
             let walked = crate::reshard::current::lock().job.scanned();
             runner.record_rate(walked);
@@ -112,33 +149,76 @@ fn copy_tick(ctx: &Context) -> bool {
                 Source::Scan
             }
         };
-        let source = if runner.scan_over {
-            match dirty::take() {
-                Some(keys) => Source::Keys(keys),
-                None => whole(runner),
+        let now = Instant::now();
+        let targets = copy_child::targets(&runner.ring);
+        let redo = runner.followed.due(&targets, now);
+        if redo.is_none() && runner.followed.waiting() && dirty::count() == Some(0) {
+            // Nothing to send until a lost destination's new primary is known: look again.
+            let given_up = runner.followed.give_up(now);
+            if !given_up.is_empty() && !runner.followed.waiting() {
+                count_given_up(&mut crate::reshard::current::lock().job, given_up);
+                dirty::end();
+                crate::reshard::current::lock().job.finish();
+                finish(runner);
+                *slot = None;
+                return false;
             }
-        } else {
-            whole(runner)
+            count_given_up(&mut crate::reshard::current::lock().job, given_up);
+            return true;
+        }
+        // The keys written meanwhile, kept through a pass that walks for lost destinations.
+        let mut kept = None;
+        let (source, only, walking, replace) = match redo {
+            // Walk again for the destinations a failover lost, by the copy's own rule.
+            Some(only) => match dirty::take() {
+                Some(keys) => {
+                    kept = Some(keys);
+                    (whole(runner), Some(only), false, runner.options.replace)
+                }
+                // Too many keys written to keep: a walk for every destination.
+                None => (whole(runner), None, false, runner.options.replace),
+            },
+            None => {
+                let source = if runner.scan_over {
+                    match dirty::take() {
+                        Some(keys) => Source::Keys(keys),
+                        None => whole(runner),
+                    }
+                } else {
+                    whole(runner)
+                };
+                let walking = matches!(source, Source::Scan | Source::Index);
+                (source, None, walking, runner.replace_now)
+            }
+        };
+        let walked = match (&source, &only) {
+            (Source::Keys(_), _) => None,
+            (_, Some(only)) => Some(only.clone()),
+            (_, None) => Some(vec![true; targets.len()]),
         };
         let (max_rate, paused) = {
             let st = crate::reshard::current::lock();
             (st.job.max_rate, st.job.paused)
         };
-        let walking = matches!(source, Source::Scan | Source::Index);
         let pass = Pass {
             list: if walking { runner.list.clone() } else { None },
             leaving: runner.options.leaving.clone(),
             ring: Arc::clone(&runner.ring),
             self_name: runner.self_name.clone(),
             source,
-            replace: runner.replace_now,
+            replace,
             timeout: Duration::from_millis(runner.options.timeout_ms),
             auth: runner.options.auth.clone(),
             max_rate,
             paused,
             big: runner.options.big,
+            targets,
+            only,
         };
         dirty::begin(&runner.ring, &runner.self_name);
+        if let Some(keys) = kept {
+            dirty::restore(keys);
+        }
         forget_child_outcome();
         match copy_child::start(ctx, &pass, on_child_done) {
             Ok(pid) => {
@@ -146,6 +226,8 @@ fn copy_tick(ctx: &Context) -> bool {
                 runner.walking = walking;
                 runner.scan_over = true;
                 runner.replace_now = false;
+                runner.pass_targets = pass.targets;
+                runner.pass_walked = walked;
             }
             Err(why) => {
                 // Redis runs one child at a time: try again shortly, keeping the keys written.
@@ -157,6 +239,19 @@ fn copy_tick(ctx: &Context) -> bool {
         }
         true
     })
+}
+
+/// Counts the keys of the destinations given up on (no new primary within `GIVE_UP`) as
+/// failed: they stay here, for a later COPY.
+fn count_given_up(job: &mut crate::reshard::Job, given_up: Vec<(String, u64)>) {
+    for (name, keys) in given_up {
+        job.failed += keys;
+        job.last_error = format!(
+            "{name}: no new primary reached within {} s of losing it, {keys} of its keys failed (run COPY again): {}",
+            crate::reshard::failover::GIVE_UP.as_secs(),
+            job.last_error
+        );
+    }
 }
 
 impl Runner {

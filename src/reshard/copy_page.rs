@@ -1,7 +1,8 @@
 //! The page a copy's child and the main thread share (an anonymous shared mapping, made before
 //! the first fork so that every child inherits it): the child's counts go up (keys scanned,
 //! copied, skipped, failed, bytes sent, by database, and its last error), the job's controls
-//! come down (its rate, paused). Atomics only: the child publishes after each batch, the main
+//! come down (its rate, paused). The keys lost with a destination followed through Sentinel go up
+//! by node (the job sends them again once the failover is followed). Atomics only: the child publishes after each batch, the main
 //! thread reads for `STATUS` whenever it looks; the error text is read once the child exited.
 
 use std::cell::UnsafeCell;
@@ -13,6 +14,10 @@ const ERROR_BYTES: usize = 400;
 
 /// Databases whose counts `STATUS` shows one by one (the totals count every database).
 pub const MAX_DBS: usize = 64;
+
+/// Ring nodes, by index, whose lost keys the page counts: a destination of a higher index is
+/// not followed through a failover by a copy (its keys fail as a plain node's do).
+pub const MAX_FOLLOWED: usize = 256;
 
 /// The child's counts, in a page both processes map.
 #[repr(C)]
@@ -30,6 +35,8 @@ pub struct Shared {
     pub paused: AtomicU64,
     /// Keys copied, by database number.
     pub copied_by_db: [AtomicU64; MAX_DBS],
+    /// Keys lost with their destination (followed through Sentinel), by node index.
+    pub lost_by_node: [AtomicU64; MAX_FOLLOWED],
     error_len: AtomicU64,
     error: UnsafeCell<[u8; ERROR_BYTES]>,
 }
@@ -80,9 +87,17 @@ impl Shared {
         ] {
             c.store(0, Ordering::Relaxed);
         }
-        for c in &self.copied_by_db {
+        for c in self.copied_by_db.iter().chain(&self.lost_by_node) {
             c.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// Keys lost with their destination, by node index, as the child last published them.
+    pub fn lost_by_node(&self) -> Vec<u64> {
+        self.lost_by_node
+            .iter()
+            .map(|c| c.load(Ordering::Acquire))
+            .collect()
     }
 
     /// Keys copied by database, as the child last published them.
@@ -112,6 +127,9 @@ impl Shared {
         self.bytes_sent.store(tally.bytes_sent, Ordering::Relaxed);
         self.in_flight.store(in_flight as u64, Ordering::Relaxed);
         for (c, n) in self.copied_by_db.iter().zip(&tally.copied_by_db) {
+            c.store(*n, Ordering::Relaxed);
+        }
+        for (c, n) in self.lost_by_node.iter().zip(&tally.lost_by_node) {
             c.store(*n, Ordering::Relaxed);
         }
     }

@@ -26,8 +26,10 @@ use crate::host::keyspace::ScanCursor;
 use crate::host::names::Names;
 use crate::reshard::copy_page::{self, Shared};
 use crate::reshard::dirty::{self, DbKey};
+use crate::reshard::failover::Followed;
 use crate::reshard::moved;
 use crate::reshard::pace::Pace;
+use crate::reshard::ship::Target;
 use crate::reshard::{cleanup_job, copy_job, Job, JobKind};
 use crate::ring::placement::Placement;
 
@@ -83,6 +85,12 @@ pub(super) struct Runner {
     samples: VecDeque<(Instant, u64)>,
     /// A cleanup's pace against `max_rate`.
     pub(super) pace: Pace,
+    /// A copy's destinations followed through a failover (`failover`); the running pass's
+    /// destinations as forked, and the nodes it walks all the keys of (`None`: a pass over
+    /// the keys written).
+    pub(super) followed: Followed,
+    pub(super) pass_targets: Vec<Target>,
+    pub(super) pass_walked: Option<Vec<bool>>,
 }
 
 thread_local! {
@@ -144,6 +152,9 @@ pub fn start(
             walking: false,
             samples: VecDeque::new(),
             pace: Pace::default(),
+            followed: Followed::default(),
+            pass_targets: Vec::new(),
+            pass_walked: None,
         })
     });
     match kind {

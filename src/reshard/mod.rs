@@ -19,6 +19,8 @@
 //! - `moved`: what a copy's walk found moving, for the cleanup on the same ring (one walk per
 //!   resharding; a cleanup without it walks in a child, `host::walk`).
 //! - `dirty`: the keys written while a child works on its snapshot (keyspace events).
+//! - `failover`: a copy's destinations behind Sentinel followed through a failover: the keys
+//!   lost with an old primary are sent again to the new one (pure bookkeeping).
 //! - `fleet/`: the fleet operation's plan, its checks and byte form, the coordinator that
 //!   drives it, and what the fleet commands ask of it (see its own doc).
 //!
@@ -34,6 +36,7 @@ pub mod copy_page;
 pub mod copy_serialize;
 pub mod current;
 pub mod dirty;
+pub mod failover;
 pub mod fate;
 pub mod fleet;
 pub mod jobs;

@@ -238,7 +238,7 @@ pub fn copy(
         let rename: &[u8] = if replace { b"RENAME" } else { b"RENAMENX" };
         shipper.send_as(target, &[rename, &temp, key], Expect::Rename);
     } else {
-        shipper.tally.failed += 1;
+        shipper.unfinished(target);
         if !read_all {
             shipper.tally.last_error = format!(
                 "'{}' could not be read in pieces at the source",

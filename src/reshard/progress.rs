@@ -224,6 +224,13 @@ impl Job {
         }
     }
 
+    /// Ends a pass of a copy's child while a destination lost to a failover is waited for:
+    /// the job goes on, whatever was written (its keys are sent again once it is followed).
+    pub fn hold_for_failover(&mut self) {
+        self.pass_moved = 0;
+        self.passes += 1;
+    }
+
     /// How far the job is, 0 to 100: keys walked over the keys there were at the start.
     pub fn percent(&self) -> u64 {
         match self.state {

@@ -2,7 +2,10 @@
 //! flight on one connection per destination, and counts what each reply says: `+OK` copied,
 //! `-BUSYKEY` (or a `SET NX`'s null) skipped (the key is there already, newer than this copy),
 //! `SHARD.APPLY`'s count of strings written (the rest skipped), any other error or a lost
-//! connection failed. A big
+//! connection failed; but a destination followed through Sentinel that is lost (it cannot be
+//! reached, drops the connection, stays silent, or answers `READONLY` or `LOADING`: a primary
+//! that died, was demoted or restarts) has its keys counted `lost`, by node, for the job to send
+//! again once the failover is followed (`failover`), never failed for good here. A big
 //! key's pieces (`pieces`) travel the same way: their errors are counted apart, and the
 //! `RENAMENX` that puts the key in place counts it (`:1` copied, `:0` skipped). Keys of
 //! another database than 0 go on a connection of their own, which `SELECT`ed it when it logged
@@ -58,7 +61,25 @@ pub struct Tally {
     pub piece_errors: u64,
     /// Keys copied, by database number.
     pub copied_by_db: Vec<u64>,
+    /// Keys of destinations followed through Sentinel that were lost (to be sent again), by
+    /// the destination's index in the ring.
+    pub lost_by_node: Vec<u64>,
     pub last_error: String,
+}
+
+impl Tally {
+    /// Keys lost with their destinations, in all.
+    pub fn lost(&self) -> u64 {
+        self.lost_by_node.iter().sum()
+    }
+
+    /// Counts `keys` keys lost with the destination at `index`.
+    fn lose(&mut self, index: usize, keys: u64) {
+        if self.lost_by_node.len() <= index {
+            self.lost_by_node.resize(index + 1, 0);
+        }
+        self.lost_by_node[index] += keys;
+    }
 }
 
 /// What a request's reply means.
@@ -93,20 +114,25 @@ impl Expect {
         usize::try_from(self.keys()).unwrap_or(usize::MAX).max(1)
     }
 
-    /// Counts the request as failed.
-    fn fail(self, tally: &mut Tally) {
-        match self {
-            Expect::Piece => tally.piece_errors += 1,
-            keys => tally.failed += keys.keys(),
+    /// Counts the request as failed, or as lost with its destination (`lost`: the node's
+    /// index).
+    fn fail(self, tally: &mut Tally, lost: Option<usize>) {
+        match (self, lost) {
+            (Expect::Piece, _) => tally.piece_errors += 1,
+            (keys, Some(index)) => tally.lose(index, keys.keys()),
+            (keys, None) => tally.failed += keys.keys(),
         }
     }
 }
 
-/// A destination's address and how to log in.
+/// A destination: its node's name and index in the ring, its address, and whether that
+/// address comes from Sentinel (a failure to reach it is then a loss to send again).
 #[derive(Debug, Clone)]
 pub struct Target {
     pub name: String,
     pub address: String,
+    pub index: usize,
+    pub followed: bool,
 }
 
 struct Dest {
@@ -126,6 +152,8 @@ struct Dest {
     scanner: FrameScanner,
     /// Set once the destination failed: its requests fail at once.
     error: Option<String>,
+    /// It failed by being lost (a followed destination): its keys count lost, not failed.
+    lost: bool,
     last_reply: Instant,
 }
 
@@ -184,7 +212,7 @@ impl Shipper {
             return;
         };
         if let Some(e) = &dest.error {
-            expect.fail(&mut self.tally);
+            expect.fail(&mut self.tally, dest.lost.then_some(target.index));
             self.tally.last_error = e.clone();
             return;
         }
@@ -235,6 +263,17 @@ impl Shipper {
         }
     }
 
+    /// Counts a key that could not be put in place at `target` (a big key whose pieces did not
+    /// all arrive): lost when its destination was lost, else failed.
+    pub fn unfinished(&mut self, target: &Target) {
+        let lost = self
+            .dests
+            .get(&(target.address.clone(), self.db))
+            .is_some_and(|d| d.lost);
+        let index = lost.then_some(target.index);
+        Expect::Key.fail(&mut self.tally, index);
+    }
+
     /// Closes every connection (after `finish`); the next `send` opens them again.
     pub fn close(&mut self) {
         self.dests.clear();
@@ -255,6 +294,7 @@ impl Shipper {
             filled: 0,
             scanner: FrameScanner::default(),
             error: None,
+            lost: false,
             last_reply: Instant::now(),
         };
         let tls = self.tls.as_ref();
@@ -266,6 +306,12 @@ impl Shipper {
             tls,
         ) {
             Ok(stream) => dest.stream = Some(stream),
+            // Not reached (refused, reset, silent): a followed destination is lost. A refused
+            // login or database is this destination's answer, not a failover.
+            Err(e) if target.followed && e.kind() != io::ErrorKind::PermissionDenied => {
+                dest.lost = true;
+                dest.error = Some(format!("{} ({}): {e}", target.name, target.address));
+            }
             Err(e) if self.db != 0 => {
                 dest.error = Some(format!(
                     "{} ({}), database {}: {e}",
@@ -418,6 +464,14 @@ fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
         {
             dest.scanner.reset();
             let reply = &dest.inbuf[start..start + len];
+            if dest.target.followed && demoted(reply) {
+                // A primary demoted (or restarting): this request stays in flight, and `fail`
+                // counts it lost with the rest.
+                return Err(format!(
+                    "answered {}",
+                    String::from_utf8_lossy(&reply[1..]).trim_end()
+                ));
+            }
             let (bytes, expect) = dest.in_flight.pop_front().unwrap_or((0, Expect::Key));
             dest.in_flight_bytes = dest.in_flight_bytes.saturating_sub(bytes);
             dest.in_flight_keys = dest.in_flight_keys.saturating_sub(expect.weight());
@@ -433,7 +487,7 @@ fn read_in(dest: &mut Dest, tally: &mut Tally) -> Result<(), String> {
 /// Counts one reply.
 fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target, db: i32) {
     if reply.first() == Some(&b'-') && !(expect == Expect::Key && reply.starts_with(b"-BUSYKEY")) {
-        expect.fail(tally);
+        expect.fail(tally, None);
         let text = String::from_utf8_lossy(&reply[1..]);
         tally.last_error = format!("{} ({}): {}", target.name, target.address, text.trim_end());
         return;
@@ -446,7 +500,7 @@ fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target, db: i
         Expect::Batch(n) => match integer(reply) {
             Some(k) if k <= u64::from(n) => k,
             _ => {
-                expect.fail(tally);
+                expect.fail(tally, None);
                 tally.last_error = format!(
                     "{} ({}): SHARD.APPLY gave an unexpected reply",
                     target.name, target.address
@@ -468,17 +522,26 @@ fn count(reply: &[u8], expect: Expect, tally: &mut Tally, target: &Target, db: i
     tally.copied_by_db[db] += copied;
 }
 
+/// Whether a reply says the destination is no longer a primary that takes writes: `READONLY`
+/// (demoted by a failover) or `LOADING` (restarting).
+fn demoted(reply: &[u8]) -> bool {
+    reply.starts_with(b"-READONLY") || reply.starts_with(b"-LOADING")
+}
+
 /// The value of an integer reply (`:12\r\n`).
 fn integer(reply: &[u8]) -> Option<u64> {
     let digits = reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?;
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
-/// The destination is gone: what it has in flight failed, and so will what is sent to it.
+/// The destination is gone: what it has in flight failed, and so will what is sent to it (lost,
+/// for a destination followed through Sentinel).
 fn fail(dest: &mut Dest, tally: &mut Tally, why: &str) {
     let reason = format!("{} ({}): {why}", dest.target.name, dest.target.address);
+    dest.lost = dest.target.followed;
+    let lost = dest.lost.then_some(dest.target.index);
     for (_, expect) in &dest.in_flight {
-        expect.fail(tally);
+        expect.fail(tally, lost);
     }
     tally.last_error = reason.clone();
     dest.in_flight.clear();

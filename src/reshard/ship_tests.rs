@@ -41,6 +41,8 @@ fn target(address: &str) -> Target {
     Target {
         name: "d".into(),
         address: address.into(),
+        index: 1,
+        followed: false,
     }
 }
 
@@ -140,4 +142,65 @@ fn a_set_nx_counts_its_null_as_skipped() {
     assert_eq!((tally.copied, tally.skipped, tally.failed), (10, 10, 10));
     drop(shipper);
     assert_eq!(peer.join().unwrap(), 31);
+}
+
+fn followed(address: &str) -> Target {
+    Target {
+        followed: true,
+        ..target(address)
+    }
+}
+
+#[test]
+fn a_followed_destination_that_is_not_there_loses_its_keys_for_another_pass() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let mut shipper = Shipper::new(Window::default(), Duration::from_millis(500), None, None);
+    for _ in 0..5 {
+        shipper.send(&followed(&address), &[b"RESTORE", b"k", b"0", b"p"]);
+    }
+    shipper.send_as(
+        &followed(&address),
+        &[b"SHARD.APPLY", b"NX", b"a", b"1", b"0", b"b", b"2", b"0"],
+        Expect::Batch(2),
+    );
+    shipper.finish();
+    let tally = &shipper.tally;
+    assert_eq!(
+        (tally.failed, tally.lost(), tally.lost_by_node.clone()),
+        (0, 7, vec![0, 7])
+    );
+    assert!(tally.last_error.starts_with(&format!("d ({address})")));
+}
+
+#[test]
+fn a_demoted_destination_loses_what_it_refused_and_everything_after() {
+    let (address, peer) = peer(|key| match key.as_bytes()[0] {
+        b'o' => "-OOM command not allowed\r\n",
+        b'r' => "-READONLY You can't write against a read only replica.\r\n",
+        _ => "+OK\r\n",
+    });
+    let mut shipper = Shipper::new(Window::default(), Duration::from_secs(5), None, None);
+    let t = followed(&address);
+    for key in ["a0", "o1", "a2"] {
+        shipper.send(&t, &[b"RESTORE", key.as_bytes(), b"0", b"p"]);
+    }
+    shipper.drain(&t);
+    for i in 0..10 {
+        let key = format!("{}{i}", if i == 0 { "r" } else { "a" });
+        shipper.send(&t, &[b"RESTORE", key.as_bytes(), b"0", b"p"]);
+    }
+    shipper.finish();
+    // More sent after the destination was lost: lost at once, never sent.
+    shipper.send(&t, &[b"RESTORE", b"a99", b"0", b"p"]);
+    let tally = shipper.tally.clone();
+    assert_eq!((tally.copied, tally.failed, tally.lost()), (2, 1, 11));
+    assert!(
+        tally.last_error.contains("READONLY"),
+        "{}",
+        tally.last_error
+    );
+    drop(shipper);
+    peer.join().unwrap();
 }

@@ -64,7 +64,8 @@ pub fn rewrite_local_call(args: &mut FilterArgs) -> bool {
 }
 
 /// Whether the command is `SHARD.CALL` of a known command with fixed key positions, every key
-/// owned here now and before (no resharding step pending for it).
+/// owned here now and before (no resharding step pending for it), this server acting as its
+/// node (`topology::nodes::acts_as`).
 fn local_call(args: &FilterArgs) -> bool {
     let argc = args.len();
     if argc < 3 {
@@ -119,7 +120,14 @@ fn local_call(args: &FilterArgs) -> bool {
             return false;
         };
         let owner = current.owner(key);
-        if current.spec().nodes.get(owner).map(|n| n.name.as_str()) != Some(self_name) {
+        // Its own node, and (a `sentinel` node) the primary Sentinel names: a restarted old
+        // primary's calls go to the one it names, through SHARD.CALL.
+        if !current
+            .spec()
+            .nodes
+            .get(owner)
+            .is_some_and(|n| crate::topology::nodes::acts_as(n, self_name))
+        {
             if !any {
                 LAST.with(|last| {
                     last.set(Some(Verdict {

@@ -8,6 +8,10 @@
 //! ring node (a host name in one place and an IP in the other, a chained replica), the
 //! server's `shard.self` names the shard, as the failover guide already asks of replicas.
 //!
+//! Whether an address Sentinel names is this server's own (`is_own_address`): its port is one
+//! the server listens on or announces, and its host the announced IP or an address of this
+//! machine. Worked out when the watcher's answer is applied, never per command.
+//!
 //! The `replicaof` address is read when the server becomes a replica or its link to a primary
 //! comes up (`refresh`, on the main thread from the server's events), never on a hot path.
 //! Main thread only.
@@ -75,6 +79,28 @@ pub fn find_self(listed: &[String]) -> Option<String> {
     pick_self(listed, port, &announced, is_local)
 }
 
+/// Whether `address` (`host:port`, as Sentinel names a primary) is this server's: its port is
+/// the server's `port`, `tls-port` or `replica-announce-port`, and its host the
+/// `replica-announce-ip` or an address of this machine. A host name is never taken for this
+/// server (the call then goes over the network, to whichever server that is).
+pub fn is_own_address(address: &str) -> bool {
+    let config = crate::host::context::server_config;
+    let ports: Vec<u16> = ["replica-announce-port", "port", "tls-port"]
+        .iter()
+        .filter_map(|name| config(name).parse::<u16>().ok())
+        .filter(|p| *p != 0)
+        .collect();
+    is_own(address, &ports, &config("replica-announce-ip"), is_local)
+}
+
+/// `is_own_address`'s answer, with the facts given (pure, for the tests).
+fn is_own(address: &str, ports: &[u16], announced_ip: &str, local: impl Fn(&str) -> bool) -> bool {
+    let Some((host, port)) = crate::net::endpoint::split_address(address) else {
+        return false;
+    };
+    ports.contains(&port) && ((!announced_ip.is_empty() && host == announced_ip) || local(&host))
+}
+
 /// `find_self`'s choice, with the facts given (pure, for the tests).
 fn pick_self(
     listed: &[String],
@@ -123,6 +149,21 @@ mod tests {
         assert_eq!(primary_address("::1 7000").as_deref(), Some("[::1]:7000"));
         assert_eq!(primary_address(""), None);
         assert_eq!(primary_address("host x"), None);
+    }
+
+    #[test]
+    fn own_address_by_port_and_host() {
+        let local = |h: &str| h == "127.0.0.1" || h == "::1";
+        assert!(is_own("127.0.0.1:7000", &[7000], "", local));
+        assert!(is_own("[::1]:7000", &[7000], "", local));
+        assert!(!is_own("127.0.0.1:7100", &[7000], "", local));
+        assert!(!is_own("10.0.0.9:7000", &[7000], "", local));
+        // Announced (NAT): the announced IP and port are this server's.
+        assert!(is_own("10.0.0.9:17000", &[17000, 7000], "10.0.0.9", local));
+        assert!(!is_own("redis-0:7000", &[7000], "", local));
+        assert!(!is_own("sentinel", &[7000], "", local));
+        assert!(!is_own("127.0.0.1:7000", &[], "", local));
+        assert!(!is_own(":7000", &[7000], "", |_| false));
     }
 
     #[test]

@@ -13,6 +13,13 @@
 //!   primary's `ROLE` shows; picked in turn.
 //! - Whether this server is itself a replica (the server's role events): a replica never runs a
 //!   routed write for its own shard; it forwards it to its primary.
+//! - Whether the address Sentinel gives a node is this server's own (`Node::me`, worked out
+//!   when the watcher's answer is applied, read by `acts_as` on the hot path with no round
+//!   trip): a server whose `self` is a `sentinel` node acts as that node only while Sentinel
+//!   names it and it is a primary. A restarted old primary (its `self` unchanged, its data
+//!   and role what its AOF said) or one Sentinel has failed over away from runs no routed call
+//!   of its shard as the owner: it forwards it to the address Sentinel names, as any other node
+//!   of the fleet does, and while Sentinel has named nobody yet the call waits for its answer.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -86,6 +93,8 @@ pub enum Update {
 #[derive(Default)]
 struct Node {
     address: Option<String>,
+    /// `address` is this server's own (Sentinel names it the node's primary).
+    me: bool,
     /// Why the address is not known (the last look's error).
     error: String,
     replicas: Option<Vec<String>>,
@@ -109,6 +118,22 @@ thread_local! {
 /// The address a Sentinel node has now, if known.
 pub fn address_of(name: &str) -> Option<String> {
     read_node(name, |n| n.address.clone())
+}
+
+/// Whether Sentinel names this server as the primary of the node called `name` (the address it
+/// gives is one of this server's). False while no address is known.
+pub fn names_me(name: &str) -> bool {
+    read_node(name, |n| Some(n.me)).unwrap_or(false)
+}
+
+/// Whether this server acts as the ring's node `node`, whose `self` is `self_name`: the node
+/// is its own, the server is a primary, and for a `sentinel` node Sentinel names this server
+/// as its primary. Cheap: an atomic load and, for a `sentinel` node, one look in the table.
+pub fn acts_as(node: &crate::ring::NodeSpec, self_name: &str) -> bool {
+    !self_name.is_empty()
+        && node.name == self_name
+        && !is_replica()
+        && (!node.via_sentinel() || names_me(&node.name))
 }
 
 /// Whether `at` is the address in use of a ring's node, as `endpoint_of` gives it, without
@@ -192,8 +217,9 @@ pub fn summary() -> (u64, bool, String) {
 
 /// Applies what the watcher learned, on the main thread. Returns the connections to close
 /// (node, old address, new address) and the names whose address became known or failed, for
-/// the connection layer.
-pub fn apply(updates: Vec<Update>) -> TopologyChange {
+/// the connection layer. `is_me` tells whether an address Sentinel gives is this server's
+/// (`topology::me::is_own_address`).
+pub fn apply(updates: Vec<Update>, is_me: impl Fn(&str) -> bool) -> TopologyChange {
     let mut applied = TopologyChange::default();
     // A look that found every master, with no error: the last error is history.
     let clean = updates.iter().any(|u| matches!(u, Update::Master { .. }))
@@ -218,6 +244,7 @@ pub fn apply(updates: Vec<Update>) -> TopologyChange {
                     match address {
                         Ok(address) => {
                             node.error.clear();
+                            node.me = is_me(&address);
                             match node.address.replace(address.clone()) {
                                 Some(old) if old != address => {
                                     t.failovers += 1;
@@ -265,9 +292,10 @@ pub fn apply(updates: Vec<Update>) -> TopologyChange {
 /// The endpoint of a ring's node; `self_name` is this server's. A node whose address is
 /// `sentinel` gets the address Sentinel gives now (`topology`); while none is known its
 /// port is 0 and the connection layer waits for one. A server that is a replica is no
-/// ring node's self: what its shard owns is run by its primary.
+/// ring node's self: what its shard owns is run by its primary; nor is a primary that
+/// Sentinel does not name (`acts_as`): the node's calls go to the one it names.
 pub fn endpoint_of(node: &crate::ring::NodeSpec, self_name: &str) -> Endpoint {
-    let is_self = !self_name.is_empty() && node.name == self_name && !is_replica();
+    let is_self = acts_as(node, self_name);
     if node.via_sentinel() {
         if let Some((address, (host, port))) = address_of(&node.name)
             .and_then(|a| crate::net::endpoint::split_address(&a).map(|hp| (a, hp)))
@@ -306,24 +334,33 @@ mod tests {
 
     #[test]
     fn a_failover_is_a_changed_address() {
-        let a = apply(vec![Update::Master {
-            name: "n0".into(),
-            address: Ok("127.0.0.1:7000".into()),
-        }]);
+        let a = apply(
+            vec![Update::Master {
+                name: "n0".into(),
+                address: Ok("127.0.0.1:7000".into()),
+            }],
+            |_| false,
+        );
         assert_eq!(a.known.len(), 1);
         assert!(a.moved.is_empty());
         assert_eq!(address_of("n0").as_deref(), Some("127.0.0.1:7000"));
         // Sentinels down: the address stays.
-        let a = apply(vec![Update::Master {
-            name: "n0".into(),
-            address: Err("no sentinel answers".into()),
-        }]);
+        let a = apply(
+            vec![Update::Master {
+                name: "n0".into(),
+                address: Err("no sentinel answers".into()),
+            }],
+            |_| false,
+        );
         assert!(a.known.is_empty() && a.moved.is_empty());
         assert_eq!(address_of("n0").as_deref(), Some("127.0.0.1:7000"));
-        let a = apply(vec![Update::Master {
-            name: "n0".into(),
-            address: Ok("127.0.0.1:7001".into()),
-        }]);
+        let a = apply(
+            vec![Update::Master {
+                name: "n0".into(),
+                address: Ok("127.0.0.1:7001".into()),
+            }],
+            |_| false,
+        );
         assert_eq!(
             a.moved,
             vec![(
@@ -334,10 +371,13 @@ mod tests {
         );
         assert_eq!(summary().0, 1);
         // Never known, and no sentinel answers: the waiting calls are told.
-        let a = apply(vec![Update::Master {
-            name: "n9".into(),
-            address: Err("no sentinel answers".into()),
-        }]);
+        let a = apply(
+            vec![Update::Master {
+                name: "n9".into(),
+                address: Err("no sentinel answers".into()),
+            }],
+            |_| false,
+        );
         assert_eq!(
             a.known,
             vec![("n9".into(), Err("no sentinel answers".into()))]
@@ -345,12 +385,47 @@ mod tests {
         assert_eq!(address_error("n9"), "no sentinel answers");
         assert_eq!(summary().2, "no sentinel answers");
         // Subscribed, and a look that finds every master: the error is cleared.
-        apply(vec![Update::Subscription(None)]);
-        apply(vec![Update::Master {
-            name: "n9".into(),
-            address: Ok("127.0.0.1:7009".into()),
-        }]);
+        apply(vec![Update::Subscription(None)], |_| false);
+        apply(
+            vec![Update::Master {
+                name: "n9".into(),
+                address: Ok("127.0.0.1:7009".into()),
+            }],
+            |_| false,
+        );
         assert_eq!(summary().2, "");
+    }
+
+    #[test]
+    fn a_sentinel_node_is_this_server_only_while_sentinel_names_it() {
+        let n0 = crate::ring::NodeSpec::parse(b"m0", b"sentinel", b"1").unwrap();
+        let mine = |a: &str| a == "127.0.0.1:7000";
+        // Nothing known yet: not this server's to run.
+        assert!(!acts_as(&n0, "m0") && !endpoint_of(&n0, "m0").is_self);
+        apply(
+            vec![Update::Master {
+                name: "m0".into(),
+                address: Ok("127.0.0.1:7000".into()),
+            }],
+            mine,
+        );
+        assert!(names_me("m0") && acts_as(&n0, "m0"));
+        assert!(endpoint_of(&n0, "m0").is_self);
+        assert!(!acts_as(&n0, "m1") && !acts_as(&n0, ""));
+        // Failed over to another server: its calls go there.
+        apply(
+            vec![Update::Master {
+                name: "m0".into(),
+                address: Ok("127.0.0.1:7100".into()),
+            }],
+            mine,
+        );
+        let at = endpoint_of(&n0, "m0");
+        assert!(!names_me("m0") && !at.is_self);
+        assert_eq!((at.host.as_str(), at.port), ("127.0.0.1", 7100));
+        // A plain node is this server's by its name alone.
+        let plain = crate::ring::NodeSpec::parse(b"p", b"127.0.0.1:7200", b"1").unwrap();
+        assert!(acts_as(&plain, "p") && endpoint_of(&plain, "p").is_self);
     }
 
     #[test]
@@ -358,10 +433,13 @@ mod tests {
         assert!(pick_replica(&ep("r0"))
             .unwrap_err()
             .contains("not known yet"));
-        apply(vec![Update::Replicas {
-            name: "r0".into(),
-            replicas: Ok(vec!["127.0.0.1:1".into(), "[::1]:2".into()]),
-        }]);
+        apply(
+            vec![Update::Replicas {
+                name: "r0".into(),
+                replicas: Ok(vec!["127.0.0.1:1".into(), "[::1]:2".into()]),
+            }],
+            |_| false,
+        );
         let a = pick_replica(&ep("r0")).unwrap();
         let b = pick_replica(&ep("r0")).unwrap();
         let c = pick_replica(&ep("r0")).unwrap();
@@ -372,10 +450,13 @@ mod tests {
         );
         assert_eq!(c.address, a.address);
         assert_eq!(a.name, "r0 replica");
-        apply(vec![Update::Replicas {
-            name: "r0".into(),
-            replicas: Ok(vec![]),
-        }]);
+        apply(
+            vec![Update::Replicas {
+                name: "r0".into(),
+                replicas: Ok(vec![]),
+            }],
+            |_| false,
+        );
         assert!(pick_replica(&ep("r0")).unwrap_err().contains("no replica"));
     }
 }

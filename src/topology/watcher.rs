@@ -182,7 +182,8 @@ pub fn wake() {
 /// Carries updates to the main thread.
 pub(super) fn hand_over(updates: Vec<Update>) {
     fn on_main_thread(updates: Vec<Update>) {
-        crate::net::pool::topology_changed(crate::topology::nodes::apply(updates));
+        let is_me = crate::topology::me::is_own_address;
+        crate::net::pool::topology_changed(crate::topology::nodes::apply(updates, is_me));
     }
     event_loop::on_main_thread(on_main_thread, updates);
 }
