@@ -94,3 +94,19 @@ def test_the_node_block_of_a_ring_documents_its_slot_ranges(r):
         assert [f[b"name"] for f in fields] == [b"name", b"address", b"weight", b"ranges"]
         assert fields[3][b"token"] == b"SLOTS" and b"optional" in fields[3][b"flags"]
         assert all(b"token" not in f for f in fields[:3])
+
+
+def test_shard_call_documents_its_wait_prefix(r):
+    """SHARD.CALL [WAIT numreplicas timeout-ms] command key [arg ...]."""
+    docs = raw_reply(r, "COMMAND", "DOCS", "shard.call")
+    entry = dict(zip(docs[1][::2], docs[1][1::2]))
+    assert b"replicas" in entry[b"summary"]
+    args = [dict(zip(a[::2], a[1::2])) for a in entry[b"arguments"]]
+    assert [(a[b"name"], a[b"type"]) for a in args] == [
+        (b"wait", b"block"), (b"command", b"string"), (b"key", b"string"), (b"arg", b"string")]
+    wait = args[0]
+    assert wait[b"token"] == b"WAIT" and b"optional" in wait[b"flags"]
+    assert b"multiple" not in wait.get(b"flags", [])
+    inside = [dict(zip(a[::2], a[1::2])) for a in wait[b"arguments"]]
+    assert [(a[b"name"], a[b"type"]) for a in inside] == [
+        (b"numreplicas", b"integer"), (b"timeout-ms", b"integer")]

@@ -1,4 +1,6 @@
-//! `SHARD.CALL command arg ...`: runs a command on the owner of its keys.
+//! `SHARD.CALL [WAIT numreplicas timeout-ms] command arg ...`: runs a command on the owner of
+//! its keys; with `WAIT`, replies once that many of the owner's replicas acknowledged the write
+//! (`route::wait`), else `NOREPLICAS`.
 //!
 //! The keys are found as the server finds them (its command table and key specs), so any
 //! keyed command routes: `GET`, `EVAL ... numkeys`, `XREAD ... STREAMS`, `OBJECT ENCODING`.
@@ -11,7 +13,7 @@
 use crate::command;
 use crate::host::command::Call;
 use crate::host::error::{CmdError, CmdResult};
-use crate::host::register::{arg, many, Arg, CommandSpec, Kind};
+use crate::host::register::{arg, many, opt, Arg, CommandSpec, Kind};
 use crate::route::command_table::Carried;
 
 pub fn call(call: &Call) -> CmdResult {
@@ -20,8 +22,9 @@ pub fn call(call: &Call) -> CmdResult {
             "SHARD.CALL needs a command and its key: SHARD.CALL command key [arg ...]",
         ));
     }
-    let command = Carried::of(call)?;
-    crate::route::call::route(call, &command)
+    let (start, wait) = crate::route::wait::prefix(&call.args)?;
+    let command = Carried::at(call, start)?;
+    crate::route::call::route(call, &command, wait)
 }
 
 pub static CALL: CommandSpec = command! {
@@ -29,14 +32,24 @@ pub static CALL: CommandSpec = command! {
     handler: call,
     flags: "may-replicate deny-script blocking",
     arity: -3,
-    summary: "Runs a command on the owner of its keys (multi-key commands split by owner)",
+    summary: "Runs a command on the owner of its keys (multi-key commands split by owner); with WAIT, replies once that many of the owner's replicas have the write",
     complexity: "Depends on the command",
     args: CALL_ARGS,
     acl: "",
 };
 
 static CALL_ARGS: &[Arg] = &[
+    Arg {
+        subargs: WAIT_ARGS,
+        ..opt(c"wait", c"WAIT", Kind::Block)
+    },
     arg(c"command", Kind::Str),
     arg(c"key", Kind::Str),
     many(c"arg", Kind::Str, true),
+];
+
+/// `WAIT numreplicas timeout-ms`, as Redis's `WAIT` (timeout 0: for ever).
+static WAIT_ARGS: &[Arg] = &[
+    arg(c"numreplicas", Kind::Int),
+    arg(c"timeout-ms", Kind::Int),
 ];

@@ -11,7 +11,13 @@ use crate::host::error::{CmdError, CmdResult};
 /// Checks the calling user's ACL for the command the call carries in its arguments from
 /// `from` on; `name` is that command's name as the refusal shows it.
 pub fn check_caller(call: &Call, from: usize, name: &str) -> CmdResult {
-    let argv = call.args.raw().get(from..).unwrap_or_default();
+    check_caller_in(call, from..call.args.len(), name)
+}
+
+/// As `check_caller`, for the command the call carries in its arguments `within` (`WAIT n t`
+/// in front of another command).
+pub fn check_caller_in(call: &Call, within: std::ops::Range<usize>, name: &str) -> CmdResult {
+    let argv = call.args.raw().get(within).unwrap_or_default();
     // SAFETY: the user name and module user are freed before returning.
     unsafe {
         let (Some(current_name), Some(from_name), Some(check), Some(free_user), Some(free_string)) = (

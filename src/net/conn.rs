@@ -18,7 +18,7 @@ use crate::host::event_loop::{self, Ready};
 use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
 use crate::net::frame::FrameScanner;
 use crate::net::handshake::{self, Handshake};
-use crate::net::pool::{ConnId, Deliveries, Link, Outcome, Waiter};
+use crate::net::pool::{ConnId, Deliveries, Lane, Link, Outcome, Waiter};
 use crate::net::pool_events::Sockets;
 use crate::net::resp::{encode_command, read_reply, Resp};
 use crate::net::tls::Tls;
@@ -55,6 +55,8 @@ pub(super) struct Conn {
     pub(super) id: ConnId,
     pub(super) at: Endpoint,
     pub(super) link: Link,
+    /// Which of the node's connections this is: the shared one (0), or one of its own.
+    pub(super) lane: Lane,
     pub(super) state: State,
     pub(super) stream: Option<Transport>,
     /// The TLS configuration in force when the connection was made (`None`: plain TCP): a
@@ -84,12 +86,13 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    /// A connection to `at` for `link`, not yet connected (it starts by resolving).
-    pub(super) fn new(id: ConnId, at: &Endpoint, link: &Link) -> Conn {
+    /// A connection to `at` for `link` in `lane`, not yet connected (it starts by resolving).
+    pub(super) fn new(id: ConnId, at: &Endpoint, link: &Link, lane: Lane) -> Conn {
         Conn {
             id,
             at: at.clone(),
             link: link.clone(),
+            lane,
             state: State::Resolving,
             stream: None,
             tls: crate::net::tls::current(),

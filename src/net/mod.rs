@@ -9,7 +9,8 @@
 //! - `pool`: the pipelined connections driven by the server's event loop (queues, the flush
 //!   before sleeping, deadlines); `conn`: one connection's state and socket I/O; `handshake`:
 //!   its first words (HELLO, SELECT, SHARD.CLUSTER INTERNAL); `pool_events`: sockets ready,
-//!   closes, addresses learned.
+//!   closes, addresses learned; `lanes`: connections of their own for requests that hold
+//!   their connection (a command then `WAIT`).
 //! - `blocking_client`: a blocking connection for a thread that may wait (the topology
 //!   watcher).
 //!
@@ -21,6 +22,7 @@ pub mod conn;
 pub mod endpoint;
 pub mod frame;
 pub mod handshake;
+pub mod lanes;
 pub mod pool;
 pub mod pool_events;
 pub mod resp;

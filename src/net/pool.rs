@@ -35,9 +35,10 @@
 //!
 //! This file holds the pool and its turns of the event loop: the requests queued, the flush
 //! before the server sleeps, the deadlines, and the connections by node, RESP version and
-//! database. One connection's state and I/O are `conn`'s, its first words `handshake`'s, and
-//! what happens to connections from outside (a socket ready, a close, an address learned)
-//! `pool_events`'.
+//! database. One connection's state and I/O are `conn`'s, its first words `handshake`'s, what
+//! happens to connections from outside (a socket ready, a close, an address learned)
+//! `pool_events`', and the connections of their own for requests that hold their connection
+//! (`SHARD.CALL WAIT`) `lanes`'.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -65,6 +66,9 @@ pub fn link_timeout(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms.max(1)).unwrap_or(1000))
 }
 
+/// The deadline of a request with no time limit (WAIT's timeout 0): far enough never to come.
+const NO_LIMIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Who gets a reply: an opaque number the caller chose (see `forward`).
 pub type Waiter = u64;
 
@@ -74,6 +78,11 @@ pub type Outcome = Result<Resp, StepError>;
 /// A connection's number in the pool.
 pub(super) type ConnId = usize;
 
+/// Which of the connections to a node (for one RESP version and database) a connection is: 0
+/// the shared pipelined one every request goes on; 1 and up the connections of their own that
+/// requests holding their connection take, one call at a time (`lanes`).
+pub(super) type Lane = u16;
+
 /// Every connection, the main thread's only.
 #[derive(Default)]
 pub(super) struct Net {
@@ -81,8 +90,9 @@ pub(super) struct Net {
     /// Database 0's connections by node address, for RESP2 callers (`[0]`) and RESP3 ones
     /// (`[1]`).
     pub(super) by_node: [HashMap<String, ConnId>; 2],
-    /// The other databases' connections, by database and RESP3, then by node address.
-    pub(super) by_node_db: HashMap<(u32, bool), HashMap<String, ConnId>>,
+    /// The other databases' connections, and the connections of their own (`lanes`), by
+    /// database, RESP3 and lane, then by node address.
+    pub(super) by_node_db: HashMap<(u32, bool, Lane), HashMap<String, ConnId>>,
     pub(super) next_id: ConnId,
     /// Connections with requests to write at the next flush.
     pub(super) dirty: Vec<ConnId>,
@@ -152,33 +162,9 @@ pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Wa
     let mut failed: Deliveries = Vec::new();
     NET.with(|net| {
         let mut net = net.borrow_mut();
-        let id = match net.connection(at, link) {
-            Ok(id) => id,
-            Err(e) => {
-                failed.push((waiter, Err(e)));
-                return;
-            }
-        };
-        let deadline = net.woke.unwrap_or_else(Instant::now) + link.timeout;
-        net.next_deadline = Some(net.next_deadline.map_or(deadline, |d| d.min(deadline)));
-        let after_flush = net.after_flush;
-        let Some(conn) = net.conns.get_mut(&id) else {
-            return;
-        };
-        conn.unsent.push_back(Pending {
-            waiter: Some(waiter),
-            request: bytes,
-            deadline,
-            resent: false,
-            step: None,
-        });
-        if conn.state != State::Ready {
-            return;
-        }
-        if after_flush {
-            conn.want_writable();
-        } else if conn.unsent.len() == 1 {
-            net.dirty.push(id);
+        match net.connection(at, link, 0) {
+            Ok(id) => net.enqueue(id, vec![(bytes, waiter, Some(Duration::ZERO))]),
+            Err(e) => failed.push((waiter, Err(e))),
         }
     });
     (hooks().deliver)(failed);
@@ -244,8 +230,8 @@ pub fn retire_all() {
             if idle {
                 net.remove(id);
             } else if let Some(conn) = net.conns.get(&id) {
-                let (key, link) = (net.pool_key(conn), conn.link.clone());
-                let pool = net.pool(&link);
+                let (key, link, lane) = (net.pool_key(conn), conn.link.clone(), conn.lane);
+                let pool = net.pool(&link, lane);
                 if pool.get(key.as_str()) == Some(&id) {
                     pool.remove(key.as_str());
                 }
@@ -299,28 +285,84 @@ pub fn topology_changed(applied: TopologyChange) {
 }
 
 impl Net {
-    /// The connections for `link`'s RESP version and database, by node address.
-    pub(super) fn pool(&mut self, link: &Link) -> &mut HashMap<String, ConnId> {
-        if link.db == 0 {
+    /// The connections for `link`'s RESP version and database, and `lane`, by node address.
+    pub(super) fn pool(&mut self, link: &Link, lane: Lane) -> &mut HashMap<String, ConnId> {
+        if link.db == 0 && lane == 0 {
             &mut self.by_node[usize::from(link.resp3)]
         } else {
-            self.by_node_db.entry((link.db, link.resp3)).or_default()
+            self.by_node_db
+                .entry((link.db, link.resp3, lane))
+                .or_default()
         }
     }
 
-    /// The connection to `at` for `link`'s RESP version and database, opened if there is none.
-    pub(super) fn connection(&mut self, at: &Endpoint, link: &Link) -> Result<ConnId, StepError> {
+    /// The key `at`'s connections are pooled under: its address, or its name while Sentinel
+    /// has not given its address yet (looked up without allocating: this runs for every
+    /// forwarded request).
+    pub(super) fn with_key<R>(at: &Endpoint, f: impl FnOnce(&str) -> R) -> R {
+        let waiting_key = (at.port == 0).then(|| awaiting_key(&at.name));
+        f(waiting_key.as_deref().unwrap_or(at.address.as_str()))
+    }
+
+    /// Queues requests (encoded, each with its waiter and its time beyond the call timeout,
+    /// `None` for none) on connection `id`, back to back; they leave at the next flush.
+    pub(super) fn enqueue(
+        &mut self,
+        id: ConnId,
+        requests: Vec<(Vec<u8>, Waiter, Option<Duration>)>,
+    ) {
+        let base = self.woke.unwrap_or_else(Instant::now);
+        let after_flush = self.after_flush;
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let was_empty = conn.unsent.is_empty();
+        let mut earliest = None;
+        for (request, waiter, extra) in requests {
+            let call = base + conn.link.timeout;
+            // No limit: the request may hold its connection for as long as it takes (WAIT's
+            // timeout 0); a far deadline keeps one comparison for every request.
+            let deadline = extra
+                .and_then(|extra| call.checked_add(extra))
+                .unwrap_or_else(|| call.checked_add(NO_LIMIT).unwrap_or(call));
+            earliest = Some(earliest.map_or(deadline, |d: Instant| d.min(deadline)));
+            conn.unsent.push_back(Pending {
+                waiter: Some(waiter),
+                request,
+                deadline,
+                resent: false,
+                step: None,
+            });
+        }
+        let ready = conn.state == State::Ready;
+        if ready && after_flush {
+            conn.want_writable();
+        }
+        if let Some(d) = earliest {
+            self.next_deadline = Some(self.next_deadline.map_or(d, |n| n.min(d)));
+        }
+        if ready && !after_flush && was_empty {
+            self.dirty.push(id);
+        }
+    }
+
+    /// The connection to `at` for `link`'s RESP version and database in `lane`, opened if
+    /// there is none.
+    pub(super) fn connection(
+        &mut self,
+        at: &Endpoint,
+        link: &Link,
+        lane: Lane,
+    ) -> Result<ConnId, StepError> {
         let unknown = at.port == 0;
-        // Looked up without allocating: this runs for every forwarded request.
-        let waiting_key = unknown.then(|| awaiting_key(&at.name));
-        let key = waiting_key.as_deref().unwrap_or(at.address.as_str());
-        if let Some(&id) = self.pool(link).get(key) {
+        let found = Net::with_key(at, |key| self.pool(link, lane).get(key).copied());
+        if let Some(id) = found {
             return Ok(id);
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.pool(link).insert(key.to_string(), id);
-        let mut conn = Conn::new(id, at, link);
+        Net::with_key(at, |key| self.pool(link, lane).insert(key.to_string(), id));
+        let mut conn = Conn::new(id, at, link, lane);
         if unknown {
             // A Sentinel node whose address the watcher has not given yet.
             conn.state = State::AwaitSentinel;
@@ -332,7 +374,7 @@ impl Net {
             Ok(ip) => {
                 if let Err(e) = conn.connect(SocketAddr::new(ip, at.port)) {
                     conn.unregister();
-                    self.pool(link).remove(at.address.as_str());
+                    self.pool(link, lane).remove(at.address.as_str());
                     return Err(e);
                 }
                 self.conns.insert(id, conn);
@@ -441,7 +483,7 @@ impl Net {
     pub(super) fn remove(&mut self, id: ConnId) -> Option<Conn> {
         let mut conn = self.conns.remove(&id)?;
         let key = self.pool_key(&conn);
-        let pool = self.pool(&conn.link);
+        let pool = self.pool(&conn.link, conn.lane);
         if pool.get(key.as_str()) == Some(&id) {
             pool.remove(key.as_str());
         }

@@ -46,8 +46,8 @@ impl Net {
         conn.at.port = port;
         conn.at.address = address.clone();
         conn.state = State::Resolving;
-        let link = conn.link.clone();
-        self.pool(&link).entry(address).or_insert(id);
+        let (link, lane) = (conn.link.clone(), conn.lane);
+        self.pool(&link, lane).entry(address).or_insert(id);
         let Ok(ip) = host.parse::<IpAddr>() else {
             // A host name (Sentinel's `resolve-hostnames yes`): looked up off the main thread.
             self.conns.insert(id, conn);
@@ -99,7 +99,9 @@ impl Net {
             let (at, link) = (conn.at.clone(), conn.link.clone());
             let mut requeue: Vec<Pending> = conn.in_flight.drain(..).collect();
             requeue.extend(conn.unsent.drain(..));
-            let id = match self.connection(&at, &link) {
+            // On a new connection of the same lane: a command and its WAIT stay together, and
+            // alone.
+            let id = match self.connection(&at, &link, conn.lane) {
                 Ok(id) => id,
                 Err(e) => {
                     failed.extend(

@@ -3,7 +3,9 @@
 //! the caller's ACL checked, the pure decision made (`decide`), and the decision executed:
 //! here through RedisModule_Call as the calling user, or with the client blocked while one
 //! node, a replica, the plan of fallbacks and copies (`steps`) or the parts of a split command
-//! (`split`) answer over the module's connections (`forward`).
+//! (`split`) answer over the module's connections (`forward`). Under `SHARD.CALL WAIT` each
+//! write is waited for at its owner, and the call's reply is decided from the counts
+//! (`wait`).
 //!
 //! Every path runs in the database the client has selected: locally the command runs in the
 //! client's database; on other nodes the requests go over connections of that database
@@ -26,22 +28,34 @@ use crate::route::fields::{self, FieldDict, FieldsInReply};
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::split::{self, Part, Splittable};
 use crate::route::steps::{execute, CommandKind, Plan, Routed};
+use crate::route::wait::{self, Acked, Wait};
 use crate::route::{filter, replica};
 use crate::state;
 use crate::topology::nodes::ReadFrom;
 
-/// Routes the command `call` carries (`SHARD.CALL command key ...`, read into `command`) and
-/// replies, now or once the client is unblocked.
-pub fn route(call: &Call, command: &Carried) -> CmdResult {
-    refuse_blocking(command.meta.blocking, &command.name_text, &call.args)?;
+/// Routes the command `call` carries (`SHARD.CALL [WAIT n t] command key ...`, read into
+/// `command`) and replies, now or once the client is unblocked; `wait` is what its writes
+/// wait for.
+pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
+    let start = command.start;
+    refuse_blocking(
+        command.meta.blocking,
+        &command.name_text,
+        inner(call, start).as_slice(),
+    )?;
     let flags = call.ctx.get_flags();
     let (keys, link, (returning, fence)) =
         place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;
     // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
-    // whether the keys are local or not.
-    acl::check_caller(call, 1, &command.name_text)?;
-    let translation = Translation::of(call);
+    // whether the keys are local or not; with WAIT in front, WAIT's too.
+    if wait.is_some() {
+        acl::check_caller_in(call, 1..start, "wait")?;
+    }
+    acl::check_caller(call, start, &command.name_text)?;
+    let translation = Translation::of(call, start);
     let kind = CommandKind::of(command.name, command.meta.readonly);
+    // A read writes nothing to wait for: it runs as without WAIT.
+    let wait = wait.filter(|_| kind != CommandKind::Read);
     let decision = decide(Facts {
         name: &command.name_text,
         kind,
@@ -53,11 +67,12 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
         translated: translation.is_some(),
         can_wait: !flags.contains(ContextFlags::DENY_BLOCKING)
             && !flags.contains(ContextFlags::MULTI),
+        replicated: wait.is_some(),
     })?;
     let started = match (decision, translation) {
         (Route::Here, _) => {
             forward::count(|s| s.local += 1);
-            return caller::pass_through(call, command.name, 2);
+            return caller::pass_through(call, command.name, start + 1);
         }
         (Route::HereTranslated, Some(t)) => {
             forward::count(|s| s.local += 1);
@@ -82,6 +97,7 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
                 kind,
                 current,
                 previous,
+                wait,
             };
             forward::run(call, link, move |steps| async move {
                 match run_plan(steps, plan).await {
@@ -99,9 +115,9 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
         ) => {
             return Err(CmdError::err("internal error: no field dictionary"));
         }
-        (Route::Forward(to), _) => forward::forward(call, &to, &link, &inner(call)),
+        (Route::Forward(to), _) => forward::forward(call, &to, &link, &inner(call, start)),
         (Route::Replica { primary, mode }, _) => {
-            let args = owned(&inner(call));
+            let args = owned(&inner(call, start));
             forward::run(call, link, move |steps| async move {
                 match replica::read(&steps, &primary, &args, mode).await {
                     Ok(reply) => {
@@ -114,9 +130,9 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
         }
         (Route::Split(split), _) => {
             let (how, replica) = (split.how, split.replica);
-            let parts = split_parts(call, split, kind)?;
+            let parts = split_parts(call, start, split, (kind, wait))?;
             forward::run(call, link, move |steps| {
-                run_parts(steps, parts, how, replica)
+                run_parts(steps, parts, how, (replica, wait))
             })
         }
         (
@@ -126,13 +142,16 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
             _,
         ) => {
             let first = command.positions.first();
-            let key = first.map_or(&[][..], |&p| call.args.get(p + 1)).to_vec();
+            let key = first
+                .map_or(&[][..], |&p| call.args.get(p + start))
+                .to_vec();
             let plan = Plan {
-                args: owned(&inner(call)),
+                args: owned(&inner(call, start)),
                 key,
                 kind,
                 current,
                 previous,
+                wait,
             };
             forward::run(call, link, move |steps| run_plan(steps, plan))
         }
@@ -152,7 +171,7 @@ fn place(call: &Call, command: &Carried, resp3: bool) -> Result<Placing, CmdErro
     let self_name = st.config.ring.self_name.as_str();
     let mut keys = Vec::with_capacity(command.positions.len());
     for &pos in &command.positions {
-        let key = call.args.get(pos + 1);
+        let key = call.args.get(pos + command.start);
         let owner = endpoint(current, key, self_name)?;
         let previous = match &st.rings.previous {
             Some(p) => Some(endpoint(p, key, self_name)?).filter(|e| e.name != owner.name),
@@ -172,16 +191,21 @@ fn place(call: &Call, command: &Carried, resp3: bool) -> Result<Placing, CmdErro
     Ok((keys, link, (st.rings.returning, st.rings.fence)))
 }
 
-/// The parts of a split command, each with its plan; this node's parts run here at once,
-/// without a hop to itself.
-fn split_parts(call: &Call, split: Split, kind: CommandKind) -> Result<Vec<PlannedPart>, CmdError> {
+/// The parts of a split command (the call's command at `start`), each with its plan; this
+/// node's parts run here at once, without a hop to itself.
+fn split_parts(
+    call: &Call,
+    start: usize,
+    split: Split,
+    (kind, wait): (CommandKind, Option<Wait>),
+) -> Result<Vec<PlannedPart>, CmdError> {
     let Split {
         how,
         targets,
         target_of_key,
         ..
     } = split;
-    let parts = split::split(&inner(call), how, &target_of_key);
+    let parts = split::split(&inner(call, start), how, &target_of_key);
     let mut planned = Vec::with_capacity(parts.len());
     for part in parts {
         let Some(target) = targets.get(part.owner) else {
@@ -198,6 +222,7 @@ fn split_parts(call: &Call, split: Split, kind: CommandKind) -> Result<Vec<Plann
             kind,
             current: target.current.clone(),
             previous: target.previous.clone(),
+            wait,
         };
         planned.push(PlannedPart { plan, part, here });
     }
@@ -213,20 +238,20 @@ struct Translation {
 }
 
 impl Translation {
-    /// The translation of the call's command, when a dictionary is in force and it is a hash
-    /// command.
-    fn of(call: &Call) -> Option<Translation> {
+    /// The translation of the call's command (at `start`), when a dictionary is in force and
+    /// it is a hash command.
+    fn of(call: &Call, start: usize) -> Option<Translation> {
         let dict = fields::current()?;
-        let inner = inner(call);
+        let inner = inner(call, start);
         let (positions, how) = fields::hash_command(&inner)?;
         let stored = fields::minify_args(&dict, &inner, &positions);
         Some(Translation { dict, stored, how })
     }
 }
 
-/// The carried command's arguments, its name first.
-fn inner<'a>(call: &Call<'a>) -> Vec<&'a [u8]> {
-    (1..call.args.len()).map(|i| call.args.get(i)).collect()
+/// The carried command's arguments (from `start` on), its name first.
+fn inner<'a>(call: &Call<'a>, start: usize) -> Vec<&'a [u8]> {
+    (start..call.args.len()).map(|i| call.args.get(i)).collect()
 }
 
 fn owned(args: &[&[u8]]) -> Vec<Vec<u8>> {
@@ -266,9 +291,21 @@ async fn run_plan(steps: NetSteps, plan: Plan) -> CallReply {
                 s.fallbacks += u64::from(routed.fallback);
                 s.copies += u64::from(routed.copied);
             });
-            CallReply::Reply(routed.reply)
+            replied(plan.wait, routed.reply, &routed.acks)
         }
         Err(e) => CallReply::failed(&e),
+    }
+}
+
+/// The client's reply: the command's, unless the call waited for replicas and too few
+/// acknowledged a write (`NOREPLICAS`).
+fn replied(wait: Option<Wait>, reply: Resp, acks: &[Acked]) -> CallReply {
+    let Some(wait) = wait else {
+        return CallReply::Reply(reply);
+    };
+    match wait::verdict(wait, reply, acks) {
+        Ok(reply) => CallReply::Reply(reply),
+        Err(line) => CallReply::Error(line),
     }
 }
 
@@ -297,6 +334,7 @@ async fn part_reply(
         reply,
         fallback: false,
         copied: false,
+        acks: Vec::new(),
     })
 }
 
@@ -304,7 +342,7 @@ async fn run_parts(
     steps: NetSteps,
     mut parts: Vec<PlannedPart>,
     how: Splittable,
-    replica: Option<ReadFrom>,
+    (replica, wait): (Option<ReadFrom>, Option<Wait>),
 ) -> CallReply {
     let keys: usize = parts.iter().map(|p| p.part.positions.len()).sum();
     let runs = parts
@@ -312,6 +350,7 @@ async fn run_parts(
         .map(|p| part_reply(&steps, &p.plan, p.here.take(), replica));
     let outcomes = futures_util::future::join_all(runs).await;
     let mut replies: Vec<Resp> = Vec::with_capacity(outcomes.len());
+    let mut acks: Vec<Acked> = Vec::new();
     for outcome in outcomes {
         match outcome {
             Ok(routed) => {
@@ -320,11 +359,12 @@ async fn run_parts(
                     s.copies += u64::from(routed.copied);
                 });
                 replies.push(routed.reply);
+                acks.extend(routed.acks);
             }
             Err(e) => return CallReply::failed(&e),
         }
     }
     forward::count(|s| s.forwarded += 1);
     let parts: Vec<Part> = parts.into_iter().map(|p| p.part).collect();
-    CallReply::Reply(split::merge(how.merge, &parts, replies, keys))
+    replied(wait, split::merge(how.merge, &parts, replies, keys), &acks)
 }

@@ -127,30 +127,38 @@ pub fn learn(name: &[u8], meta: CommandMeta) {
 }
 
 /// The command a call carries after its own name (`SHARD.CALL cmd ...`, `SHARD.REDIRECT
-/// cmd ...`).
+/// cmd ...`), or after a prefix (`SHARD.CALL WAIT n t cmd ...`).
 pub struct Carried<'a> {
+    /// The index of its name among the call's arguments.
+    pub start: usize,
     pub name: &'a [u8],
     /// The name in lower case, printable, for messages.
     pub name_text: String,
     pub meta: CommandMeta,
     /// The positions of its keys, counted from its name (a key at position `p` is argument
-    /// `p + 1` of the call).
+    /// `p + start` of the call).
     pub positions: Vec<usize>,
 }
 
 impl<'a> Carried<'a> {
     /// Reads the carried command of `call` (which has at least two arguments).
     pub fn of(call: &Call<'a>) -> Result<Carried<'a>, CmdError> {
-        let name = call.args.get(1);
+        Carried::at(call, 1)
+    }
+
+    /// Reads the command `call` carries from its argument `start` on (which exists).
+    pub fn at(call: &Call<'a>, start: usize) -> Result<Carried<'a>, CmdError> {
+        let name = call.args.get(start);
         let name_text = printable(name).to_ascii_lowercase();
         let meta = meta_of(call, name, &name_text)?;
         // Keys at positions the command table fixes are read from it; the others (EVAL's
         // numkeys, XREAD's STREAMS, a wrong arity) are asked of the server's key specs.
-        let positions = match meta.fixed_keys(call.args.len() - 1) {
+        let positions = match meta.fixed_keys(call.args.len().saturating_sub(start)) {
             Some(range) => range.collect(),
-            None => key_spec_positions(call, &name_text)?,
+            None => key_spec_positions(call, start, &name_text)?,
         };
         Ok(Carried {
+            start,
             name,
             name_text,
             meta,
@@ -165,15 +173,15 @@ pub fn key_positions(call: &Call) -> Result<Vec<usize>, CmdError> {
     Carried::of(call).map(|c| c.positions)
 }
 
-/// The positions of the call's keys among the carried command's arguments (0 is its name), as
-/// the server's key specs give them.
-fn key_spec_positions(call: &Call, name: &str) -> Result<Vec<usize>, CmdError> {
+/// The positions of the call's keys among the carried command's arguments (0 is its name, at
+/// `start` in the call), as the server's key specs give them.
+fn key_spec_positions(call: &Call, start: usize, name: &str) -> Result<Vec<usize>, CmdError> {
     let no_key = || {
         CmdError::err(format!(
             "'{name}' has no key here: SHARD.CALL routes commands by their keys"
         ))
     };
-    let keys = command_keys::of_call(call, 1).map_err(|e| match e {
+    let keys = command_keys::of_call(call, start).map_err(|e| match e {
         NoKeys::UnknownCommand => CmdError::err(format!("unknown command '{name}'")),
         NoKeys::WrongArity => CmdError::wrong_arity(name),
         NoKeys::None => no_key(),

@@ -1,7 +1,9 @@
 //! SHARD.CALL's decision, pure: from where each key of the call lives now (and, while a
 //! resharding is open, where it lived before), what the command is, whether a cancelled
-//! resharding is bringing keys back, `shard.read-from`, the field dictionary and whether the
-//! client may wait, who runs what: this node, one other node whole, a replica of the owner,
+//! resharding is bringing keys back, `shard.read-from`, the field dictionary, whether the
+//! client may wait and whether the call waits for replicas (`SHARD.CALL WAIT`: a write then
+//! always goes over a connection, to its owner even when that is this node, since `WAIT` runs
+//! after it there), who runs what: this node, one other node whole, a replica of the owner,
 //! the single-key plan of fallbacks and copies (`steps`), one part per owner (`split`), or a
 //! refusal with the error the client gets. `call` gathers these facts and carries the decision
 //! out; the table of cases it is tested against is in `decide_tests.rs`.
@@ -41,6 +43,8 @@ pub struct Facts<'a> {
     pub translated: bool,
     /// The client may be blocked (it is not inside `MULTI` or a script).
     pub can_wait: bool,
+    /// A write waited for at its owners' replicas (`SHARD.CALL WAIT`, not a read).
+    pub replicated: bool,
 }
 
 /// Who runs what.
@@ -119,6 +123,7 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
         read_from,
         translated,
         can_wait,
+        replicated,
     } = facts;
     let moving = keys.iter().any(|p| p.previous.is_some());
     if moving && returning {
@@ -141,7 +146,7 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
     let single_owner = keys.iter().all(|p| p.current.name == first.current.name);
     // Hash commands under the field dictionary: short names stored, long names replied.
     if translated {
-        if !moving && first.current.is_self {
+        if !moving && first.current.is_self && !replicated {
             return Ok(Route::HereTranslated);
         }
         refuse_waiting(can_wait, &first.current)?;
@@ -158,7 +163,7 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
         ReadFrom::Primary => None,
         mode => (kind == CommandKind::Read && !moving).then_some(mode),
     };
-    if !moving && single_owner && first.current.is_self && replica.is_none() {
+    if !moving && single_owner && first.current.is_self && replica.is_none() && !replicated {
         return Ok(Route::Here);
     }
     if !single_owner && splittable.is_none() {
@@ -180,11 +185,12 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
         let primary = keys.swap_remove(0).current;
         return Ok(Route::Replica { primary, mode });
     }
-    if !moving && single_owner {
+    // A write waited for is a plan: its WAIT follows it at the owner (`steps`).
+    if !moving && single_owner && !replicated {
         return Ok(Route::Forward(keys.swap_remove(0).current));
     }
-    if let Some(how) = splittable.filter(|_| keys.len() > 1) {
-        return Ok(Route::Split(split(keys, how, moving, replica)));
+    if let Some(how) = splittable.filter(|_| keys.len() > 1 && (moving || !single_owner)) {
+        return Ok(Route::Split(split(keys, how, moving, replica, replicated)));
     }
     let Placed { current, previous } = keys.swap_remove(0);
     Ok(Route::Plan {
@@ -197,8 +203,15 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
 /// The parts of a splittable command: by owner when no key moves, else one per key (each
 /// runs by the single-key rules). This node's part runs here at once, unless it stores its
 /// arguments (MSET: values stored through RedisModule_Call keep no integer encoding, so it
-/// goes the way a client's MSET goes, over a connection) or reads go to replicas.
-fn split(keys: Vec<Placed>, how: Splittable, moving: bool, replica: Option<ReadFrom>) -> Split {
+/// goes the way a client's MSET goes, over a connection), reads go to replicas, or it is
+/// waited for at this node's replicas (its WAIT follows it on a connection).
+fn split(
+    keys: Vec<Placed>,
+    how: Splittable,
+    moving: bool,
+    replica: Option<ReadFrom>,
+    replicated: bool,
+) -> Split {
     let mut targets: Vec<Target> = Vec::new();
     let mut target_of_key = Vec::with_capacity(keys.len());
     for Placed { current, previous } in keys {
@@ -214,6 +227,7 @@ fn split(keys: Vec<Placed>, how: Splittable, moving: bool, replica: Option<ReadF
                 let here = current.is_self
                     && previous.is_none()
                     && replica.is_none()
+                    && !replicated
                     && how.merge != Merge::AllOk;
                 targets.push(Target {
                     current,
@@ -245,14 +259,14 @@ fn refuse_waiting(can_wait: bool, at: &Endpoint) -> CmdResult {
 
 /// Refuses a command that would block: a command flagged `blocking` always, except `XREAD`
 /// and `XREADGROUP` without `BLOCK`. A blocking command would hold the connection every call
-/// to its node shares, and the client until its timeout. `args` are the call's: the command's
-/// name at 1.
+/// to its node shares, and the client until its timeout. `args` are the carried command's:
+/// its name at 0.
 pub fn refuse_blocking<A: ArgList + ?Sized>(blocking: bool, name: &str, args: &A) -> CmdResult {
-    let command = args.arg(1);
+    let command = args.arg(0);
     let reads_streams =
         command.eq_ignore_ascii_case(b"xread") || command.eq_ignore_ascii_case(b"xreadgroup");
     let blocks =
-        !reads_streams || (2..args.count()).any(|i| args.arg(i).eq_ignore_ascii_case(b"block"));
+        !reads_streams || (1..args.count()).any(|i| args.arg(i).eq_ignore_ascii_case(b"block"));
     if blocking && blocks {
         return Err(CmdError::err(format!(
             "'{name}' can block: SHARD.CALL does not route blocking commands"

@@ -29,7 +29,8 @@ fn placed(spec: &str) -> Placed {
 }
 
 /// One case: the command, its kind, its keys, and the settings that differ from the usual
-/// (primary reads, no dictionary, a client that may wait, no resharding being cancelled).
+/// (primary reads, no dictionary, a client that may wait, no resharding being cancelled, no
+/// `WAIT`).
 struct Case {
     command: &'static str,
     kind: CommandKind,
@@ -39,6 +40,7 @@ struct Case {
     read_from: ReadFrom,
     translated: bool,
     can_wait: bool,
+    replicated: bool,
 }
 
 const fn case(command: &'static str, kind: CommandKind, keys: &'static [&'static str]) -> Case {
@@ -51,6 +53,7 @@ const fn case(command: &'static str, kind: CommandKind, keys: &'static [&'static
         read_from: ReadFrom::Primary,
         translated: false,
         can_wait: true,
+        replicated: false,
     }
 }
 
@@ -76,6 +79,10 @@ impl Case {
         self.can_wait = false;
         self
     }
+    const fn replicated(mut self) -> Case {
+        self.replicated = true;
+        self
+    }
 
     fn decide(&self) -> String {
         let facts = Facts {
@@ -88,6 +95,7 @@ impl Case {
             read_from: self.read_from,
             translated: self.translated,
             can_wait: self.can_wait,
+            replicated: self.replicated,
         };
         show(decide(facts))
     }
@@ -337,6 +345,47 @@ fn the_table() {
             case("get", Read, &[]),
             "ERR internal error: a routed call without a key",
         ),
+        // SHARD.CALL WAIT: a write and its WAIT at the owner, over a connection.
+        (
+            "a waited write of this node goes over a connection to itself",
+            case("set", Write, &["self"]).replicated(),
+            "plan at self",
+        ),
+        (
+            "a waited write of another node",
+            case("set", Write, &["b"]).replicated(),
+            "plan at b",
+        ),
+        (
+            "a waited command with several keys of one node runs whole",
+            case("mset", Write, &["b", "b"]).replicated(),
+            "plan at b",
+        ),
+        (
+            "a waited split: this node's part over a connection too",
+            case("del", Delete, &["b", "self", "b"]).replicated(),
+            "split to [b, self] keys [0, 1, 0]",
+        ),
+        (
+            "a waited write of a moving key",
+            case("incr", Write, &["self<a"]).replicated(),
+            "plan at self<a",
+        ),
+        (
+            "a waited translated write of this node",
+            case("hset", Write, &["self"]).translated().replicated(),
+            "plan at self, translated",
+        ),
+        (
+            "a waited write in MULTI, even of this node",
+            case("set", Write, &["self"]).replicated().in_multi(),
+            "ERR SHARD.CALL cannot wait for node self (h:self) inside MULTI or a script",
+        ),
+        (
+            "a waited write while returning",
+            case("set", Write, &["b<a"]).replicated().returning(),
+            RETURNING,
+        ),
     ];
     let mut wrong = Vec::new();
     for (what, case, expected) in &cases {
@@ -354,7 +403,7 @@ fn blocking_commands_are_refused() {
         words.iter().map(|w| w.as_bytes()).collect()
     };
     let refused = |blocking, words: &[&'static str]| {
-        refuse_blocking(blocking, words[1], args(words).as_slice())
+        refuse_blocking(blocking, words[1], &args(words)[1..])
             .err()
             .map(|e| e.message().to_string())
     };

@@ -7,7 +7,8 @@
 //! next step or finishes. The client is unblocked the moment its reply is whole, and the reply
 //! is written by the blocked client's reply callback (`host::blocked`), so no thread-safe
 //! context is needed. The counters of INFO's routed calls are kept here too. The steps of a
-//! call (`NetSteps`) send requests over the pool; a copy-before-write's requests are `copy`'s.
+//! call (`NetSteps`) send requests over the pool (a write and its `WAIT` together, on a
+//! connection of their own: `net::lanes`); a copy-before-write's requests are `copy`'s.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -23,10 +24,12 @@ use crate::host::blocked::{self, BlockedReply};
 use crate::host::command::Call as CommandCall;
 use crate::host::reply::Reply;
 use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
+use crate::net::lanes::{self, Held};
 use crate::net::pool::{Link, Outcome, Waiter};
 use crate::net::resp::{ReplyResp, Resp};
 use crate::route::copy;
 use crate::route::steps::Step;
+use crate::route::wait::Wait;
 
 /// Counters shown in `INFO shard`.
 #[derive(Debug, Default, Clone)]
@@ -375,12 +378,7 @@ impl NetSteps {
 
     /// A future that resolves after `delay`, on a timer of the server's event loop.
     pub fn sleep(&self, delay: std::time::Duration) -> impl Future<Output = ()> {
-        let waiter = CALLS.with(|c| {
-            let mut calls = c.borrow_mut();
-            let id = calls.id();
-            calls.waiting.insert(id, Waiting::Step(self.call));
-            id
-        });
+        let waiter = self.waiter();
         let armed = crate::host::context::after(
             delay,
             |_ctx: &redis_module::Context, waiter: Waiter| deliver(waiter, Ok(Resp::Null)),
@@ -389,28 +387,60 @@ impl NetSteps {
         if !armed {
             deliver(waiter, Ok(Resp::Null));
         }
-        let reply = StepReply {
-            waiter,
-            slots: Rc::clone(&self.slots),
-        };
+        let reply = self.reply(waiter);
         async move {
             let _ = reply.await;
         }
     }
 
-    /// Sends `args` to `at`; the future resolves with the reply.
-    pub fn send(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
-        let waiter = CALLS.with(|c| {
+    /// A waiter for a step of this call.
+    fn waiter(&self) -> Waiter {
+        CALLS.with(|c| {
             let mut calls = c.borrow_mut();
             let id = calls.id();
             calls.waiting.insert(id, Waiting::Step(self.call));
             id
-        });
-        crate::net::pool::request(at, &self.link, args, waiter);
+        })
+    }
+
+    fn reply(&self, waiter: Waiter) -> StepReply {
         StepReply {
             waiter,
             slots: Rc::clone(&self.slots),
         }
+    }
+
+    /// Sends `args` to `at`; the future resolves with the reply.
+    pub fn send(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
+        let waiter = self.waiter();
+        crate::net::pool::request(at, &self.link, args, waiter);
+        self.reply(waiter)
+    }
+
+    /// Sends `args` and then `WAIT` to `at`, back to back on a connection of their own; the
+    /// futures resolve with the command's reply and `WAIT`'s.
+    pub fn send_waited(
+        &self,
+        at: &Endpoint,
+        args: &[Vec<u8>],
+        wait: Wait,
+    ) -> (StepReply, StepReply) {
+        let (command, waited) = (self.waiter(), self.waiter());
+        let wait_args = wait.command();
+        let requests = [
+            Held {
+                args,
+                waiter: command,
+                extra: Some(std::time::Duration::ZERO),
+            },
+            Held {
+                args: &wait_args,
+                waiter: waited,
+                extra: wait.extra(),
+            },
+        ];
+        lanes::request_alone(at, &self.link, &requests);
+        (self.reply(command), self.reply(waited))
     }
 }
 
@@ -421,6 +451,36 @@ impl Step for NetSteps {
         args: Vec<Vec<u8>>,
     ) -> impl Future<Output = Result<Resp, StepError>> {
         self.send(at, &args)
+    }
+
+    fn run_acked(
+        &self,
+        at: &Endpoint,
+        args: Vec<Vec<u8>>,
+        wait: Wait,
+    ) -> impl Future<Output = Result<(Resp, Option<i64>), StepError>> {
+        let (command, waited) = self.send_waited(at, &args, wait);
+        async move {
+            let reply = command.await?;
+            if reply.is_error() {
+                // Nothing written to wait for; WAIT's reply, when it comes, goes nowhere.
+                return Ok((reply, None));
+            }
+            match waited.await? {
+                Resp::Int(n) => Ok((reply, Some(n))),
+                Resp::Error(e) => Err(StepError::new(
+                    at,
+                    format!(
+                        "the command ran, but WAIT failed: {}",
+                        String::from_utf8_lossy(&e)
+                    ),
+                )),
+                other => Err(StepError::new(
+                    at,
+                    format!("the command ran, but WAIT replied {other:?}"),
+                )),
+            }
+        }
     }
 
     fn copy(

@@ -15,6 +15,8 @@
 //!   `replica`: reads at replicas.
 //! - `filter`: the command filter's part that turns a call whose keys are all here into the
 //!   plain command.
+//! - `wait`: `SHARD.CALL WAIT numreplicas timeout-ms ...`: its prefix, and the call's reply
+//!   (the command's, or `NOREPLICAS`) from how many replicas acknowledged each write.
 //!
 //! May import: `host`, `net`, `state`, `topology` and the pure rooms (`ring`, `keys`, `clock`);
 //! never `cluster`, `reshard` or `commands`, which sit above it. No raw module API here: that
@@ -30,6 +32,7 @@ pub mod forward;
 pub mod replica;
 pub mod split;
 pub mod steps;
+pub mod wait;
 
 pub use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
 pub use crate::net::resp::{encode_command, read_reply, Resp, RespError};

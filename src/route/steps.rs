@@ -1,11 +1,15 @@
 //! Which node runs a routed command, as Tarantool's shard module did: the current owner; while
 //! a resharding is open, reads fall back to the previous owner when the key is not at the
 //! current one, a write first copies the key from the previous owner, and a delete runs at both.
+//! Under `SHARD.CALL WAIT` each write of the plan (the command at the current owner, a delete at
+//! the previous one) is waited for at its node (`Step::run_acked`), and the counts come back
+//! with the reply (`route::wait` decides the call's reply from them).
 
 use std::future::Future;
 
 use crate::net::endpoint::{Endpoint, StepError};
 use crate::net::resp::Resp;
+use crate::route::wait::{Acked, Wait};
 
 /// How a command is routed during a resharding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +44,8 @@ pub struct Plan {
     pub current: Endpoint,
     /// The previous owner, when a resharding is open and it differs from the current one.
     pub previous: Option<Endpoint>,
+    /// The replicas each write must reach (`SHARD.CALL WAIT`).
+    pub wait: Option<Wait>,
 }
 
 /// What runs the steps: the glue sends them over its connections; tests use a fake. Steps are
@@ -52,6 +58,15 @@ pub trait Step {
         at: &Endpoint,
         args: Vec<Vec<u8>>,
     ) -> impl Future<Output = Result<Resp, StepError>>;
+    /// Runs a write at `at` and then, on the same connection, `WAIT` for `wait`: its reply,
+    /// and how many of `at`'s replicas acknowledged it (`None` when the reply is an error:
+    /// nothing was written to wait for).
+    fn run_acked(
+        &self,
+        at: &Endpoint,
+        args: Vec<Vec<u8>>,
+        wait: Wait,
+    ) -> impl Future<Output = Result<(Resp, Option<i64>), StepError>>;
     /// Copies `key` from `from` to `to`, leaving it at `from` and not replacing it at `to`.
     fn copy(
         &self,
@@ -79,6 +94,27 @@ pub struct Routed {
     pub fallback: bool,
     /// The key was copied from the previous owner before a write.
     pub copied: bool,
+    /// The replicas that acknowledged each write waited for (`SHARD.CALL WAIT`).
+    pub acks: Vec<Acked>,
+}
+
+/// A write of the plan at `at`: waited for when the plan waits. Its reply, and its count.
+async fn write<S: Step>(
+    steps: &S,
+    at: &Endpoint,
+    args: Vec<Vec<u8>>,
+    wait: Option<Wait>,
+) -> Result<(Resp, Option<Acked>), StepError> {
+    let Some(wait) = wait else {
+        return Ok((steps.run(at, args).await?, None));
+    };
+    let (reply, replicas) = steps.run_acked(at, args, wait).await?;
+    let acked = replicas.map(|replicas| Acked {
+        node: at.name.clone(),
+        address: at.address.clone(),
+        replicas,
+    });
+    Ok((reply, acked))
 }
 
 /// Runs a plan.
@@ -87,9 +123,14 @@ pub async fn execute<S: Step>(plan: &Plan, steps: &S) -> Result<Routed, StepErro
         reply: Resp::Null,
         fallback: false,
         copied: false,
+        acks: Vec::new(),
     };
+    // A read writes nothing to wait for.
+    let wait = plan.wait.filter(|_| plan.kind != CommandKind::Read);
     let Some(previous) = &plan.previous else {
-        routed.reply = steps.run(&plan.current, plan.args.clone()).await?;
+        let (reply, acked) = write(steps, &plan.current, plan.args.clone(), wait).await?;
+        routed.reply = reply;
+        routed.acks.extend(acked);
         return Ok(routed);
     };
     match plan.kind {
@@ -108,23 +149,28 @@ pub async fn execute<S: Step>(plan: &Plan, steps: &S) -> Result<Routed, StepErro
                 steps.copy(previous, &plan.current, &plan.key).await?;
                 routed.copied = true;
             }
-            routed.reply = steps.run(&plan.current, plan.args.clone()).await?;
+            let (reply, acked) = write(steps, &plan.current, plan.args.clone(), wait).await?;
+            routed.reply = reply;
+            routed.acks.extend(acked);
             // A write that removed the key (GETDEL, EXPIRE 0, popping the last element) must
             // not leave the previous owner's copy for reads to fall back to.
             if !routed.reply.is_error() && !steps.exists(&plan.current, &plan.key).await? {
-                steps
-                    .run(previous, vec![b"DEL".to_vec(), plan.key.clone()])
-                    .await?;
+                let delete = vec![b"DEL".to_vec(), plan.key.clone()];
+                let (_, acked) = write(steps, previous, delete, wait).await?;
+                routed.acks.extend(acked);
             }
         }
         CommandKind::Delete => {
             // Both at once: neither depends on the other.
             let (here, there) = futures_util::future::join(
-                steps.run(&plan.current, plan.args.clone()),
-                steps.run(previous, plan.args.clone()),
+                write(steps, &plan.current, plan.args.clone(), wait),
+                write(steps, previous, plan.args.clone(), wait),
             )
             .await;
-            let (here, there) = (here?, there?);
+            let ((here, acked_here), (there, acked_there)) = (here?, there?);
+            routed
+                .acks
+                .extend(acked_here.into_iter().chain(acked_there));
             routed.reply = match (here.as_int(), there.as_int()) {
                 // One key: deleted if it was deleted at either owner.
                 (Some(a), Some(b)) => Resp::Int(a.max(b)),
@@ -173,6 +219,24 @@ mod tests {
             ready(self.0.borrow_mut().run(at, &args))
         }
 
+        fn run_acked(
+            &self,
+            at: &Endpoint,
+            args: Vec<Vec<u8>>,
+            wait: Wait,
+        ) -> impl Future<Output = Result<(Resp, Option<i64>), StepError>> {
+            let mut fleet = self.0.borrow_mut();
+            let out = fleet.run(at, &args).map(|reply| {
+                fleet
+                    .log
+                    .push(format!("{} WAIT {}", at.name, wait.replicas));
+                let acked = fleet.replicas.get(&at.name).copied().unwrap_or(0);
+                let acked = (!reply.is_error()).then_some(acked);
+                (reply, acked)
+            });
+            ready(out)
+        }
+
         fn copy(
             &self,
             from: &Endpoint,
@@ -189,6 +253,8 @@ mod tests {
         data: HashMap<String, HashMap<Vec<u8>, Vec<u8>>>,
         log: Vec<String>,
         down: Option<String>,
+        /// Each node's replicas that acknowledge a write.
+        replicas: HashMap<String, i64>,
     }
 
     impl Fleet {
@@ -249,7 +315,64 @@ mod tests {
             kind,
             current: ep("new"),
             previous: previous.then(|| ep("old")),
+            wait: None,
         }
+    }
+
+    fn waiting(mut plan: Plan) -> Plan {
+        plan.wait = Some(Wait {
+            replicas: 1,
+            timeout_ms: 10,
+        });
+        plan
+    }
+
+    fn acks(routed: &Routed) -> Vec<(String, i64)> {
+        routed
+            .acks
+            .iter()
+            .map(|a| (a.node.clone(), a.replicas))
+            .collect()
+    }
+
+    #[test]
+    fn a_waiting_write_is_waited_for_where_it_runs() {
+        let mut f = fleet_with_old_key();
+        f.replicas.insert("new".into(), 1);
+        let waited = waiting(plan(CommandKind::Write, &["SET", "k", "v"], false));
+        let r = execute(&waited, &mut f).unwrap();
+        assert_eq!(r.reply, Resp::Simple(b"OK".to_vec()));
+        assert_eq!(acks(&r), [("new".to_string(), 1)]);
+        assert_eq!(f.log, ["new SET", "new WAIT 1"]);
+        // An error reply: nothing to wait for.
+        let waited = waiting(plan(CommandKind::Write, &["BOGUS", "k"], false));
+        let r = execute(&waited, &mut f).unwrap();
+        assert!(r.reply.is_error() && r.acks.is_empty());
+        // A read waits for nothing.
+        f.log.clear();
+        let waited = waiting(plan(CommandKind::Read, &["GET", "k"], true));
+        let r = execute(&waited, &mut f).unwrap();
+        assert!(r.acks.is_empty());
+        assert_eq!(f.log, ["new EXISTS", "new GET"]);
+    }
+
+    #[test]
+    fn a_waiting_plan_waits_for_each_of_its_writes() {
+        let mut f = fleet_with_old_key();
+        f.replicas.insert("new".into(), 1);
+        let waited = waiting(plan(CommandKind::Write, &["GETDEL", "k"], true));
+        let r = execute(&waited, &mut f).unwrap();
+        assert_eq!(r.reply, Resp::Bulk(b"41".to_vec()));
+        assert_eq!(
+            acks(&r),
+            [("new".to_string(), 1), ("old".to_string(), 0)],
+            "the write, then the delete of the previous owner's copy"
+        );
+        let mut f = fleet_with_old_key();
+        let waited = waiting(plan(CommandKind::Delete, &["DEL", "k"], true));
+        let r = execute(&waited, &mut f).unwrap();
+        assert_eq!(r.reply, Resp::Int(1));
+        assert_eq!(acks(&r), [("new".to_string(), 0), ("old".to_string(), 0)]);
     }
 
     fn fleet_with_old_key() -> Fleet {
