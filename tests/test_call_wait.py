@@ -11,7 +11,9 @@ from contextlib import contextmanager
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
+from helpers.cluster import cluster_fleet_with_replicas
 from helpers.fleet import make_fleet
 from helpers.resp import Raw, encode
 from helpers.server import PRIMARY, until, wait_in_sync
@@ -148,7 +150,10 @@ def test_bad_arguments_are_refused_and_nothing_runs(server_factory):
          "WAIT timeout-ms must be an integer from 0 to 2147483647, got '-1'"),
         (("WAIT", 1, "0.5", "SET", k, "v"),
          "WAIT timeout-ms must be an integer from 0 to 2147483647, got '0.5'"),
-        (("WAIT", 1, 100, "PING", "x"), "'ping' has no key here: SHARD.CALL routes commands by their keys"),
+        (("WAIT", 1, 100, "PING", "x"),
+         "'ping' has no key here: SHARD.CALL routes commands by their keys"),
+        (("WAIT", 1, 100, "BLPOP", k, 0),
+         "'blpop' can block: SHARD.CALL does not route blocking commands"),
     ]
     for args, message in cases:
         # redis-py drops the ERR code; the raw reply keeps it.
@@ -224,3 +229,26 @@ def test_calls_waiting_at_one_node_are_bounded(server_factory):
     assert fleet.client("n0").execute_command("SHARD.CALL", "WAIT", 1, 0, "SET", keys[32], "v") \
         == b"OK"
     assert replicas["n1"].client().get(keys[32]) == b"v"
+
+
+def test_a_cluster_client_waits_with_wait_on_its_own_connection(server_factory):
+    """The recipe of docs/call.md: a cluster client writes at the owner itself, so WAIT right
+    after the write, on the same connection (a pipeline to the key's node), counts it."""
+    primaries, replicas = cluster_fleet_with_replicas(server_factory, names=("n0", "n1"))
+    rc = RedisCluster(host="127.0.0.1", port=primaries["n0"].port, socket_timeout=20)
+    for i in range(6):
+        key = f"user:{i}"
+        node = rc.get_node_from_key(key)
+        owner = next(n for n, s in primaries.items() if s.port == node.port)
+        pipe = node.redis_connection.pipeline(transaction=False)
+        pipe.set(key, "v").wait(1, 0)
+        assert pipe.execute() == [True, 1]
+        # A replica with the cluster protocol on serves reads after READONLY.
+        read = Raw(replicas[owner].port).pipeline([("READONLY",), ("GET", key)])
+        assert read == [b"+OK\r\n", b"$1\r\nv\r\n"]
+        with frozen(replicas[owner]):
+            pipe = node.redis_connection.pipeline(transaction=False)
+            pipe.set(key, "w").wait(1, 50)
+            assert pipe.execute() == [True, 0]
+            assert primaries[owner].client().get(key) == b"w"
+    rc.close()

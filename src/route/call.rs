@@ -38,11 +38,7 @@ use crate::topology::nodes::ReadFrom;
 /// wait for.
 pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
     let start = command.start;
-    refuse_blocking(
-        command.meta.blocking,
-        &command.name_text,
-        inner(call, start).as_slice(),
-    )?;
+    refuse_blocking(command.meta.blocking, &command.name_text, &call.args, start)?;
     let flags = call.ctx.get_flags();
     let (keys, link, (returning, fence)) =
         place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;

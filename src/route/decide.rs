@@ -259,14 +259,19 @@ fn refuse_waiting(can_wait: bool, at: &Endpoint) -> CmdResult {
 
 /// Refuses a command that would block: a command flagged `blocking` always, except `XREAD`
 /// and `XREADGROUP` without `BLOCK`. A blocking command would hold the connection every call
-/// to its node shares, and the client until its timeout. `args` are the carried command's:
-/// its name at 0.
-pub fn refuse_blocking<A: ArgList + ?Sized>(blocking: bool, name: &str, args: &A) -> CmdResult {
-    let command = args.arg(0);
+/// to its node shares, and the client until its timeout. `args` are the call's: the command's
+/// name at `start`.
+pub fn refuse_blocking<A: ArgList + ?Sized>(
+    blocking: bool,
+    name: &str,
+    args: &A,
+    start: usize,
+) -> CmdResult {
+    let command = args.arg(start);
     let reads_streams =
         command.eq_ignore_ascii_case(b"xread") || command.eq_ignore_ascii_case(b"xreadgroup");
-    let blocks =
-        !reads_streams || (1..args.count()).any(|i| args.arg(i).eq_ignore_ascii_case(b"block"));
+    let blocks = !reads_streams
+        || (start + 1..args.count()).any(|i| args.arg(i).eq_ignore_ascii_case(b"block"));
     if blocking && blocks {
         return Err(CmdError::err(format!(
             "'{name}' can block: SHARD.CALL does not route blocking commands"

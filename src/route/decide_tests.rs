@@ -403,7 +403,7 @@ fn blocking_commands_are_refused() {
         words.iter().map(|w| w.as_bytes()).collect()
     };
     let refused = |blocking, words: &[&'static str]| {
-        refuse_blocking(blocking, words[1], &args(words)[1..])
+        refuse_blocking(blocking, words[1], args(words).as_slice(), 1)
             .err()
             .map(|e| e.message().to_string())
     };
@@ -421,4 +421,20 @@ fn blocking_commands_are_refused() {
     )
     .is_some());
     assert_eq!(refused(false, &["SHARD.CALL", "get", "k"]), None);
+    // Behind SHARD.CALL WAIT's prefix.
+    let words = [
+        "SHARD.CALL",
+        "WAIT",
+        "1",
+        "0",
+        "XREAD",
+        "BLOCK",
+        "0",
+        "STREAMS",
+        "s",
+        "$",
+    ];
+    assert!(refuse_blocking(true, "xread", args(&words).as_slice(), 4).is_err());
+    let words = ["SHARD.CALL", "WAIT", "1", "0", "XREAD", "STREAMS", "s", "0"];
+    assert!(refuse_blocking(true, "xread", args(&words).as_slice(), 4).is_ok());
 }

@@ -15,7 +15,8 @@
 //! (`route::forward`). A read-only command writes nothing to wait for: it runs as it would
 //! without `WAIT` and replies at once (as `WAIT` after a read returns at once for a client that
 //! wrote nothing). The write stays applied when too few replicas acknowledge it, as with
-//! `WAIT`.
+//! `WAIT`. The command filter never turns such a call into the plain command (`route::filter`
+//! rewrites only a carried command with keys, and `WAIT` has none).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
