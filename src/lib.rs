@@ -77,7 +77,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     net::pool::set_hooks(net::pool::Hooks {
         deliver: route::forward::deliver_all,
-        wake_resolver: topology::watcher::wake,
+        wake_resolver: topology::watcher::wake_for,
         resolver_error: topology::nodes::address_error,
     });
     // SAFETY: OnLoad's own context.

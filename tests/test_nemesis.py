@@ -51,6 +51,7 @@ def test_nemesis(server_factory, sentinel_factory, clockshim, tmp_path):
                f"{sum(len(w) for w in workload.writes.values())} register writes, "
                f"{len(workload.ids)} IDs; faults: {dict(nemesis.counts)}")
     print(summary)
+    print(history.text(who=("nemesis", "heal")))
     assert not problems, (f"NEMESIS_SEED={seed} replays this run.\n{summary}\n"
                           + "\n".join(problems[:40]) + "\n--- history ---\n" + history.text())
     assert ok >= 100, f"too few acknowledged appends to judge: {summary}\n{history.text()}"

@@ -18,8 +18,9 @@ import signal
 import pytest
 import redis
 
-from helpers.fleet import keys_of
-from helpers.reshard import status, wait_job
+from helpers.fleet import keys_of, owners
+from helpers.nemesis import SHARDS as SHARDS4, Fleet
+from helpers.reshard import status, wait_fleet, wait_job
 from helpers.sentinel import SHARDS, start_sentinel_fleet
 from helpers.server import AOF, info_shard, until, wait_in_sync
 
@@ -200,3 +201,24 @@ def test_a_copy_follows_a_failover_of_its_destination(server_factory, sentinel_f
             assert r.hgetall(k) == {b"f": k[2:].encode(), b"g": b"x"}, k
     assert (r.get(newer) if newer.startswith("m:") else r.hget(newer, "f")) == b"newer"
     assert r.dbsize() == len(moving)
+
+
+def test_start_grows_the_fleet_to_a_node_behind_sentinel(server_factory, sentinel_factory,
+                                                          clockshim, tmp_path):
+    """START to a ring that adds a Sentinel node: its address is asked of Sentinel although no
+    ring this server holds names it yet (it was never watched, and START was refused with "its
+    address did not come from Sentinel"; found by the nemesis test)."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    c = fleet.primaries["n0"].client(socket_timeout=20)
+    keys = [f"k:{i}" for i in range(300)]
+    for k in keys:
+        assert c.execute_command("SHARD.CALL", "SET", k, k) == b"OK"
+    ring = ["slots", *[x for n in SHARDS4 for x in (n, "sentinel", 1)]]
+    assert c.execute_command("SHARD.RESHARD", "START", *ring) == b"OK"
+    wait_fleet(c, "done")
+    assert [c.execute_command("SHARD.CALL", "GET", k) for k in keys] == [k.encode() for k in keys]
+    held = {n: set(fleet.primaries[n].client().keys("k:*")) for n in SHARDS4}
+    assert held["n3"], "the joining node got its keys"
+    for n, names in held.items():
+        assert all(o == n for o in owners(c, sorted(names))), n
+    assert sum(len(v) for v in held.values()) == len(keys)

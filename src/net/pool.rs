@@ -116,14 +116,14 @@ thread_local! {
 pub struct Hooks {
     /// Hands replies and failures to their waiters (`route::forward`).
     pub deliver: fn(Vec<(Waiter, Outcome)>),
-    /// Asks for the address of a node that has none yet (`topology::watcher`).
-    pub wake_resolver: fn(),
+    /// Asks for the address of the named node, which has none yet (`topology::watcher`).
+    pub wake_resolver: fn(&str),
     /// Why a node's address is not known, for a request that waited for it in vain.
     pub resolver_error: fn(&str) -> String,
 }
 
 fn ignore(_: Vec<(Waiter, Outcome)>) {}
-fn nothing() {}
+fn nothing(_: &str) {}
 fn no_reason(_: &str) -> String {
     String::new()
 }
@@ -366,8 +366,9 @@ impl Net {
         if unknown {
             // A Sentinel node whose address the watcher has not given yet.
             conn.state = State::AwaitSentinel;
+            let name = conn.at.name.clone();
             self.conns.insert(id, conn);
-            (hooks().wake_resolver)();
+            (hooks().wake_resolver)(&name);
             return Ok(id);
         }
         match at.host.parse::<IpAddr>() {

@@ -56,6 +56,12 @@ impl Watch {
         let mut masters: Vec<String> = Vec::new();
         let mut plain: Vec<(String, String)> = Vec::new();
         let more = (more_rings())();
+        let now = Instant::now();
+        ASKED.with(|a| {
+            let mut a = a.borrow_mut();
+            a.retain(|(_, at)| now.duration_since(*at) < ASKED_FOR);
+            masters.extend(a.iter().map(|(name, _)| name.clone()));
+        });
         let specs = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
             .into_iter()
             .flatten()
@@ -95,7 +101,14 @@ impl Watch {
     }
 }
 
+/// How long a Sentinel node asked for by name (`wake_for`) stays watched after the last ask.
+const ASKED_FOR: Duration = Duration::from_secs(60);
+
 thread_local! {
+    /// Sentinel nodes of no ring this server holds whose address was needed (a fleet
+    /// operation's survey of a joining node, before any ring names it), and when.
+    static ASKED: std::cell::RefCell<Vec<(String, Instant)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
     static MORE_RINGS: std::cell::Cell<fn() -> Vec<crate::ring::RingSpec>> =
         const { std::cell::Cell::new(Vec::new) };
 }
@@ -170,6 +183,23 @@ pub fn tick() {
             send(Order::Watch(Box::new(watch)));
         }
     });
+}
+
+/// Asks for the address of Sentinel node `name` now: watched from the next `tick` even when
+/// no ring names it yet (a fleet operation asks the nodes of its new ring before it installs
+/// it), for a minute after the last ask.
+pub fn wake_for(name: &str) {
+    let now = Instant::now();
+    ASKED.with(|a| {
+        let mut a = a.borrow_mut();
+        if let Some(entry) = a.iter_mut().find(|(n, _)| n == name) {
+            entry.1 = now;
+        } else if a.len() < 1024 {
+            // Bounded: a client naming endless nodes cannot grow it without end.
+            a.push((name.to_owned(), now));
+        }
+    });
+    wake();
 }
 
 /// Asks for a look now (a node's address is needed and not known); the next `tick` also

@@ -66,9 +66,9 @@ class History:
             self.events.append((round(time.monotonic() - self.started, 3), who, what, outcome,
                                 str(detail)[:200]))
 
-    def text(self, last=400):
+    def text(self, last=400, who=None):
         with self.lock:
-            events = self.events[-last:]
+            events = [e for e in self.events if who is None or e[1] in who][-last:]
         return "\n".join(f"{t:9.3f} {who:>10} {what} {outcome} {detail}"
                          for t, who, what, outcome, detail in events)
 
@@ -424,6 +424,8 @@ class Nemesis:
     def __init__(self, fleet, history, rng):
         self.fleet, self.history, self.rng = fleet, history, rng
         self.coordinator = None  # the server that ran the last START
+        # When each fault in force ends: ("down", port) or ("paused", id) -> monotonic time.
+        self.ends = {}
         self.grown = False
         self.counts = Counter()
 
@@ -433,6 +435,7 @@ class Nemesis:
                    self.cancel, self.kill_coordinator, self.resume_elsewhere, self.clock_step,
                    self.restore]
         while time.monotonic() < end:
+            self.heal_due()
             action = self.rng.choice(actions)
             try:
                 action()
@@ -441,7 +444,7 @@ class Nemesis:
             time.sleep(self.rng.uniform(0.5, 2.0))
 
     def _note(self, what, detail=""):
-        self.counts[what.split()[0]] += 1
+        self.counts[what.split()[0] + (" refused" if "refused" in what else "")] += 1
         self.history.add("nemesis", what, "", detail)
 
     def kill(self):
@@ -454,6 +457,7 @@ class Nemesis:
                 self.fleet.paused.discard((kind, o))
         s.stop(signal.SIGKILL)
         self.fleet.down.add(s.port)
+        self.ends[("down", s.port)] = time.monotonic() + self.rng.uniform(0.5, 6)
         self._note(f"kill -9 {self.fleet.shard_of(s)}:{s.port}")
 
     def pause(self):
@@ -465,7 +469,24 @@ class Nemesis:
         kind, o = self.rng.choice(choices)
         o.proc.send_signal(signal.SIGSTOP)
         self.fleet.paused.add((kind, o))
+        self.ends[("paused", id(o))] = time.monotonic() + self.rng.uniform(0.3, 5)
         self._note(f"SIGSTOP {kind}:{o.port}")
+
+    def heal_due(self):
+        """Ends the faults whose time is up: a paused process continues, a killed server
+        restarts."""
+        now = time.monotonic()
+        for kind, o in list(self.fleet.paused):
+            if self.ends.get(("paused", id(o)), now) <= now:
+                o.proc.send_signal(signal.SIGCONT)
+                self.fleet.paused.discard((kind, o))
+                self._note(f"SIGCONT {kind}:{o.port}")
+        for port in list(self.fleet.down):
+            if self.ends.get(("down", port), now) <= now:
+                s = next(s for s in self.fleet.servers() if s.port == port)
+                self.fleet.restart(s)
+                self.fleet.down.discard(port)
+                self._note(f"restart {self.fleet.shard_of(s)}:{port}")
 
     def restore(self):
         """Continues a paused process or restarts a killed server (the oldest fault first)."""
@@ -496,7 +517,8 @@ class Nemesis:
         s = self.rng.choice(live)
         args = ["slots", *[x for n in target for x in (n, "sentinel", 1)]]
         try:
-            reply = s.client(socket_timeout=5).execute_command("SHARD.RESHARD", "START", *args)
+            # START asks every node first (5 s for one that does not answer).
+            reply = s.client(socket_timeout=20).execute_command("SHARD.RESHARD", "START", *args)
         except redis.ResponseError as e:
             self._note(f"START to {len(target)} refused", e)
             return
@@ -522,6 +544,7 @@ class Nemesis:
             return
         s.stop(signal.SIGKILL)
         self.fleet.down.add(s.port)
+        self.ends[("down", s.port)] = time.monotonic() + self.rng.uniform(0.5, 6)
         self._note(f"kill -9 the coordinator {self.fleet.shard_of(s)}:{s.port}")
 
     def resume_elsewhere(self):
