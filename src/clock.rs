@@ -1,4 +1,5 @@
-//! The wall clock, in unix milliseconds (CLOCK_REALTIME, as Redis's own `mstime`).
+//! The wall clock, in unix milliseconds (CLOCK_REALTIME, as Redis's own `mstime`); and a
+//! monotonic clock for durations (`monotonic_ms`: a fleet operation's lease).
 //!
 //! It reads `clock_gettime` directly: GENKEY asks on every call, and `SystemTime`'s checked
 //! `duration_since` and `u128` milliseconds cost more than the read itself.
@@ -57,6 +58,14 @@ pub fn now_ms() -> Option<i64> {
     // tv_nsec is in 0..1e9, so this cannot overflow for any time a u64 key can hold.
     secs.checked_mul(1000)?
         .checked_add(i64::from(ts.tv_nsec) / 1_000_000)
+}
+
+/// Milliseconds of a monotonic clock since this process first asked (a lease's time: never
+/// stepped by a change of the wall clock).
+pub fn monotonic_ms() -> u64 {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -177,6 +177,7 @@ redis_module! {
             ["big-key-bytes", &config::BIG_KEY_BYTES, 1_048_576, 1024, 536_870_912, ConfigurationFlags::DEFAULT, None],
             ["big-key-elements", &config::BIG_KEY_ELEMENTS, 4096, 16, 1_000_000_000, ConfigurationFlags::DEFAULT, None],
             ["topology-refresh-ms", &config::TOPOLOGY_REFRESH_MS, 1000, 100, 60_000, ConfigurationFlags::DEFAULT, None],
+            ["fleet-lease-ms", &config::FLEET_LEASE_MS, 10_000, 1000, 600_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [
             ["layout", &config::LAYOUT, "snowflake", ConfigurationFlags::DEFAULT, None],

@@ -3,17 +3,25 @@
 //! whether a cancelled resharding is bringing keys back, and the plan of the fleet operation
 //! this node coordinates (`reshard::fleet`, stored as its own bytes); version 3 is version 2
 //! whose rings may carry a `slots` ring's explicit slot map (its ranges on each node line);
-//! version 4 is version 3 whose returning flag may be 2: the rings of a fleet operation's fence.
+//! version 4 is version 3 whose returning flag may be 2: the rings of a fleet operation's fence;
+//! version 5 is version 4 followed by the term of the fleet operation this node follows
+//! (`ring::lease::Record`: the term, the lease's length, whether it was handed over, the
+//! holder's name, address and run id), written only once a term has reached the node.
 //!
 //! `SHRD`, a format version, then fixed-width little-endian fields and length-prefixed ring
 //! texts (the rings' canonical form). Decoding checks every length and rejects truncated,
 //! trailing or unknown-version input with an error that says which; it never panics.
 
+use crate::ring::lease::{Holder, Record};
 use crate::ring::{parse_ranges, Algo, HashTag, NodeSpec, RingError, RingSpec};
 
 const MAGIC: &[u8; 4] = b"SHRD";
 /// The newest version this build writes; it reads every version from 1.
-pub const FORMAT_VERSION: u8 = 4;
+pub const FORMAT_VERSION: u8 = 5;
+/// The version with the fleet operation's term.
+const WITH_TERM: u8 = 5;
+/// The version whose returning flag may be 2 (a fence).
+const WITH_FENCE: u8 = 4;
 /// The version whose rings may carry a slot map.
 const WITH_SLOT_MAP: u8 = 3;
 /// The version with the returning flag and the fleet plan.
@@ -33,6 +41,8 @@ pub struct Persisted {
     pub fence: bool,
     /// The coordinator's plan (`FleetPlan::encode`), if this node coordinates one.
     pub fleet: Option<Vec<u8>>,
+    /// The term of the fleet operation this node follows (term 0: none yet).
+    pub lease: Record,
 }
 
 impl Persisted {
@@ -45,8 +55,10 @@ impl Persisted {
         let mapped = [&self.current, &self.previous]
             .iter()
             .any(|r| r.as_ref().is_some_and(|r| r.slot_map.is_some()));
-        let version = if self.fence {
-            FORMAT_VERSION
+        let version = if self.lease != Record::default() {
+            WITH_TERM
+        } else if self.fence {
+            WITH_FENCE
         } else if mapped {
             WITH_SLOT_MAP
         } else if self.returning || self.fleet.is_some() {
@@ -73,6 +85,16 @@ impl Persisted {
             out.extend_from_slice(&(plan.len() as u64).to_le_bytes());
             out.extend_from_slice(plan);
         }
+        if version >= WITH_TERM {
+            let l = &self.lease;
+            out.extend_from_slice(&l.term.to_le_bytes());
+            out.extend_from_slice(&l.lease_ms.to_le_bytes());
+            out.push(u8::from(l.released));
+            for text in [&l.holder.name, &l.holder.address, &l.holder.run_id] {
+                out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
         out
     }
 
@@ -96,9 +118,9 @@ impl Persisted {
             let (returning, fence) = match r.byte("returning flag")? {
                 0 => (false, false),
                 1 => (true, false),
-                2 if version >= FORMAT_VERSION => (true, true),
+                2 if version >= WITH_FENCE => (true, true),
                 other => {
-                    let allowed = if version >= FORMAT_VERSION {
+                    let allowed = if version >= WITH_FENCE {
                         "0, 1 or 2"
                     } else {
                         "0 or 1"
@@ -110,6 +132,20 @@ impl Persisted {
             (returning, fence, (!plan.is_empty()).then(|| plan.to_vec()))
         } else {
             (false, false, None)
+        };
+        let lease = if version >= WITH_TERM {
+            Record {
+                term: r.u64("term")?,
+                lease_ms: r.u64("lease length")?,
+                released: r.flag("released flag")?,
+                holder: Holder {
+                    name: r.string("term holder's name")?,
+                    address: r.string("term holder's address")?,
+                    run_id: r.string("term holder's run id")?,
+                },
+            }
+        } else {
+            Record::default()
         };
         if r.pos != bytes.len() {
             return Err(format!(
@@ -128,6 +164,7 @@ impl Persisted {
             returning,
             fence,
             fleet,
+            lease,
         })
     }
 }
@@ -272,7 +309,38 @@ mod tests {
             returning: true,
             fence: false,
             fleet: Some(b"plan bytes".to_vec()),
+            lease: Record::default(),
         }
+    }
+
+    #[test]
+    fn a_term_is_written_as_version_5_and_read_back() {
+        let lease = Record {
+            term: 7,
+            lease_ms: 10_000,
+            released: true,
+            holder: Holder {
+                name: "n2".into(),
+                address: "10.0.0.3:6379".into(),
+                run_id: "a".repeat(40),
+            },
+        };
+        for base in [Persisted::default(), sample()] {
+            let with_term = Persisted {
+                lease: lease.clone(),
+                returning: true,
+                fence: true,
+                ..base
+            };
+            let bytes = with_term.encode();
+            assert_eq!(bytes[4], 5, "an older build refuses it by its version");
+            assert_eq!(Persisted::decode(&bytes).unwrap(), with_term);
+            for cut in 0..bytes.len() {
+                assert!(Persisted::decode(&bytes[..cut]).is_err(), "{cut}");
+            }
+        }
+        // Without a term the version is the one an older build reads.
+        assert_eq!(sample().encode()[4], 2);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::host::error::CmdError;
 use crate::keys::{Entropy, Generators, KeyConfig, KeySettings};
 use crate::net::tls::TlsFiles;
 use crate::persist::Persisted;
+use crate::ring::lease::Lease;
 use crate::ring::placement::{Placement, RingState};
 use crate::ring::{Algo, HashTag, RingSpec};
 
@@ -50,6 +51,8 @@ pub struct Config {
     pub read_from: String,
     /// How often Sentinel (and, for reads from replicas, each primary's ROLE) is asked again.
     pub topology_refresh_ms: i64,
+    /// How long a fleet coordinator's lease runs at a node after it last heard from it.
+    pub fleet_lease_ms: i64,
     /// `yes`: every connection to another server speaks TLS (`route::tls`).
     pub tls: String,
     /// The TLS files, empty for the server's own `tls-*` setting of the same name.
@@ -75,6 +78,7 @@ impl Default for Config {
             sentinel_password: String::new(),
             read_from: "primary".into(),
             topology_refresh_ms: 1000,
+            fleet_lease_ms: 10_000,
             tls: "no".into(),
             tls_files: Default::default(),
         }
@@ -132,6 +136,9 @@ pub struct ModuleState {
     /// The random bits of uuidv7 and ulid IDs (seeded from the OS at the first one).
     pub entropy: Entropy,
     pub rings: RingState,
+    /// The term of the fleet operation this node follows, and its holder's lease (durable with
+    /// the rings).
+    pub lease: Lease,
     /// The high-water mark last propagated as SHARD.ADVANCE: the mark only moves when the tick
     /// does, so replicas and the AOF get it once per tick, not once per call.
     pub propagated_high_water: Option<i64>,
@@ -191,6 +198,7 @@ impl ModuleState {
             returning: self.rings.returning,
             fence: self.rings.fence,
             fleet: None,
+            lease: self.lease.record.clone(),
         }
     }
 
@@ -206,6 +214,7 @@ impl ModuleState {
         if let Some(ms) = persisted.high_water_ms {
             self.generator.advance_past_ms(&self.keys.layout, ms);
         }
+        self.lease = Lease::restored(persisted.lease, crate::clock::monotonic_ms());
         // The stored rings replace ours; a data set saved before any ring was set keeps the
         // ring of the ring file, if one is configured.
         if current.is_some() || self.config.ring.file.is_empty() {

@@ -16,12 +16,14 @@ SUBCOMMANDS = {
     "shard.ring": {"set": (-3, {"admin"}), "get": (2, {"readonly", "fast"}), "begin": (-3, {"admin"}),
                    "commit": (2, {"admin"}), "abort": (2, {"admin"}),
                    "install": (-3, {"admin"}), "state": (2, {"readonly"}),
-                   "push": (2, {"admin", "blocking"}), "check": (2, {"admin", "blocking"})},
+                   "push": (2, {"admin", "blocking"}), "check": (2, {"admin", "blocking"}),
+                   "lease": (-7, {"admin"})},
     "shard.reshard": {"copy": (-2, {"admin"}), "cleanup": (-2, {"admin", "write"}),
-                      "status": (2, {"readonly", "fast"}), "stop": (2, {"admin"}),
-                      "throttle": (3, {"admin"}), "pause": (2, {"admin"}), "resume": (2, {"admin"}),
-                      "start": (-3, {"admin", "blocking"}), "cancel": (2, {"admin"}),
-                      "plan": (3, {"admin"})},
+                      "status": (2, {"readonly", "fast"}), "stop": (-2, {"admin"}),
+                      "throttle": (3, {"admin"}), "pause": (2, {"admin"}),
+                      "resume": (2, {"admin", "blocking"}),
+                      "start": (-3, {"admin", "blocking"}), "cancel": (2, {"admin", "blocking"}),
+                      "handover": (2, {"admin"}), "plan": (-2, {"admin"})},
 }
 
 
@@ -72,7 +74,8 @@ def test_command_docs_summary_and_arguments(r):
     subs = dict(zip(subs[::2], subs[1::2]))
     assert set(subs) == {b"shard.ring|set", b"shard.ring|get", b"shard.ring|begin",
                          b"shard.ring|commit", b"shard.ring|abort", b"shard.ring|install",
-                         b"shard.ring|state", b"shard.ring|push", b"shard.ring|check"}
+                         b"shard.ring|state", b"shard.ring|push", b"shard.ring|check",
+                         b"shard.ring|lease"}
 
 
 def test_the_node_block_of_a_ring_documents_its_slot_ranges(r):

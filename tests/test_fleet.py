@@ -196,7 +196,7 @@ def test_coordinator_killed_mid_copy_resumes_after_restart(server_factory):
     old = assert_one_ring(servers, NAMES3, on=NAMES3)
     c0 = servers["n0"].client()
     assert start_resharding(c0, servers, NAMES4, maxrate=SLOW_RATE) == b"OK"
-    wait_copying(c0)
+    term = wait_copying(c0)["term"]
 
     # n0 coordinates and is a copy source too: its copy dies with it.
     servers["n0"].stop(signal.SIGKILL)
@@ -205,7 +205,13 @@ def test_coordinator_killed_mid_copy_resumes_after_restart(server_factory):
     st = fleet_status(c0)
     assert st is not None, "the plan did not survive the restart"
     assert st["phase"] in (b"copy", b"commit", b"cleanup", b"done") and st["running"] == b"no", st
+    # Its lease still runs at the nodes (10 s), but it was this server's earlier run: RESUME takes
+    # it over at once, under the next term.
     assert c0.execute_command("SHARD.RESHARD", "RESUME") == b"OK"
+    st = fleet_status(c0)
+    assert st["term"] == term + 1, st
+    assert st["lease"] in (b"held (taken over from an earlier run of this server)",
+                           f"released (term {term + 1})".encode()), st
     st = wait_fleet(c0, "done")
     new = assert_one_ring(servers, NAMES4)
     check_done(st, old, new, {"n0": "both", "n1": "both", "n2": "both", "n3": "new"})

@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
             current: Some(spec.clone()),
             previous: Some(spec.clone()),
             returning: data.len() % 2 == 1,
-            fleet: None,
+            ..Persisted::default()
         };
         assert_eq!(Persisted::decode(&p.encode()).as_ref(), Ok(&p));
         if let Some(Ok(ring)) = build_bounded(&spec) {

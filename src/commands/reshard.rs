@@ -1,6 +1,7 @@
 //! `SHARD.RESHARD COPY|CLEANUP|STATUS|STOP|THROTTLE|PAUSE|RESUME`: the background jobs that
-//! move keys between nodes (`reshard::jobs`); and `START|CANCEL|PLAN`, the fleet operations
-//! (`reshard::fleet`), whose part of STATUS and RESUME is here too.
+//! move keys between nodes (`reshard::jobs`); and `START|CANCEL|HANDOVER|PLAN`, the fleet
+//! operations (`reshard::fleet`), whose part of STATUS and RESUME is here too. COPY, CLEANUP and
+//! STOP sent by a fleet coordinator end with its term (`TERM ...`, `fleet::fencing`).
 
 use crate::command;
 use crate::host::register::{arg, block, flag, opt, Arg, CommandSpec, Kind};
@@ -10,9 +11,10 @@ use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::{int_in, is, ArgList};
 use crate::net::resp::ReplyResp;
 use crate::reshard::fleet::operation::{self, Start};
-use crate::reshard::fleet::{coordinator, reach, status};
+use crate::reshard::fleet::{coordinator, fencing, reach, status};
 use crate::reshard::jobs::{self, CopyOptions};
 use crate::reshard::{is_member, JobKind};
+use crate::ring::lease::Claim;
 use crate::ring::placement::Placement;
 use crate::ring::RingSpec;
 use crate::route::forward;
@@ -72,9 +74,17 @@ pub fn parse_cleanup<A: ArgList + ?Sized>(args: &A) -> Result<(usize, bool), Cmd
     Ok((batch, left))
 }
 
-/// `SHARD.RESHARD COPY [BATCH n] [TIMEOUT ms] [REPLACE]`.
+/// A step's arguments without its `TERM ...` (`fleet::fencing`), and the term.
+fn without_term<'a>(call: &'a Call) -> Result<(Vec<&'a [u8]>, Option<Claim>), CmdError> {
+    let (n, term) = fencing::split_term(&call.args, 2)?;
+    Ok(((0..n).map(|i| call.args.get(i)).collect(), term))
+}
+
+/// `SHARD.RESHARD COPY [BATCH n] [TIMEOUT ms] [REPLACE] [TERM ...]`.
 pub fn copy(call: &Call) -> CmdResult {
-    let mut options = parse_copy(&call.args)?;
+    let (args, term) = without_term(call)?;
+    let mut options = parse_copy(args.as_slice())?;
+    fencing::accept_step(call.ctx, term.as_ref())?;
     let (ring, self_name) = {
         let st = state::lock();
         let (ring, self_name) = job_inputs(&st)?;
@@ -103,10 +113,12 @@ pub fn copy(call: &Call) -> CmdResult {
     Ok(())
 }
 
-/// `SHARD.RESHARD CLEANUP [BATCH n] [LEFT]`: deletes local keys this node does not own; with
-/// LEFT, on a node that has left the ring, every key.
+/// `SHARD.RESHARD CLEANUP [BATCH n] [LEFT] [TERM ...]`: deletes local keys this node does not
+/// own; with LEFT, on a node that has left the ring, every key.
 pub fn cleanup(call: &Call) -> CmdResult {
-    let (batch, left) = parse_cleanup(&call.args)?;
+    let (args, term) = without_term(call)?;
+    let (batch, left) = parse_cleanup(args.as_slice())?;
+    fencing::accept_step(call.ctx, term.as_ref())?;
     let (ring, self_name) = {
         let st = state::lock();
         if st.rings.previous.is_some() {
@@ -204,11 +216,13 @@ pub fn status(call: &Call) -> CmdResult {
     Ok(())
 }
 
-/// `SHARD.RESHARD STOP`: stops the running job after its current batch.
+/// `SHARD.RESHARD STOP [TERM ...]`: stops the running job after its current batch.
 pub fn stop(call: &Call) -> CmdResult {
-    if call.args.len() != 2 {
+    let (args, term) = without_term(call)?;
+    if args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.reshard|stop"));
     }
+    fencing::accept_step(call.ctx, term.as_ref())?;
     if !jobs::request_stop() {
         return Err(CmdError::err("no resharding job is running"));
     }
@@ -235,8 +249,9 @@ pub fn pause(call: &Call) -> CmdResult {
 }
 
 /// `SHARD.RESHARD RESUME`: a paused job goes on from where it stopped, and an interrupted fleet
-/// operation (a restart or failover of its coordinator, or a node it gave up on) goes on from
-/// its phase.
+/// operation (a restart or failover of its coordinator, a node it gave up on, a plan handed to
+/// this node) goes on from its phase under a new term, once no other coordinator's lease runs
+/// (`operation::resume`: the reply waits for the nodes' answers).
 pub fn resume(call: &Call) -> CmdResult {
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.reshard|resume"));
@@ -245,14 +260,10 @@ pub fn resume(call: &Call) -> CmdResult {
     let plan = reach::plan_to_resume()?;
     let running_plan = coordinator::running();
     let job = jobs::set_paused(false);
-    let plan = match plan {
-        Some(reach) => {
-            coordinator::drive(reach);
-            true
-        }
-        None => running_plan,
-    };
-    if !job && !plan {
+    if let Some(reach) = plan {
+        return operation::resume(call, reach);
+    }
+    if !job && !running_plan {
         return Err(CmdError::err(
             "nothing to resume: no resharding job is running here and no fleet operation is unfinished",
         ));
@@ -308,11 +319,7 @@ pub fn start(call: &Call) -> CmdResult {
         operation::prepare_start(&st, current, new, max_rate)?
     };
     match start {
-        Start::Resume(reach) => {
-            coordinator::drive(reach);
-            call.reply.ok();
-            Ok(())
-        }
+        Start::Resume(reach) => operation::resume(call, reach),
         Start::New(plan, reach) => {
             let link = reach.link.clone();
             forward::run(call, link, move |steps| {
@@ -345,7 +352,7 @@ fn moving_fewest_slots(new: RingSpec) -> Result<RingSpec, CmdError> {
 
 /// `SHARD.RESHARD CANCEL`: returns the fleet to the old ring, in the background. The request is
 /// replicated (as the plan with its cancel flag) before the reply, so a coordinator restarted
-/// at once still cancels on RESUME.
+/// at once still cancels on RESUME. A plan not being driven is driven again (as RESUME does).
 pub fn cancel(call: &Call) -> CmdResult {
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.reshard|cancel"));
@@ -353,28 +360,48 @@ pub fn cancel(call: &Call) -> CmdResult {
     let (reach, bytes) = operation::request_cancel()?;
     call.ctx
         .replicate("SHARD.RESHARD", &[&b"PLAN"[..], &bytes[..]][..]);
-    coordinator::drive(reach);
+    operation::resume(call, reach)
+}
+
+/// `SHARD.RESHARD HANDOVER`: the coordinator stops driving at its next step and releases its
+/// lease at every node (STATUS: `running` no, `lease` released), so that RESUME on a node that
+/// holds the plan (a replica, or one given it with PLAN) goes on at once.
+pub fn handover(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(CmdError::wrong_arity("shard.reshard|handover"));
+    }
+    operation::handover()?;
     call.reply.ok();
     Ok(())
 }
 
-/// `SHARD.RESHARD PLAN bytes`: the coordinator's plan, as it makes it durable (replicated; the
-/// AOF replays it). While this node drives the plan, its state holds the newest already.
+/// `SHARD.RESHARD PLAN [bytes]`: with bytes, the coordinator's plan, as it makes it durable
+/// (replicated; the AOF replays it), or a plan handed to this node; while this node drives its
+/// plan, its state holds the newest already. Without: this node's plan's bytes (nil: none).
 pub fn save_plan(call: &Call) -> CmdResult {
-    if call.args.len() != 3 {
-        return Err(CmdError::wrong_arity("shard.reshard|plan"));
+    match call.args.len() {
+        2 => {
+            match operation::read_plan() {
+                Some(bytes) => call.reply.bulk(&bytes),
+                None => call.reply.null(),
+            }
+            Ok(())
+        }
+        3 => {
+            operation::save_plan(call.ctx, call.args.get(2))?;
+            call.ctx.replicate_verbatim();
+            call.reply.ok();
+            Ok(())
+        }
+        _ => Err(CmdError::wrong_arity("shard.reshard|plan")),
     }
-    operation::save_plan(call.args.get(2))?;
-    call.ctx.replicate_verbatim();
-    call.reply.ok();
-    Ok(())
 }
 
 pub static RESHARD: CommandSpec = command! {
     name: "shard.reshard",
     container,
     summary: "Runs the background jobs that move keys between nodes",
-    subcommands: &[&RESHARD_COPY, &RESHARD_CLEANUP, &RESHARD_STATUS, &RESHARD_STOP, &RESHARD_THROTTLE, &RESHARD_PAUSE, &RESHARD_RESUME, &RESHARD_START, &RESHARD_CANCEL, &RESHARD_PLAN],
+    subcommands: &[&RESHARD_COPY, &RESHARD_CLEANUP, &RESHARD_STATUS, &RESHARD_STOP, &RESHARD_THROTTLE, &RESHARD_PAUSE, &RESHARD_RESUME, &RESHARD_START, &RESHARD_CANCEL, &RESHARD_HANDOVER, &RESHARD_PLAN],
 };
 
 pub static RESHARD_COPY: CommandSpec = command! {
@@ -414,10 +441,10 @@ pub static RESHARD_STOP: CommandSpec = command! {
     name: "shard.reshard|stop",
     handler: stop,
     flags: "admin",
-    arity: 2,
+    arity: -2,
     summary: "Stops the running resharding job after its current batch",
     complexity: "O(1)",
-    args: &[],
+    args: STOP_ARGS,
     acl: "admin dangerous slow",
 };
 
@@ -446,9 +473,9 @@ pub static RESHARD_PAUSE: CommandSpec = command! {
 pub static RESHARD_RESUME: CommandSpec = command! {
     name: "shard.reshard|resume",
     handler: resume,
-    flags: "admin",
+    flags: "admin blocking deny-script",
     arity: 2,
-    summary: "Resumes a paused resharding job, and an interrupted fleet operation, from where they stopped",
+    summary: "Resumes a paused resharding job, and an interrupted fleet operation, from where they stopped (under a new term, once no other coordinator's lease runs)",
     complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",
@@ -468,10 +495,21 @@ pub static RESHARD_START: CommandSpec = command! {
 pub static RESHARD_CANCEL: CommandSpec = command! {
     name: "shard.reshard|cancel",
     handler: cancel,
-    flags: "admin",
+    flags: "admin blocking deny-script",
     arity: 2,
     summary: "Returns the fleet to the old ring (before COMMIT), bringing back the writes made since",
     complexity: "O(1) to start",
+    args: &[],
+    acl: "admin dangerous slow",
+};
+
+pub static RESHARD_HANDOVER: CommandSpec = command! {
+    name: "shard.reshard|handover",
+    handler: handover,
+    flags: "admin",
+    arity: 2,
+    summary: "Stops this node's fleet coordinator at its next step and releases its lease, so RESUME elsewhere goes on at once",
+    complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",
 };
@@ -480,8 +518,8 @@ pub static RESHARD_PLAN: CommandSpec = command! {
     name: "shard.reshard|plan",
     handler: save_plan,
     flags: "admin",
-    arity: 3,
-    summary: "Stores the coordinator's plan (sent by the coordinator to itself; replicated)",
+    arity: -2,
+    summary: "Stores a fleet plan (sent by the coordinator to itself, replicated; or handed to this node), or without one replies this node's plan",
     complexity: "O(N) with N the nodes",
     args: PLAN_ARGS,
     acl: "admin dangerous slow",
@@ -492,11 +530,18 @@ static COPY_ARGS: &[Arg] = &[
     opt(c"timeout", c"TIMEOUT", Kind::Int),
     flag(c"replace", c"REPLACE"),
     opt(c"keys-per-second", c"MAXRATE", Kind::Int),
+    crate::commands::ring::TERM_ARG,
 ];
+
+static STOP_ARGS: &[Arg] = &[crate::commands::ring::TERM_ARG];
 
 static THROTTLE_ARGS: &[Arg] = &[arg(c"keys-per-second", Kind::Int)];
 
-static CLEANUP_ARGS: &[Arg] = &[opt(c"batch", c"BATCH", Kind::Int), flag(c"left", c"LEFT")];
+static CLEANUP_ARGS: &[Arg] = &[
+    opt(c"batch", c"BATCH", Kind::Int),
+    flag(c"left", c"LEFT"),
+    crate::commands::ring::TERM_ARG,
+];
 
 static START_ARGS: &[Arg] = &[
     arg(c"algo", Kind::Str),
@@ -505,4 +550,7 @@ static START_ARGS: &[Arg] = &[
     opt(c"keys-per-second", c"MAXRATE", Kind::Int),
 ];
 
-static PLAN_ARGS: &[Arg] = &[arg(c"plan", Kind::Str)];
+static PLAN_ARGS: &[Arg] = &[Arg {
+    optional: true,
+    ..arg(c"plan", Kind::Str)
+}];

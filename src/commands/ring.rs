@@ -1,7 +1,8 @@
 //! `SHARD.RING SET|GET|BEGIN|COMMIT|ABORT`: the rings held in module memory; and the fleet's
 //! part of `SHARD.RING`: `INSTALL` (both rings at once, a fleet operation's step), `STATE`
-//! (this node, for the coordinator), `PUSH` and `CHECK` (this node's rings to, and every
-//! node's state from, the fleet: `reshard::fleet`).
+//! (this node, for the coordinator), `LEASE` (a coordinator's claim, renewal or release of its
+//! term, `reshard::fleet::fencing`), `PUSH` and `CHECK` (this node's rings to, and every node's
+//! state from, the fleet: `reshard::fleet`).
 
 use crate::command;
 use crate::host::register::{arg, block, flag, opt, Arg, CommandSpec, Kind};
@@ -11,9 +12,9 @@ use crate::commands::whereis::current_ring;
 use crate::commands::{Call, CmdError, CmdResult};
 use crate::host::args::{is, ArgList};
 use crate::net::resp::ReplyResp;
-use crate::reshard::fleet::node_state;
 use crate::reshard::fleet::push::Push;
 use crate::reshard::fleet::survey::Survey;
+use crate::reshard::fleet::{fencing, node_state};
 use crate::reshard::jobs;
 use crate::ring::placement::Placement;
 use crate::ring::{format_ranges, Algo, HashTag, RingSpec};
@@ -219,12 +220,13 @@ fn reply_nodes(call: &Call, placement: &Placement) {
     }
 }
 
-/// `SHARD.RING INSTALL current [previous] [RETURNING|FENCE]`: both rings at once, as canonical
-/// texts (a fleet operation's step: the same call repeated changes nothing). `RETURNING`: a
-/// cancel brings keys back; `FENCE`: a fleet operation's fence (the same rings and refusals,
-/// which then name the fence).
+/// `SHARD.RING INSTALL current [previous] [RETURNING|FENCE] [TERM ...]`: both rings at once, as
+/// canonical texts (a fleet operation's step: the same call repeated changes nothing).
+/// `RETURNING`: a cancel brings keys back; `FENCE`: a fleet operation's fence (the same rings
+/// and refusals, which then name the fence). `TERM`: the coordinator's term, refused when this
+/// node follows a newer one (`fleet::fencing`); replicated with the rings.
 pub fn install(call: &Call) -> CmdResult {
-    let n = call.args.len();
+    let (n, term) = fencing::split_term(&call.args, 3)?;
     let returning = n > 3 && is(call.args.get(n - 1), "RETURNING");
     let fence = n > 3 && is(call.args.get(n - 1), "FENCE");
     let texts = n - usize::from(returning || fence);
@@ -243,6 +245,13 @@ pub fn install(call: &Call) -> CmdResult {
     };
     let current = build(2)?;
     let previous = if texts == 4 { Some(build(3)?) } else { None };
+    if (returning || fence) && previous.is_none() {
+        return Err(CmdError::err(
+            "RETURNING and FENCE need a previous ring: the ring the keys come back from",
+        ));
+    }
+    // A step of an older term is refused before anything else is looked at.
+    fencing::accept_step(call.ctx, term.as_ref())?;
     crate::cluster::protocol::check_ring_change(call, &current)?;
     if jobs::running() {
         return Err(CmdError::err(
@@ -266,6 +275,33 @@ pub fn node_state(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.ring|state"));
     }
     call.reply.resp(&node_state::this_node(call.ctx));
+    Ok(())
+}
+
+/// `SHARD.RING LEASE term lease-ms name address run-id [RELEASE]`: a fleet coordinator's term
+/// at this node: its claim of a new term (followed at once) or a renewal of its lease, or with
+/// `RELEASE` the holder handing its term over; refused when this node follows a newer term
+/// (`fleet::fencing`). A change of the record is replicated.
+pub fn lease(call: &Call) -> CmdResult {
+    let n = call.args.len();
+    if !(7..=8).contains(&n) {
+        return Err(CmdError::wrong_arity("shard.ring|lease"));
+    }
+    let claim = fencing::parse_claim(&call.args, 2)?;
+    let how = match n {
+        8 if is(call.args.get(7), "RELEASE") => crate::ring::lease::How::Release,
+        8 => {
+            return Err(CmdError::unknown_option(
+                "shard.ring|lease",
+                call.args.get(7),
+            ))
+        }
+        _ => crate::ring::lease::How::Step,
+    };
+    if fencing::accept(call.ctx, &claim, how)? {
+        call.ctx.replicate_verbatim();
+    }
+    call.reply.ok();
     Ok(())
 }
 
@@ -304,7 +340,7 @@ pub static RING: CommandSpec = command! {
     name: "shard.ring",
     container,
     summary: "Manages the ring of nodes held in module memory",
-    subcommands: &[&RING_SET, &RING_GET, &RING_BEGIN, &RING_COMMIT, &RING_ABORT, &RING_INSTALL, &RING_STATE, &RING_PUSH, &RING_CHECK],
+    subcommands: &[&RING_SET, &RING_GET, &RING_BEGIN, &RING_COMMIT, &RING_ABORT, &RING_INSTALL, &RING_STATE, &RING_LEASE, &RING_PUSH, &RING_CHECK],
 };
 
 pub static RING_SET: CommandSpec = command! {
@@ -384,6 +420,17 @@ pub static RING_STATE: CommandSpec = command! {
     acl: "read",
 };
 
+pub static RING_LEASE: CommandSpec = command! {
+    name: "shard.ring|lease",
+    handler: lease,
+    flags: "admin",
+    arity: -7,
+    summary: "A fleet coordinator's term at this node: claims it or renews its lease, or with RELEASE hands it over (sent by the coordinator)",
+    complexity: "O(1)",
+    args: LEASE_ARGS,
+    acl: "admin dangerous slow",
+};
+
 pub static RING_PUSH: CommandSpec = command! {
     name: "shard.ring|push",
     handler: push,
@@ -426,4 +473,33 @@ static INSTALL_ARGS: &[Arg] = &[
         ..arg(c"previous", Kind::Str)
     },
     flag(c"returning", c"RETURNING"),
+    TERM_ARG,
+];
+
+/// `TERM term lease-ms holder address run-id`: a fleet coordinator's term, at the end of each
+/// step it sends.
+pub(crate) const TERM_ARG: Arg = Arg {
+    name: c"term",
+    kind: Kind::Block,
+    token: Some(c"TERM"),
+    optional: true,
+    multiple: false,
+    subargs: TERM_FIELDS,
+};
+
+const TERM_FIELDS: &[Arg] = &[
+    arg(c"term", Kind::Int),
+    arg(c"lease-ms", Kind::Int),
+    arg(c"holder", Kind::Str),
+    arg(c"address", Kind::Str),
+    arg(c"run-id", Kind::Str),
+];
+
+static LEASE_ARGS: &[Arg] = &[
+    arg(c"term", Kind::Int),
+    arg(c"lease-ms", Kind::Int),
+    arg(c"holder", Kind::Str),
+    arg(c"address", Kind::Str),
+    arg(c"run-id", Kind::Str),
+    flag(c"release", c"RELEASE"),
 ];

@@ -52,6 +52,33 @@ pub fn server_config(name: &str) -> String {
     }
 }
 
+/// This server's run id (`INFO server`'s `run_id`, a new one at every start); empty before load.
+/// Main thread only.
+pub fn run_id() -> String {
+    static RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(id) = RUN_ID.get() {
+        return id.clone();
+    }
+    let Some(ctx) = detached() else {
+        return String::new();
+    };
+    let text = match ctx.call("INFO", &["server"]) {
+        Ok(RedisValue::SimpleString(t) | RedisValue::BulkString(t)) => t,
+        Ok(RedisValue::BulkRedisString(t)) => t.to_string_lossy(),
+        Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
+        _ => String::new(),
+    };
+    let id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default();
+    if id.is_empty() {
+        return id;
+    }
+    RUN_ID.get_or_init(|| id).clone()
+}
+
 /// Runs `callback(data)` on the main thread after `delay`, on a timer of the server's event
 /// loop armed on the detached context. False (and nothing armed) before load.
 pub fn after<T: 'static>(delay: std::time::Duration, callback: fn(&Context, T), data: T) -> bool {

@@ -8,6 +8,9 @@
 //!
 //! `bucket`: every ring's 16384 buckets (fixed ranges of its hash, the slot for `slots`), the
 //! nodes owning each, and the buckets a ring change moves: the unit of the index of keys.
+//!
+//! `lease`: which fleet coordinator may change this node's rings (the term it follows, a
+//! fencing token, and the holder's lease).
 
 mod algo;
 mod bucket;
@@ -17,6 +20,7 @@ mod file;
 mod hashtag;
 mod jedis;
 mod ketama;
+pub mod lease;
 pub mod placement;
 mod points;
 mod redis_shard;

@@ -11,6 +11,10 @@
 //! restart or a failover the plan is there with `running: no`, and RESUME goes on from its
 //! phase: every step is idempotent (rings installed whole, copies that skip what is there,
 //! cleanups that delete only what another node owns), so a step repeated is harmless.
+//!
+//! One coordinator at a time (`lease`): before it drives, the coordinator takes a new term
+//! (`acquire`), refused while another coordinator's lease runs; every step it sends carries the
+//! term, and a node that follows a newer term refuses it: the coordinator then stops.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -21,6 +25,7 @@ use crate::net::endpoint::Endpoint;
 use crate::net::pool::Link;
 use crate::net::resp::Resp;
 use crate::reshard::fleet::checks::{check_resume, job_verdict, JobVerdict};
+use crate::reshard::fleet::lease::{self, Term};
 use crate::reshard::fleet::node_state::NodeState;
 use crate::reshard::fleet::plan::{FleetPlan, NodeProgress, Phase, MAX_ATTEMPTS};
 use crate::route::forward::{self, CallReply, NetSteps};
@@ -57,22 +62,70 @@ pub struct Reach {
     pub me: Endpoint,
     /// How long a routed call may still arrive after the rings change (the call timeout).
     pub quiet: Duration,
+    /// How long the nodes count this coordinator alive after hearing from it.
+    pub lease: Duration,
+    /// This server's run id (the lease's holder is this run).
+    pub run_id: String,
 }
 
-/// Starts driving the state's plan in the background, unless it is being driven already.
-pub fn drive(reach: Reach) {
-    if running() {
-        return;
-    }
-    RUNNING.with(|r| r.set(true));
+/// Marks this node as driving its plan (taking its term first); false if it is already.
+pub fn begin_driving() -> bool {
+    !RUNNING.with(|r| r.replace(true))
+}
+
+/// The plan could not be driven after `begin_driving` (its term was refused): `why` shown.
+pub fn not_driven(why: &str) {
+    RUNNING.with(|r| r.set(false));
+    with_plan(|p| p.error = why.to_string());
+}
+
+/// Drives the state's plan in the background under `term` (taken by `acquire`, or by START),
+/// after `begin_driving`: the term claimed at every node and renewed while it drives; released
+/// when it stops, unless it was lost.
+pub fn drive(reach: Reach, term: Term) {
     let link = reach.link.clone();
     forward::spawn(link, move |steps| async move {
         let _guard = RunningGuard;
-        if let Err(e) = run(&steps, &reach).await {
+        lease::hold(&term);
+        let nodes = current_plan()
+            .map(|p| endpoints(&p, &reach.me.name))
+            .unwrap_or_default();
+        let mut result = lease::claim(&steps, &nodes, &term).await;
+        if result.is_ok() {
+            let names = nodes.iter().map(|n| n.name.clone()).collect();
+            lease::renew_in_background(&reach, &term, names);
+            result = run(&steps, &reach).await;
+        }
+        lease::end(&steps, &nodes).await;
+        if let Err(e) = result {
             with_plan(|p| p.error = e);
         }
         CallReply::Reply(Resp::Null)
     });
+}
+
+/// The term to drive the unfinished plan under (RESUME, START again, CANCEL of a plan not
+/// driven): every node asked; refused while another coordinator's lease runs, or when a node
+/// holds rings that do not fit the plan's phase (`check_resume`: the plan is older than the
+/// fleet); the new term made durable in the plan before any step carries it.
+pub async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
+    let plan = current_plan()?;
+    let nodes = endpoints(&plan, &reach.me.name);
+    let answers = lease::ask(steps, &nodes, reach).await?;
+    let problems = check_resume(&plan, &answers);
+    if !problems.is_empty() {
+        return Err(format!(
+            "ERR refused to drive the plan: {}",
+            problems.join("; ")
+        ));
+    }
+    let term = lease::take(plan.term, &nodes, &answers, reach)?;
+    with_plan(|p| {
+        p.term = term.claim.term;
+        p.error.clear();
+    });
+    persist(steps, reach).await?;
+    Ok(term)
 }
 
 /// Reads or changes the state's plan.
@@ -107,7 +160,6 @@ pub fn endpoints(plan: &FleetPlan, self_name: &str) -> Vec<Endpoint> {
 }
 
 async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
-    check_fleet(steps, reach).await?;
     // A RESUME gives every unfinished node its tries again.
     with_plan(|p| {
         for n in p.nodes.iter_mut().filter(|n| !n.done) {
@@ -115,6 +167,7 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
         }
     });
     loop {
+        lease::fresh(steps, reach).await?;
         let plan = current_plan()?;
         if plan.cancel && plan.phase.cancellable() {
             enter(steps, reach, Phase::CancelStop).await?;
@@ -137,23 +190,6 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
     }
 }
 
-/// Before driving a plan (a START, a RESUME after a restart or failover): every node that
-/// answers must hold rings that fit the plan's phase; a plan older than the fleet is refused.
-async fn check_fleet(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
-    let plan = current_plan()?;
-    let nodes = endpoints(&plan, &reach.me.name);
-    let answers = ask_states(steps, &nodes).await;
-    let problems = check_resume(&plan, &answers);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "refused to drive the plan: {}",
-            problems.join("; ")
-        ))
-    }
-}
-
 /// Waits until no node has a routed call in flight that its earlier rings routed: after the
 /// fence, a write routed to an old owner by the old ring alone would land after a new owner
 /// copied the key, and be lost; after a cancel's return, one routed to a new owner would land
@@ -165,6 +201,7 @@ async fn wait_for_calls(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
     let look = POLL / 5;
     let cap = (reach.quiet * 4).as_millis() / look.as_millis();
     for _ in 0..=cap {
+        lease::fresh(steps, reach).await?;
         let answers = ask_states(steps, &nodes).await;
         if answers.iter().flatten().all(|st| st.calls_before == 0) {
             return Ok(());
@@ -174,17 +211,22 @@ async fn wait_for_calls(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
     Ok(())
 }
 
-/// Moves the plan to `phase` and makes it durable.
+/// Moves the plan to `phase` and makes it durable (not once the lease is lost).
 async fn enter(steps: &NetSteps, reach: &Reach, phase: Phase) -> Result<(), String> {
+    lease::fresh(steps, reach).await?;
     with_plan(|p| p.enter(phase));
     persist(steps, reach).await
 }
 
-/// Sends the plan to this node itself as `SHARD.RESHARD PLAN`, which replicates it.
+/// Sends the plan to this node itself as `SHARD.RESHARD PLAN`, which replicates it (refused,
+/// and the lease lost, once this node follows a newer term than the plan's).
 pub async fn persist(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
+    lease::fresh(steps, reach).await?;
     let bytes = current_plan()?.encode();
     let args = vec![b"SHARD.RESHARD".to_vec(), b"PLAN".to_vec(), bytes];
-    match steps.send(&reach.me, &args).await {
+    let reply = steps.send(&reach.me, &args).await;
+    lease::note_refusals([(reach.me.name.as_str(), &reply)])?;
+    match reply {
         Ok(Resp::Simple(_)) => Ok(()),
         Ok(other) => Err(format!("cannot save the plan here: {}", reply_text(&other))),
         Err(e) => Err(format!("cannot save the plan here: {e}")),
@@ -198,7 +240,8 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), Strin
         let Some(install) = plan.install() else {
             return Ok(());
         };
-        let args = install.command();
+        lease::fresh(steps, reach).await?;
+        let args = lease::stamped(install.command());
         let pending: Vec<Endpoint> = plan
             .nodes
             .iter()
@@ -209,6 +252,12 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), Strin
             return Ok(());
         }
         let replies = join_all(pending.iter().map(|at| steps.send(at, &args))).await;
+        lease::note_refusals(
+            pending
+                .iter()
+                .map(|at| at.name.as_str())
+                .zip(replies.iter()),
+        )?;
         let mut failed = Vec::new();
         with_plan(|p| {
             for (at, reply) in pending.iter().zip(replies) {
@@ -256,6 +305,7 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
     let mut retry_at: Vec<Option<u32>> = vec![None; plan0.nodes.len()];
     let mut tick: u32 = 0;
     loop {
+        lease::fresh(steps, reach).await?;
         let plan = current_plan()?;
         if plan.cancel && plan.phase.cancellable() {
             return Ok(false);
@@ -274,11 +324,16 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
             .collect();
         if !due.is_empty() {
             let sends = due.iter().filter_map(|&i| {
-                let args = plan.work(i)?.command(plan.max_rate);
+                let args = lease::stamped(plan.work(i)?.command(plan.max_rate));
                 let at = endpoint_of(&plan, &plan.nodes[i].name, &reach.me.name)?;
                 Some(async move { (i, steps.send(&at, &args).await) })
             });
             let replies = join_all(sends).await;
+            let names: Vec<&str> = replies
+                .iter()
+                .map(|(i, _)| plan.nodes[*i].name.as_str())
+                .collect();
+            lease::note_refusals(names.into_iter().zip(replies.iter().map(|(_, r)| r)))?;
             let mut gave_up = None;
             with_plan(|p| {
                 for (i, reply) in replies {

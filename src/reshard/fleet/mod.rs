@@ -10,9 +10,14 @@
 //! - `checks`: what the coordinator concludes from the answers (a job's verdict, START's and
 //!   RESUME's checks), pure.
 //! - `coordinator`: drives the plan in the background on the event loop.
+//! - `lease`: one coordinator at a time: the term a coordinator takes before it drives (refused
+//!   while another's lease runs), claims, renews, stamps on every step and releases; `fencing`
+//!   the nodes' side: a step's `TERM ...` read, accepted or refused (`STALETERM`), and made
+//!   durable (the record's rules: `ring::lease`).
 //! - `reach`: how this node reaches the fleet (link, the rings' nodes, the coordinator's
 //!   `Reach`), and whether there is a plan to resume.
-//! - `operation`: START's checks and start, CANCEL, PLAN, as the commands ask for them.
+//! - `operation`: START's checks and start, RESUME, CANCEL, HANDOVER, PLAN, as the commands ask
+//!   for them.
 //! - `push`, `survey`: `SHARD.RING PUSH` and `SHARD.RING CHECK` across the fleet.
 //! - `status`: STATUS's `fleet` field.
 //! - `tests.rs`: the unit tests of the plan, its checks and byte form.
@@ -22,6 +27,8 @@
 
 pub mod checks;
 pub mod coordinator;
+pub mod fencing;
+pub mod lease;
 pub mod node_state;
 pub mod operation;
 pub mod plan;

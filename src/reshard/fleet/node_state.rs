@@ -33,6 +33,16 @@ pub struct NodeState {
     pub keys_by_share: Option<KeysByShare>,
     /// Routed calls in flight there that were routed by rings older than the current ones.
     pub calls_before: u64,
+    /// The node's server's run id (a new one at every start).
+    pub run_id: String,
+    /// The term of the fleet operation it follows (0: none), and that term's holder.
+    pub term: u64,
+    pub term_holder: String,
+    pub term_address: String,
+    pub term_run_id: String,
+    pub term_released: bool,
+    /// How long the holder's lease still runs there (0: run out, released, or none).
+    pub lease_left_ms: u64,
 }
 
 impl NodeState {
@@ -76,6 +86,13 @@ impl NodeState {
                 b"keys" => st.keys = int(),
                 b"used_memory" => st.used_memory = int(),
                 b"calls_before" => st.calls_before = int(),
+                b"run_id" => st.run_id = text(),
+                b"term" => st.term = int(),
+                b"term_holder" => st.term_holder = text(),
+                b"term_address" => st.term_address = text(),
+                b"term_run_id" => st.term_run_id = text(),
+                b"term_released" => st.term_released = text() == "yes",
+                b"lease_left_ms" => st.lease_left_ms = int(),
                 b"key_ranges" => {
                     if let Resp::Array(ranges) = v {
                         let by = st.keys_by_share.get_or_insert_with(KeysByShare::default);
@@ -130,8 +147,9 @@ fn my_keys_by_share(current: &Option<Arc<Placement>>, self_name: &str) -> Option
     Some(keys_by_share(&ring.bucket_shares(me), &counts))
 }
 
-/// This node's answer to `SHARD.RING STATE`: its rings, job, key count and memory, as a map of
-/// 15 fields, and with a ready key index 3 more: `key_ranges` (`[first, last, keys]` for each
+/// This node's answer to `SHARD.RING STATE`: its rings, job, key count and memory, its run id
+/// and the fleet operation's term it follows (`ring::lease`), as a map of 22 fields, and with a
+/// ready key index 3 more: `key_ranges` (`[first, last, keys]` for each
 /// range of buckets it owns wholly), `keys_in_part_buckets`, `keys_not_owned` (read back by
 /// `NodeState::from_resp`).
 pub fn this_node(ctx: &Context) -> Resp {
@@ -157,6 +175,8 @@ pub fn this_node(ctx: &Context) -> Resp {
     };
     let calls_before = crate::route::forward::calls_before(st.rings.epoch) as u64;
     let by_share = my_keys_by_share(&st.rings.current, &st.config.ring.self_name);
+    let lease = &st.lease.record;
+    let lease_left_ms = st.lease.left_ms(crate::clock::monotonic_ms());
     let mut fields = vec![
         ("self", bulk(st.config.ring.self_name.as_bytes())),
         ("digest", bulk(digest(&st.rings.current).as_bytes())),
@@ -176,6 +196,13 @@ pub fn this_node(ctx: &Context) -> Resp {
         ("keys", int(keys)),
         ("used_memory", int(used_memory)),
         ("calls_before", int(calls_before)),
+        ("run_id", bulk(crate::host::context::run_id().as_bytes())),
+        ("term", int(lease.term)),
+        ("term_holder", bulk(lease.holder.name.as_bytes())),
+        ("term_address", bulk(lease.holder.address.as_bytes())),
+        ("term_run_id", bulk(lease.holder.run_id.as_bytes())),
+        ("term_released", bulk(yes_no(lease.released))),
+        ("lease_left_ms", int(lease_left_ms)),
     ];
     if let Some(by) = by_share {
         let ranges = by

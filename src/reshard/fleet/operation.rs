@@ -1,17 +1,23 @@
 //! A fleet operation as the commands ask for it: `SHARD.RESHARD START` (the target ring checked,
-//! this node's state checked, the fleet asked whether it may begin, then the plan stored, made
-//! durable and driven), `CANCEL` (the plan marked, to be replicated before it is driven back),
-//! and `PLAN` (a plan made durable by its coordinator, stored here).
+//! this node's state checked, the fleet asked whether it may begin and its first term taken,
+//! then the plan stored, made durable and driven), `RESUME` (the plan's next term taken, then
+//! driven: `resume`), `CANCEL` (the plan marked, to be replicated before it is driven back),
+//! `HANDOVER` (the coordinator stops and releases its lease), and `PLAN` (a plan made durable
+//! by its coordinator, or handed to another node, stored here; or read).
 
 use std::sync::Arc;
 
+use redis_module::Context;
+
 use crate::host::args::printable;
+use crate::host::command::Call;
 use crate::host::error::CmdError;
 use crate::net::resp::Resp;
 use crate::reshard::fleet::checks::check_start;
 use crate::reshard::fleet::coordinator::{self, Reach};
 use crate::reshard::fleet::plan::FleetPlan;
 use crate::reshard::fleet::reach::reach;
+use crate::reshard::fleet::{fencing, lease};
 use crate::ring::placement::Placement;
 use crate::ring::{Algo, RingSpec};
 use crate::route::forward::{CallReply, NetSteps};
@@ -79,21 +85,29 @@ pub fn prepare_start(
 }
 
 /// A new plan's start, in the background of the START call: every node of the plan is asked
-/// for its state and must fit (`check_start`); then the plan is stored here, made durable and
+/// for its state and must fit (`check_start`), and no other coordinator's lease may run there
+/// (`lease::take`: the plan's first term); then the plan is stored here, made durable and
 /// driven. The reply: `OK`, or why START was refused.
-pub async fn begin(steps: NetSteps, plan: FleetPlan, reach: Reach) -> CallReply {
+pub async fn begin(steps: NetSteps, mut plan: FleetPlan, reach: Reach) -> CallReply {
     let endpoints = coordinator::endpoints(&plan, &reach.me.name);
     let answers = coordinator::ask_states(&steps, &endpoints).await;
-    let problems = check_start(&plan, &answers);
-    if !problems.is_empty() {
+    let mut problems = check_start(&plan, &answers);
+    let term = lease::take(0, &endpoints, &answers, &reach);
+    if let Err(e) = &term {
+        problems.push(e.clone());
+    }
+    let (Ok(term), true) = (term, problems.is_empty()) else {
         return CallReply::Error(format!(
             "ERR shard.reshard start refused: {}",
             problems.join("; ")
         ));
-    }
+    };
+    plan.term = term.claim.term;
     {
         let mut current = crate::reshard::current::lock();
-        if current.fleet.as_ref().is_some_and(|p| !p.phase.finished()) || coordinator::running() {
+        if current.fleet.as_ref().is_some_and(|p| !p.phase.finished())
+            || !coordinator::begin_driving()
+        {
             return CallReply::Error(
                 "ERR shard.reshard start: another fleet operation started meanwhile".into(),
             );
@@ -102,10 +116,62 @@ pub async fn begin(steps: NetSteps, plan: FleetPlan, reach: Reach) -> CallReply 
     }
     if let Err(e) = coordinator::persist(&steps, &reach).await {
         crate::reshard::current::lock().fleet = None;
+        coordinator::not_driven(&e);
         return CallReply::Error(format!("ERR shard.reshard start: {e}"));
     }
-    coordinator::drive(reach);
+    coordinator::drive(reach, term);
     CallReply::Reply(Resp::Simple(b"OK".to_vec()))
+}
+
+/// RESUME, START again to the same ring, CANCEL of a plan not being driven: in the background
+/// of the call, the nodes asked and the plan's next term taken (`coordinator::acquire`:
+/// refused while another coordinator's lease runs, naming it and how long it still runs), then
+/// the plan driven. The reply: `OK` once it is driven (at once when it is already), or why not.
+pub fn resume(call: &Call, reach: Reach) -> Result<(), CmdError> {
+    if !coordinator::begin_driving() {
+        call.reply.ok();
+        return Ok(());
+    }
+    let link = reach.link.clone();
+    let started = crate::route::forward::run(call, link, move |steps| async move {
+        match coordinator::acquire(&steps, &reach).await {
+            Ok(term) => {
+                coordinator::drive(reach, term);
+                CallReply::Reply(Resp::Simple(b"OK".to_vec()))
+            }
+            Err(e) => {
+                coordinator::not_driven(&e);
+                let coded = ["LEASEHELD ", "STALETERM ", "ERR "]
+                    .iter()
+                    .any(|c| e.starts_with(c));
+                CallReply::Error(if coded { e } else { format!("ERR {e}") })
+            }
+        }
+    });
+    started.map_err(|e| {
+        coordinator::not_driven(&e);
+        CmdError::err(e)
+    })
+}
+
+/// HANDOVER: the coordinator stops at its next step and releases its lease at every node, so a
+/// RESUME on a node that holds the plan goes on at once.
+pub fn handover() -> Result<(), CmdError> {
+    if lease::request_handover() {
+        return Ok(());
+    }
+    Err(CmdError::err(
+        "this node is not driving a fleet operation: nothing to hand over",
+    ))
+}
+
+/// PLAN without bytes: this node's plan's bytes (`None`: it holds none), to hand the plan to
+/// another node of the fleet (`PLAN bytes` there, then RESUME).
+pub fn read_plan() -> Option<Vec<u8>> {
+    crate::reshard::current::lock()
+        .fleet
+        .as_ref()
+        .map(FleetPlan::encode)
 }
 
 /// CANCEL: marks the unfinished plan cancelled; how to drive it back, and the plan's bytes, to
@@ -127,8 +193,9 @@ pub fn request_cancel() -> Result<(Reach, Vec<u8>), CmdError> {
 }
 
 /// PLAN: stores the coordinator's plan (`bytes`; empty: none), unless this node drives its
-/// plan now (its state holds the newest already).
-pub fn save_plan(bytes: &[u8]) -> Result<(), CmdError> {
+/// plan now (its state holds the newest already). A client's plan of an older term than the
+/// one this node follows is refused (`STALETERM`).
+pub fn save_plan(ctx: &Context, bytes: &[u8]) -> Result<(), CmdError> {
     let plan = if bytes.is_empty() {
         None
     } else {
@@ -139,6 +206,9 @@ pub fn save_plan(bytes: &[u8]) -> Result<(), CmdError> {
             ))
         })?)
     };
+    if let Some(plan) = &plan {
+        fencing::check_plan_term(ctx, plan.term)?;
+    }
     if !coordinator::running() {
         crate::reshard::current::lock().fleet = plan;
     }

@@ -270,6 +270,9 @@ pub struct FleetPlan {
     pub error: String,
     /// The old ring's nodes in order, then the new ring's joining nodes.
     pub nodes: Vec<NodeProgress>,
+    /// The term this plan was last driven under (`lease`): every step carries it; 0 before the
+    /// first drive.
+    pub term: u64,
 }
 
 impl FleetPlan {
@@ -297,6 +300,7 @@ impl FleetPlan {
             cancel: false,
             error: String::new(),
             nodes,
+            term: 0,
         }
     }
 

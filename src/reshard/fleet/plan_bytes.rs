@@ -1,19 +1,24 @@
 //! A fleet plan's byte form: `SHFP`, a version, then fields (u64 little-endian numbers, u8
 //! codes, strings prefixed with their u64 length, the rings as canonical text). The coordinator
 //! keeps it in its RDB and sends it as `SHARD.RESHARD PLAN`, which replicates it; decoding
-//! refuses anything truncated, longer, or of another version.
+//! refuses anything truncated, longer, or of an unknown version. Version 2 is version 1 and the
+//! term (u64) at the end, written once the plan has one: a plan of version 1 reads as term 0.
 
 use super::{FleetPlan, NodeProgress, Phase, Role};
 use crate::persist::Reader;
 
 const MAGIC: &[u8; 4] = b"SHFP";
-const VERSION: u8 = 1;
+/// The newest version this build writes; it reads every version from 1.
+const VERSION: u8 = 2;
+/// The version with the term.
+const WITH_TERM: u8 = 2;
 
 impl FleetPlan {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(MAGIC);
-        out.push(VERSION);
+        // The oldest version that holds the plan, which an older build reads.
+        out.push(if self.term > 0 { WITH_TERM } else { 1 });
         put_str(&mut out, &self.old.canonical());
         put_str(&mut out, &self.new.canonical());
         out.extend_from_slice(&self.max_rate.to_le_bytes());
@@ -32,6 +37,9 @@ impl FleetPlan {
             out.extend_from_slice(&n.percent.to_le_bytes());
             put_str(&mut out, &n.last_error);
         }
+        if self.term > 0 {
+            out.extend_from_slice(&self.term.to_le_bytes());
+        }
         out
     }
 
@@ -41,7 +49,7 @@ impl FleetPlan {
             return Err("not a fleet plan (bad magic)".into());
         }
         let version = r.byte("version")?;
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(format!("unknown fleet plan version {version}"));
         }
         let old = r.ring("old ring")?.ok_or("the plan has no old ring")?;
@@ -68,6 +76,11 @@ impl FleetPlan {
                 last_error: r.string("last error")?,
             });
         }
+        let term = if version >= WITH_TERM {
+            r.u64("term")?
+        } else {
+            0
+        };
         if r.pos != bytes.len() {
             return Err(format!(
                 "{} unexpected bytes after the plan",
@@ -82,6 +95,7 @@ impl FleetPlan {
             cancel,
             error,
             nodes,
+            term,
         })
     }
 }

@@ -1,9 +1,11 @@
 //! How this node reaches the fleet: the link its fleet requests use (the module's connections,
 //! with `auth-user`/`auth-password` and the coordinator's request timeout), the nodes of the
 //! current and previous rings (each once), and what the coordinator needs to drive a plan
-//! (`Reach`), or why this node cannot drive it (its `self` names no node of the plan).
+//! (`Reach`: its lease's length and this server's run id too), or why this node cannot drive
+//! it (its `self` names no node of the plan).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::host::error::CmdError;
 use crate::net::endpoint::Endpoint;
@@ -83,6 +85,8 @@ pub fn reach(st: &ModuleState, plan: &FleetPlan) -> Result<Reach, CmdError> {
         link: link(st),
         me,
         quiet: link_timeout(st.config.call_timeout_ms),
+        lease: Duration::from_millis(st.config.fleet_lease_ms.unsigned_abs()),
+        run_id: crate::host::context::run_id(),
     })
 }
 

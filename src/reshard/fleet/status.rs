@@ -1,12 +1,13 @@
 //! `SHARD.RESHARD STATUS`'s `fleet` field: nil, or the plan this node coordinates, its phase,
-//! whether it is being driven now, and each node's part and progress.
+//! whether it is being driven now, each node's part and progress, and the plan's term and
+//! lease (`lease`).
 
 use crate::net::resp::Resp;
-use crate::reshard::fleet::coordinator;
 use crate::reshard::fleet::node_state::yes_no;
 use crate::reshard::fleet::plan::FleetPlan;
+use crate::reshard::fleet::{coordinator, lease};
 
-/// The `fleet` field's value: nil without a plan, else a map of 7 fields whose `nodes` maps
+/// The `fleet` field's value: nil without a plan, else a map of 9 fields whose `nodes` maps
 /// each node's name to its 8 fields.
 pub fn fleet_status(fleet: Option<&FleetPlan>) -> Resp {
     let Some(plan) = fleet else {
@@ -47,5 +48,10 @@ pub fn fleet_status(fleet: Option<&FleetPlan>) -> Resp {
         ("old_digest", bulk(plan.old.digest().as_bytes())),
         ("new_digest", bulk(plan.new.digest().as_bytes())),
         ("nodes", Resp::Map(nodes)),
+        ("term", int(plan.term)),
+        (
+            "lease",
+            bulk(lease::status(coordinator::running()).as_bytes()),
+        ),
     ])
 }

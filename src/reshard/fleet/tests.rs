@@ -230,3 +230,138 @@ fn plan_round_trips_and_rejects_truncation() {
     long.push(0);
     assert!(FleetPlan::decode(&long).is_err());
 }
+
+#[test]
+fn a_plan_with_a_term_is_version_2_and_version_1_still_reads() {
+    let mut p = grow();
+    let v1 = p.encode();
+    assert_eq!(v1[4], 1, "no term yet: an older build reads it");
+    assert_eq!(FleetPlan::decode(&v1).unwrap(), p);
+    p.term = 7;
+    let v2 = p.encode();
+    assert_eq!(v2[4], 2);
+    assert_eq!(v2.len(), v1.len() + 8);
+    assert_eq!(FleetPlan::decode(&v2).unwrap(), p);
+    for cut in 0..v2.len() {
+        assert!(FleetPlan::decode(&v2[..cut]).is_err(), "{cut}");
+    }
+    let mut v3 = v2.clone();
+    v3[4] = 3;
+    assert!(FleetPlan::decode(&v3).unwrap_err().contains("version 3"));
+}
+
+mod lease {
+    use std::time::Duration;
+
+    use crate::net::endpoint::Endpoint;
+    use crate::net::pool::Link;
+    use crate::reshard::fleet::coordinator::Reach;
+    use crate::reshard::fleet::lease::take;
+    use crate::reshard::fleet::node_state::NodeState;
+
+    fn at(name: &str, port: u16) -> Endpoint {
+        Endpoint {
+            name: name.into(),
+            host: "h".into(),
+            port,
+            address: format!("h:{port}"),
+            is_self: false,
+        }
+    }
+
+    fn reach(me: &Endpoint, run: &str) -> Reach {
+        Reach {
+            link: Link {
+                timeout: Duration::from_secs(5),
+                auth: None,
+                resp3: false,
+                db: 0,
+            },
+            me: me.clone(),
+            quiet: Duration::from_secs(1),
+            lease: Duration::from_millis(3000),
+            run_id: run.into(),
+        }
+    }
+
+    /// A node's answer: its own run, and the term it follows held by `holder` at `address`.
+    fn answer(run: &str, term: u64, holder: (&str, &str, &str), left_ms: u64) -> NodeState {
+        NodeState {
+            run_id: run.into(),
+            term,
+            term_holder: holder.0.into(),
+            term_address: holder.1.into(),
+            term_run_id: holder.2.into(),
+            lease_left_ms: left_ms,
+            ..NodeState::default()
+        }
+    }
+
+    #[test]
+    fn a_running_lease_of_another_coordinator_refuses_naming_it_and_the_time_left() {
+        let nodes = [at("n0", 1), at("n1", 2), at("n2", 3)];
+        let n0 = ("n0", "h:1", "r0");
+        let answers = vec![
+            Err("timed out".to_string()),
+            Ok(answer("r1", 3, n0, 0)),
+            Ok(answer("r2", 3, n0, 2500)),
+        ];
+        let err = take(3, &nodes, &answers, &reach(&nodes[1], "r1")).unwrap_err();
+        assert!(err.starts_with("LEASEHELD term 3 of n0 (h:1)"), "{err}");
+        assert!(
+            err.contains("node n2") && err.contains("2500 ms more"),
+            "{err}"
+        );
+        // Run out everywhere: the next term, above every term seen.
+        let answers = vec![
+            Err("timed out".to_string()),
+            Ok(answer("r1", 3, n0, 0)),
+            Ok(answer("r2", 4, ("n2", "h:3", "r2"), 0)),
+        ];
+        let term = take(3, &nodes, &answers, &reach(&nodes[1], "r1")).unwrap();
+        assert_eq!((term.claim.term, term.takeover), (5, false));
+        assert_eq!(term.claim.lease_ms, 3000);
+        assert_eq!(term.claim.holder.name, "n1");
+        assert_eq!(term.claim.holder.run_id, "r1");
+        // A released term is free at once; the plan's own term counts too.
+        let mut released = answer("r2", 4, n0, 2500);
+        released.term_released = true;
+        let answers = vec![Err("x".into()), Err("x".into()), Ok(released)];
+        let term = take(9, &nodes, &answers, &reach(&nodes[1], "r1")).unwrap();
+        assert_eq!(term.claim.term, 10);
+    }
+
+    #[test]
+    fn an_earlier_run_at_this_address_is_taken_over_once_the_address_answers_with_this_run() {
+        let nodes = [at("n0", 1), at("n1", 2)];
+        let old = ("n0", "h:1", "old");
+        // The restarted n0: its address answers with its own run.
+        let answers = vec![
+            Ok(answer("new", 2, old, 2900)),
+            Ok(answer("r1", 2, old, 2000)),
+        ];
+        let term = take(2, &nodes, &answers, &reach(&nodes[0], "new")).unwrap();
+        assert_eq!((term.claim.term, term.takeover), (3, true));
+        // A promoted replica named n0 whose ring address still reaches the old primary (or
+        // nothing): not proven, it waits.
+        let answers = vec![
+            Ok(answer("old", 2, old, 2900)),
+            Ok(answer("r1", 2, old, 2000)),
+        ];
+        assert!(take(2, &nodes, &answers, &reach(&nodes[0], "replica")).is_err());
+        let answers = vec![Err("timed out".into()), Ok(answer("r1", 2, old, 2000))];
+        assert!(take(2, &nodes, &answers, &reach(&nodes[0], "replica")).is_err());
+        // This very run held it (it gave up, and its release did not reach n1): free.
+        let answers = vec![
+            Ok(answer("new", 3, ("n0", "h:1", "new"), 0)),
+            Ok(answer("r1", 3, ("n0", "h:1", "new"), 2000)),
+        ];
+        assert_eq!(
+            take(3, &nodes, &answers, &reach(&nodes[0], "new"))
+                .unwrap()
+                .claim
+                .term,
+            4
+        );
+    }
+}
