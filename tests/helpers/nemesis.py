@@ -531,7 +531,7 @@ class Nemesis:
         if s is None or s.port in self.fleet.down:
             return
         try:
-            reply = s.client(socket_timeout=2).execute_command("SHARD.RESHARD", "CANCEL")
+            reply = s.client(socket_timeout=20).execute_command("SHARD.RESHARD", "CANCEL")
         except redis.ResponseError as e:
             self._note("CANCEL refused", e)
             return
@@ -556,7 +556,7 @@ class Nemesis:
                 st = fleet_plan(s)
                 if st is None or st["phase"] in (b"done", b"cancelled") or st["running"] == b"yes":
                     continue
-                reply = s.client(socket_timeout=2).execute_command("SHARD.RESHARD", "RESUME")
+                reply = s.client(socket_timeout=20).execute_command("SHARD.RESHARD", "RESUME")
                 self.coordinator = s
                 self._note(f"RESUME on {self.fleet.shard_of(s)}:{s.port}", reply)
                 return
@@ -577,13 +577,16 @@ def fleet_plan(server):
 
 
 def finish_resharding(fleet, history, timeout=120):
-    """Resumes an unfinished plan (on whichever node holds one) until every plan is done or
-    cancelled and no node has a resharding open."""
+    """Resumes an unfinished plan (on whichever primary holds one) until no node has a
+    resharding open and every plan is done, cancelled, or superseded: a plan whose coordinator
+    lost its lease to a newer term, or which is older than the rings the fleet went on to
+    (RESUME refuses those, naming why)."""
     end = time.monotonic() + timeout
+    superseded = set()
     while time.monotonic() < end:
         open_plans = []
         for s in fleet.servers():
-            if fleet.role(s) != "master":
+            if fleet.role(s) != "master" or s.port in superseded:
                 continue
             st = fleet_plan(s)
             if st is not None and st["phase"] not in (b"done", b"cancelled"):
@@ -593,14 +596,20 @@ def finish_resharding(fleet, history, timeout=120):
         if not open_plans and not rings_open:
             return
         for s, st in open_plans:
-            if st["running"] == b"no":
-                try:
-                    s.client().execute_command("SHARD.RESHARD", "RESUME")
-                    history.add("heal", f"RESUME on {s.port}", "", st["phase"])
-                except redis.ResponseError as e:
-                    history.add("heal", f"RESUME on {s.port}", "refused", e)
+            if st["running"] == b"yes":
+                continue
+            try:
+                s.client(socket_timeout=20).execute_command("SHARD.RESHARD", "RESUME")
+                history.add("heal", f"RESUME on {s.port}", "", st["phase"])
+            except redis.ResponseError as e:
+                history.add("heal", f"RESUME on {s.port}", "refused", e)
+                if str(e).startswith("STALETERM") or "older than the fleet" in str(e):
+                    superseded.add(s.port)
+            except (redis.RedisError, OSError) as e:
+                history.add("heal", f"RESUME on {s.port}", "error", e)
         time.sleep(0.5)
-    raise AssertionError("the resharding did not finish once the fleet was healed")
+    raise AssertionError("the resharding did not finish once the fleet was healed:\n"
+                         + history.text(who=("nemesis", "heal")))
 
 
 def ring_previous(server):
