@@ -3,7 +3,9 @@
 //! whether a cancelled resharding is bringing keys back, and the plan of the fleet operation
 //! this node coordinates (`reshard::fleet`, stored as its own bytes); version 3 is version 2
 //! whose rings may carry a `slots` ring's explicit slot map (its ranges on each node line);
-//! version 4 is version 3 whose returning flag may be 2: the rings of a fleet operation's fence.
+//! version 4 is version 3 whose returning flag may be 2: the rings of a fleet operation's fence,
+//! or 3: settled rings (the copies are done, COMMIT's first step), which a build that knows only
+//! 0 to 2 refuses, naming the flag.
 //!
 //! `SHRD`, a format version, then fixed-width little-endian fields and length-prefixed ring
 //! texts (the rings' canonical form). Decoding checks every length and rejects truncated,
@@ -31,6 +33,8 @@ pub struct Persisted {
     pub returning: bool,
     /// The rings are those of a fleet operation's fence (`RingState::fence`).
     pub fence: bool,
+    /// The rings are settled: the copies are done (`RingState::settled`).
+    pub settled: bool,
     /// The coordinator's plan (`FleetPlan::encode`), if this node coordinates one.
     pub fleet: Option<Vec<u8>>,
 }
@@ -45,7 +49,7 @@ impl Persisted {
         let mapped = [&self.current, &self.previous]
             .iter()
             .any(|r| r.as_ref().is_some_and(|r| r.slot_map.is_some()));
-        let version = if self.fence {
+        let version = if self.fence || self.settled {
             FORMAT_VERSION
         } else if mapped {
             WITH_SLOT_MAP
@@ -66,6 +70,8 @@ impl Persisted {
         if v2 {
             out.push(if self.fence {
                 2
+            } else if self.settled {
+                3
             } else {
                 u8::from(self.returning)
             });
@@ -92,14 +98,15 @@ impl Persisted {
         let ring_epoch = r.u64("ring epoch")?;
         let current = r.ring("current ring")?;
         let previous = r.ring("previous ring")?;
-        let (returning, fence, fleet) = if version >= WITH_FLEET {
-            let (returning, fence) = match r.byte("returning flag")? {
-                0 => (false, false),
-                1 => (true, false),
-                2 if version >= FORMAT_VERSION => (true, true),
+        let (returning, fence, settled, fleet) = if version >= WITH_FLEET {
+            let (returning, fence, settled) = match r.byte("returning flag")? {
+                0 => (false, false, false),
+                1 => (true, false, false),
+                2 if version >= FORMAT_VERSION => (true, true, false),
+                3 if version >= FORMAT_VERSION => (false, false, true),
                 other => {
                     let allowed = if version >= FORMAT_VERSION {
-                        "0, 1 or 2"
+                        "0, 1, 2 or 3"
                     } else {
                         "0 or 1"
                     };
@@ -107,9 +114,10 @@ impl Persisted {
                 }
             };
             let plan = r.sized("fleet plan")?;
-            (returning, fence, (!plan.is_empty()).then(|| plan.to_vec()))
+            let plan = (!plan.is_empty()).then(|| plan.to_vec());
+            (returning, fence, settled, plan)
         } else {
-            (false, false, None)
+            (false, false, false, None)
         };
         if r.pos != bytes.len() {
             return Err(format!(
@@ -127,6 +135,7 @@ impl Persisted {
             previous,
             returning,
             fence,
+            settled,
             fleet,
         })
     }
@@ -271,8 +280,28 @@ mod tests {
             previous: Some(spec(b"jedis", &["a", "b"])),
             returning: true,
             fence: false,
+            settled: false,
             fleet: Some(b"plan bytes".to_vec()),
         }
+    }
+
+    #[test]
+    fn settled_rings_are_written_as_version_4_and_read_back() {
+        let settled = Persisted {
+            returning: false,
+            settled: true,
+            ..sample()
+        };
+        let bytes = settled.encode();
+        assert_eq!(bytes[4], 4);
+        assert_eq!(Persisted::decode(&bytes).unwrap(), settled);
+        // A build that knows the flags up to the fence's refuses it, naming the flag (the
+        // text it gives: "the returning flag is 3, not 0, 1 or 2"); an older version too.
+        let mut older = bytes.clone();
+        older[4] = 3;
+        assert!(Persisted::decode(&older)
+            .unwrap_err()
+            .contains("returning flag is 3"));
     }
 
     #[test]

@@ -190,6 +190,7 @@ impl ModuleState {
             previous: self.rings.previous.as_ref().map(|p| p.spec.clone()),
             returning: self.rings.returning,
             fence: self.rings.fence,
+            settled: self.rings.settled,
             fleet: None,
         }
     }
@@ -215,6 +216,7 @@ impl ModuleState {
                 epoch: persisted.ring_epoch.max(self.rings.epoch),
                 returning: persisted.returning || persisted.fence,
                 fence: persisted.fence,
+                settled: persisted.settled,
             };
         }
         Ok(())

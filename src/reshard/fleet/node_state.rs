@@ -19,6 +19,8 @@ pub struct NodeState {
     pub digest: String,
     pub previous_digest: String,
     pub returning: bool,
+    /// The rings are settled (`RingState::settled`): the copies are done.
+    pub settled: bool,
     pub job: String,
     pub job_state: String,
     pub copied: u64,
@@ -66,6 +68,7 @@ impl NodeState {
                 b"digest" => st.digest = text(),
                 b"previous_digest" => st.previous_digest = text(),
                 b"returning" => st.returning = text() == "yes",
+                b"settled" => st.settled = text() == "yes",
                 b"job" => st.job = text(),
                 b"job_state" => st.job_state = text(),
                 b"copied" => st.copied = int(),
@@ -131,7 +134,7 @@ fn my_keys_by_share(current: &Option<Arc<Placement>>, self_name: &str) -> Option
 }
 
 /// This node's answer to `SHARD.RING STATE`: its rings, job, key count and memory, as a map of
-/// 15 fields, and with a ready key index 3 more: `key_ranges` (`[first, last, keys]` for each
+/// 16 fields, and with a ready key index 3 more: `key_ranges` (`[first, last, keys]` for each
 /// range of buckets it owns wholly), `keys_in_part_buckets`, `keys_not_owned` (read back by
 /// `NodeState::from_resp`).
 pub fn this_node(ctx: &Context) -> Resp {
@@ -166,6 +169,7 @@ pub fn this_node(ctx: &Context) -> Resp {
         ),
         ("epoch", int(st.rings.epoch)),
         ("returning", bulk(yes_no(st.rings.returning))),
+        ("settled", bulk(yes_no(st.rings.settled))),
         ("job", bulk(kind.as_bytes())),
         ("job_state", bulk(job.state.name().as_bytes())),
         ("copied", int(copied)),
