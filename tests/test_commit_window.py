@@ -61,6 +61,7 @@ def start_held(servers, phase, algo="ketama"):
     c1 = servers.client("n1")
     assert c1.execute_command("SHARD.DEBUG", "FLEET-HOLD", phase, 1) == b"OK"
     assert c1.execute_command("SHARD.RESHARD", "START", algo, *ring_args(servers, NEW)) == b"OK"
+    servers.new_digest = fleet_status(c1)["new_digest"]
     until(lambda: in_step(servers, "n0", phase), f"n0 has the rings of phase {phase}")
     for n in ("n1", "n2"):
         assert not in_step(servers, n, phase), f"{n} has the rings of phase {phase} too"
@@ -69,11 +70,11 @@ def start_held(servers, phase, algo="ketama"):
 
 
 def in_step(servers, name, phase):
-    """Whether node `name` holds the rings of `phase` (settled, or committed)."""
+    """Whether node `name` holds the rings of `phase`: settled, or the new ring alone."""
     st = as_map(servers.client(name).execute_command("SHARD.RING", "STATE"))
     if phase == "settle":
         return st.get("settled") == b"yes"
-    return st["previous_digest"] == b"" and st["digest"] != b""
+    return st["digest"] == servers.new_digest and st["previous_digest"] == b""
 
 
 def moving_keys(servers, old_owner):
