@@ -3,7 +3,9 @@
 //! whether a cancelled resharding is bringing keys back, and the plan of the fleet operation
 //! this node coordinates (`reshard::fleet`, stored as its own bytes); version 3 is version 2
 //! whose rings may carry a `slots` ring's explicit slot map (its ranges on each node line);
-//! version 4 is version 3 whose returning flag may be 2: the rings of a fleet operation's fence;
+//! version 4 is version 3 whose returning flag may be 2: the rings of a fleet operation's fence,
+//! or 3: settled rings (the copies are done, COMMIT's first step), which a build that knows only
+//! 0 to 2 refuses, naming the flag;
 //! version 5 is version 4 followed by the term of the fleet operation this node follows
 //! (`ring::lease::Record`: the term, the lease's length, whether it was handed over, the
 //! holder's name, address and run id), written only once a term has reached the node.
@@ -39,6 +41,8 @@ pub struct Persisted {
     pub returning: bool,
     /// The rings are those of a fleet operation's fence (`RingState::fence`).
     pub fence: bool,
+    /// The rings are settled: the copies are done (`RingState::settled`).
+    pub settled: bool,
     /// The coordinator's plan (`FleetPlan::encode`), if this node coordinates one.
     pub fleet: Option<Vec<u8>>,
     /// The term of the fleet operation this node follows (term 0: none yet).
@@ -57,7 +61,7 @@ impl Persisted {
             .any(|r| r.as_ref().is_some_and(|r| r.slot_map.is_some()));
         let version = if self.lease != Record::default() {
             WITH_TERM
-        } else if self.fence {
+        } else if self.fence || self.settled {
             WITH_FENCE
         } else if mapped {
             WITH_SLOT_MAP
@@ -78,6 +82,8 @@ impl Persisted {
         if v2 {
             out.push(if self.fence {
                 2
+            } else if self.settled {
+                3
             } else {
                 u8::from(self.returning)
             });
@@ -114,14 +120,15 @@ impl Persisted {
         let ring_epoch = r.u64("ring epoch")?;
         let current = r.ring("current ring")?;
         let previous = r.ring("previous ring")?;
-        let (returning, fence, fleet) = if version >= WITH_FLEET {
-            let (returning, fence) = match r.byte("returning flag")? {
-                0 => (false, false),
-                1 => (true, false),
-                2 if version >= WITH_FENCE => (true, true),
+        let (returning, fence, settled, fleet) = if version >= WITH_FLEET {
+            let (returning, fence, settled) = match r.byte("returning flag")? {
+                0 => (false, false, false),
+                1 => (true, false, false),
+                2 if version >= WITH_FENCE => (true, true, false),
+                3 if version >= WITH_FENCE => (false, false, true),
                 other => {
                     let allowed = if version >= WITH_FENCE {
-                        "0, 1 or 2"
+                        "0, 1, 2 or 3"
                     } else {
                         "0 or 1"
                     };
@@ -129,9 +136,10 @@ impl Persisted {
                 }
             };
             let plan = r.sized("fleet plan")?;
-            (returning, fence, (!plan.is_empty()).then(|| plan.to_vec()))
+            let plan = (!plan.is_empty()).then(|| plan.to_vec());
+            (returning, fence, settled, plan)
         } else {
-            (false, false, None)
+            (false, false, false, None)
         };
         let lease = if version >= WITH_TERM {
             Record {
@@ -163,6 +171,7 @@ impl Persisted {
             previous,
             returning,
             fence,
+            settled,
             fleet,
             lease,
         })
@@ -308,6 +317,7 @@ mod tests {
             previous: Some(spec(b"jedis", &["a", "b"])),
             returning: true,
             fence: false,
+            settled: false,
             fleet: Some(b"plan bytes".to_vec()),
             lease: Record::default(),
         }
@@ -341,6 +351,25 @@ mod tests {
         }
         // Without a term the version is the one an older build reads.
         assert_eq!(sample().encode()[4], 2);
+    }
+
+    #[test]
+    fn settled_rings_are_written_as_version_4_and_read_back() {
+        let settled = Persisted {
+            returning: false,
+            settled: true,
+            ..sample()
+        };
+        let bytes = settled.encode();
+        assert_eq!(bytes[4], 4);
+        assert_eq!(Persisted::decode(&bytes).unwrap(), settled);
+        // A build that knows the flags up to the fence's refuses it, naming the flag (the
+        // text it gives: "the returning flag is 3, not 0, 1 or 2"); an older version too.
+        let mut older = bytes.clone();
+        older[4] = 3;
+        assert!(Persisted::decode(&older)
+            .unwrap_err()
+            .contains("returning flag is 3"));
     }
 
     #[test]

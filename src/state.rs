@@ -197,6 +197,7 @@ impl ModuleState {
             previous: self.rings.previous.as_ref().map(|p| p.spec.clone()),
             returning: self.rings.returning,
             fence: self.rings.fence,
+            settled: self.rings.settled,
             fleet: None,
             lease: self.lease.record.clone(),
         }
@@ -224,6 +225,7 @@ impl ModuleState {
                 epoch: persisted.ring_epoch.max(self.rings.epoch),
                 returning: persisted.returning || persisted.fence,
                 fence: persisted.fence,
+                settled: persisted.settled,
             };
         }
         Ok(())

@@ -41,7 +41,7 @@ PASSES = {"parallel": ["-m", "not serial"], "serial": ["-m", "serial"]}
 # cluster-client test passes with the index on and with it off).
 INDEX_FILES = ["tests/test_copy_pipeline.py", "tests/test_reshard.py", "tests/test_fleet.py",
                "tests/test_chaos.py", "tests/test_cluster_protocol.py", "tests/test_one_walk.py",
-               "tests/test_slot_map.py"]
+               "tests/test_slot_map.py", "tests/test_commit_window.py"]
 # One test at a time to whichever worker is free, in collection order (the `slow` ones first,
 # tests/conftest.py): xdist's default hands each worker a run of consecutive tests at first,
 # which put every slow test on the same worker.

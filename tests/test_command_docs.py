@@ -14,7 +14,7 @@ COMMANDS = {
 }
 SUBCOMMANDS = {
     "shard.ring": {"set": (-3, {"admin"}), "get": (2, {"readonly", "fast"}), "begin": (-3, {"admin"}),
-                   "commit": (2, {"admin"}), "abort": (2, {"admin"}),
+                   "settle": (2, {"admin"}), "commit": (2, {"admin"}), "abort": (2, {"admin"}),
                    "install": (-3, {"admin"}), "state": (2, {"readonly"}),
                    "push": (2, {"admin", "blocking"}), "check": (2, {"admin", "blocking"}),
                    "lease": (-7, {"admin"})},
@@ -73,9 +73,15 @@ def test_command_docs_summary_and_arguments(r):
     subs = ring[b"subcommands"]
     subs = dict(zip(subs[::2], subs[1::2]))
     assert set(subs) == {b"shard.ring|set", b"shard.ring|get", b"shard.ring|begin",
-                         b"shard.ring|commit", b"shard.ring|abort", b"shard.ring|install",
-                         b"shard.ring|state", b"shard.ring|push", b"shard.ring|check",
-                         b"shard.ring|lease"}
+                         b"shard.ring|settle", b"shard.ring|commit", b"shard.ring|abort",
+                         b"shard.ring|install", b"shard.ring|state", b"shard.ring|push",
+                         b"shard.ring|check", b"shard.ring|lease"}
+    # INSTALL's arguments end with one optional mark of the rings, then the term.
+    install = dict(zip(subs[b"shard.ring|install"][::2], subs[b"shard.ring|install"][1::2]))
+    mark = dict(zip(install[b"arguments"][-2][::2], install[b"arguments"][-2][1::2]))
+    assert mark[b"type"] == b"oneof" and b"optional" in mark[b"flags"], mark
+    assert [dict(zip(a[::2], a[1::2]))[b"token"] for a in mark[b"arguments"]] == [
+        b"RETURNING", b"FENCE", b"SETTLED"]
 
 
 def test_the_node_block_of_a_ring_documents_its_slot_ranges(r):

@@ -204,7 +204,7 @@ def test_coordinator_killed_mid_copy_resumes_after_restart(server_factory):
     c0 = servers["n0"].client()
     st = fleet_status(c0)
     assert st is not None, "the plan did not survive the restart"
-    assert st["phase"] in (b"copy", b"commit", b"cleanup", b"done") and st["running"] == b"no", st
+    assert st["phase"] in (b"copy", b"settle", b"commit", b"cleanup", b"done") and st["running"] == b"no", st
     # Its lease still runs at the nodes (10 s), but it was this server's earlier run: RESUME takes
     # it over at once, under the next term.
     assert c0.execute_command("SHARD.RESHARD", "RESUME") == b"OK"

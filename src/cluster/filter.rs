@@ -4,8 +4,12 @@
 //! - `CLUSTER ...`, `READONLY`, `READWRITE` and `ASKING` become `SHARD.CLUSTER ...`, answered
 //!   from the `slots` ring.
 //! - A keyed command whose keys are in a slot this node owns, with no resharding step pending
-//!   for it (or with every key brought here already), passes untouched: the server runs it as
-//!   always. Any other keyed command becomes `SHARD.REDIRECT command ...`, whose handler has
+//!   for it (or with every key brought here already, or the resharding settled: its copies are
+//!   done), passes untouched: the server runs it as always. A delete (`DEL`, `UNLINK`) of a
+//!   slot being moved here does not, outside `MULTI` and scripts (which cannot wait for it): it
+//!   must reach the previous owner too, or that owner's copy would be read (or copied back) by
+//!   a node that still falls back to it.
+//!   Any other keyed command becomes `SHARD.REDIRECT command ...`, whose handler has
 //!   the context the filter lacks (who sent it, whether the key is here; `redirect`).
 //! - Keyless commands and the module's own commands are never redirected.
 //! - A key of this server's own `sentinel` node while Sentinel does not name this server as
@@ -39,6 +43,7 @@ use crate::host::filter::FilterArgs;
 use crate::ring::key_slot;
 use crate::ring::placement::Placement;
 use crate::route::command_table;
+use crate::route::steps::CommandKind;
 use crate::state;
 
 /// What the filter does with a command while the protocol is on.
@@ -128,6 +133,8 @@ pub trait FilterEnv<'a> {
     /// Whether the client that sent the command is inside `MULTI` (always `false` on Redis
     /// 7.0, whose command filters cannot tell which client sent a command).
     fn in_transaction(&self) -> bool;
+    /// Whether a script sent the command.
+    fn in_script(&self) -> bool;
 }
 
 /// The filter's decision for a command of `argc` arguments.
@@ -156,10 +163,11 @@ pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
     let Some(meta) = command_table::known(name) else {
         return Rewrite::None;
     };
+    let kind = CommandKind::of(name, meta.readonly);
     match meta.fixed_keys(argc) {
-        Some(range) => verdict(range, meta.readonly, env),
+        Some(range) => verdict(range, kind, env),
         None if meta.movable => match env.movable_keys() {
-            Some(keys) => verdict(keys.into_iter(), meta.readonly, env),
+            Some(keys) => verdict(keys.into_iter(), kind, env),
             None => Rewrite::None,
         },
         None => Rewrite::None,
@@ -169,13 +177,13 @@ pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
 /// The verdict on a keyed command whose keys are at `positions`.
 fn verdict<'a>(
     positions: impl Iterator<Item = usize> + Clone,
-    readonly: bool,
+    kind: CommandKind,
     env: &impl FilterEnv<'a>,
 ) -> Rewrite {
     if env.is_replica() {
-        return on_replica(positions, readonly, env);
+        return on_replica(positions, kind == CommandKind::Read, env);
     }
-    match runs_here(positions, env, false) {
+    match runs_here(positions, env, Some(kind)) {
         Err(leave) => Rewrite::Redirect(leave),
         Ok(()) => Rewrite::None,
     }
@@ -192,7 +200,7 @@ fn on_replica<'a>(
     match env.client_id() {
         Some(id) if clients::is_primary_link(id) || clients::is_internal(id) => Rewrite::None,
         Some(id)
-            if readonly && clients::is_readonly(id) && runs_here(positions, env, true).is_ok() =>
+            if readonly && clients::is_readonly(id) && runs_here(positions, env, None).is_ok() =>
         {
             Rewrite::None
         }
@@ -200,15 +208,17 @@ fn on_replica<'a>(
     }
 }
 
-/// `Ok` when the keys at `positions` are in one slot this node owns (`replica`: this replica's
-/// shard owns), with no resharding step pending for it or with every key brought here already
-/// (or there is no key).
+/// `Ok` when the keys at `positions` are in one slot this node owns, with no resharding step
+/// pending for it, with every key brought here already or the resharding settled (or there is
+/// no key). `kind`: the command's on a primary; `None` on a replica (its shard's slots, a read).
+/// A delete of a slot being moved here leaves outside `MULTI` and scripts, to reach both owners.
 fn runs_here<'a>(
     positions: impl Iterator<Item = usize> + Clone,
     env: &impl FilterEnv<'a>,
-    replica: bool,
+    kind: Option<CommandKind>,
 ) -> Result<(), Leave> {
-    let arriving = {
+    let replica = kind.is_none();
+    let (arriving, settled) = {
         let st = state::lock();
         let Some(current) = st.rings.current.as_ref() else {
             return Ok(());
@@ -264,10 +274,13 @@ fn runs_here<'a>(
             }
             slot = Some(s);
         }
-        arriving
+        (arriving, st.rings.settled)
     };
+    let delete = kind == Some(CommandKind::Delete) && !env.in_transaction() && !env.in_script();
     // The state lock is released: looking a key up may expire it.
     match arriving {
+        Some((slot, from)) if delete => Err(Leave::Arriving { slot, from }),
+        Some(_) if settled => Ok(()),
         Some((slot, from)) if !positions.into_iter().all(|p| env.exists(p)) => {
             Err(Leave::Arriving { slot, from })
         }
@@ -303,6 +316,10 @@ impl<'a> FilterEnv<'a> for Env<'a> {
 
     fn in_transaction(&self) -> bool {
         self.0.client_in_multi()
+    }
+
+    fn in_script(&self) -> bool {
+        crate::host::context::script_running()
     }
 }
 

@@ -4,8 +4,11 @@
 //! an `ASKING` client are obeyed) and whether its keys are here. The verdict is a refusal a
 //! cluster client follows (`MOVED`, `ASK`, `CROSSSLOT`, `TRYAGAIN`), running the command here,
 //! or routing it as SHARD.CALL does: a write of a key not copied yet in a resharding is made
-//! safe by SHARD.CALL's copy-before-write plan. On a replica, what is not its primary's
-//! replication stream is judged by `replica`.
+//! safe by SHARD.CALL's copy-before-write plan, and a delete reaches both owners. Once the
+//! resharding is settled (its copies are done), a moving slot's keys are at the new owner if
+//! anywhere: it runs their reads and writes itself, and the previous owner no longer serves an
+//! `ASK` for them (its copy may be one a node that committed has deleted since). On a replica,
+//! what is not its primary's replication stream is judged by `replica`.
 
 use redis_module::ContextFlags;
 
@@ -17,6 +20,7 @@ use crate::host::error::CmdError;
 use crate::ring::key_slot;
 use crate::ring::placement::Placement;
 use crate::route::command_table;
+use crate::route::steps::CommandKind;
 use crate::state;
 
 /// What becomes of a redirected command that is not refused.
@@ -63,7 +67,7 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
             "Keys in request don't hash to the same slot",
         ));
     }
-    let (current, previous, previous_in_map, self_name, (returning, fence)) = {
+    let (current, previous, previous_in_map, self_name, (returning, fence, settled)) = {
         let st = state::lock();
         let owner = |p: &Placement| {
             p.ring
@@ -85,7 +89,7 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
             previous,
             in_map,
             st.config.ring.self_name.clone(),
-            (st.rings.returning, st.rings.fence),
+            (st.rings.returning, st.rings.fence, st.rings.settled),
         )
     };
     let Some(current) = current else {
@@ -100,7 +104,8 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
     if current.name != self_name {
         // A read of a key still at its previous owner, asked for after an ASK.
         let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);
-        if asking && readonly && previous.as_ref().is_some_and(|p| p.name == self_name) {
+        if asking && readonly && !settled && previous.as_ref().is_some_and(|p| p.name == self_name)
+        {
             return Ok(Redirect::RunHere);
         }
         return Err(CmdError::code(
@@ -117,15 +122,19 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
     let Some(previous) = previous else {
         return Ok(Redirect::RunHere);
     };
-    // This node is the new owner of a slot being moved here. It holds the key already, or
-    // this is the copy arriving (MIGRATE's RESTORE from the previous owner).
+    // This node is the new owner of a slot being moved here. It holds the key already, the
+    // copies are done (settled), or this is the copy arriving (MIGRATE's RESTORE from the
+    // previous owner); a delete goes the routed way, which deletes at both owners, unless it
+    // is in a transaction (it cannot wait there: it runs here, as it did).
     let name = args.get(1);
+    let readonly = command_table::known(name).is_some_and(|m| m.readonly);
+    let delete = CommandKind::of(name, readonly) == CommandKind::Delete
+        && !flags.contains(ContextFlags::MULTI);
     let restore =
         name.eq_ignore_ascii_case(b"restore") || name.eq_ignore_ascii_case(b"restore-asking");
-    if restore || keys.iter().all(|k| exists(call, k)) {
+    if restore || (!delete && (settled || keys.iter().all(|k| exists(call, k)))) {
         return Ok(Redirect::RunHere);
     }
-    let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);
     if readonly && previous_in_map {
         return Err(CmdError::code(
             "ASK",

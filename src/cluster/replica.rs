@@ -6,7 +6,8 @@
 //!   slots: the shard it serves is `topology::me::shard`); during a resharding, a read of a key
 //!   not here yet whose slot is arriving is sent where the key still is (`ASK` to the previous
 //!   owner; `MOVED` to the primary when that owner is leaving the fleet or a cancelled
-//!   resharding is bringing the keys back);
+//!   resharding is bringing the keys back), unless the resharding is settled (its copies are
+//!   done: the key is here if anywhere);
 //! - a write, or a read without `READONLY`, is `MOVED` to the slot's owner (the primary);
 //! - the module's own connections (SHARD.CALL's replica reads) read here; their writes get the
 //!   server's own refusal, as without the protocol: a replica never writes for a client.
@@ -57,7 +58,7 @@ pub fn verdict(call: &Call, id: u64) -> Result<Redirect, CmdError> {
             "Keys in request don't hash to the same slot",
         ));
     }
-    let (owner, previous, previous_in_map, mine, returning) = {
+    let (owner, previous, previous_in_map, mine, returning, settled) = {
         let st = state::lock();
         let owner = |p: &Placement| {
             p.ring
@@ -78,6 +79,7 @@ pub fn verdict(call: &Call, id: u64) -> Result<Redirect, CmdError> {
             in_map,
             mine,
             st.rings.returning,
+            st.rings.settled,
         )
     };
     let Some(owner) = owner else {
@@ -93,8 +95,8 @@ pub fn verdict(call: &Call, id: u64) -> Result<Redirect, CmdError> {
         return Err(moved());
     }
     // A READONLY read of this replica's shard's keys. A slot still arriving: the key may be at
-    // its previous owner yet.
-    let arriving = previous.filter(|p| p.name != owner.name);
+    // its previous owner yet, unless the copies are done (settled).
+    let arriving = previous.filter(|p| p.name != owner.name && !settled);
     if let Some(previous) = arriving {
         if returning {
             // A cancelled resharding brings the slot's keys back: the primary says when.

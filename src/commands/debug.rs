@@ -1,7 +1,9 @@
 //! `SHARD.DEBUG PANIC`: proves the panic guard on a live server; `SHARD.DEBUG KEYINDEX db`:
 //! every name the key index holds for database `db`, with its bucket (the tests compare it with
-//! a full scan). Refused unless redis-server runs with `enable-debug-command yes` (or `local`,
-//! from a local connection), like Redis's own DEBUG command.
+//! a full scan); `SHARD.DEBUG FLEET-HOLD phase n | OFF`: holds this node's fleet coordinator in
+//! `phase` once the plan's first `n` nodes have that phase's rings (the tests act between two
+//! nodes of a phase). Refused unless redis-server runs with `enable-debug-command yes` (or
+//! `local`, from a local connection), like Redis's own DEBUG command.
 
 use crate::command;
 use crate::host::register::CommandSpec;
@@ -15,9 +17,10 @@ pub fn debug(call: &Call) -> CmdResult {
     let index = call.args.len() == 3 && is(call.args.get(1), "KEYINDEX");
     let forget = call.args.len() == 4 && is(call.args.get(1), "KEYINDEX-FORGET");
     let gone_limit = call.args.len() == 3 && is(call.args.get(1), "KEYINDEX-GONE-LIMIT");
-    if !panic && !index && !forget && !gone_limit {
+    let hold = (3..=4).contains(&call.args.len()) && is(call.args.get(1), "FLEET-HOLD");
+    if !panic && !index && !forget && !gone_limit && !hold {
         return Err(CmdError::err(
-            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n",
+            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF",
         ));
     }
     let setting = call
@@ -41,6 +44,9 @@ pub fn debug(call: &Call) -> CmdResult {
     if forget {
         return key_index_forget(call);
     }
+    if hold {
+        return fleet_hold(call);
+    }
     if gone_limit {
         // How many names deleted during a build are remembered before the build looks names
         // up as they arrive instead (1 000 000 by default; the tests lower it).
@@ -50,6 +56,29 @@ pub fn debug(call: &Call) -> CmdResult {
         return Ok(());
     }
     panic!("SHARD.DEBUG PANIC was called");
+}
+
+/// `FLEET-HOLD phase n`: this node's coordinator installs `phase`'s rings on the plan's first
+/// `n` nodes only, then waits; `FLEET-HOLD OFF` lets it go on.
+fn fleet_hold(call: &Call) -> CmdResult {
+    use crate::reshard::fleet::{coordinator, plan::Phase};
+    if call.args.len() == 3 && is(call.args.get(2), "OFF") {
+        coordinator::set_hold(None);
+        call.reply.ok();
+        return Ok(());
+    }
+    if call.args.len() != 4 {
+        return Err(CmdError::err(
+            "usage: SHARD.DEBUG FLEET-HOLD phase n | FLEET-HOLD OFF",
+        ));
+    }
+    let name = String::from_utf8_lossy(call.args.get(2)).to_ascii_lowercase();
+    let phase = Phase::named(&name)
+        .ok_or_else(|| CmdError::err(format!("no fleet phase is named '{name}'")))?;
+    let n = int_in(call.args.get(3), "n", 0, 1 << 16)?;
+    coordinator::set_hold(Some((phase, n.unsigned_abs() as usize)));
+    call.reply.ok();
+    Ok(())
 }
 
 /// A database number argument.
@@ -104,7 +133,7 @@ pub static COMMAND: CommandSpec = command! {
     handler: debug,
     flags: "admin",
     arity: -2,
-    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it (needs enable-debug-command)",
+    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes (needs enable-debug-command)",
     complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",

@@ -1,11 +1,11 @@
-//! `SHARD.RING SET|GET|BEGIN|COMMIT|ABORT`: the rings held in module memory; and the fleet's
-//! part of `SHARD.RING`: `INSTALL` (both rings at once, a fleet operation's step), `STATE`
+//! `SHARD.RING SET|GET|BEGIN|SETTLE|COMMIT|ABORT`: the rings held in module memory; and the
+//! fleet's part of `SHARD.RING`: `INSTALL` (both rings at once, a fleet operation's step), `STATE`
 //! (this node, for the coordinator), `LEASE` (a coordinator's claim, renewal or release of its
 //! term, `reshard::fleet::fencing`), `PUSH` and `CHECK` (this node's rings to, and every node's
 //! state from, the fleet: `reshard::fleet`).
 
 use crate::command;
-use crate::host::register::{arg, block, flag, opt, Arg, CommandSpec, Kind};
+use crate::host::register::{arg, block, flag, one_of, opt, tok, Arg, CommandSpec, Kind};
 use redis_module::ContextFlags;
 
 use crate::commands::whereis::current_ring;
@@ -16,7 +16,7 @@ use crate::reshard::fleet::push::Push;
 use crate::reshard::fleet::survey::Survey;
 use crate::reshard::fleet::{fencing, node_state};
 use crate::reshard::jobs;
-use crate::ring::placement::Placement;
+use crate::ring::placement::{Mark, Placement};
 use crate::ring::{format_ranges, Algo, HashTag, RingSpec};
 use crate::route::forward;
 use crate::state;
@@ -66,6 +66,18 @@ pub fn begin(call: &Call) -> CmdResult {
     call.ctx.replicate_verbatim();
     call.reply.ok();
     Ok(())
+}
+
+/// `SHARD.RING SETTLE`: the open resharding's copies are done (COMMIT's first step, by hand):
+/// routed calls read and write a moving key at its new owner only, and a delete still reaches
+/// both owners, so that once every node has settled, a node that commits (and deletes at the
+/// new owner alone) leaves no copy that another node reads or copies back.
+pub fn settle(call: &Call) -> CmdResult {
+    change(
+        call,
+        "shard.ring|settle",
+        crate::ring::placement::RingState::settle,
+    )
 }
 
 /// `SHARD.RING COMMIT`: drops the previous ring and closes the resharding.
@@ -220,16 +232,19 @@ fn reply_nodes(call: &Call, placement: &Placement) {
     }
 }
 
-/// `SHARD.RING INSTALL current [previous] [RETURNING|FENCE] [TERM ...]`: both rings at once, as
-/// canonical texts (a fleet operation's step: the same call repeated changes nothing).
+/// `SHARD.RING INSTALL current [previous] [RETURNING|FENCE|SETTLED] [TERM ...]`: both rings at
+/// once, as canonical texts (a fleet operation's step: the same call repeated changes nothing).
 /// `RETURNING`: a cancel brings keys back; `FENCE`: a fleet operation's fence (the same rings
-/// and refusals, which then name the fence). `TERM`: the coordinator's term, refused when this
-/// node follows a newer one (`fleet::fencing`); replicated with the rings.
+/// and refusals, which then name the fence); `SETTLED`: the copies are done (`SETTLE`). `TERM`:
+/// the coordinator's term, refused when this node follows a newer one (`fleet::fencing`);
+/// replicated with the rings.
 pub fn install(call: &Call) -> CmdResult {
     let (n, term) = fencing::split_term(&call.args, 3)?;
-    let returning = n > 3 && is(call.args.get(n - 1), "RETURNING");
-    let fence = n > 3 && is(call.args.get(n - 1), "FENCE");
-    let texts = n - usize::from(returning || fence);
+    let mark = Mark::WORDS
+        .iter()
+        .find(|(word, _)| n > 3 && is(call.args.get(n - 1), word))
+        .map_or(Mark::Open, |&(_, mark)| mark);
+    let texts = n - usize::from(mark != Mark::Open);
     if !(3..=4).contains(&texts) {
         return Err(CmdError::wrong_arity("shard.ring|install"));
     }
@@ -245,9 +260,10 @@ pub fn install(call: &Call) -> CmdResult {
     };
     let current = build(2)?;
     let previous = if texts == 4 { Some(build(3)?) } else { None };
-    if (returning || fence) && previous.is_none() {
+    // Checked before the term is taken, so that a refused step changes nothing.
+    if mark != Mark::Open && previous.is_none() {
         return Err(CmdError::err(
-            "RETURNING and FENCE need a previous ring: the ring the keys come back from",
+            "RETURNING, FENCE and SETTLED need a previous ring: the ring the keys move from",
         ));
     }
     // A step of an older term is refused before anything else is looked at.
@@ -260,7 +276,7 @@ pub fn install(call: &Call) -> CmdResult {
     }
     state::lock()
         .rings
-        .install(current, previous, returning, fence)
+        .install(current, previous, mark)
         .map_err(CmdError::err)?;
     crate::index::ring_changed();
     call.ctx.replicate_verbatim();
@@ -340,7 +356,7 @@ pub static RING: CommandSpec = command! {
     name: "shard.ring",
     container,
     summary: "Manages the ring of nodes held in module memory",
-    subcommands: &[&RING_SET, &RING_GET, &RING_BEGIN, &RING_COMMIT, &RING_ABORT, &RING_INSTALL, &RING_STATE, &RING_LEASE, &RING_PUSH, &RING_CHECK],
+    subcommands: &[&RING_SET, &RING_GET, &RING_BEGIN, &RING_SETTLE, &RING_COMMIT, &RING_ABORT, &RING_INSTALL, &RING_STATE, &RING_LEASE, &RING_PUSH, &RING_CHECK],
 };
 
 pub static RING_SET: CommandSpec = command! {
@@ -373,6 +389,17 @@ pub static RING_BEGIN: CommandSpec = command! {
     summary: "Opens a resharding: the given ring (exactly as given, SLOTS included) becomes current, the old one previous",
     complexity: "O(N log N) with N the points of the ring",
     args: RING_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static RING_SETTLE: CommandSpec = command! {
+    name: "shard.ring|settle",
+    handler: settle,
+    flags: "admin",
+    arity: 2,
+    summary: "Marks the open resharding's copies done: a moving key is read and written at its new owner only, deleted at both (COMMIT's first step)",
+    complexity: "O(1)",
+    args: &[],
     acl: "admin dangerous slow",
 };
 
@@ -472,7 +499,17 @@ static INSTALL_ARGS: &[Arg] = &[
         optional: true,
         ..arg(c"previous", Kind::Str)
     },
-    flag(c"returning", c"RETURNING"),
+    Arg {
+        optional: true,
+        ..one_of(
+            c"mark",
+            &[
+                tok(c"returning", c"RETURNING", Kind::Token),
+                tok(c"fence", c"FENCE", Kind::Token),
+                tok(c"settled", c"SETTLED", Kind::Token),
+            ],
+        )
+    },
     TERM_ARG,
 ];
 

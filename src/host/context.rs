@@ -98,12 +98,22 @@ pub fn after<T: 'static>(delay: std::time::Duration, callback: fn(&Context, T), 
 
 /// Whether this server is a replica now (its context flags). Main thread only.
 pub fn server_is_replica() -> bool {
+    server_flag(raw::REDISMODULE_CTX_FLAGS_SLAVE)
+}
+
+/// Whether a script is running now (a command filter sees the commands it calls). Main
+/// thread only.
+pub fn script_running() -> bool {
+    server_flag(raw::REDISMODULE_CTX_FLAGS_LUA)
+}
+
+/// Whether the server's context flags (those of the server, not of a client) hold `flag`.
+fn server_flag(flag: u32) -> bool {
     let ctx = detached_raw();
     // SAFETY: the API table is filled at load and read-only after.
     let Some(flags) = (unsafe { raw::RedisModule_GetContextFlags }) else {
         return false;
     };
     // SAFETY: the detached context lives as long as the module.
-    !ctx.is_null()
-        && unsafe { flags(ctx) } & raw::REDISMODULE_CTX_FLAGS_SLAVE as std::os::raw::c_int != 0
+    !ctx.is_null() && unsafe { flags(ctx) } & flag as std::os::raw::c_int != 0
 }

@@ -42,6 +42,35 @@ pub struct RingState {
     /// cancelled yet; writes of the keys about to move are refused for a moment all the same,
     /// and the refusal says it is the fence.
     pub fence: bool,
+    /// The new ring over the old one, *settled*: the copies are done (a fleet operation's
+    /// `settle` phase, or `SHARD.RING SETTLE` by hand), so a moving key lives at its new owner.
+    /// Routed calls read and write it there only (no fallback to the previous owner, no copy
+    /// from it); a delete still reaches both owners, for the nodes that have not settled yet.
+    /// The step that makes COMMIT safe: no node reads the previous owner once a node that
+    /// committed may have deleted a key at the new owner alone (`route::decide`).
+    pub settled: bool,
+}
+
+/// How `SHARD.RING INSTALL` marks the rings it installs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// A resharding as BEGIN opens it (or no resharding, with no previous ring).
+    Open,
+    /// A cancel bringing keys back (`RETURNING`).
+    Returning,
+    /// A fleet operation's fence (`FENCE`).
+    Fence,
+    /// The copies are done (`SETTLED`).
+    Settled,
+}
+
+impl Mark {
+    /// The marks a previous ring needs, by their `SHARD.RING INSTALL` word.
+    pub const WORDS: [(&'static str, Mark); 3] = [
+        ("RETURNING", Mark::Returning),
+        ("FENCE", Mark::Fence),
+        ("SETTLED", Mark::Settled),
+    ];
 }
 
 /// Why a ring change was refused.
@@ -81,20 +110,48 @@ impl RingState {
         &mut self,
         current: Placement,
         previous: Option<Placement>,
-        returning: bool,
-        fence: bool,
+        mark: Mark,
     ) -> Result<(), &'static str> {
-        if (returning || fence) && previous.is_none() {
+        if mark != Mark::Open && previous.is_none() {
             return Err(
-                "RETURNING and FENCE need a previous ring: the ring the keys come back from",
+                "RETURNING, FENCE and SETTLED need a previous ring: the ring the keys move from",
             );
         }
         self.current = Some(Arc::new(current));
         self.previous = previous.map(Arc::new);
-        self.returning = returning || fence;
-        self.fence = fence;
+        self.returning = matches!(mark, Mark::Returning | Mark::Fence);
+        self.fence = mark == Mark::Fence;
+        self.settled = mark == Mark::Settled;
         self.epoch += 1;
         Ok(())
+    }
+
+    /// Marks the open resharding settled (`SHARD.RING SETTLE`): its copies are done. Refused
+    /// with no resharding open, or while rings return (a fence or a cancel: nothing was copied
+    /// to settle).
+    pub fn settle(&mut self) -> Result<(), &'static str> {
+        if self.previous.is_none() {
+            return Err(NO_RESHARDING);
+        }
+        if self.returning {
+            return Err("the rings are returning (a fleet operation's fence or a cancel): only a resharding whose copies are done settles");
+        }
+        self.settled = true;
+        self.epoch += 1;
+        Ok(())
+    }
+
+    /// The mark of the rings held now.
+    pub fn mark(&self) -> Mark {
+        if self.fence {
+            Mark::Fence
+        } else if self.returning {
+            Mark::Returning
+        } else if self.settled {
+            Mark::Settled
+        } else {
+            Mark::Open
+        }
     }
 
     /// Closes the resharding, dropping the previous ring.
@@ -102,6 +159,7 @@ impl RingState {
         self.previous.take().ok_or(NO_RESHARDING)?;
         self.returning = false;
         self.fence = false;
+        self.settled = false;
         self.epoch += 1;
         Ok(())
     }
@@ -112,6 +170,7 @@ impl RingState {
         self.current = Some(previous);
         self.returning = false;
         self.fence = false;
+        self.settled = false;
         self.epoch += 1;
         Ok(())
     }
@@ -167,5 +226,35 @@ mod tests {
         );
         assert_eq!(rings.commit(), Err(NO_RESHARDING));
         assert_eq!(rings.epoch, 5);
+    }
+
+    #[test]
+    fn settled_needs_an_open_resharding_whose_keys_are_not_returning() {
+        let mut rings = RingState::default();
+        rings.set(placement(&["a"])).unwrap();
+        assert_eq!(rings.settle(), Err(NO_RESHARDING));
+        assert!(rings
+            .install(placement(&["a", "b"]), None, Mark::Settled)
+            .is_err());
+        rings
+            .install(placement(&["a"]), Some(placement(&["a", "b"])), Mark::Fence)
+            .unwrap();
+        assert!(rings.settle().unwrap_err().contains("returning"));
+        rings
+            .install(placement(&["a", "b"]), Some(placement(&["a"])), Mark::Open)
+            .unwrap();
+        assert_eq!(rings.mark(), Mark::Open);
+        rings.settle().unwrap();
+        assert_eq!((rings.mark(), rings.returning), (Mark::Settled, false));
+        rings
+            .install(
+                placement(&["a", "b"]),
+                Some(placement(&["a"])),
+                Mark::Settled,
+            )
+            .unwrap();
+        assert_eq!(rings.mark(), Mark::Settled);
+        rings.commit().unwrap();
+        assert_eq!(rings.mark(), Mark::Open);
     }
 }

@@ -21,7 +21,7 @@ use crate::host::{acl, caller};
 use crate::net::endpoint::{Endpoint, StepError};
 use crate::net::pool::{link_timeout, Link};
 use crate::net::resp::{read_reply, ReplyResp, Resp};
-use crate::ring::placement::Placement;
+use crate::ring::placement::{Mark, Placement};
 use crate::route::command_table::Carried;
 use crate::route::decide::{decide, refuse_blocking, Facts, Placed, Route, Split};
 use crate::route::fields::{self, FieldDict, FieldsInReply};
@@ -40,8 +40,8 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
     let start = command.start;
     refuse_blocking(command.meta.blocking, &command.name_text, &call.args, start)?;
     let flags = call.ctx.get_flags();
-    let (keys, link, (returning, fence)) =
-        place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;
+    let (keys, link, mark) = place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;
+    let settled = mark == Mark::Settled;
     // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
     // whether the keys are local or not; with WAIT in front, WAIT's too.
     if wait.is_some() {
@@ -57,8 +57,9 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
         kind,
         splittable: split::splittable(command.name),
         keys,
-        returning,
-        fence,
+        returning: matches!(mark, Mark::Returning | Mark::Fence),
+        fence: mark == Mark::Fence,
+        settled,
         read_from: crate::topology::nodes::read_from(),
         translated: translation.is_some(),
         can_wait: !flags.contains(ContextFlags::DENY_BLOCKING)
@@ -94,6 +95,7 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
                 current,
                 previous,
                 wait,
+                settled,
             };
             forward::run(call, link, move |steps| async move {
                 match run_plan(steps, plan).await {
@@ -126,7 +128,7 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
         }
         (Route::Split(split), _) => {
             let (how, replica) = (split.how, split.replica);
-            let parts = split_parts(call, start, split, (kind, wait))?;
+            let parts = split_parts(call, start, split, (kind, wait), settled)?;
             forward::run(call, link, move |steps| {
                 run_parts(steps, parts, how, (replica, wait))
             })
@@ -148,6 +150,7 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
                 current,
                 previous,
                 wait,
+                settled,
             };
             forward::run(call, link, move |steps| run_plan(steps, plan))
         }
@@ -155,12 +158,13 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
     started.map_err(CmdError::err)
 }
 
-/// What `place` found: each key's owners, how to reach them, and (returning, fence).
-type Placing = (Vec<Placed>, Link, (bool, bool));
+/// What `place` found: each key's owners, how to reach them, and the rings' mark.
+type Placing = (Vec<Placed>, Link, Mark);
 
 /// Where each key of the call lives, from one look at the rings; how to reach the nodes (the
-/// client's database and RESP version); whether the rings are returning (a cancelled resharding
-/// brings keys back), and whether that is a fleet operation's fence.
+/// client's database and RESP version); how the rings are marked: returning (a cancelled
+/// resharding brings keys back, or a fleet operation's fence), or settled (the copies are
+/// done).
 fn place(call: &Call, command: &Carried, resp3: bool) -> Result<Placing, CmdError> {
     let st = state::lock();
     let current = st.current_ring()?;
@@ -184,7 +188,7 @@ fn place(call: &Call, command: &Carried, resp3: bool) -> Result<Placing, CmdErro
         resp3,
         db: caller::selected_db(call),
     };
-    Ok((keys, link, (st.rings.returning, st.rings.fence)))
+    Ok((keys, link, st.rings.mark()))
 }
 
 /// The parts of a split command (the call's command at `start`), each with its plan; this
@@ -194,6 +198,7 @@ fn split_parts(
     start: usize,
     split: Split,
     (kind, wait): (CommandKind, Option<Wait>),
+    settled: bool,
 ) -> Result<Vec<PlannedPart>, CmdError> {
     let Split {
         how,
@@ -219,6 +224,7 @@ fn split_parts(
             current: target.current.clone(),
             previous: target.previous.clone(),
             wait,
+            settled,
         };
         planned.push(PlannedPart { plan, part, here });
     }

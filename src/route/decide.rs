@@ -1,9 +1,10 @@
 //! SHARD.CALL's decision, pure: from where each key of the call lives now (and, while a
 //! resharding is open, where it lived before), what the command is, whether a cancelled
-//! resharding is bringing keys back, `shard.read-from`, the field dictionary, whether the
-//! client may wait and whether the call waits for replicas (`SHARD.CALL WAIT`: a write then
-//! always goes over a connection, to its owner even when that is this node, since `WAIT` runs
-//! after it there), who runs what: this node, one other node whole, a replica of the owner,
+//! resharding is bringing keys back or the copies are done (settled), `shard.read-from`, the
+//! field dictionary, whether the client may wait and whether the call waits for replicas
+//! (`SHARD.CALL WAIT`: a write then always goes over a connection, to its owner even when that
+//! is this node, since `WAIT` runs after it there), who runs what: this node, one other node
+//! whole, a replica of the owner,
 //! the single-key plan of fallbacks and copies (`steps`), one part per owner (`split`), or a
 //! refusal with the error the client gets. `call` gathers these facts and carries the decision
 //! out; the table of cases it is tested against is in `decide_tests.rs`.
@@ -38,6 +39,10 @@ pub struct Facts<'a> {
     pub returning: bool,
     /// The returning rings are a fence, not a cancel: the refusal says so.
     pub fence: bool,
+    /// The resharding is settled (its copies are done): a moving key is read at its new owner
+    /// only, as if it did not move; a write keeps the previous owner, to remove the key there
+    /// too when it removes it (`steps`).
+    pub settled: bool,
     pub read_from: ReadFrom,
     /// A hash command whose field names the dictionary translates.
     pub translated: bool,
@@ -120,11 +125,19 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
         mut keys,
         returning,
         fence,
+        settled,
         read_from,
         translated,
         can_wait,
         replicated,
     } = facts;
+    if settled && kind == CommandKind::Read {
+        // The copies are done: the key is at its new owner if anywhere. The previous owner's
+        // copy may be one that a node that committed has deleted since, at the new owner alone.
+        for p in &mut keys {
+            p.previous = None;
+        }
+    }
     let moving = keys.iter().any(|p| p.previous.is_some());
     if moving && returning {
         // A cancelled resharding brings these keys back from the new owners (the previous

@@ -37,6 +37,7 @@ struct Case {
     keys: &'static [&'static str],
     returning: bool,
     fence: bool,
+    settled: bool,
     read_from: ReadFrom,
     translated: bool,
     can_wait: bool,
@@ -50,6 +51,7 @@ const fn case(command: &'static str, kind: CommandKind, keys: &'static [&'static
         keys,
         returning: false,
         fence: false,
+        settled: false,
         read_from: ReadFrom::Primary,
         translated: false,
         can_wait: true,
@@ -65,6 +67,10 @@ impl Case {
     const fn fence(mut self) -> Case {
         self.returning = true;
         self.fence = true;
+        self
+    }
+    const fn settled(mut self) -> Case {
+        self.settled = true;
         self
     }
     const fn read_from(mut self, mode: ReadFrom) -> Case {
@@ -92,6 +98,7 @@ impl Case {
             keys: self.keys.iter().map(|k| placed(k)).collect(),
             returning: self.returning,
             fence: self.fence,
+            settled: self.settled,
             read_from: self.read_from,
             translated: self.translated,
             can_wait: self.can_wait,
@@ -256,6 +263,43 @@ fn the_table() {
             "a write of a key that does not move while returning",
             case("set", Write, &["b"]).returning(),
             "forward to b",
+        ),
+        // The copies are done (settled): reads at the new owner only, as if nothing moved;
+        // writes and deletes keep the previous owner, to remove the key there too.
+        (
+            "a settled read of a moving key",
+            case("get", Read, &["b<a"]).settled(),
+            "forward to b",
+        ),
+        (
+            "a settled read of a key moving here",
+            case("get", Read, &["self<a"]).settled(),
+            "here",
+        ),
+        (
+            "a settled read goes to replicas again",
+            case("get", Read, &["b<a"]).settled().read_from(Replica),
+            "replica of b Replica",
+        ),
+        (
+            "settled reads of keys moving together",
+            case("sunion", Read, &["b<a", "b<a"]).settled(),
+            "forward to b",
+        ),
+        (
+            "a settled MGET splits by owner",
+            case("mget", Read, &["b<a", "b", "self<a"]).settled(),
+            "split to [b, self (here)] keys [0, 0, 1]",
+        ),
+        (
+            "a settled write",
+            case("incr", Write, &["b<a"]).settled(),
+            "plan at b<a",
+        ),
+        (
+            "a settled delete",
+            case("del", Delete, &["self<a"]).settled(),
+            "plan at self<a",
         ),
         // Split commands.
         (

@@ -4,6 +4,9 @@
 //! Under `SHARD.CALL WAIT` each write of the plan (the command at the current owner, a delete at
 //! the previous one) is waited for at its node (`Step::run_acked`), and the counts come back
 //! with the reply (`route::wait` decides the call's reply from them).
+//! Once the resharding is settled (its copies are done: COMMIT's first step), the previous
+//! owner is never read or copied from; a delete, or a write that removes the key, still
+//! removes it there too, for the nodes that have not settled yet.
 
 use std::future::Future;
 
@@ -46,6 +49,9 @@ pub struct Plan {
     pub previous: Option<Endpoint>,
     /// The replicas each write must reach (`SHARD.CALL WAIT`).
     pub wait: Option<Wait>,
+    /// The resharding is settled (`RingState::settled`): the key is at the current owner if
+    /// anywhere; the previous owner only loses it when the call removes it.
+    pub settled: bool,
 }
 
 /// What runs the steps: the glue sends them over its connections; tests use a fake. Steps are
@@ -135,7 +141,7 @@ pub async fn execute<S: Step>(plan: &Plan, steps: &S) -> Result<Routed, StepErro
     };
     match plan.kind {
         CommandKind::Read => {
-            if steps.exists(&plan.current, &plan.key).await? {
+            if plan.settled || steps.exists(&plan.current, &plan.key).await? {
                 routed.reply = steps.run(&plan.current, plan.args.clone()).await?;
             } else {
                 routed.fallback = true;
@@ -143,7 +149,8 @@ pub async fn execute<S: Step>(plan: &Plan, steps: &S) -> Result<Routed, StepErro
             }
         }
         CommandKind::Write => {
-            let at_previous = !steps.exists(&plan.current, &plan.key).await?
+            let at_previous = !plan.settled
+                && !steps.exists(&plan.current, &plan.key).await?
                 && steps.exists(previous, &plan.key).await?;
             if at_previous {
                 steps.copy(previous, &plan.current, &plan.key).await?;
@@ -316,6 +323,7 @@ mod tests {
             current: ep("new"),
             previous: previous.then(|| ep("old")),
             wait: None,
+            settled: false,
         }
     }
 
@@ -437,6 +445,29 @@ mod tests {
         assert!(f.data["old"].is_empty());
         let r = execute(&plan(CommandKind::Delete, &["DEL", "k"], true), &mut f).unwrap();
         assert_eq!(r.reply, Resp::Int(0));
+    }
+
+    #[test]
+    fn settled_never_reads_or_copies_from_the_previous_owner_but_deletes_there() {
+        // The previous owner's copy is one a node that committed deleted at the new owner.
+        let settled = |kind, args: &[&str]| Plan {
+            settled: true,
+            ..plan(kind, args, true)
+        };
+        let mut f = fleet_with_old_key();
+        let r = execute(&settled(CommandKind::Read, &["GET", "k"]), &mut f).unwrap();
+        assert_eq!((r.reply, r.fallback), (Resp::Null, false));
+        let r = execute(&settled(CommandKind::Write, &["INCR", "k"]), &mut f).unwrap();
+        assert_eq!((r.reply, r.copied), (Resp::Int(1), false));
+        assert_eq!(f.data["old"][&b"k"[..]], b"41", "left to the cleanup");
+        // A write that removes the key, and a delete, still reach the previous owner.
+        let r = execute(&settled(CommandKind::Write, &["GETDEL", "k"]), &mut f).unwrap();
+        assert_eq!(r.reply, Resp::Bulk(b"1".to_vec()));
+        assert!(f.data["old"].is_empty() && f.data["new"].is_empty());
+        let mut f = fleet_with_old_key();
+        let r = execute(&settled(CommandKind::Delete, &["DEL", "k"]), &mut f).unwrap();
+        assert_eq!(r.reply, Resp::Int(1));
+        assert!(f.data["old"].is_empty());
     }
 
     #[test]

@@ -101,6 +101,8 @@ enum Rings {
     Fenced,
     /// The new ring over the old one.
     Begun,
+    /// The new ring over the old one, settled (the copies are done).
+    Settled,
     /// The new ring alone.
     New,
     Other,
@@ -113,6 +115,7 @@ fn rings_of(plan: &FleetPlan, st: &NodeState) -> Rings {
         ("", "", false) => Rings::Empty,
         (d, "", false) if d == old => Rings::Old,
         (d, p, true) if d == old && p == new => Rings::Fenced,
+        (d, p, false) if d == new && p == old && st.settled => Rings::Settled,
         (d, p, false) if d == new && p == old => Rings::Begun,
         (d, "", false) if d == new => Rings::New,
         _ => Rings::Other,
@@ -129,7 +132,8 @@ pub fn check_resume(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> 
         Phase::Fence => &[Empty, Old, Fenced],
         Phase::Begin => &[Fenced, Begun],
         Phase::Copy => &[Begun],
-        Phase::Commit => &[Begun, New],
+        Phase::Settle => &[Begun, Settled],
+        Phase::Commit => &[Settled, New],
         Phase::Cleanup => &[New],
         Phase::CancelStop | Phase::CancelReturn => &[Empty, Old, Fenced, Begun],
         Phase::CancelRevert => &[Fenced, Old],
@@ -149,7 +153,13 @@ pub fn check_resume(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> 
                         node.address,
                         if st.digest.is_empty() { "none" } else { &st.digest },
                         previous_text(st),
-                        if st.returning { " (returning)" } else { "" },
+                        if st.returning {
+                            " (returning)"
+                        } else if st.settled {
+                            " (settled)"
+                        } else {
+                            ""
+                        },
                         plan.phase,
                         plan.old.digest(),
                         plan.new.digest()

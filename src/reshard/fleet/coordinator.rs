@@ -38,6 +38,22 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 thread_local! {
     static RUNNING: Cell<bool> = const { Cell::new(false) };
+    /// A test's hold (`SHARD.DEBUG FLEET-HOLD phase n`): in `phase`, the rings go to the plan's
+    /// first `n` nodes only, then the coordinator waits until the hold is lifted.
+    static HOLD: Cell<Option<(Phase, usize)>> = const { Cell::new(None) };
+}
+
+/// Holds the coordinator in `phase` after it has installed the rings on the plan's first `n`
+/// nodes (`None`: lifts the hold). For tests, which drive the step between two nodes of a phase
+/// (`SHARD.DEBUG FLEET-HOLD`); kept in memory only, so a restart lifts it.
+pub fn set_hold(hold: Option<(Phase, usize)>) {
+    HOLD.with(|h| h.set(hold));
+}
+
+/// Whether node `i` may get the rings of `phase` now.
+fn not_held(phase: Phase, i: usize) -> bool {
+    HOLD.with(Cell::get)
+        .is_none_or(|(held, n)| held != phase || i < n)
 }
 
 /// Whether this node is driving its plan now.
@@ -235,7 +251,8 @@ pub async fn persist(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
 
 /// Installs the phase's rings on every node, retrying those that fail.
 async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
-    for round in 1..=MAX_ATTEMPTS {
+    let mut round = 0;
+    loop {
         let plan = current_plan()?;
         let Some(install) = plan.install() else {
             return Ok(());
@@ -245,12 +262,19 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), Strin
         let pending: Vec<Endpoint> = plan
             .nodes
             .iter()
-            .filter(|n| !n.done)
-            .filter_map(|n| endpoint_of(&plan, &n.name, &reach.me.name))
+            .enumerate()
+            .filter(|(i, n)| !n.done && not_held(plan.phase, *i))
+            .filter_map(|(_, n)| endpoint_of(&plan, &n.name, &reach.me.name))
             .collect();
         if pending.is_empty() {
-            return Ok(());
+            if plan.nodes.iter().all(|n| n.done) {
+                return Ok(());
+            }
+            // Held by a test (`set_hold`): wait, using no try, until the hold is lifted.
+            steps.sleep(POLL).await;
+            continue;
         }
+        round += 1;
         let replies = join_all(pending.iter().map(|at| steps.send(at, &args))).await;
         lease::note_refusals(
             pending
@@ -278,7 +302,7 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), Strin
             }
         });
         if failed.is_empty() {
-            return Ok(());
+            continue; // every node has them now, or the rest are held
         }
         with_plan(|p| p.error = failed.join("; "));
         if round < MAX_ATTEMPTS {
@@ -291,7 +315,6 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), Strin
             ));
         }
     }
-    Ok(())
 }
 
 /// Runs the phase's job on every node that has one and waits for all; a node whose job fails

@@ -19,6 +19,8 @@ pub struct NodeState {
     pub digest: String,
     pub previous_digest: String,
     pub returning: bool,
+    /// The rings are settled (`RingState::settled`): the copies are done.
+    pub settled: bool,
     pub job: String,
     pub job_state: String,
     pub copied: u64,
@@ -76,6 +78,7 @@ impl NodeState {
                 b"digest" => st.digest = text(),
                 b"previous_digest" => st.previous_digest = text(),
                 b"returning" => st.returning = text() == "yes",
+                b"settled" => st.settled = text() == "yes",
                 b"job" => st.job = text(),
                 b"job_state" => st.job_state = text(),
                 b"copied" => st.copied = int(),
@@ -148,7 +151,7 @@ fn my_keys_by_share(current: &Option<Arc<Placement>>, self_name: &str) -> Option
 }
 
 /// This node's answer to `SHARD.RING STATE`: its rings, job, key count and memory, its run id
-/// and the fleet operation's term it follows (`ring::lease`), as a map of 22 fields, and with a
+/// and the fleet operation's term it follows (`ring::lease`), as a map of 23 fields (`settled` among them), and with a
 /// ready key index 3 more: `key_ranges` (`[first, last, keys]` for each
 /// range of buckets it owns wholly), `keys_in_part_buckets`, `keys_not_owned` (read back by
 /// `NodeState::from_resp`).
@@ -186,6 +189,7 @@ pub fn this_node(ctx: &Context) -> Resp {
         ),
         ("epoch", int(st.rings.epoch)),
         ("returning", bulk(yes_no(st.rings.returning))),
+        ("settled", bulk(yes_no(st.rings.settled))),
         ("job", bulk(kind.as_bytes())),
         ("job_state", bulk(job.state.name().as_bytes())),
         ("copied", int(copied)),

@@ -11,8 +11,13 @@
 //!   call routed by the old ring alone is still in flight anywhere, so that no write can reach an
 //!   old owner once a new owner may have copied the key), `begin` (every node gets the new ring
 //!   as current and the old one as previous),
-//!   `copy` (COPY on every node of the old ring), `commit` (every node: the new ring alone),
-//!   `cleanup` (CLEANUP on the new ring's nodes, `CLEANUP LEFT` on the nodes that left), `done`;
+//!   `copy` (COPY on every node of the old ring), `settle` (every node gets the new ring over
+//!   the old one, *settled*: the copies are done, so a moving key is read and written at its new
+//!   owner only and a delete reaches both owners; then, until no call routed by the rings before
+//!   is in flight anywhere, nothing: from there on no node reads an old owner's copy or copies
+//!   it back, so a node that commits may delete at the new owner alone), `commit` (every node:
+//!   the new ring alone), `cleanup` (CLEANUP on the new ring's nodes, `CLEANUP LEFT` on the
+//!   nodes that left), `done`;
 //! - cancel, before `commit`: `cancel-stop` (the copies stop), `cancel-return` (every node gets
 //!   the old ring as current and the new one as previous, *returning*: routed writes of moving
 //!   keys are refused while the new owners copy their versions back with REPLACE),
@@ -43,9 +48,13 @@ pub enum Phase {
     CancelRevert,
     CancelCleanup,
     Cancelled,
+    Settle,
 }
 
-const PHASES: [Phase; 11] = [
+/// The phases by their byte code (`plan_bytes.rs`): a new phase is added at the end, so that
+/// the codes of the others stay, and a build that does not know it refuses the plan ("unknown
+/// phase") rather than read it as another.
+const PHASES: [Phase; 12] = [
     Phase::Fence,
     Phase::Begin,
     Phase::Copy,
@@ -57,6 +66,7 @@ const PHASES: [Phase; 11] = [
     Phase::CancelRevert,
     Phase::CancelCleanup,
     Phase::Cancelled,
+    Phase::Settle,
 ];
 
 impl Phase {
@@ -65,6 +75,7 @@ impl Phase {
             Phase::Fence => "fence",
             Phase::Begin => "begin",
             Phase::Copy => "copy",
+            Phase::Settle => "settle",
             Phase::Commit => "commit",
             Phase::Cleanup => "cleanup",
             Phase::Done => "done",
@@ -74,6 +85,11 @@ impl Phase {
             Phase::CancelCleanup => "cancel-cleanup",
             Phase::Cancelled => "cancelled",
         }
+    }
+
+    /// The phase of this name (`name`), if any.
+    pub fn named(name: &str) -> Option<Phase> {
+        PHASES.iter().copied().find(|p| p.name() == name)
     }
 
     fn code(self) -> u8 {
@@ -97,7 +113,7 @@ impl Phase {
     /// After this phase's rings are installed, wait until no node has a routed call in flight
     /// that was routed by the rings before.
     pub fn waits_for_calls(self) -> bool {
-        matches!(self, Phase::Fence | Phase::CancelReturn)
+        matches!(self, Phase::Fence | Phase::Settle | Phase::CancelReturn)
     }
 
     /// The phase after this one.
@@ -105,7 +121,8 @@ impl Phase {
         match self {
             Phase::Fence => Phase::Begin,
             Phase::Begin => Phase::Copy,
-            Phase::Copy => Phase::Commit,
+            Phase::Copy => Phase::Settle,
+            Phase::Settle => Phase::Commit,
             Phase::Commit => Phase::Cleanup,
             Phase::Cleanup | Phase::Done => Phase::Done,
             Phase::CancelStop => Phase::CancelReturn,
@@ -235,10 +252,12 @@ pub struct Install<'a> {
     pub returning: bool,
     /// The fence: returning rings whose refusals name the fence.
     pub fence: bool,
+    /// The copies are done (`settle`): see `RingState::settled`.
+    pub settled: bool,
 }
 
 impl Install<'_> {
-    /// `SHARD.RING INSTALL current [previous] [RETURNING|FENCE]`.
+    /// `SHARD.RING INSTALL current [previous] [RETURNING|FENCE|SETTLED]`.
     pub fn command(&self) -> Vec<Vec<u8>> {
         let mut args = vec![
             b"SHARD.RING".to_vec(),
@@ -252,6 +271,8 @@ impl Install<'_> {
             args.push(b"FENCE".to_vec());
         } else if self.returning {
             args.push(b"RETURNING".to_vec());
+        } else if self.settled {
+            args.push(b"SETTLED".to_vec());
         }
         args
     }
@@ -324,7 +345,7 @@ impl FleetPlan {
     pub fn install(&self) -> Option<Install<'_>> {
         let (current, previous, returning) = match self.phase {
             Phase::Fence => (&self.old, Some(&self.new), true),
-            Phase::Begin => (&self.new, Some(&self.old), false),
+            Phase::Begin | Phase::Settle => (&self.new, Some(&self.old), false),
             Phase::Commit => (&self.new, None, false),
             Phase::CancelReturn => (&self.old, Some(&self.new), true),
             Phase::CancelRevert => (&self.old, None, false),
@@ -335,6 +356,7 @@ impl FleetPlan {
             previous,
             returning,
             fence: self.phase == Phase::Fence,
+            settled: self.phase == Phase::Settle,
         })
     }
 
@@ -368,7 +390,7 @@ impl FleetPlan {
             return Ok(());
         }
         Err(format!(
-            "the resharding is in phase {}: it can no longer be cancelled (the fleet committed to the new ring); START the reverse resharding instead",
+            "the resharding is in phase {}: it can no longer be cancelled (the copies are done and the fleet commits to the new ring); START the reverse resharding instead",
             self.phase
         ))
     }

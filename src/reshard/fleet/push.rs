@@ -34,6 +34,7 @@ impl Push {
             previous: previous.map(|p| &p.spec),
             returning: st.rings.returning,
             fence: st.rings.fence,
+            settled: st.rings.settled,
         }
         .command();
         Ok(Push {

@@ -109,6 +109,7 @@ impl Survey {
                     ("digest", bulk(&st.digest)),
                     ("previous_digest", bulk(&st.previous_digest)),
                     ("returning", bulk(if st.returning { "yes" } else { "no" })),
+                    ("settled", bulk(if st.settled { "yes" } else { "no" })),
                     ("job", bulk(&st.job)),
                     ("job_state", bulk(&st.job_state)),
                     ("keys", int(st.keys)),

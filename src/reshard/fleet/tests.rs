@@ -72,6 +72,45 @@ fn installs_per_phase() {
     assert_eq!(i.command().last().unwrap(), b"RETURNING");
     p.enter(Phase::Copy);
     assert!(p.install().is_none());
+    // COMMIT's first step: the rings of BEGIN, settled, then the wait for calls routed before.
+    assert_eq!(p.phase.next(), Phase::Settle);
+    p.enter(Phase::Settle);
+    let i = p.install().unwrap();
+    assert_eq!(
+        (i.current, i.previous, i.returning, i.settled),
+        (&p.new, Some(&p.old), false, true)
+    );
+    assert_eq!(i.command().last().unwrap(), b"SETTLED");
+    assert!(p.phase.waits_for_calls());
+    assert_eq!(p.phase.next(), Phase::Commit);
+    p.enter(Phase::Commit);
+    let i = p.install().unwrap();
+    assert_eq!((i.previous, i.settled), (None, false));
+    assert_eq!(i.command().len(), 3);
+}
+
+#[test]
+fn a_new_phase_keeps_the_codes_of_the_others() {
+    // The byte codes are the plans' on disk: `settle` came last. The phase's byte follows the
+    // magic and version, both rings (length-prefixed) and the max rate.
+    let mut p = grow();
+    let at = 5 + 8 + p.old.canonical().len() + 8 + p.new.canonical().len() + 8;
+    for (phase, code) in [
+        (Phase::Commit, 3),
+        (Phase::Cancelled, 10),
+        (Phase::Settle, 11),
+    ] {
+        p.enter(phase);
+        assert_eq!(p.encode()[at], code, "{phase}");
+    }
+    assert_eq!(FleetPlan::decode(&p.encode()).unwrap(), p);
+    assert_eq!(Phase::named("settle"), Some(Phase::Settle));
+    // A code past the known ones is refused, as a build before `settle` refuses code 11.
+    let mut bytes = p.encode();
+    bytes[at] = 12;
+    assert!(FleetPlan::decode(&bytes)
+        .unwrap_err()
+        .contains("unknown phase"));
 }
 
 #[test]
@@ -79,11 +118,14 @@ fn cancel_only_before_commit() {
     let mut p = grow();
     p.enter(Phase::Copy);
     assert!(p.request_cancel().is_ok() && p.cancel);
-    p.enter(Phase::Commit);
-    assert!(p
-        .request_cancel()
-        .unwrap_err()
-        .contains("no longer be cancelled"));
+    for phase in [Phase::Settle, Phase::Commit] {
+        p.enter(phase);
+        p.cancel = false;
+        assert!(p
+            .request_cancel()
+            .unwrap_err()
+            .contains("no longer be cancelled"));
+    }
     let order: Vec<Phase> = std::iter::successors(Some(Phase::CancelStop), |p| {
         (!p.finished()).then(|| p.next())
     })
@@ -157,11 +199,27 @@ fn resume_refuses_a_plan_older_than_the_fleet() {
     let mut partly = begun.clone();
     partly[2] = Err("refused".into());
     assert!(check_resume(&p, &partly).is_empty());
-    // Commit reaches the nodes one by one: both rings fit.
+    // Settle and commit reach the nodes one by one: the rings before and after fit.
+    p.enter(Phase::Settle);
+    let settled = |n: &str| {
+        state(n, &new, &old, 5).map(|st| NodeState {
+            settled: true,
+            ..st
+        })
+    };
+    let mut mixed = begun.clone();
+    mixed[0] = settled("a");
+    assert!(check_resume(&p, &mixed).is_empty());
     p.enter(Phase::Commit);
-    let mut mixed = begun;
+    let mut mixed: Vec<_> = ["a", "b", "c", "d"].iter().map(|n| settled(n)).collect();
     mixed[0] = state("a", &new, "", 5);
     assert!(check_resume(&p, &mixed).is_empty());
+    // A node that never settled does not fit commit: a node that commits could delete a key
+    // at its new owner alone, and that node would still read the old owner's copy.
+    mixed[1] = state("b", &new, &old, 5);
+    let problems = check_resume(&p, &mixed);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("node b") && problems[0].contains("phase commit"));
 }
 
 #[test]
