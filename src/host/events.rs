@@ -74,6 +74,7 @@ pub unsafe fn on_event_loop(
         _data: *mut c_void,
     ) {
         let _ = std::panic::catch_unwind(|| {
+            crate::host::time::turn_over();
             if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
                 (handlers().before_sleep)();
             } else {

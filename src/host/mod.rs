@@ -28,4 +28,5 @@ pub mod register;
 pub mod replicate;
 pub mod reply;
 pub mod strings;
+pub mod time;
 pub mod walk;
