@@ -99,14 +99,15 @@ class Fleet:
     """The servers (primaries and replicas by shard, as started), the sentinels, and who is
     down or paused now."""
 
-    def __init__(self, server_factory, sentinel_factory, shim, workdir):
+    def __init__(self, server_factory, sentinel_factory, shim, workdir, config=()):
         self.clocks = {}
         # The sentinels' ports first: every server is started knowing them, so that a server
         # restarted after a kill still follows Sentinel.
         sentinel_ports = [free_port() for _ in range(3)]
         common = [("shard.sentinels", " ".join(f"127.0.0.1:{p}" for p in sentinel_ports)),
                   ("shard.topology-refresh-ms", 200), ("shard.call-timeout-ms", 1000),
-                  ("shard.max-drift-ms", 60000), ("repl-diskless-sync-delay", 0), *AOF]
+                  ("shard.max-drift-ms", 60000), ("repl-diskless-sync-delay", 0), *AOF,
+                  *config]
 
         def make(n, i, role, primary=None):
             clock = Clock(Path(workdir) / f"clock-{n}-{role}")

@@ -25,9 +25,10 @@ use crate::net::endpoint::Endpoint;
 use crate::net::pool::Link;
 use crate::net::resp::Resp;
 use crate::reshard::fleet::checks::{check_resume, job_verdict, JobVerdict};
+use crate::reshard::fleet::durable;
 use crate::reshard::fleet::lease::{self, Term};
 use crate::reshard::fleet::node_state::NodeState;
-use crate::reshard::fleet::plan::{FleetPlan, NodeProgress, Phase, MAX_ATTEMPTS};
+use crate::reshard::fleet::plan::{FleetPlan, Install, NodeProgress, Phase, MAX_ATTEMPTS};
 use crate::route::forward::{self, CallReply, NetSteps};
 
 /// How often the coordinator looks at the nodes' jobs.
@@ -193,7 +194,7 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
             return Ok(());
         }
         if plan.install().is_some() {
-            install_everywhere(steps, reach).await?;
+            install_everywhere(steps, reach, Rings::Phase).await?;
             with_plan(FleetPlan::reset_steps);
             if plan.phase.waits_for_calls() {
                 wait_for_calls(steps, reach).await?;
@@ -201,6 +202,10 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
         }
         if !run_jobs(steps, reach).await? {
             continue; // cancelled: the loop turns to the cancel's phases
+        }
+        if plan.final_install().is_some() {
+            with_plan(FleetPlan::reset_steps);
+            install_everywhere(steps, reach, Rings::Final).await?;
         }
         enter(steps, reach, plan.phase.next()).await?;
     }
@@ -249,12 +254,30 @@ pub async fn persist(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
     }
 }
 
-/// Installs the phase's rings on every node, retrying those that fail.
-async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
+/// Which rings `install_everywhere` installs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rings {
+    /// The current phase's (`FleetPlan::install`).
+    Phase,
+    /// The rings the operation ends on, once the last phase's jobs are done
+    /// (`FleetPlan::final_install`).
+    Final,
+}
+
+/// Installs the rings on every node, retrying those that fail: a node's install counts once
+/// its replica acknowledged it (`durable`). Then every node's rings are looked at
+/// (`SHARD.RING STATE`): a node that does not hold them (its primary failed over to a replica
+/// that never got them, or it does not answer) is installed again, so the coordinator moves on
+/// only once every node holds the rings.
+async fn install_everywhere(steps: &NetSteps, reach: &Reach, rings: Rings) -> Result<(), String> {
     let mut round = 0;
     loop {
         let plan = current_plan()?;
-        let Some(install) = plan.install() else {
+        let install = match rings {
+            Rings::Phase => plan.install(),
+            Rings::Final => plan.final_install(),
+        };
+        let Some(install) = install else {
             return Ok(());
         };
         lease::fresh(steps, reach).await?;
@@ -268,14 +291,32 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), Strin
             .collect();
         if pending.is_empty() {
             if plan.nodes.iter().all(|n| n.done) {
-                return Ok(());
+                let missing = not_holding(steps, reach, &plan, &install).await;
+                if missing.is_empty() {
+                    return Ok(());
+                }
+                round += 1;
+                with_plan(|p| {
+                    for (name, why) in &missing {
+                        if let Some(i) = p.node(name) {
+                            p.nodes[i].done = false;
+                            p.nodes[i].last_error.clone_from(why);
+                        }
+                    }
+                });
+                let failed: Vec<String> = missing
+                    .iter()
+                    .map(|(name, why)| format!("node {name}: {why}"))
+                    .collect();
+                give_up_or_wait(steps, round, plan.phase, &failed).await?;
+                continue;
             }
             // Held by a test (`set_hold`): wait, using no try, until the hold is lifted.
             steps.sleep(POLL).await;
             continue;
         }
         round += 1;
-        let replies = join_all(pending.iter().map(|at| steps.send(at, &args))).await;
+        let replies = join_all(pending.iter().map(|at| durable::send(steps, at, &args))).await;
         lease::note_refusals(
             pending
                 .iter()
@@ -304,16 +345,65 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach) -> Result<(), Strin
         if failed.is_empty() {
             continue; // every node has them now, or the rest are held
         }
-        with_plan(|p| p.error = failed.join("; "));
-        if round < MAX_ATTEMPTS {
-            steps.sleep(backoff(round)).await;
-        } else {
-            return Err(format!(
-                "phase {}: gave up after {MAX_ATTEMPTS} tries: {}; SHARD.RESHARD RESUME to try again",
-                plan.phase,
-                failed.join("; ")
-            ));
-        }
+        give_up_or_wait(steps, round, plan.phase, &failed).await?;
+    }
+}
+
+/// Round `round` of an install left `failed`: the coordinator waits its backoff, or gives up
+/// once it has had its tries.
+async fn give_up_or_wait(
+    steps: &NetSteps,
+    round: u32,
+    phase: Phase,
+    failed: &[String],
+) -> Result<(), String> {
+    with_plan(|p| p.error = failed.join("; "));
+    if round < MAX_ATTEMPTS {
+        steps.sleep(backoff(round)).await;
+        return Ok(());
+    }
+    Err(format!(
+        "phase {phase}: gave up after {MAX_ATTEMPTS} tries: {}; SHARD.RESHARD RESUME to try again",
+        failed.join("; ")
+    ))
+}
+
+/// The nodes of the plan that do not hold `install`'s rings now, each with what it holds (or
+/// why it did not answer).
+async fn not_holding(
+    steps: &NetSteps,
+    reach: &Reach,
+    plan: &FleetPlan,
+    install: &Install<'_>,
+) -> Vec<(String, String)> {
+    let nodes = endpoints(plan, &reach.me.name);
+    let want = install.current.digest();
+    let want_previous = install.previous.map(|p| p.digest()).unwrap_or_default();
+    let answers = ask_states(steps, &nodes).await;
+    nodes
+        .iter()
+        .zip(answers)
+        .filter_map(|(at, answer)| {
+            let why = match answer {
+                Ok(st) if st.digest == want && st.previous_digest == want_previous => return None,
+                Ok(st) => format!(
+                    "holds rings {} (previous {}) after the install, not {want} (previous {}): installing again",
+                    or_none(&st.digest),
+                    or_none(&st.previous_digest),
+                    or_none(&want_previous)
+                ),
+                Err(e) => format!("its rings could not be checked after the install: {e}"),
+            };
+            Some((at.name.clone(), why))
+        })
+        .collect()
+}
+
+fn or_none(digest: &str) -> &str {
+    if digest.is_empty() {
+        "none"
+    } else {
+        digest
     }
 }
 
@@ -349,7 +439,7 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
             let sends = due.iter().filter_map(|&i| {
                 let args = lease::stamped(plan.work(i)?.command(plan.max_rate));
                 let at = endpoint_of(&plan, &plan.nodes[i].name, &reach.me.name)?;
-                Some(async move { (i, steps.send(&at, &args).await) })
+                Some(async move { (i, durable::send(steps, &at, &args).await) })
             });
             let replies = join_all(sends).await;
             let names: Vec<&str> = replies

@@ -10,6 +10,8 @@
 //! - `checks`: what the coordinator concludes from the answers (a job's verdict, START's and
 //!   RESUME's checks), pure.
 //! - `coordinator`: drives the plan in the background on the event loop.
+//! - `durable`: a step counted done at a node only once that node's replica has it (the step
+//!   and `WAIT` on one connection), so a failover cannot lose a step the coordinator counted.
 //! - `lease`: one coordinator at a time: the term a coordinator takes before it drives (refused
 //!   while another's lease runs), claims, renews, stamps on every step and releases; `fencing`
 //!   the nodes' side: a step's `TERM ...` read, accepted or refused (`STALETERM`), and made
@@ -27,6 +29,7 @@
 
 pub mod checks;
 pub mod coordinator;
+pub mod durable;
 pub mod fencing;
 pub mod lease;
 pub mod node_state;

@@ -360,6 +360,26 @@ impl FleetPlan {
         })
     }
 
+    /// The rings every node must hold before the operation ends (the rings of the phase
+    /// that installed them last: `commit`, `cancel-revert`), once the current phase's jobs
+    /// are done: installed again everywhere, and waited for at each node's replica, so that a
+    /// node whose primary failed over does not end on other rings (and a cleanup's deletes
+    /// have reached the replica, since they went before it on the replication stream).
+    pub fn final_install(&self) -> Option<Install<'_>> {
+        let current = match self.phase {
+            Phase::Cleanup => &self.new,
+            Phase::CancelCleanup => &self.old,
+            _ => return None,
+        };
+        Some(Install {
+            current,
+            previous: None,
+            returning: false,
+            fence: false,
+            settled: false,
+        })
+    }
+
     /// What node `i` runs in the current phase's job step, if anything.
     pub fn work(&self, i: usize) -> Option<Work> {
         let role = self.nodes.get(i)?.role;

@@ -1,0 +1,102 @@
+"""A fleet operation's step counts done at a node only once that node's replica has it
+(issue 33, found by the nemesis): the coordinator sends each step with `WAIT` on the same
+connection, and a step that the replica did not acknowledge is sent again, after a failover to
+the promoted replica. Before, a ring step acknowledged by a primary whose replica never got it
+was lost when Sentinel promoted that replica: the operation ended `done` with that node on
+other rings (split rings, keys at the wrong owner).
+
+The test drives the step: `SHARD.DEBUG FLEET-HOLD commit 3` holds the coordinator once the
+first three nodes have the commit rings; n3's replica is then stopped (SIGSTOP), the hold
+lifted, and once n3's primary holds the commit rings (the step reached the primary only), that
+primary is killed and the replica continued: Sentinel promotes it.
+"""
+import signal
+
+from helpers.fleet import owners
+from helpers.nemesis import SHARDS, Fleet
+from helpers.reshard import fleet_status, wait_fleet
+from helpers.server import as_map, until
+
+KEYS = [f"k:{i}" for i in range(300)]
+
+
+def state(server):
+    return as_map(server.client(socket_timeout=2).execute_command("SHARD.RING", "STATE"))
+
+
+def test_a_ring_step_lost_in_a_failover_is_sent_again(server_factory, sentinel_factory,
+                                                      clockshim, tmp_path):
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
+                  config=[("enable-debug-command", "yes")])
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    pipe = coordinator.pipeline(transaction=False)
+    for k in KEYS:
+        pipe.execute_command("SHARD.CALL", "SET", k, f"v:{k}")
+    assert all(r == b"OK" for r in pipe.execute())
+
+    assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "commit", 3) == b"OK"
+    ring = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring) == b"OK"
+    new = fleet_status(coordinator)["new_digest"]
+
+    def has_commit(server):
+        st = state(server)
+        return st["digest"] == new and st["previous_digest"] == b""
+
+    until(lambda: all(has_commit(fleet.primaries[n]) for n in ("n0", "n1", "n2")),
+          "n0..n2 have the commit rings", timeout=60)
+    assert not has_commit(fleet.primaries["n3"])
+    # The step reaches n3's primary only.
+    old_primary, replica = fleet.primaries["n3"], fleet.replicas["n3"]
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        # A stopped replica still receives what its socket can take (and reads it once
+        # continued): a filler, in another database, fills that socket and the primary's, so
+        # that the ring step stays in the primary's output buffer and dies with it.
+        filler = old_primary.client(db=9, socket_timeout=20)
+        filler.config_set("shard.cluster-protocol", "no")  # it dies with the filler
+        for i in range(4):
+            filler.set(f"filler:{i}", b"x" * (16 << 20))
+        assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "OFF") == b"OK"
+        until(lambda: has_commit(old_primary), "n3's primary has the commit rings", timeout=30)
+        filler.flushdb()
+        old_primary.proc.send_signal(signal.SIGKILL)
+        old_primary.proc.wait()
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    assert not has_commit(replica), "the replica got the commit rings before it was stopped"
+    until(lambda: fleet.master_address("n3") == replica.port
+          and fleet.role(replica) == "master", "Sentinel promoted n3's replica", timeout=60)
+
+    # The coordinator may have given up while n3 had no primary: RESUME goes on.
+    def over():
+        st = fleet_status(coordinator)
+        if st["phase"] in (b"done", b"cancelled"):
+            return True
+        if st["running"] == b"no":
+            coordinator.execute_command("SHARD.RESHARD", "RESUME")
+        return False
+    until(over, "the operation ends", timeout=120)
+    st = wait_fleet(coordinator, "done")
+
+    # Every node, the promoted replica too, holds the new ring alone.
+    primaries = {n: fleet.primaries[n] for n in ("n0", "n1", "n2")}
+    primaries["n3"] = replica
+    for n, s in primaries.items():
+        got = state(s)
+        assert (got["digest"], got["previous_digest"]) == (new, b""), (n, got, st)
+    # Every key at its owner only, with its value.
+    expected = dict(zip(KEYS, owners(coordinator, KEYS)))
+    for n, s in primaries.items():
+        c = s.client()
+        assert s.client(db=9).dbsize() == 0
+        held = [k.decode() for k in c.scan_iter(count=1000)]
+        stray = [k for k in held if expected.get(k) != n]
+        assert not stray, f"{len(stray)} keys on {n}, which does not own them: {stray[:10]}"
+        mine = [k for k in KEYS if expected[k] == n]
+        pipe = c.pipeline(transaction=False)
+        for k in mine:
+            pipe.get(k)
+        values = pipe.execute()
+        missing = [k for k, v in zip(mine, values) if v != f"v:{k}".encode()]
+        assert not missing, f"{n} lacks {len(missing)} of its keys: {missing[:10]}"
