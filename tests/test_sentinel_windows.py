@@ -222,3 +222,25 @@ def test_start_grows_the_fleet_to_a_node_behind_sentinel(server_factory, sentine
     for n, names in held.items():
         assert all(o == n for o in owners(c, sorted(names))), n
     assert sum(len(v) for v in held.values()) == len(keys)
+
+
+def test_a_fleet_step_is_refused_by_a_server_sentinel_does_not_name(server_factory,
+                                                                    sentinel_factory):
+    """A coordinator's step (here STOP, with its term) sent to a server that calls itself n0
+    while Sentinel names another server as n0's primary is refused with TRYAGAIN, so the
+    coordinator sends it again to the primary Sentinel names; a server Sentinel names takes it.
+    (The nemesis test found a joining node's rings lost this way: a step taken by a server that
+    Sentinel then turned into a replica.)"""
+    fleet = start_sentinel_fleet(server_factory, sentinel_factory)
+    rogue = fleet.replicas["n0"].client()
+    # n0's replica made a primary behind Sentinel's back: Sentinel still names the old one.
+    assert rogue.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    run_id = rogue.info("server")["run_id"]
+    step = ["SHARD.RESHARD", "STOP", "TERM", 1, 10000, "n1",
+            f"127.0.0.1:{fleet.primaries['n1'].port}", run_id]
+    with pytest.raises(redis.ResponseError,
+                       match=r"^TRYAGAIN this server is not the primary Sentinel names for n0"):
+        rogue.execute_command(*step)
+    # The primary Sentinel names takes the step (and answers as STOP does with no job).
+    with pytest.raises(redis.ResponseError, match=r"^no resharding job is running"):
+        fleet.primaries["n0"].client().execute_command(*step)
