@@ -84,7 +84,7 @@ fn without_term<'a>(call: &'a Call) -> Result<(Vec<&'a [u8]>, Option<Claim>), Cm
 pub fn copy(call: &Call) -> CmdResult {
     let (args, term) = without_term(call)?;
     let mut options = parse_copy(args.as_slice())?;
-    fencing::accept_step(call.ctx, term.as_ref())?;
+    fencing::accept_step(call.ctx, term.as_ref(), &[])?;
     let (ring, self_name) = {
         let st = state::lock();
         let (ring, self_name) = job_inputs(&st)?;
@@ -118,7 +118,7 @@ pub fn copy(call: &Call) -> CmdResult {
 pub fn cleanup(call: &Call) -> CmdResult {
     let (args, term) = without_term(call)?;
     let (batch, left) = parse_cleanup(args.as_slice())?;
-    fencing::accept_step(call.ctx, term.as_ref())?;
+    fencing::accept_step(call.ctx, term.as_ref(), &[])?;
     let (ring, self_name) = {
         let st = state::lock();
         if st.rings.previous.is_some() {
@@ -222,7 +222,7 @@ pub fn stop(call: &Call) -> CmdResult {
     if args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.reshard|stop"));
     }
-    fencing::accept_step(call.ctx, term.as_ref())?;
+    fencing::accept_step(call.ctx, term.as_ref(), &[])?;
     if !jobs::request_stop() {
         return Err(CmdError::err("no resharding job is running"));
     }

@@ -267,7 +267,10 @@ pub fn install(call: &Call) -> CmdResult {
         ));
     }
     // A step of an older term is refused before anything else is looked at.
-    fencing::accept_step(call.ctx, term.as_ref())?;
+    let brought: Vec<&RingSpec> = std::iter::once(&current.spec)
+        .chain(previous.as_ref().map(|p| &p.spec))
+        .collect();
+    fencing::accept_step(call.ctx, term.as_ref(), &brought)?;
     crate::cluster::protocol::check_ring_change(call, &current)?;
     if jobs::running() {
         return Err(CmdError::err(

@@ -12,6 +12,7 @@ use redis_module::{Context, ContextFlags};
 use crate::host::args::{int_in, is, ArgList};
 use crate::host::error::CmdError;
 use crate::ring::lease::{Claim, Holder, How, Refusal};
+use crate::ring::RingSpec;
 use crate::state;
 
 /// `TERM` and its five values.
@@ -89,16 +90,61 @@ pub fn accept(ctx: &Context, claim: &Claim, how: How) -> Result<bool, CmdError> 
 /// A step's term (INSTALL, COPY, CLEANUP, STOP), checked before anything else the step does:
 /// taken, and made durable as `SHARD.RING LEASE` when it changed the record (even if the step
 /// then fails: a newer coordinator spoke), or refused.
-pub fn accept_step(ctx: &Context, claim: Option<&Claim>) -> Result<(), CmdError> {
+///
+/// A coordinator's step (from a client, not replayed) is also refused when this server's own
+/// node is behind Sentinel (in a ring it holds, or in `rings`: the rings an INSTALL brings) and
+/// Sentinel does not name this server as its primary: a restarted old primary, or one not yet
+/// looked up, would take a step that its demotion then throws away, while the coordinator
+/// counted the node done (`named_primary`).
+pub fn accept_step(
+    ctx: &Context,
+    claim: Option<&Claim>,
+    rings: &[&RingSpec],
+) -> Result<(), CmdError> {
     let Some(claim) = claim else {
         return Ok(());
     };
+    if from_client(ctx) {
+        named_primary(rings)?;
+    }
     if accept(ctx, claim, How::Step)? {
         let args = lease_args(claim, None);
         let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         ctx.replicate("SHARD.RING", &refs[..]);
     }
     Ok(())
+}
+
+/// Refuses (`TRYAGAIN`) when this server's node is behind Sentinel and Sentinel does not name
+/// this server as its primary now; asks Sentinel at once when it does not know yet.
+fn named_primary(rings: &[&RingSpec]) -> Result<(), CmdError> {
+    let me = {
+        let st = state::lock();
+        let me = st.config.ring.self_name.clone();
+        let held = [st.rings.current.as_ref(), st.rings.previous.as_ref()];
+        let behind_sentinel = held
+            .into_iter()
+            .flatten()
+            .map(|p| &p.spec)
+            .chain(rings.iter().copied())
+            .flat_map(|spec| spec.nodes.iter())
+            .any(|n| n.name == me && n.via_sentinel());
+        if me.is_empty() || !behind_sentinel {
+            return Ok(());
+        }
+        me
+    };
+    if crate::topology::nodes::names_me(&me) {
+        return Ok(());
+    }
+    crate::topology::watcher::wake_for(&me);
+    Err(CmdError::code(
+        "TRYAGAIN",
+        format!(
+            "this server is not the primary Sentinel names for {me} (not yet looked up, or no \
+             longer): a fleet step goes to that primary"
+        ),
+    ))
 }
 
 /// A plan a client stores: refused when its term is older than the one this node follows.

@@ -48,7 +48,8 @@ impl Push {
     pub async fn run(self, steps: NetSteps) -> CallReply {
         let Push { nodes, args, .. } = self;
         let replies = join_all(nodes.iter().map(|at| {
-            let sent = (!at.is_self).then(|| crate::reshard::fleet::durable::send(&steps, at, &args));
+            let sent =
+                (!at.is_self).then(|| crate::reshard::fleet::durable::send(&steps, at, &args));
             async move {
                 match sent {
                     None => Ok(Resp::Simple(b"OK".to_vec())),
