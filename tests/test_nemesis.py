@@ -22,7 +22,8 @@ import time
 
 import pytest
 
-from helpers.nemesis import (Fleet, History, Nemesis, Workload, check, finish_resharding)
+from helpers.nemesis import (Fleet, History, Nemesis, Workload, check, finish_resharding,
+                             fleet_report)
 from helpers.server import until
 
 SECONDS = float(os.environ.get("NEMESIS_SECONDS", "30"))
@@ -63,5 +64,6 @@ def test_nemesis(server_factory, sentinel_factory, clockshim, tmp_path):
     print(summary)
     print(history.text(who=("nemesis", "heal")))
     assert not problems, (f"NEMESIS_SEED={seed} replays this run.\n{summary}\n"
-                          + "\n".join(problems[:40]) + "\n--- history ---\n" + history.text())
+                          + "\n".join(problems[:40]) + "\n--- the servers ---\n"
+                          + fleet_report(fleet) + "\n--- history ---\n" + history.text())
     assert ok >= 100, f"too few acknowledged appends to judge: {summary}\n{history.text()}"

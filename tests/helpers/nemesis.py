@@ -678,3 +678,22 @@ def check(fleet, workload):
                         f"{list(twice.items())[:5]}")
     problems += [f"read of {k}: {p}" for k, p in workload.read_errors]
     return problems
+
+
+def fleet_report(fleet):
+    """Each server's role, rings and fleet plan, one line each: what a failure prints."""
+    lines = []
+    for s in fleet.servers():
+        try:
+            c = s.client(socket_timeout=2)
+            ring = as_map(c.execute_command("SHARD.RING", "GET")) or {}
+            previous = ring.get("previous") or {}
+            plan = fleet_status(c) or {}
+            lines.append(
+                f"{fleet.shard_of(s)}:{s.port} {fleet.role(s)} ring {ring.get('digest')} "
+                f"previous {previous.get('digest')} plan "
+                + " ".join(f"{k}={plan.get(k)}" for k in
+                           ("phase", "running", "error", "term", "lease") if k in plan))
+        except (redis.RedisError, OSError) as e:
+            lines.append(f"{fleet.shard_of(s)}:{s.port} unreachable: {e}")
+    return "\n".join(lines)
