@@ -22,7 +22,7 @@ from helpers.fleet import keys_of, owners
 from helpers.nemesis import SHARDS as SHARDS4, Fleet
 from helpers.reshard import status, wait_fleet, wait_job
 from helpers.sentinel import SHARDS, start_sentinel_fleet
-from helpers.server import AOF, info_shard, until, wait_in_sync
+from helpers.server import AOF, as_map, info_shard, until, wait_in_sync
 
 
 def master_of(sentinel, name):
@@ -215,7 +215,11 @@ def test_start_grows_the_fleet_to_a_node_behind_sentinel(server_factory, sentine
         assert c.execute_command("SHARD.CALL", "SET", k, k) == b"OK"
     ring = ["slots", *[x for n in SHARDS4 for x in (n, "sentinel", 1)]]
     assert c.execute_command("SHARD.RESHARD", "START", *ring) == b"OK"
-    wait_fleet(c, "done")
+    new = wait_fleet(c, "done")["new_digest"]
+    # Every server, the joining node's too, holds the new ring alone.
+    for s in fleet.servers():
+        ring = as_map(s.client().execute_command("SHARD.RING", "GET"))
+        assert (ring["digest"], ring["previous"]) == (new, None), (s.port, ring)
     assert [c.execute_command("SHARD.CALL", "GET", k) for k in keys] == [k.encode() for k in keys]
     held = {n: set(fleet.primaries[n].client().keys("k:*")) for n in SHARDS4}
     assert held["n3"], "the joining node got its keys"

@@ -349,7 +349,7 @@ class Workload:
             self._record_append(w, element, key, outcome)
 
     def _register_writer(self, _):
-        rng = random.Random(self.seeds[-4])
+        rng = random.Random(self.seeds[-3])
         n = 0
         while not self.stop.is_set():
             key = rng.choice(self.registers)
@@ -368,7 +368,7 @@ class Workload:
                 self.writes[key].append((value, outcome))
 
     def _reader(self, _):
-        rng = random.Random(self.seeds[-3])
+        rng = random.Random(self.seeds[-2])
         while not self.stop.is_set():
             key = rng.choice(self.lists)
             with self.lock:
@@ -385,7 +385,7 @@ class Workload:
             time.sleep(0.01)
 
     def _genkey(self, _):
-        rng = random.Random(self.seeds[-2])
+        rng = random.Random(self.seeds[-1])
         while not self.stop.is_set():
             try:
                 c = self._client(rng)
@@ -477,31 +477,34 @@ class Nemesis:
         """Ends the faults whose time is up: a paused process continues, a killed server
         restarts."""
         now = time.monotonic()
-        for kind, o in list(self.fleet.paused):
-            if self.ends.get(("paused", id(o)), now) <= now:
-                o.proc.send_signal(signal.SIGCONT)
-                self.fleet.paused.discard((kind, o))
-                self._note(f"SIGCONT {kind}:{o.port}")
-        for port in list(self.fleet.down):
-            if self.ends.get(("down", port), now) <= now:
-                s = next(s for s in self.fleet.servers() if s.port == port)
-                self.fleet.restart(s)
-                self.fleet.down.discard(port)
-                self._note(f"restart {self.fleet.shard_of(s)}:{port}")
+        for fault in self._faults():
+            if self.ends.get(fault[0], now) <= now:
+                self._end(fault)
 
     def restore(self):
-        """Continues a paused process or restarts a killed server (the oldest fault first)."""
-        if self.fleet.paused:
-            kind, o = next(iter(self.fleet.paused))
+        """Ends the fault in force that was to end first."""
+        faults = self._faults()
+        if faults:
+            self._end(min(faults, key=lambda f: self.ends.get(f[0], 0)))
+
+    def _faults(self):
+        """The faults in force, each (its key in `ends`, what ends it)."""
+        paused = [(("paused", id(o)), (kind, o)) for kind, o in self.fleet.paused]
+        down = [(("down", port), port) for port in self.fleet.down]
+        return paused + down
+
+    def _end(self, fault):
+        key, what = fault
+        if key[0] == "paused":
+            kind, o = what
             o.proc.send_signal(signal.SIGCONT)
-            self.fleet.paused.discard((kind, o))
+            self.fleet.paused.discard(what)
             self._note(f"SIGCONT {kind}:{o.port}")
-        elif self.fleet.down:
-            port = next(iter(self.fleet.down))
-            s = next(s for s in self.fleet.servers() if s.port == port)
+        else:
+            s = next(s for s in self.fleet.servers() if s.port == what)
             self.fleet.restart(s)
-            self.fleet.down.discard(port)
-            self._note(f"restart {self.fleet.shard_of(s)}:{port}")
+            self.fleet.down.discard(what)
+            self._note(f"restart {self.fleet.shard_of(s)}:{what}")
 
     def failover(self):
         n = self.rng.choice(SHARDS)

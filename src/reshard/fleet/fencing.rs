@@ -120,23 +120,21 @@ pub fn accept_step(
 fn named_primary(rings: &[&RingSpec]) -> Result<(), CmdError> {
     let me = {
         let st = state::lock();
-        let me = st.config.ring.self_name.clone();
+        let me = st.config.ring.self_name.as_str();
         let held = [st.rings.current.as_ref(), st.rings.previous.as_ref()];
-        let behind_sentinel = held
+        let own = held
             .into_iter()
             .flatten()
             .map(|p| &p.spec)
             .chain(rings.iter().copied())
             .flat_map(|spec| spec.nodes.iter())
-            .any(|n| n.name == me && n.via_sentinel());
-        if me.is_empty() || !behind_sentinel {
-            return Ok(());
+            .find(|n| n.name == me && n.via_sentinel());
+        // The same test the routed calls make (`acts_as`).
+        match own {
+            Some(node) if !crate::topology::nodes::acts_as(node, me) => me.to_owned(),
+            _ => return Ok(()),
         }
-        me
     };
-    if crate::topology::nodes::names_me(&me) {
-        return Ok(());
-    }
     crate::topology::watcher::wake_for(&me);
     Err(CmdError::code(
         "TRYAGAIN",
