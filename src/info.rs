@@ -155,6 +155,14 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         section.int(&format!("call_errors_{field}"), int(*errors));
         section.int(&format!("call_timeouts_{field}"), int(*timeouts));
     }
+    // Transactions this node coordinated, and the decisions it holds.
+    let [committed, watch, lock, error] = crate::txn::coord::clients::counters();
+    section.int("txn_committed", int(committed));
+    section.int("txn_aborted_watch", int(watch));
+    section.int("txn_aborted_lock", int(lock));
+    section.int("txn_aborted_error", int(error));
+    let (decisions, _) = crate::txn::coord::book::with(|b| b.counts());
+    section.int("txn_decisions_held", int(decisions as u64));
     Ok(())
 }
 

@@ -25,6 +25,7 @@ pub mod state;
 #[cfg(test)]
 mod test_rng;
 pub mod topology;
+pub mod txn;
 
 use host::aux::SHARD_AUX;
 use redis_module::configuration::ConfigurationFlags;
@@ -107,10 +108,19 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
             reshard::moved::forget();
         }
         index::on_keyspace_change(change);
+        if change == KeyspaceChange::LoadEnded {
+            txn::coord::exec::resume();
+        }
     }
     fn role_changed(replica: bool) {
         topology::nodes::set_replica(replica);
         topology::me::refresh();
+        // A promoted replica carries out the commits its old primary decided.
+        txn::coord::exec::resume();
+    }
+    fn client_gone(id: u64) {
+        cluster::clients::forget(id);
+        txn::coord::clients::forget(id);
     }
     fn before_sleep() {
         net::pool::before_sleep();
@@ -121,7 +131,7 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         host::events::on_event_loop(ctx, before_sleep, net::pool::after_sleep)?;
         host::events::on_role_change(ctx, role_changed);
         host::events::on_master_link_change(ctx, topology::me::refresh);
-        host::events::on_client_gone(ctx, cluster::clients::forget);
+        host::events::on_client_gone(ctx, client_gone);
         host::events::on_keyspace_change(ctx, keyspace_changed);
         // A child follows no keyspace event (the parent's records are the parent's).
         host::fork::in_child(|| {
@@ -178,6 +188,7 @@ redis_module! {
             ["big-key-elements", &config::BIG_KEY_ELEMENTS, 4096, 16, 1_000_000_000, ConfigurationFlags::DEFAULT, None],
             ["topology-refresh-ms", &config::TOPOLOGY_REFRESH_MS, 1000, 100, 60_000, ConfigurationFlags::DEFAULT, None],
             ["fleet-lease-ms", &config::FLEET_LEASE_MS, 10_000, 1000, 600_000, ConfigurationFlags::DEFAULT, None],
+            ["txn-lock-ms", &config::TXN_LOCK_MS, 1000, 10, 600_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [
             ["layout", &config::LAYOUT, "snowflake", ConfigurationFlags::DEFAULT, None],

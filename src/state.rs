@@ -53,6 +53,9 @@ pub struct Config {
     pub topology_refresh_ms: i64,
     /// How long a fleet coordinator's lease runs at a node after it last heard from it.
     pub fleet_lease_ms: i64,
+    /// How long a transaction's lock lasts at most, and how long a coordinator retries a
+    /// transaction whose keys other transactions lock (`docs/transactions.md`).
+    pub txn_lock_ms: i64,
     /// `yes`: every connection to another server speaks TLS (`route::tls`).
     pub tls: String,
     /// The TLS files, empty for the server's own `tls-*` setting of the same name.
@@ -79,6 +82,7 @@ impl Default for Config {
             read_from: "primary".into(),
             topology_refresh_ms: 1000,
             fleet_lease_ms: 10_000,
+            txn_lock_ms: 1000,
             tls: "no".into(),
             tls_files: Default::default(),
         }
@@ -200,6 +204,7 @@ impl ModuleState {
             settled: self.rings.settled,
             fleet: None,
             lease: self.lease.record.clone(),
+            txn: None,
         }
     }
 

@@ -17,6 +17,10 @@ use crate::host::register::{arg, many, opt, Arg, CommandSpec, Kind};
 use crate::route::command_table::Carried;
 
 pub fn call(call: &Call) -> CmdResult {
+    // Inside SHARD.MULTI the call is queued (the command filter left it alone).
+    if crate::txn::coord::exec::queueing(call) {
+        return crate::txn::coord::exec::queue_call(call);
+    }
     if call.args.len() < 2 {
         return Err(CmdError::err(
             "SHARD.CALL needs a command and its key: SHARD.CALL command key [arg ...]",

@@ -13,12 +13,14 @@ pub mod decode;
 pub mod dump;
 pub mod encode;
 pub mod genkey;
+pub mod multi;
 #[cfg(test)]
 mod parse_tests;
 pub mod registry;
 pub mod reshard;
 pub mod ring;
 pub mod shardjs;
+pub mod txn_coord;
 pub mod whereis;
 
 pub use crate::host::args::{self, Args};

@@ -4,13 +4,13 @@
 //! their subcommands' handlers; this file lists them all.
 
 use crate::commands::{
-    advance, apply, call, cluster, debug, decode, dump, encode, genkey, reshard, ring, shardjs,
-    whereis,
+    advance, apply, call, cluster, debug, decode, dump, encode, genkey, multi, reshard, ring,
+    shardjs, whereis,
 };
 use crate::host::register::CommandSpec;
 
 /// Every command of the module.
-pub fn table() -> [&'static CommandSpec; 18] {
+pub fn table() -> [&'static CommandSpec; 23] {
     [
         &genkey::COMMAND,
         &decode::COMMAND,
@@ -30,6 +30,11 @@ pub fn table() -> [&'static CommandSpec; 18] {
         &advance::COMMAND,
         &ring::RING,
         &reshard::RESHARD,
+        &multi::WATCH,
+        &multi::UNWATCH,
+        &multi::MULTI,
+        &multi::DISCARD,
+        &multi::EXEC,
     ]
 }
 

@@ -79,6 +79,24 @@ pub fn run_id() -> String {
     RUN_ID.get_or_init(|| id).clone()
 }
 
+/// The replicas connected to this server now (`INFO replication`'s `connected_slaves`); 0
+/// before load. Main thread only.
+pub fn connected_replicas() -> usize {
+    let Some(ctx) = detached() else {
+        return 0;
+    };
+    let text = match ctx.call("INFO", &["replication"]) {
+        Ok(RedisValue::SimpleString(t) | RedisValue::BulkString(t)) => t,
+        Ok(RedisValue::BulkRedisString(t)) => t.to_string_lossy(),
+        Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
+        _ => String::new(),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("connected_slaves:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Runs `callback(data)` on the main thread after `delay`, on a timer of the server's event
 /// loop armed on the detached context. False (and nothing armed) before load.
 pub fn after<T: 'static>(delay: std::time::Duration, callback: fn(&Context, T), data: T) -> bool {

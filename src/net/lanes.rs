@@ -25,6 +25,28 @@ use crate::net::resp::encode_command;
 /// that may wait for that node's replicas at the same time.
 pub const LANES: Lane = 32;
 
+/// The lane of the control requests of transactions (`SHARD.TXN`, which never wait at the
+/// node): one pipelined connection per node of their own, so that they never queue behind a
+/// routed command waiting for a transaction's lock on the shared one (`txn::coord`).
+pub const CONTROL: Lane = LANES + 1;
+
+/// Queues `args` for `at` on its control connection (`CONTROL`); the reply, or the error,
+/// goes to `waiter` as `pool::request`'s do.
+pub fn request_control(at: &Endpoint, link: &Link, args: &[Vec<u8>], waiter: Waiter) {
+    let mut failed: Deliveries = Vec::new();
+    NET.with(|net| {
+        let mut net = net.borrow_mut();
+        match net.connection(at, link, CONTROL) {
+            Ok(id) => net.enqueue(
+                id,
+                vec![(encode_command(args), waiter, Some(Duration::ZERO))],
+            ),
+            Err(e) => failed.push((waiter, Err(e))),
+        }
+    });
+    (hooks().deliver)(failed);
+}
+
 /// One request that holds its connection: its arguments, who gets the reply, and how long it
 /// may take beyond the call timeout (`None`: no limit).
 pub struct Held<'a> {

@@ -25,6 +25,25 @@ use crate::state;
 /// Calls the filter turned into plain local commands.
 pub static REWRITTEN: AtomicU64 = AtomicU64::new(0);
 
+/// Clients of this node inside `SHARD.MULTI` (`txn::coord::clients`): while there is one, no
+/// call is rewritten, since its `SHARD.CALL` must reach the handler that queues it, and the
+/// filter cannot tell the client on every server.
+static QUEUEING: AtomicU64 = AtomicU64::new(0);
+
+/// Whether any client of this node is inside `SHARD.MULTI`.
+pub fn any_queueing() -> bool {
+    QUEUEING.load(Ordering::Relaxed) > 0
+}
+
+/// A client entered `SHARD.MULTI` (`true`) or left it (`false`).
+pub fn hold_rewrites(on: bool) {
+    if on {
+        QUEUEING.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let _ = QUEUEING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
 /// What the filter found for the first key of the `SHARD.CALL` it let through: the command
 /// handler, which runs right after it for the same arguments, need not hash the key again.
 #[derive(Clone, Copy)]
@@ -56,7 +75,7 @@ pub fn owner_found(key: &[u8], ring: &Placement) -> Option<usize> {
 /// here, with no resharding step pending, loses its `SHARD.CALL` (true when it did).
 pub fn rewrite_local_call(args: &mut FilterArgs) -> bool {
     LAST.with(|last| last.set(None));
-    if local_call(args) && args.delete(0) {
+    if QUEUEING.load(Ordering::Relaxed) == 0 && local_call(args) && args.delete(0) {
         REWRITTEN.fetch_add(1, Ordering::Relaxed);
         return true;
     }

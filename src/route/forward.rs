@@ -417,6 +417,14 @@ impl NetSteps {
         self.reply(waiter)
     }
 
+    /// Sends a transaction's control request (`SHARD.TXN ...`) to `at` on the connection of
+    /// such requests (`net::lanes::CONTROL`); the future resolves with the reply.
+    pub fn send_control(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
+        let waiter = self.waiter();
+        lanes::request_control(at, &self.link, args, waiter);
+        self.reply(waiter)
+    }
+
     /// Sends `args` and then `WAIT` to `at`, back to back on a connection of their own; the
     /// futures resolve with the command's reply and `WAIT`'s.
     pub fn send_waited(

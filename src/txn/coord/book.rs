@@ -1,0 +1,293 @@
+//! The coordinator's decisions (`docs/transactions.md`): for each transaction of its own that
+//! prepared everywhere, `commit` with every owner's part, kept until every owner confirmed;
+//! for each transaction an owner in doubt asked about and that was not decided, `abort`
+//! (presumed abort), so that the answer never changes. Both are durable: replicated and in
+//! the AOF as `SHARD.TXN DECIDE` / `SHARD.TXN FORGET` (this node's own commands, sent to
+//! itself, `exec`), in the RDB aux field (`encode`, `decode`). What `SHARD.TXN STATUS` answers
+//! comes from here: the record; `pending` while the transaction is being prepared here and
+//! its deadline has not passed (kept in memory only: after a restart or on a promoted
+//! replica no prepare of the old process goes on); else `abort`, recorded.
+//!
+//! A decision forgotten after every owner confirmed it stays known as `commit` for the last
+//! `DONE_KEPT` of them (in memory): an owner that asks late (its confirmation lost in its own
+//! failover) still hears `commit`. Presumed aborts are kept for the last `ABORTS_KEPT`.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+
+use crate::persist::Reader;
+use crate::txn::coord::wire::{self, DecidedPart};
+
+pub const DONE_KEPT: usize = 10_000;
+pub const ABORTS_KEPT: usize = 100_000;
+
+/// What was decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Commit(Vec<DecidedPart>),
+    Abort,
+}
+
+/// `SHARD.TXN STATUS`'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Commit,
+    Abort,
+    Pending,
+}
+
+impl Status {
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Commit => "commit",
+            Status::Abort => "abort",
+            Status::Pending => "pending",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Book {
+    records: HashMap<String, Record>,
+    /// The order abort records came in (the oldest dropped past `ABORTS_KEPT`).
+    aborts: VecDeque<String>,
+    /// Transactions being prepared here, with their deadline (monotonic ms).
+    preparing: HashMap<String, u64>,
+    /// Commits forgotten lately.
+    done: VecDeque<String>,
+}
+
+impl Book {
+    /// Records `record` for `txid`: `Ok` when it is recorded now or was already (a record
+    /// replayed from the replication stream or the AOF), `Err` naming the other decision.
+    pub fn decide(&mut self, txid: &str, record: Record) -> Result<(), String> {
+        match self.records.get(txid) {
+            Some(r) if *r == record => return Ok(()),
+            Some(Record::Abort) => {
+                return Err(format!("ABORTED transaction {txid} was aborted already"))
+            }
+            Some(Record::Commit(_)) => {
+                return Err(format!(
+                    "COMMITTED transaction {txid} was committed already"
+                ))
+            }
+            None => {}
+        }
+        if self.done.iter().any(|d| d == txid) {
+            return Err(format!(
+                "COMMITTED transaction {txid} was committed already"
+            ));
+        }
+        if record == Record::Abort {
+            self.aborts.push_back(txid.to_string());
+            while self.aborts.len() > ABORTS_KEPT {
+                if let Some(old) = self.aborts.pop_front() {
+                    self.records.remove(&old);
+                }
+            }
+        }
+        self.records.insert(txid.to_string(), record);
+        Ok(())
+    }
+
+    /// Forgets the decision of `txid` (every owner applied it).
+    pub fn forget(&mut self, txid: &str) {
+        if let Some(Record::Commit(_)) = self.records.remove(txid) {
+            self.done.push_back(txid.to_string());
+            if self.done.len() > DONE_KEPT {
+                self.done.pop_front();
+            }
+        }
+        self.aborts.retain(|a| a != txid);
+        self.preparing.remove(txid);
+    }
+
+    pub fn preparing(&mut self, txid: &str, deadline_ms: u64) {
+        self.preparing.insert(txid.to_string(), deadline_ms);
+    }
+
+    /// The transaction is no longer being prepared here (it ended, either way).
+    pub fn prepared(&mut self, txid: &str) {
+        self.preparing.remove(txid);
+    }
+
+    /// The answer to an owner in doubt at `now_ms`; `true` when the answer is an abort
+    /// recorded by this very question (to be made durable by the caller).
+    pub fn status(&mut self, txid: &str, now_ms: u64) -> (Status, bool) {
+        match self.records.get(txid) {
+            Some(Record::Commit(_)) => return (Status::Commit, false),
+            Some(Record::Abort) => return (Status::Abort, false),
+            None => {}
+        }
+        if self.done.iter().any(|d| d == txid) {
+            return (Status::Commit, false);
+        }
+        if self.preparing.get(txid).is_some_and(|d| now_ms <= *d) {
+            return (Status::Pending, false);
+        }
+        let recorded = self.decide(txid, Record::Abort).is_ok();
+        (Status::Abort, recorded)
+    }
+
+    pub fn record(&self, txid: &str) -> Option<&Record> {
+        self.records.get(txid)
+    }
+
+    /// Every commit still to carry out: (txid, parts).
+    pub fn commits(&self) -> Vec<(String, Vec<DecidedPart>)> {
+        let mut out: Vec<_> = self
+            .records
+            .iter()
+            .filter_map(|(t, r)| match r {
+                Record::Commit(parts) => Some((t.clone(), parts.clone())),
+                Record::Abort => None,
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// (commit records, abort records), for INFO.
+    pub fn counts(&self) -> (usize, usize) {
+        let aborts = self.aborts.len();
+        (self.records.len() - aborts, aborts)
+    }
+
+    /// The records as bytes (the RDB aux field): their count, then each txid and its
+    /// decision as `SHARD.TXN DECIDE`'s arguments after the txid.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut ids: Vec<&String> = self.records.keys().collect();
+        ids.sort();
+        out.extend_from_slice(&(ids.len() as u64).to_le_bytes());
+        for txid in ids {
+            let args = match &self.records[txid] {
+                Record::Commit(parts) => wire::decide_commit(txid, parts),
+                Record::Abort => wire::decide_abort(txid),
+            };
+            let tail = &args[2..];
+            out.extend_from_slice(&(tail.len() as u64).to_le_bytes());
+            for a in tail {
+                out.extend_from_slice(&(a.len() as u64).to_le_bytes());
+                out.extend_from_slice(a);
+            }
+        }
+        out
+    }
+
+    /// The records `encode` wrote (the book as it was, with nothing being prepared).
+    pub fn decode(bytes: &[u8]) -> Result<Book, String> {
+        let mut r = Reader::new(bytes);
+        let mut book = Book::default();
+        if bytes.is_empty() {
+            return Ok(book);
+        }
+        let n = r.u64("decision count")?;
+        for _ in 0..n {
+            let argc = r.u64("decision length")?;
+            if argc > bytes.len() as u64 {
+                return Err(format!(
+                    "a decision of {argc} arguments is longer than the data"
+                ));
+            }
+            let mut args: Vec<&[u8]> = Vec::new();
+            for _ in 0..argc {
+                args.push(r.sized("decision argument")?);
+            }
+            let (txid, record) = parse_decision(&args)?;
+            book.decide(&txid, record)?;
+        }
+        if r.pos != bytes.len() {
+            return Err(format!(
+                "{} unexpected bytes after the decisions",
+                bytes.len() - r.pos
+            ));
+        }
+        Ok(book)
+    }
+}
+
+/// `txid COMMIT nparts ...` or `txid ABORT` (`SHARD.TXN DECIDE`'s arguments).
+pub fn parse_decision(args: &[&[u8]]) -> Result<(String, Record), String> {
+    let (Some(txid), Some(what)) = (args.first(), args.get(1)) else {
+        return Err("a decision needs a txid and COMMIT or ABORT".into());
+    };
+    let txid = std::str::from_utf8(txid)
+        .map_err(|_| "a txid is text".to_string())?
+        .to_string();
+    if what.eq_ignore_ascii_case(b"ABORT") && args.len() == 2 {
+        return Ok((txid, Record::Abort));
+    }
+    if what.eq_ignore_ascii_case(b"COMMIT") {
+        return Ok((txid, Record::Commit(wire::read_parts(args, 2)?)));
+    }
+    Err("a decision is COMMIT nparts ... or ABORT".into())
+}
+
+thread_local! {
+    static BOOK: RefCell<Book> = RefCell::new(Book::default());
+}
+
+/// The book of this node, for the length of `f`. Main thread only.
+pub fn with<R>(f: impl FnOnce(&mut Book) -> R) -> R {
+    BOOK.with(|b| f(&mut b.borrow_mut()))
+}
+
+/// Replaces the book with the one loaded (an RDB, or a primary's at a full sync).
+pub fn restore(book: Book) {
+    BOOK.with(|b| *b.borrow_mut() = book);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> Vec<DecidedPart> {
+        vec![(
+            "n1".into(),
+            vec![vec![b"SET".to_vec(), b"a".to_vec(), b"1".to_vec()]],
+        )]
+    }
+
+    #[test]
+    fn the_first_decision_wins_and_answers_never_change() {
+        let mut book = Book::default();
+        book.preparing("a/1", 100);
+        assert_eq!(book.status("a/1", 50), (Status::Pending, false));
+        assert_eq!(book.decide("a/1", Record::Commit(parts())), Ok(()));
+        assert_eq!(book.decide("a/1", Record::Commit(parts())), Ok(()));
+        assert_eq!(book.status("a/1", 500), (Status::Commit, false));
+        assert!(book.decide("a/1", Record::Abort).is_err());
+        // Past its deadline, a transaction not decided is aborted, for good.
+        book.preparing("a/2", 100);
+        assert_eq!(book.status("a/2", 101), (Status::Abort, true));
+        assert_eq!(book.status("a/2", 102), (Status::Abort, false));
+        assert!(book.decide("a/2", Record::Commit(parts())).is_err());
+        // Unknown here (a restart, a promoted replica): aborted at once.
+        assert_eq!(book.status("a/3", 0), (Status::Abort, true));
+        // Forgotten commits are still known as commits.
+        book.forget("a/1");
+        assert_eq!(book.status("a/1", 500), (Status::Commit, false));
+        assert!(book.decide("a/1", Record::Abort).is_err());
+        assert_eq!(book.counts(), (0, 2));
+    }
+
+    #[test]
+    fn the_book_round_trips_and_bad_bytes_are_refused() {
+        let mut book = Book::default();
+        book.decide("n1/a", Record::Commit(parts())).unwrap();
+        book.decide("n1/b", Record::Abort).unwrap();
+        let bytes = book.encode();
+        let back = Book::decode(&bytes).unwrap();
+        assert_eq!(back.record("n1/a"), Some(&Record::Commit(parts())));
+        assert_eq!(back.record("n1/b"), Some(&Record::Abort));
+        assert_eq!(back.commits().len(), 1);
+        for end in 1..bytes.len() {
+            assert!(Book::decode(&bytes[..end]).is_err(), "{end}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Book::decode(&longer).is_err());
+        assert!(Book::decode(&[]).unwrap().commits().is_empty());
+    }
+}

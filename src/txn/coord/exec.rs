@@ -1,0 +1,346 @@
+//! The client's commands carried out (`commands::multi` parses and calls these):
+//! `SHARD.WATCH` (the keys placed, `SHARD.TXN WATCH` at each owner at once, the client
+//! blocked until all replied), `SHARD.UNWATCH`, `SHARD.MULTI`, a `SHARD.CALL` queued,
+//! `SHARD.DISCARD` and `SHARD.EXEC` (the phases run over the module's connections, the
+//! client blocked until its reply). Also the txid, from this node's generator, and the
+//! commits carried out again after a restart or a promotion (`resume`).
+
+use futures_util::future::join_all;
+
+use crate::host::caller;
+use crate::host::command::Call;
+use crate::host::error::{CmdError, CmdResult};
+use crate::net::endpoint::Endpoint;
+use crate::net::pool::{link_timeout, Link};
+use crate::net::resp::Resp;
+use crate::route::forward::{self, CallReply};
+use crate::state;
+use crate::txn::coord::clients::{self, Queue};
+use crate::txn::coord::fleet::NetFleet;
+use crate::txn::coord::phases::{self, Fleet, Outcome};
+use crate::txn::coord::plan::{Part, Txn};
+use crate::txn::coord::{book, queue, wire};
+
+/// How long an owner keeps a watch that is not used (then it counts as written).
+pub const WATCH_TTL_MS: u64 = 60_000;
+
+/// How the coordinator reaches the owners for the client of `call`: its database and RESP
+/// version.
+fn link(call: Option<&Call>) -> Link {
+    let st = state::lock();
+    let resp3 = call.is_some_and(|c| {
+        c.ctx
+            .get_flags()
+            .contains(redis_module::ContextFlags::FLAGS_RESP3)
+    });
+    Link {
+        timeout: link_timeout(st.config.call_timeout_ms),
+        auth: st.config.auth(),
+        resp3,
+        db: call.map_or(0, caller::selected_db),
+    }
+}
+
+/// A new txid: `<node name>/<hex>`, the number from this node's generator (never repeated
+/// through restarts and failovers: its high-water mark goes to replicas and the AOF as
+/// `SHARD.GENKEY`'s does).
+fn new_txid(call: &Call) -> Result<String, CmdError> {
+    let now_ms =
+        crate::clock::now_ms().ok_or_else(|| CmdError::err("the wall clock cannot be read"))?;
+    let mut st = state::lock();
+    let st = &mut *st;
+    let name = st.config.ring.self_name.clone();
+    if name.is_empty() {
+        return Err(CmdError::err(
+            "transactions need this node's name in the ring: set shard.self",
+        ));
+    }
+    let keys = &st.keys;
+    let request = crate::keys::Request {
+        now_ms,
+        count: 1,
+        node: keys.node_id,
+        key_type: keys.layout.default_type(),
+        max_drift_ms: keys.max_drift_ms,
+    };
+    let fields = st
+        .generator
+        .reserve(&keys.layout, &keys.layout, &keys.shape, &request)
+        .map_err(CmdError::err)?
+        .next()
+        .ok_or_else(|| CmdError::err("the generator issued no number"))?;
+    let number = match keys.layout.pack(&fields) {
+        0 => (fields.tick << 24) | (fields.seq & 0xff_ffff),
+        n => n,
+    };
+    let mark = st
+        .generator
+        .high_water_ms(&keys.layout)
+        .filter(|m| Some(*m) != st.propagated_high_water);
+    if let Some(mark) = mark {
+        crate::host::replicate::replicate_with_int(call.ctx, c"shard.advance", mark);
+        st.propagated_high_water = Some(mark);
+    }
+    Ok(format!("{name}/{number:x}"))
+}
+
+/// `SHARD.WATCH key [key ...]`.
+pub fn watch(call: &Call, keys: &[&[u8]]) -> CmdResult {
+    let id = caller::client_id(call);
+    if clients::queueing(id) {
+        return Err(CmdError::err(
+            "SHARD.WATCH inside SHARD.MULTI is not allowed",
+        ));
+    }
+    let owners = queue::owners_of(keys)?;
+    let mut groups: Vec<(Endpoint, Vec<Vec<u8>>)> = Vec::new();
+    for (owner, key) in owners.into_iter().zip(keys) {
+        match groups.iter_mut().find(|(o, _)| o.name == owner.name) {
+            Some((_, ks)) => ks.push(key.to_vec()),
+            None => groups.push((owner, vec![key.to_vec()])),
+        }
+    }
+    let txid = match clients::with(id, |c| c.txid.clone()) {
+        Some(t) => t,
+        None => new_txid(call)?,
+    };
+    clients::with(id, |c| {
+        c.txid = Some(txid.clone());
+        for (owner, ks) in &groups {
+            match c.watched.iter_mut().find(|(o, _)| o.name == owner.name) {
+                Some((_, have)) => have.extend(ks.iter().cloned()),
+                None => c.watched.push((owner.clone(), ks.clone())),
+            }
+        }
+    });
+    forward::run(call, link(Some(call)), move |steps| async move {
+        let sent = groups
+            .iter()
+            .map(|(owner, ks)| steps.send_control(owner, &wire::watch(&txid, WATCH_TTL_MS, ks)));
+        for reply in join_all(sent).await {
+            match reply {
+                Ok(Resp::Error(line)) => {
+                    return CallReply::Error(String::from_utf8_lossy(&line).into_owned())
+                }
+                Ok(_) => {}
+                Err(e) => return CallReply::Error(format!("ERR shard.txn: {e}")),
+            }
+        }
+        CallReply::Reply(Resp::Simple(b"OK".to_vec()))
+    })
+    .map_err(CmdError::err)
+}
+
+/// `SHARD.UNWATCH`.
+pub fn unwatch(call: &Call) -> CmdResult {
+    let id = caller::client_id(call);
+    if clients::queueing(id) {
+        return Err(CmdError::err(
+            "SHARD.UNWATCH inside SHARD.MULTI is not allowed",
+        ));
+    }
+    let (txid, watched) = clients::with(id, |c| (c.txid.take(), std::mem::take(&mut c.watched)));
+    if let Some(txid) = txid {
+        unwatch_later(&txid, &watched);
+    }
+    call.reply.ok();
+    Ok(())
+}
+
+/// Drops `txid`'s watches at their owners, in the background.
+pub fn unwatch_later(txid: &str, watched: &[(Endpoint, Vec<Vec<u8>>)]) {
+    if watched.is_empty() {
+        return;
+    }
+    let owners: Vec<Endpoint> = watched.iter().map(|(o, _)| o.clone()).collect();
+    let request = wire::unwatch(txid);
+    forward::spawn(link(None), move |steps| async move {
+        let _ = join_all(owners.iter().map(|o| steps.send_control(o, &request))).await;
+        CallReply::Reply(Resp::Null)
+    });
+}
+
+/// `SHARD.MULTI`.
+pub fn multi(call: &Call) -> CmdResult {
+    let id = caller::client_id(call);
+    let opened = clients::with(id, |c| {
+        if c.queue.is_some() {
+            return false;
+        }
+        c.queue = Some(Queue::default());
+        true
+    });
+    if !opened {
+        return Err(CmdError::err("SHARD.MULTI calls can not be nested"));
+    }
+    call.reply.ok();
+    Ok(())
+}
+
+/// Whether the client of `call` is inside `SHARD.MULTI` (its `SHARD.CALL` is queued).
+pub fn queueing(call: &Call) -> bool {
+    crate::route::filter::any_queueing() && clients::queueing(caller::client_id(call))
+}
+
+/// A `SHARD.CALL` inside `SHARD.MULTI`: `QUEUED`, or the refusal (the transaction then ends
+/// in `EXECABORT`).
+pub fn queue_call(call: &Call) -> CmdResult {
+    let id = caller::client_id(call);
+    let queued = queue::queue(call);
+    clients::with(id, |c| {
+        if let Some(q) = c.queue.as_mut() {
+            match &queued {
+                Ok(command) => q.commands.push(command.clone()),
+                Err(_) => q.refused = true,
+            }
+        }
+    });
+    queued?;
+    call.reply.simple(b"QUEUED");
+    Ok(())
+}
+
+/// `SHARD.DISCARD`.
+pub fn discard(call: &Call) -> CmdResult {
+    let id = caller::client_id(call);
+    if !clients::queueing(id) {
+        return Err(CmdError::err("SHARD.DISCARD without SHARD.MULTI"));
+    }
+    let gone = clients::take(id);
+    if let Some(txid) = gone.txid {
+        unwatch_later(&txid, &gone.watched);
+    }
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.EXEC`.
+pub fn exec(call: &Call) -> CmdResult {
+    let id = caller::client_id(call);
+    if !clients::queueing(id) {
+        return Err(CmdError::err("SHARD.EXEC without SHARD.MULTI"));
+    }
+    let client = clients::take(id);
+    let queue = client.queue.unwrap_or_default();
+    if queue.refused {
+        if let Some(txid) = &client.txid {
+            unwatch_later(txid, &client.watched);
+        }
+        clients::count(&clients::ABORTED_ERROR);
+        return Err(CmdError::code(
+            "EXECABORT",
+            "Transaction discarded because of previous errors.",
+        ));
+    }
+    let txid = match client.txid {
+        Some(t) => t,
+        None => new_txid(call)?,
+    };
+    let txn = Txn::build(txid, &client.watched, queue.commands);
+    let lock_ms = lock_ms();
+    forward::run(call, link(Some(call)), move |steps| async move {
+        let fleet = NetFleet { steps };
+        let outcome = phases::run(&txn, &fleet, lock_ms).await;
+        book::with(|b| b.prepared(&txn.txid));
+        reply(outcome)
+    })
+    .map_err(CmdError::err)
+}
+
+/// How long a transaction waits out other transactions' locks (`shard.txn-lock-ms`).
+fn lock_ms() -> u64 {
+    state::lock().config.txn_lock_ms.unsigned_abs()
+}
+
+/// The client's reply to `SHARD.EXEC`, counted.
+fn reply(outcome: Outcome) -> CallReply {
+    match outcome {
+        Outcome::Committed(replies) => {
+            clients::count(&clients::COMMITTED);
+            match replies {
+                Ok(r) => CallReply::Reply(Resp::Array(r)),
+                Err(line) => CallReply::Error(line),
+            }
+        }
+        Outcome::Watched => {
+            clients::count(&clients::ABORTED_WATCH);
+            CallReply::Reply(Resp::NullArray)
+        }
+        Outcome::Locked(line) => {
+            clients::count(&clients::ABORTED_LOCK);
+            CallReply::Error(line)
+        }
+        Outcome::Failed(line) => {
+            clients::count(&clients::ABORTED_ERROR);
+            CallReply::Error(line)
+        }
+    }
+}
+
+thread_local! {
+    /// The commits being carried out again now.
+    static RESUMING: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Carries out again every commit this node's book holds (after a load, or when this server
+/// becomes a primary): `COMMIT` with its part to each owner until each confirmed, then the
+/// decision is forgotten. One still unconfirmed is tried again a second later. Does nothing
+/// on a replica.
+pub fn resume() {
+    if crate::topology::nodes::is_replica() {
+        return;
+    }
+    for (txid, parts) in book::with(|b| b.commits()) {
+        let fresh = RESUMING.with(|r| {
+            let mut r = r.borrow_mut();
+            let fresh = !r.contains(&txid);
+            if fresh {
+                r.push(txid.clone());
+            }
+            fresh
+        });
+        if !fresh {
+            continue;
+        }
+        let mut owners = Vec::with_capacity(parts.len());
+        for (name, commands) in parts {
+            match queue::node_named(&name) {
+                Some(owner) => owners.push(Part {
+                    owner,
+                    watched: Vec::new(),
+                    commands,
+                }),
+                None => {
+                    redis_module::logging::log_warning(format!(
+                        "shard: transaction {txid} commits at node {name}, which no ring names now: it waits"
+                    ));
+                    break;
+                }
+            }
+        }
+        if owners.len()
+            != book::with(|b| match b.record(&txid) {
+                Some(book::Record::Commit(p)) => p.len(),
+                _ => 0,
+            })
+        {
+            RESUMING.with(|r| r.borrow_mut().retain(|t| *t != txid));
+            continue;
+        }
+        let txn = Txn {
+            txid,
+            parts: owners,
+            slots: Vec::new(),
+        };
+        forward::spawn(link(None), move |steps| async move {
+            let fleet = NetFleet { steps };
+            let done = phases::commit_all(&txn, &fleet).await.is_ok();
+            RESUMING.with(|r| r.borrow_mut().retain(|t| *t != txn.txid));
+            if !done {
+                fleet.pause(1000).await;
+                resume();
+            }
+            CallReply::Reply(Resp::Null)
+        });
+    }
+}

@@ -1,0 +1,160 @@
+//! The phases' `Fleet` over the module's connections (`route::forward::NetSteps`): control
+//! requests on each owner's control connection (`net::lanes::CONTROL`), a block (`MULTI` ...
+//! `EXEC`) on the shared one, back to back; the decision sent to this node itself as
+//! `SHARD.TXN DECIDE` (a command, so that it is replicated and written to the AOF as it is)
+//! followed, when this node has a replica connected, by `WAIT 1` on the same connection of its
+//! own (as a fleet step is, `reshard/fleet/durable.rs`), and forgotten as `SHARD.TXN FORGET`.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::net::endpoint::{Endpoint, StepError};
+use crate::net::resp::Resp;
+use crate::route::forward::NetSteps;
+use crate::route::wait::Wait;
+use crate::txn::coord::book::{self, Record};
+use crate::txn::coord::phases::{Decided, Fleet};
+use crate::txn::coord::plan::Txn;
+use crate::txn::coord::wire::{self, Command, DecidedPart};
+
+/// How long the decision waits for this node's replica to acknowledge it.
+pub const REPLICA_WAIT_MS: i64 = 2000;
+
+/// The fleet of one transaction (or of a commit carried out again).
+pub struct NetFleet {
+    pub steps: NetSteps,
+}
+
+/// Every part of `txn` as its decision records it.
+pub fn decided_parts(txn: &Txn) -> Vec<DecidedPart> {
+    txn.parts
+        .iter()
+        .map(|p| (p.owner.name.clone(), p.commands.clone()))
+        .collect()
+}
+
+impl NetFleet {
+    async fn record(&self, txid: &str, args: Vec<Vec<u8>>) -> Result<Resp, String> {
+        let me = crate::txn::coord::queue::this_node().ok_or_else(|| {
+            "ERR this node is not in the ring: it cannot record a decision".to_string()
+        })?;
+        let replicas = crate::host::context::connected_replicas();
+        if replicas == 0 {
+            return self
+                .steps
+                .send_control(&me, &args)
+                .await
+                .map_err(|e| format!("ERR shard.txn: {e}"));
+        }
+        let wait = Wait {
+            replicas: 1,
+            timeout_ms: REPLICA_WAIT_MS,
+        };
+        let (command, waited) = self.steps.send_waited(&me, &args, wait);
+        let reply = command.await.map_err(|e| format!("ERR shard.txn: {e}"))?;
+        if reply.is_error() {
+            return Ok(reply);
+        }
+        match waited.await {
+            Ok(Resp::Int(n)) if n >= 1 => Ok(reply),
+            other => Err(format!(
+                "ERR shard.txn: the commit of transaction {txid} is recorded, but no replica of this node acknowledged it within {REPLICA_WAIT_MS} ms ({other:?}); it is carried out once one does, or when an owner asks"
+            )),
+        }
+    }
+}
+
+thread_local! {
+    static SEED: Cell<u64> = Cell::new(crate::clock::monotonic_ms() | 1);
+}
+
+impl Fleet for NetFleet {
+    fn control(
+        &self,
+        at: &Endpoint,
+        args: Vec<Vec<u8>>,
+    ) -> impl Future<Output = Result<Resp, StepError>> {
+        self.steps.send_control(at, &args)
+    }
+
+    fn block(
+        &self,
+        at: &Endpoint,
+        commands: &[Command],
+    ) -> impl Future<Output = Result<(Vec<Resp>, Resp), StepError>> {
+        // Queued back to back now: nothing else goes on that connection in between.
+        let multi = self.steps.send(at, &[b"MULTI".to_vec()]);
+        let queued: Vec<_> = commands.iter().map(|c| self.steps.send(at, c)).collect();
+        let exec = self.steps.send(at, &[b"EXEC".to_vec()]);
+        async move {
+            let started = multi.await?;
+            let mut replies = Vec::with_capacity(queued.len());
+            for q in queued {
+                replies.push(q.await?);
+            }
+            let exec = exec.await?;
+            if started.is_error() {
+                return Ok((vec![started], exec));
+            }
+            Ok((replies, exec))
+        }
+    }
+
+    fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {
+        let args = wire::decide_commit(&txn.txid, &decided_parts(txn));
+        let txid = txn.txid.clone();
+        async move {
+            match self.record(&txid, args).await {
+                Ok(Resp::Error(line)) => {
+                    Decided::Refused(String::from_utf8_lossy(&line).into_owned())
+                }
+                Ok(_) => Decided::Commit,
+                Err(line) => {
+                    // Not known to have reached this node's book: an abort recorded now keeps
+                    // a late one out (`SHARD.TXN DECIDE` refuses a second decision).
+                    let aborted = book::with(|b| b.decide(&txid, Record::Abort)).is_ok();
+                    if aborted {
+                        Decided::Refused(line)
+                    } else {
+                        Decided::Unsure(line)
+                    }
+                }
+            }
+        }
+    }
+
+    fn forget(&self, txid: &str) -> impl Future<Output = ()> {
+        let me = crate::txn::coord::queue::this_node();
+        let sent = me.map(|me| self.steps.send_control(&me, &wire::forget(txid)));
+        async move {
+            if let Some(sent) = sent {
+                let _ = sent.await;
+            }
+        }
+    }
+
+    fn preparing(&self, txid: &str, deadline_ms: u64) {
+        book::with(|b| b.preparing(txid, deadline_ms));
+    }
+
+    fn pause(&self, ms: u64) -> impl Future<Output = ()> {
+        self.steps.sleep(Duration::from_millis(ms))
+    }
+
+    fn now_ms(&self) -> u64 {
+        crate::clock::monotonic_ms()
+    }
+
+    fn random(&self, n: u64) -> u64 {
+        SEED.with(|s| {
+            // xorshift64
+            let mut x = s.get();
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            s.set(x);
+            x % n.max(1)
+        })
+    }
+}

@@ -1,0 +1,37 @@
+//! The coordinator of transactions across nodes (`docs/transactions.md`): the node a client
+//! is connected to keeps the client's watched keys and queued commands and runs the
+//! transaction at the owners of its keys.
+//!
+//! - `wire`: the `SHARD.TXN` requests it sends and the replies read back, pure.
+//! - `plan`: the queued commands gathered into one part per owner, and the replies merged
+//!   back in queue order, pure.
+//! - `phases`: the phases of `SHARD.EXEC` (one owner's block or `APPLY`; two-phase commit
+//!   over several), pure, driven through the `Fleet` trait and tested against a fake fleet.
+//! - `book`: the decisions, durable, and `SHARD.TXN STATUS`'s answer from them.
+//! - `clients`: each client's transaction by client id (its txid, watches, queue), dropped
+//!   when it disconnects; the counters of INFO.
+//! - `queue`: a `SHARD.CALL` queued inside `SHARD.MULTI`: checked and placed at queue time.
+//! - `exec`: the glue: `SHARD.WATCH` and `SHARD.EXEC` over the module's connections
+//!   (`route::forward`), the decisions sent to this node itself, and the commits carried out
+//!   again after a restart or a promotion.
+//!
+//! May import: `host`, `net`, `state`, `topology`, `route` and the pure rooms; never
+//! `cluster`, `reshard` or `commands`.
+
+pub mod book;
+pub mod clients;
+pub mod exec;
+pub mod fleet;
+pub mod phases;
+pub mod plan;
+pub mod queue;
+pub mod wire;
+
+pub use book::Status;
+
+/// `SHARD.TXN STATUS txid`'s answer at this node (the owner side's dispatcher calls it):
+/// `commit`, `abort` or `pending`; `true` when the abort was recorded by this question, which
+/// the caller then replicates as `SHARD.TXN DECIDE txid ABORT` (`commands::txn_coord`).
+pub fn status(txid: &str) -> (Status, bool) {
+    book::with(|b| b.status(txid, crate::clock::monotonic_ms()))
+}

@@ -1,0 +1,142 @@
+//! A `SHARD.CALL` inside `SHARD.MULTI`, checked and placed at queue time, as Redis checks a
+//! command queued in `MULTI`: a command the server does not know, a wrong number of
+//! arguments, a command that can block, the calling user's ACL, a key a resharding is moving
+//! now, or keys of several owners in a command that does not split (`route::split`) are
+//! refused here, naming what was wrong (the owners, for the last); the transaction then ends
+//! in `EXECABORT`. A command whose keys have one owner is queued whole for it; a splittable
+//! one over several owners, one piece per owner. Also here: where keys live, for
+//! `SHARD.WATCH`.
+
+use crate::host::acl;
+use crate::host::command::Call;
+use crate::host::error::CmdError;
+use crate::net::endpoint::Endpoint;
+use crate::route::command_table::Carried;
+use crate::route::decide::refuse_blocking;
+use crate::route::split;
+use crate::state;
+use crate::txn::coord::plan::Queued;
+
+/// The queued form of the call's carried command (`SHARD.CALL command key ...`).
+pub fn queue(call: &Call) -> Result<Queued, CmdError> {
+    if call.args.len() < 2 {
+        return Err(CmdError::err(
+            "SHARD.CALL needs a command and its key: SHARD.CALL command key [arg ...]",
+        ));
+    }
+    if call.args.get(1).eq_ignore_ascii_case(b"wait") {
+        return Err(CmdError::err(
+            "SHARD.CALL WAIT is not queued inside SHARD.MULTI: the transaction's writes are applied as one",
+        ));
+    }
+    let command = Carried::at(call, 1)?;
+    refuse_blocking(command.meta.blocking, &command.name_text, &call.args, 1)?;
+    if crate::route::fields::translates(command.name) {
+        return Err(CmdError::err(format!(
+            "'{}' under the field dictionary (shard.fields) is not queued inside SHARD.MULTI",
+            command.name_text
+        )));
+    }
+    acl::check_caller(call, 1, &command.name_text)?;
+    let args: Vec<&[u8]> = (1..call.args.len()).map(|i| call.args.get(i)).collect();
+    let keys: Vec<&[u8]> = command
+        .positions
+        .iter()
+        .filter_map(|&p| args.get(p).copied())
+        .collect();
+    let owners = owners_of(&keys)?;
+    let Some(first) = owners.first() else {
+        return Err(CmdError::err(format!(
+            "'{}' has no key here: SHARD.CALL routes commands by their keys",
+            command.name_text
+        )));
+    };
+    if owners.iter().all(|o| o.name == first.name) {
+        return Ok(Queued::Whole {
+            owner: first.clone(),
+            command: args.iter().map(|a| a.to_vec()).collect(),
+        });
+    }
+    let Some(how) = split::splittable(command.name) else {
+        let mut names: Vec<&str> = owners.iter().map(|o| o.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        return Err(CmdError::err(format!(
+            "the keys of '{}' live on different nodes ({}): inside SHARD.MULTI only MGET, MSET, DEL, UNLINK, EXISTS and TOUCH split by owner; queue one command per node, or give the keys one hash tag",
+            command.name_text,
+            names.join(", ")
+        )));
+    };
+    let mut distinct: Vec<Endpoint> = Vec::new();
+    let index: Vec<usize> = owners
+        .iter()
+        .map(|o| match distinct.iter().position(|d| d.name == o.name) {
+            Some(at) => at,
+            None => {
+                distinct.push(o.clone());
+                distinct.len() - 1
+            }
+        })
+        .collect();
+    let pieces = split::split(&args, how, &index)
+        .into_iter()
+        .map(|p| (distinct[p.owner].clone(), p))
+        .collect();
+    Ok(Queued::Split {
+        merge: how.merge,
+        pieces,
+        keys: keys.len(),
+    })
+}
+
+/// The owner of each key by the current ring; a key that a resharding is moving now is
+/// refused (`TRYAGAIN`): a transaction runs at settled owners.
+pub fn owners_of(keys: &[&[u8]]) -> Result<Vec<Endpoint>, CmdError> {
+    let st = state::lock();
+    let current = st.current_ring()?;
+    let ring = current.ring.as_ref().ok_or_else(|| {
+        CmdError::err(
+            "SHARD.MULTI needs a ring of shard's own; with the cluster algo use a cluster client",
+        )
+    })?;
+    let self_name = st.config.ring.self_name.as_str();
+    let previous = st.rings.previous.as_ref().and_then(|p| p.ring.as_ref());
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        let node = ring.owner_spec(key);
+        if previous.is_some_and(|p| p.owner_spec(key).name != node.name) {
+            return Err(CmdError::code(
+                "TRYAGAIN",
+                format!(
+                    "key '{}' is moving to node {} in a resharding: transactions wait until it is there; retry in a moment",
+                    crate::host::args::printable(key),
+                    node.name
+                ),
+            ));
+        }
+        out.push(crate::topology::nodes::endpoint_of(node, self_name));
+    }
+    Ok(out)
+}
+
+/// This node as an endpoint (its node of the current ring), for the requests it sends
+/// itself.
+pub fn this_node() -> Option<Endpoint> {
+    let st = state::lock();
+    let self_name = st.config.ring.self_name.as_str();
+    let current = st.rings.current.as_ref()?;
+    let node = current.spec.nodes.iter().find(|n| n.name == self_name)?;
+    Some(crate::topology::nodes::endpoint_of(node, self_name))
+}
+
+/// The node called `name` in the current (or previous) ring.
+pub fn node_named(name: &str) -> Option<Endpoint> {
+    let st = state::lock();
+    let self_name = st.config.ring.self_name.as_str();
+    let found = [&st.rings.current, &st.rings.previous]
+        .into_iter()
+        .flatten()
+        .find_map(|p| p.spec.nodes.iter().find(|n| n.name == name))
+        .map(|node| crate::topology::nodes::endpoint_of(node, self_name));
+    found
+}
