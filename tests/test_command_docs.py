@@ -11,6 +11,11 @@ COMMANDS = {
     "shard.whereis": (2, {"readonly", "fast"}),
     "shard.locate": (2, {"readonly", "fast"}),
     "shard.call": (-3, {"noscript", "blocking"}),
+    "shard.watch": (-2, {"noscript", "blocking"}),
+    "shard.unwatch": (1, {"noscript", "fast"}),
+    "shard.multi": (1, {"noscript", "fast"}),
+    "shard.discard": (1, {"noscript", "fast"}),
+    "shard.exec": (1, {"noscript", "blocking"}),
 }
 SUBCOMMANDS = {
     "shard.ring": {"set": (-3, {"admin"}), "get": (2, {"readonly", "fast"}), "begin": (-3, {"admin"}),
