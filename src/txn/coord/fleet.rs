@@ -4,16 +4,20 @@
 //! `SHARD.TXN DECIDE` (a command, so that it is replicated and written to the AOF as it is)
 //! followed, when this node has a replica connected, by `WAIT 1` on the same connection of its
 //! own (as a fleet step is, `reshard/fleet/durable.rs`), and forgotten as `SHARD.TXN FORGET`.
+//! This node's own parts go to the owner side directly when it registered (`local`).
 
 use std::cell::Cell;
-use std::future::Future;
+use std::future::{ready, Future};
 use std::time::Duration;
 
 use crate::net::endpoint::{Endpoint, StepError};
 use crate::net::resp::Resp;
 use crate::route::forward::NetSteps;
 use crate::route::wait::Wait;
+use futures_util::future::Either;
+
 use crate::txn::coord::book::{self, Record};
+use crate::txn::coord::local;
 use crate::txn::coord::phases::{Decided, Fleet};
 use crate::txn::coord::plan::Txn;
 use crate::txn::coord::wire::{self, Command, DecidedPart};
@@ -75,7 +79,12 @@ impl Fleet for NetFleet {
         at: &Endpoint,
         args: Vec<Vec<u8>>,
     ) -> impl Future<Output = Result<Resp, StepError>> {
-        self.steps.send_control(at, &args)
+        if at.is_self {
+            if let Some(reply) = (local::get().control)(&args, self.steps.link().db) {
+                return Either::Left(ready(Ok(reply)));
+            }
+        }
+        Either::Right(self.steps.send_control(at, &args))
     }
 
     fn block(
@@ -83,11 +92,16 @@ impl Fleet for NetFleet {
         at: &Endpoint,
         commands: &[Command],
     ) -> impl Future<Output = Result<(Vec<Resp>, Resp), StepError>> {
+        if at.is_self {
+            if let Some(replies) = (local::get().block)(commands, self.steps.link().db) {
+                return Either::Left(ready(Ok(replies)));
+            }
+        }
         // Queued back to back now: nothing else goes on that connection in between.
         let multi = self.steps.send(at, &[b"MULTI".to_vec()]);
         let queued: Vec<_> = commands.iter().map(|c| self.steps.send(at, c)).collect();
         let exec = self.steps.send(at, &[b"EXEC".to_vec()]);
-        async move {
+        Either::Right(async move {
             let started = multi.await?;
             let mut replies = Vec::with_capacity(queued.len());
             for q in queued {
@@ -98,7 +112,7 @@ impl Fleet for NetFleet {
                 return Ok((vec![started], exec));
             }
             Ok((replies, exec))
-        }
+        })
     }
 
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {

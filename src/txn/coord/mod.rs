@@ -11,6 +11,8 @@
 //! - `clients`: each client's transaction by client id (its txid, watches, queue), dropped
 //!   when it disconnects; the counters of INFO.
 //! - `queue`: a `SHARD.CALL` queued inside `SHARD.MULTI`: checked and placed at queue time.
+//! - `local`: the owner side of this node, called directly when it registered (else over a
+//!   connection to this node's own address).
 //! - `exec`: the glue: `SHARD.WATCH` and `SHARD.EXEC` over the module's connections
 //!   (`route::forward`), the decisions sent to this node itself, and the commits carried out
 //!   again after a restart or a promotion.
@@ -22,6 +24,7 @@ pub mod book;
 pub mod clients;
 pub mod exec;
 pub mod fleet;
+pub mod local;
 pub mod phases;
 pub mod plan;
 pub mod queue;
