@@ -9,6 +9,9 @@ use std::cell::Cell;
 use crate::net::resp::Resp;
 use crate::txn::coord::wire::Command;
 
+/// Each command's queueing reply (`QUEUED` or an error), and `EXEC`'s reply.
+pub type BlockReplies = (Vec<Resp>, Resp);
+
 /// The owner side's entry points, for database `db`.
 #[derive(Clone, Copy)]
 pub struct LocalOwner {
@@ -16,14 +19,14 @@ pub struct LocalOwner {
     pub control: fn(&[Vec<u8>], u32) -> Option<Resp>,
     /// `commands` run here as one atomic block, as `MULTI`/`EXEC` runs them (locks checked,
     /// watches marked, replicated as one): each command's queueing reply and `EXEC`'s.
-    pub block: fn(&[Command], u32) -> Option<(Vec<Resp>, Resp)>,
+    pub block: fn(&[Command], u32) -> Option<BlockReplies>,
 }
 
 fn no_control(_: &[Vec<u8>], _: u32) -> Option<Resp> {
     None
 }
 
-fn no_block(_: &[Command], _: u32) -> Option<(Vec<Resp>, Resp)> {
+fn no_block(_: &[Command], _: u32) -> Option<BlockReplies> {
     None
 }
 

@@ -8,7 +8,8 @@
 //! - one owner with watched keys: `SHARD.TXN APPLY`;
 //! - several owners: `PREPARE` at each, at once. Any `WATCHED`: `ABORT` everywhere, nil. Any
 //!   `LOCKED`: `ABORT` everywhere, a short random pause, again, for at most `lock_ms`, then
-//!   `TRYAGAIN`. Any other failure (an error, no answer): `ABORT` everywhere (a `PREPARE` that
+//!   `TRYAGAIN` (at once for a transaction with watched keys: the `ABORT` dropped its
+//!   watches, so the client must read again). Any other failure (an error, no answer): `ABORT` everywhere (a `PREPARE` that
 //!   timed out may have locked), the error. All `PREPARED`: the decision is recorded durably
 //!   (`Fleet::decide`), then `COMMIT` with its part at each owner (again, a few times, for
 //!   an owner that does not answer), the replies merged; the decision is forgotten once every
@@ -105,6 +106,14 @@ pub async fn run<F: Fleet>(txn: &Txn, fleet: &F, lock_ms: u64) -> Outcome {
             Attempt::Locked(reason) => reason,
         };
         let spent = fleet.now_ms().saturating_sub(start);
+        // An ABORT drops the transaction's watches at its owners: tried again, it could only
+        // fail as watched. The client reads again and retries.
+        let watched = txn.parts.iter().any(|p| !p.watched.is_empty());
+        if watched {
+            return Outcome::Locked(format!(
+                "TRYAGAIN keys of the transaction are locked by another transaction ({reason}), and the retry dropped its watches: read again and retry"
+            ));
+        }
         if spent >= lock_ms {
             return Outcome::Locked(format!(
                 "TRYAGAIN keys of the transaction stayed locked by other transactions for {lock_ms} ms ({reason}): retry"

@@ -270,6 +270,23 @@ fn a_lock_is_waited_out_then_tryagain() {
 }
 
 #[test]
+fn a_lock_with_watched_keys_is_not_waited_out() {
+    let fake = Fake::new(|node, args, before| match (node, sub(args)) {
+        ("n2", b"PREPARE") => Ok(Resp::Error(b"LOCKED other/7".to_vec())),
+        _ => willing(node, args, before),
+    });
+    match block_on(run(&txn(2, true), &fake, 100)) {
+        Outcome::Locked(line) => assert!(line.starts_with("TRYAGAIN"), "{line}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        fake.log(),
+        vec!["n1 PREPARE", "n2 PREPARE", "n1 ABORT", "n2 ABORT"]
+    );
+    assert_eq!(fake.now.get(), 1000);
+}
+
+#[test]
 fn an_owner_that_fails_aborts_everywhere() {
     let fake = Fake::new(|node, args, before| match (node, sub(args)) {
         ("n2", b"PREPARE") => Err(StepError::of_kind(
