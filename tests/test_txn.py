@@ -12,7 +12,7 @@ import redis
 
 from helpers.fleet import make_fleet
 from helpers.resp import Raw, raw_reply
-from helpers.server import info_shard, until
+from helpers.server import info_shard, until, wait_in_sync
 
 
 def call(c, *args):
@@ -31,7 +31,7 @@ def needs_owner_side(fleet):
 
 @pytest.fixture
 def fleet(server_factory):
-    return make_fleet(server_factory, timeout_ms=2000)
+    return make_fleet(server_factory, timeout_ms=2000, config=[("enable-debug-command", "yes")])
 
 
 def counters(client):
@@ -225,3 +225,38 @@ def test_status_answers_from_the_decisions_and_never_changes(fleet):
     assert c.execute_command("SHARD.TXN", "STATUS", "n0/fe") == b"commit"
     assert c.execute_command("SHARD.TXN", "STATUS", "n0/ff") == b"abort"
     assert c.execute_command("SHARD.TXN", "FORGET", "n0/fe") == b"OK"
+
+
+def test_a_decision_held_is_carried_out_after_a_restart(fleet):
+    """A commit decided but not carried out (the coordinator died before its COMMITs) is sent
+    again once the coordinator has loaded its decisions: the owner applies its part (given
+    with the COMMIT), and the decision is forgotten."""
+    needs_owner_side(fleet)
+    c = fleet.client("n0")
+    key = fleet.key_of("n1", prefix="held")
+    assert c.execute_command("SHARD.TXN", "DECIDE", "n0/abc", "COMMIT", 1, "n1", 1, 3,
+                             "SET", key, "applied") == b"OK"
+    assert counters(c)["txn_decisions_held"] == 1
+    c.execute_command("DEBUG", "RELOAD")
+    until(lambda: fleet.client("n1").get(key) == b"applied", "n1 applied the part")
+    until(lambda: counters(c)["txn_decisions_held"] == 0, "the decision forgotten")
+    assert c.execute_command("SHARD.TXN", "STATUS", "n0/abc") == b"commit"
+
+
+def test_a_promoted_replica_carries_out_its_primary_s_decisions(fleet, server_factory):
+    needs_owner_side(fleet)
+    primary = fleet["n0"]
+    replica = server_factory(module_args=["self", "n0", "call-timeout-ms", 2000],
+                             config=[("replicaof", "127.0.0.1", primary.port)])
+    c = primary.client()
+    wait_in_sync(c, replica.client())
+    # A transfer through the coordinator with a replica: its decision waits for the replica.
+    a, b = fleet.key_of("n1", prefix="r"), fleet.key_of("n2", prefix="r")
+    assert run_queued(c, [("SET", a, 1), ("SET", b, 2)]) == [b"OK", b"OK"]
+    key = fleet.key_of("n1", prefix="promoted")
+    assert c.execute_command("SHARD.TXN", "DECIDE", "n0/abd", "COMMIT", 1, "n1", 1, 3,
+                             "SET", key, "applied") == b"OK"
+    wait_in_sync(c, replica.client())
+    assert fleet.client("n1").get(key) is None
+    replica.client().execute_command("REPLICAOF", "NO", "ONE")
+    until(lambda: fleet.client("n1").get(key) == b"applied", "n1 applied the part")
