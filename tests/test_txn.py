@@ -173,6 +173,10 @@ def test_a_transfer_across_two_owners_commits_both_parts(fleet):
     assert fleet.client("n1").get(a) == b"70" and fleet.client("n2").get(b) == b"130"
     assert counters(c)["txn_committed"] == 1
     assert counters(c)["txn_decisions_held"] == 0
+    # In another database, there.
+    d = fleet.client("n0", db=2)
+    assert run_queued(d, [("INCRBY", a, 5), ("INCRBY", b, 5)]) == [5, 5]
+    assert fleet.client("n1", db=2).get(a) == b"5" and fleet.client("n1").get(a) == b"70"
 
 
 def test_a_watched_key_written_fails_the_transaction_everywhere(fleet):
@@ -216,10 +220,10 @@ def test_status_answers_from_the_decisions_and_never_changes(fleet):
     # Unknown here: presumed abort, recorded; a commit of it afterwards is refused.
     assert c.execute_command("SHARD.TXN", "STATUS", "n0/ff") == b"abort"
     with pytest.raises(redis.ResponseError, match="ABORTED"):
-        c.execute_command("SHARD.TXN", "DECIDE", "n0/ff", "COMMIT", 1, "n1", 1, 3, "SET", "x", "1")
+        c.execute_command("SHARD.TXN", "DECIDE", "n0/ff", "COMMIT", 0, 1, "n1", 1, 3, "SET", "x", "1")
     assert c.execute_command("SHARD.TXN", "STATUS", "n0/ff") == b"abort"
     # A commit recorded survives a restart (the RDB aux field).
-    assert c.execute_command("SHARD.TXN", "DECIDE", "n0/fe", "COMMIT", 1, "n9", 1, 3,
+    assert c.execute_command("SHARD.TXN", "DECIDE", "n0/fe", "COMMIT", 0, 1, "n9", 1, 3,
                              "SET", "x", "1") == b"OK"
     c.execute_command("DEBUG", "RELOAD")
     assert c.execute_command("SHARD.TXN", "STATUS", "n0/fe") == b"commit"
@@ -234,11 +238,13 @@ def test_a_decision_held_is_carried_out_after_a_restart(fleet):
     needs_owner_side(fleet)
     c = fleet.client("n0")
     key = fleet.key_of("n1", prefix="held")
-    assert c.execute_command("SHARD.TXN", "DECIDE", "n0/abc", "COMMIT", 1, "n1", 1, 3,
+    # In database 5: the part is applied there.
+    assert c.execute_command("SHARD.TXN", "DECIDE", "n0/abc", "COMMIT", 5, 1, "n1", 1, 3,
                              "SET", key, "applied") == b"OK"
     assert counters(c)["txn_decisions_held"] == 1
     c.execute_command("DEBUG", "RELOAD")
-    until(lambda: fleet.client("n1").get(key) == b"applied", "n1 applied the part")
+    until(lambda: fleet.client("n1", db=5).get(key) == b"applied", "n1 applied the part")
+    assert fleet.client("n1").get(key) is None
     until(lambda: counters(c)["txn_decisions_held"] == 0, "the decision forgotten")
     assert c.execute_command("SHARD.TXN", "STATUS", "n0/abc") == b"commit"
 
@@ -254,7 +260,7 @@ def test_a_promoted_replica_carries_out_its_primary_s_decisions(fleet, server_fa
     a, b = fleet.key_of("n1", prefix="r"), fleet.key_of("n2", prefix="r")
     assert run_queued(c, [("SET", a, 1), ("SET", b, 2)]) == [b"OK", b"OK"]
     key = fleet.key_of("n1", prefix="promoted")
-    assert c.execute_command("SHARD.TXN", "DECIDE", "n0/abd", "COMMIT", 1, "n1", 1, 3,
+    assert c.execute_command("SHARD.TXN", "DECIDE", "n0/abd", "COMMIT", 0, 1, "n1", 1, 3,
                              "SET", key, "applied") == b"OK"
     wait_in_sync(c, replica.client())
     assert fleet.client("n1").get(key) is None

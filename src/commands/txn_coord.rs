@@ -1,6 +1,6 @@
 //! The coordinator's subcommands of `SHARD.TXN` (the container is the owner side's,
-//! `commands::txn`, which lists these beside its own): `SHARD.TXN DECIDE txid COMMIT nparts
-//! (owner ncmds (argc arg...)...)...` and `SHARD.TXN DECIDE txid ABORT` (a decision, sent by
+//! `commands::txn`, which lists these beside its own): `SHARD.TXN DECIDE txid COMMIT db
+//! nparts (owner ncmds (argc arg...)...)...` and `SHARD.TXN DECIDE txid ABORT` (a decision, sent by
 //! the coordinator to itself, replicated and written to the AOF as it is), `SHARD.TXN FORGET
 //! txid` (a commit carried out everywhere), and `SHARD.TXN STATUS txid` (an owner in doubt
 //! asks: `commit`, `abort` or `pending`; an abort presumed here is recorded and replicated as

@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 
 use crate::persist::Reader;
-use crate::txn::coord::wire::{self, DecidedPart};
+use crate::txn::coord::wire::{self, Decision};
 
 pub const DONE_KEPT: usize = 10_000;
 pub const ABORTS_KEPT: usize = 100_000;
@@ -24,7 +24,7 @@ pub const ABORTS_KEPT: usize = 100_000;
 /// What was decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
-    Commit(Vec<DecidedPart>),
+    Commit(Decision),
     Abort,
 }
 
@@ -134,16 +134,16 @@ impl Book {
     }
 
     /// Every commit still to carry out: (txid, parts).
-    pub fn commits(&self) -> Vec<(String, Vec<DecidedPart>)> {
+    pub fn commits(&self) -> Vec<(String, Decision)> {
         let mut out: Vec<_> = self
             .records
             .iter()
             .filter_map(|(t, r)| match r {
-                Record::Commit(parts) => Some((t.clone(), parts.clone())),
+                Record::Commit(d) => Some((t.clone(), d.clone())),
                 Record::Abort => None,
             })
             .collect();
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
 
@@ -162,7 +162,7 @@ impl Book {
         out.extend_from_slice(&(ids.len() as u64).to_le_bytes());
         for txid in ids {
             let args = match &self.records[txid] {
-                Record::Commit(parts) => wire::decide_commit(txid, parts),
+                Record::Commit(d) => wire::decide_commit(txid, d),
                 Record::Abort => wire::decide_abort(txid),
             };
             let tail = &args[2..];
@@ -219,9 +219,9 @@ pub fn parse_decision(args: &[&[u8]]) -> Result<(String, Record), String> {
         return Ok((txid, Record::Abort));
     }
     if what.eq_ignore_ascii_case(b"COMMIT") {
-        return Ok((txid, Record::Commit(wire::read_parts(args, 2)?)));
+        return Ok((txid, Record::Commit(wire::read_decision(args, 2)?)));
     }
-    Err("a decision is COMMIT nparts ... or ABORT".into())
+    Err("a decision is COMMIT db nparts ... or ABORT".into())
 }
 
 thread_local! {
@@ -242,11 +242,14 @@ pub fn restore(book: Book) {
 mod tests {
     use super::*;
 
-    fn parts() -> Vec<DecidedPart> {
-        vec![(
-            "n1".into(),
-            vec![vec![b"SET".to_vec(), b"a".to_vec(), b"1".to_vec()]],
-        )]
+    fn parts() -> Decision {
+        Decision {
+            db: 2,
+            parts: vec![(
+                "n1".into(),
+                vec![vec![b"SET".to_vec(), b"a".to_vec(), b"1".to_vec()]],
+            )],
+        }
     }
 
     #[test]

@@ -47,6 +47,12 @@ fn link(call: Option<&Call>) -> Link {
 fn new_txid(call: &Call) -> Result<String, CmdError> {
     let now_ms =
         crate::clock::now_ms().ok_or_else(|| CmdError::err("the wall clock cannot be read"))?;
+    if crate::topology::nodes::is_replica() {
+        return Err(CmdError::code(
+            "READONLY",
+            "transactions are coordinated by primaries: connect to a primary",
+        ));
+    }
     let mut st = state::lock();
     let st = &mut *st;
     let name = st.config.ring.self_name.clone();
@@ -290,7 +296,7 @@ pub fn resume() {
     if crate::topology::nodes::is_replica() {
         return;
     }
-    for (txid, parts) in book::with(|b| b.commits()) {
+    for (txid, decision) in book::with(|b| b.commits()) {
         let fresh = RESUMING.with(|r| {
             let mut r = r.borrow_mut();
             let fresh = !r.contains(&txid);
@@ -302,8 +308,9 @@ pub fn resume() {
         if !fresh {
             continue;
         }
-        let mut owners = Vec::with_capacity(parts.len());
-        for (name, commands) in parts {
+        let (wanted, db) = (decision.parts.len(), decision.db);
+        let mut owners = Vec::with_capacity(wanted);
+        for (name, commands) in decision.parts {
             match queue::node_named(&name) {
                 Some(owner) => owners.push(Part {
                     owner,
@@ -318,12 +325,7 @@ pub fn resume() {
                 }
             }
         }
-        if owners.len()
-            != book::with(|b| match b.record(&txid) {
-                Some(book::Record::Commit(p)) => p.len(),
-                _ => 0,
-            })
-        {
+        if owners.len() != wanted {
             RESUMING.with(|r| r.borrow_mut().retain(|t| *t != txid));
             continue;
         }
@@ -332,7 +334,8 @@ pub fn resume() {
             parts: owners,
             slots: Vec::new(),
         };
-        forward::spawn(link(None), move |steps| async move {
+        let link = Link { db, ..link(None) };
+        forward::spawn(link, move |steps| async move {
             let fleet = NetFleet { steps };
             let done = phases::commit_all(&txn, &fleet).await.is_ok();
             RESUMING.with(|r| r.borrow_mut().retain(|t| *t != txn.txid));

@@ -20,7 +20,7 @@ use crate::txn::coord::book::{self, Record};
 use crate::txn::coord::local;
 use crate::txn::coord::phases::{Decided, Fleet};
 use crate::txn::coord::plan::Txn;
-use crate::txn::coord::wire::{self, Command, DecidedPart};
+use crate::txn::coord::wire::{self, Command, Decision};
 
 /// How long the decision waits for this node's replica to acknowledge it.
 pub const REPLICA_WAIT_MS: i64 = 2000;
@@ -30,12 +30,16 @@ pub struct NetFleet {
     pub steps: NetSteps,
 }
 
-/// Every part of `txn` as its decision records it.
-pub fn decided_parts(txn: &Txn) -> Vec<DecidedPart> {
-    txn.parts
-        .iter()
-        .map(|p| (p.owner.name.clone(), p.commands.clone()))
-        .collect()
+/// `txn`'s decision to commit in database `db`: every part.
+pub fn decision(txn: &Txn, db: u32) -> Decision {
+    Decision {
+        db,
+        parts: txn
+            .parts
+            .iter()
+            .map(|p| (p.owner.name.clone(), p.commands.clone()))
+            .collect(),
+    }
 }
 
 impl NetFleet {
@@ -116,7 +120,7 @@ impl Fleet for NetFleet {
     }
 
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {
-        let args = wire::decide_commit(&txn.txid, &decided_parts(txn));
+        let args = wire::decide_commit(&txn.txid, &decision(txn, self.steps.link().db));
         let txid = txn.txid.clone();
         async move {
             match self.record(&txid, args).await {

@@ -92,12 +92,20 @@ pub fn forget(txid: &str) -> Vec<Vec<u8>> {
 /// One owner's part of a decision: the owner's node name and its commands.
 pub type DecidedPart = (String, Vec<Command>);
 
-/// `SHARD.TXN DECIDE txid COMMIT nparts (owner ncmds (argc arg...)...)...`.
-pub fn decide_commit(txid: &str, parts: &[DecidedPart]) -> Vec<Vec<u8>> {
+/// A decision to commit: the database the commands run in, and every owner's part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub db: u32,
+    pub parts: Vec<DecidedPart>,
+}
+
+/// `SHARD.TXN DECIDE txid COMMIT db nparts (owner ncmds (argc arg...)...)...`.
+pub fn decide_commit(txid: &str, decision: &Decision) -> Vec<Vec<u8>> {
     let mut out = txn("DECIDE", txid);
     out.push(b"COMMIT".to_vec());
-    out.push(number(parts.len()));
-    for (owner, commands) in parts {
+    out.push(decision.db.to_string().into_bytes());
+    out.push(number(decision.parts.len()));
+    for (owner, commands) in &decision.parts {
         out.push(owner.as_bytes().to_vec());
         push_commands(&mut out, commands);
     }
@@ -159,6 +167,19 @@ pub fn read_commands(args: &[&[u8]], at: &mut usize) -> Result<Vec<Command>, Str
         let command: Command = args[*at..*at + argc].iter().map(|a| a.to_vec()).collect();
         *at += argc;
         Ok(command)
+    })
+}
+
+/// Reads `db nparts (owner ncmds (argc arg...)...)...`, the whole of `args` from `at`.
+pub fn read_decision(args: &[&[u8]], at: usize) -> Result<Decision, String> {
+    let db = args
+        .get(at)
+        .and_then(|a| std::str::from_utf8(a).ok())
+        .and_then(|a| a.parse().ok())
+        .ok_or("a decision's database must be a number")?;
+    Ok(Decision {
+        db,
+        parts: read_parts(args, at + 1)?,
     })
 }
 
@@ -260,16 +281,17 @@ mod tests {
             ("n1".into(), vec![s(&["SET", "a", "1"])]),
             ("n2".into(), vec![s(&["DEL", "b"]), s(&["INCR", "c"])]),
         ];
-        let args = decide_commit("t", &parts);
+        let decision = Decision { db: 3, parts };
+        let args = decide_commit("t", &decision);
         let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-        assert_eq!(read_parts(&refs, 4), Ok(parts));
+        assert_eq!(read_decision(&refs, 4), Ok(decision));
         // Cut short, or too long: an error, never a panic.
         for end in 4..refs.len() {
-            assert!(read_parts(&refs[..end], 4).is_err(), "{end}");
+            assert!(read_decision(&refs[..end], 4).is_err(), "{end}");
         }
         let mut longer = refs.clone();
         longer.push(b"x");
-        assert!(read_parts(&longer, 4).is_err());
+        assert!(read_decision(&longer, 4).is_err());
         let huge: Vec<&[u8]> = vec![b"99999999999", b"n1"];
         assert!(read_parts(&huge, 0).is_err());
         let zero: Vec<&[u8]> = vec![b"1", b"n1", b"1", b"0"];
