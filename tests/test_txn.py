@@ -266,3 +266,36 @@ def test_a_promoted_replica_carries_out_its_primary_s_decisions(fleet, server_fa
     assert fleet.client("n1").get(key) is None
     replica.client().execute_command("REPLICAOF", "NO", "ONE")
     until(lambda: fleet.client("n1").get(key) == b"applied", "n1 applied the part")
+
+
+def test_a_replica_coordinates_no_transaction(fleet, server_factory):
+    replica = server_factory(module_args=["self", "n0"],
+                             config=[("replicaof", "127.0.0.1", fleet["n0"].port)])
+    wait_in_sync(fleet.client("n0"), replica.client())
+    c = replica.client()
+    with pytest.raises(redis.ResponseError, match="^transactions are coordinated by primaries"):
+        c.execute_command("SHARD.WATCH", "k")
+    assert c.execute_command("SHARD.MULTI") == b"OK"
+    with pytest.raises(redis.ResponseError, match="coordinated by primaries"):
+        c.execute_command("SHARD.EXEC")
+
+
+@pytest.mark.parametrize("owners", [1, 2], ids=["one-owner", "two-owners"])
+def test_a_locked_key_is_waited_for_then_tryagain(fleet, owners):
+    """A key locked by another transaction's prepared part (held here by hand) makes the
+    transaction wait and retry for shard.txn-lock-ms, then reply TRYAGAIN with nothing
+    applied; once the lock ends, the same transaction commits."""
+    needs_owner_side(fleet)
+    a, b = fleet.key_of("n1", prefix="lk"), fleet.key_of("n2", prefix="lk")
+    c = fleet.client("n0")
+    c.config_set("shard.txn-lock-ms", 200)
+    holder = fleet.client("n1")
+    assert holder.execute_command("SHARD.TXN", "PREPARE", "n9/1", 60_000, 0, 1, 2,
+                                  "GET", a) == b"PREPARED"
+    commands = [("SET", a, "mine")] + ([("SET", b, "mine")] if owners == 2 else [])
+    with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
+        run_queued(c, commands)
+    assert fleet.client("n1").get(a) is None and fleet.client("n2").get(b) is None
+    assert counters(c)["txn_aborted_lock"] == 1
+    assert holder.execute_command("SHARD.TXN", "ABORT", "n9/1") == b"OK"
+    assert run_queued(c, commands) == [b"OK"] * owners
