@@ -275,7 +275,10 @@ def test_a_replica_coordinates_no_transaction(fleet, server_factory):
     c = replica.client()
     with pytest.raises(redis.ResponseError, match="^transactions are coordinated by primaries"):
         c.execute_command("SHARD.WATCH", "k")
+    # A two-phase commit needs a txid of the replica's generator, which its primary's repeats.
     assert c.execute_command("SHARD.MULTI") == b"OK"
+    assert call(c, "SET", fleet.key_of("n1", prefix="rep"), 1) == b"QUEUED"
+    assert call(c, "SET", fleet.key_of("n2", prefix="rep"), 1) == b"QUEUED"
     with pytest.raises(redis.ResponseError, match="coordinated by primaries"):
         c.execute_command("SHARD.EXEC")
 

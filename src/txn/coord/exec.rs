@@ -238,11 +238,15 @@ pub fn exec(call: &Call) -> CmdResult {
             "Transaction discarded because of previous errors.",
         ));
     }
-    let txid = match client.txid {
-        Some(t) => t,
-        None => new_txid(call)?,
-    };
-    let txn = Txn::build(txid, &client.watched, queue.commands);
+    let mut txn = Txn::build(
+        client.txid.unwrap_or_default(),
+        &client.watched,
+        queue.commands,
+    );
+    // One owner without watches runs a plain block there: no txid to take.
+    if txn.txid.is_empty() && txn.parts.len() > 1 {
+        txn.txid = new_txid(call)?;
+    }
     let lock_ms = lock_ms();
     forward::run(call, link(Some(call)), move |steps| async move {
         let fleet = NetFleet { steps };
