@@ -21,6 +21,7 @@ def test_defaults_are_visible_in_config_get(r):
         "shard.sentinels": "", "shard.sentinel-user": "", "shard.sentinel-password": "",
         "shard.read-from": "primary", "shard.topology-refresh-ms": "1000",
         "shard.fleet-lease-ms": "10000",
+        "shard.txn-lock-ms": "1000",
         "shard.tls": "no", "shard.tls-cert-file": "", "shard.tls-key-file": "",
         "shard.tls-ca-cert-file": "", "shard.tls-ca-cert-dir": "", "shard.tls-server-name": "",
     }
