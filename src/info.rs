@@ -145,6 +145,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     section.int("call_copies", int(calls.copies));
     section.int("call_timeouts", int(calls.timeouts));
     section.int("call_errors", int(calls.errors));
+    section.int("call_noreplicas", int(calls.noreplicas));
     let (connections, in_flight) = crate::net::pool::counts();
     section.int("call_connections", int(connections as u64));
     section.int("call_in_flight", int(in_flight as u64));

@@ -103,6 +103,9 @@ def test_too_few_acknowledgements_reply_noreplicas_and_the_write_stays(server_fa
     got = call_error(c, "WAIT", 2, 1000, "INCR", k)
     assert got == noreplicas(fleet, "n1", 1, 2, 1000)
     assert fleet.client("n1").get(k) == b"1"
+    # Counted where the call came in: n0 answered three NOREPLICAS, n1 one.
+    assert fleet.client("n0").info("shard")["shard_call_noreplicas"] == 3
+    assert fleet.client("n1").info("shard")["shard_call_noreplicas"] == 1
 
 
 def test_a_split_command_waits_at_each_owner(server_factory):
@@ -209,7 +212,8 @@ def test_a_call_waiting_for_replicas_holds_no_other_call_to_its_owner(server_fac
 
 def test_calls_waiting_at_one_node_are_bounded(server_factory):
     """32 calls may wait at one node at once (each holds a connection of its own there); the
-    next one is refused at once, naming the node, and runs nothing."""
+    next one is refused at once with TRYAGAIN (it was sent nowhere: a retry can succeed),
+    naming the node, and runs nothing."""
     fleet, replicas = fleet_with_replicas(server_factory)
     keys = [fleet.key_of("n1", prefix=f"lane{i}") for i in range(33)]
     conns = []
@@ -220,7 +224,7 @@ def test_calls_waiting_at_one_node_are_bounded(server_factory):
             conns.append(conn)
         until(lambda: blocked_clients(fleet["n1"]) == 32, "32 WAITs to block at n1")
         got = call_error(fleet.client("n0"), "WAIT", 1, 0, "SET", keys[32], "v")
-        assert got == f"shard.call: node n1 (127.0.0.1:{fleet['n1'].port}): 32 calls wait for " \
+        assert got == f"TRYAGAIN shard.call: node n1 (127.0.0.1:{fleet['n1'].port}): 32 calls wait for " \
                       "its replicas already (SHARD.CALL WAIT, per RESP version and database): " \
                       "retry when one is done"
         assert fleet.client("n1").exists(keys[32]) == 0
