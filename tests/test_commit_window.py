@@ -263,3 +263,33 @@ def test_by_hand_settle_and_push_then_commit_one_by_one(server_factory):
     # SETTLE needs an open resharding.
     with pytest.raises(redis.ResponseError, match="no resharding is open"):
         c0.execute_command("SHARD.RING", "SETTLE")
+
+
+def test_cluster_clients_removing_a_copied_key_before_settle(server_factory):
+    """Copies done, no node settled yet (held at `settle 0`): a cluster client's GETDEL or
+    EXPIRE 0 of a key already brought to its new owner removes it there, and must remove the
+    old owner's copy too, or every node that still falls back to the old owner (all of them,
+    until they settle) reads it back. (On the build before, a GET through n0 returned the
+    removed key's old value from n1.)"""
+    servers = grow_fleet(server_factory, algo="slots")
+    c1 = servers.client("n1")
+    assert c1.execute_command("SHARD.DEBUG", "FLEET-HOLD", "settle", 0) == b"OK"
+    assert c1.execute_command("SHARD.RESHARD", "START", "slots", *ring_args(servers, NEW)) == b"OK"
+    until(lambda: fleet_status(c1)["phase"] == b"settle", "the coordinator holds in settle")
+    for n in NEW:
+        assert not in_step(servers, n, "settle"), f"{n} settled"
+    rc = RedisCluster(host="127.0.0.1", port=servers["n0"].port, socket_timeout=10)
+    from_n1 = moving_keys(servers, "n1")
+    assert len(from_n1) >= 3
+    took, expired, kept = from_n1[:3]
+    n2 = servers.client("n2")
+    assert all(n2.exists(k) for k in (took, expired, kept)), "the copies are done"
+    assert rc.execute_command("GETDEL", took) == f"v:{took}".encode()
+    assert rc.expire(expired, 0)
+    assert rc.append(kept, "+") == len(f"v:{kept}+")
+    for n in NEW:
+        for k in (took, expired):
+            assert call(servers, n, "GET", k) is None, f"{k}, removed, read back through {n}"
+        assert call(servers, n, "GET", kept) == f"v:{kept}+".encode(), n
+    finish(servers, c1)
+    check_final(servers, {took: None, expired: None, kept: f"v:{kept}+"})
