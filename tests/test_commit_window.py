@@ -293,3 +293,38 @@ def test_cluster_clients_removing_a_copied_key_before_settle(server_factory):
         assert call(servers, n, "GET", kept) == f"v:{kept}+".encode(), n
     finish(servers, c1)
     check_final(servers, {took: None, expired: None, kept: f"v:{kept}+"})
+
+
+def canonical(ring):
+    """A ring's canonical text (as `SHARD.RING INSTALL` takes it) from `SHARD.RING GET`."""
+    lines = [f"algo {ring['algo'].decode()}", f"hashtag {ring['hashtag'].decode()}"]
+    lines += [f"node {n['name'].decode()} {n['address'].decode()} {n['weight']}"
+              for n in ring["nodes"]]
+    return "\n".join(lines) + "\n"
+
+
+def test_resume_in_commit_goes_back_to_settle_for_a_node_that_lost_it(server_factory):
+    """Held in commit after n0 committed; n2 then holds the new ring over the old one without
+    `settled` (as when its primary failed over, or restarted from an AOF, before the settle
+    reached its replica or the disk), and the coordinator is killed. RESUME drives the plan
+    back to `settle` (every node settled again, n0 too) and then commits: the operation ends
+    and every write of the window is kept. (On the build before, RESUME refused: n2's rings did
+    not fit phase commit.)"""
+    servers = grow_fleet(server_factory, config=AOF)
+    c1 = start_held(servers, "commit")
+    expected = act_in_the_window(servers, "n0", "n1")
+    c2 = servers.client("n2")
+    ring = as_map(c2.execute_command("SHARD.RING", "GET"))
+    current, previous = canonical(ring), canonical(ring["previous"])
+    assert c2.execute_command("SHARD.RING", "INSTALL", current, previous) == b"OK"
+    assert not in_step(servers, "n2", "settle")
+    servers["n1"].stop(signal.SIGKILL)
+    servers["n1"].start()
+    c1 = servers.client("n1")
+    assert c1.execute_command("SHARD.RESHARD", "RESUME") == b"OK"
+    st = wait_fleet(c1, "done")
+    assert st["error"] == b"", st
+    assert_one_ring(servers, NEW)
+    for n in NEW:
+        assert as_map(servers.client(n).execute_command("SHARD.RING", "STATE"))["settled"] == b"no"
+    check_final(servers, expected)
