@@ -24,6 +24,7 @@ import redis
 from helpers.server import (AOF, FILTER_SEES_CLIENT, PRIMARY, aof_command_names, info_shard,
                             until, wait_in_sync)
 from helpers.ports import free_port
+from helpers.reshard import wait_job
 
 
 def txn(client, *args):
@@ -417,3 +418,22 @@ def test_a_part_whose_coordinator_cannot_be_reached_stays_locked_in_doubt(node):
     assert txn(c, "COMMIT", "n9/2") == [b"OK"]
     assert info(c)["txn_in_doubt"] == "0" and info(c)["txn_locks_held"] == "0"
     assert c.get(mine) is None and c.get(also) == b"1"
+
+
+def test_a_cleanup_that_deletes_a_watched_key_marks_it(node):
+    """A resharding's cleanup deletes the keys that moved away through the module's own
+    UNLINK: a watch of one of them counts as written."""
+    c = node.client()
+    grown = ring_of(node, ("n1", free_port()))
+    c.execute_command("SHARD.RING", "SET", *grown)
+    leaving = key_of(c, "n1")
+    c.execute_command("SHARD.RING", "SET", *ring_of(node))
+    c.set(leaving, "1")
+    c.set("stays", "1")
+    watch(c, "n0/1", leaving)
+    c.execute_command("SHARD.RING", "SET", *grown)
+    assert c.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
+    wait_job(c)
+    assert c.exists(leaving) == 0
+    assert apply(c, "n0/1", [leaving], ["SET", "out", "1"]) is None
+    assert c.get("out") is None

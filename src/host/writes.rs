@@ -61,6 +61,11 @@ pub fn set_following(on: bool) {
     FOLLOWING.store(on, Ordering::Relaxed);
 }
 
+/// Whether the hook is told (a caller that must build the command first asks).
+pub fn following() -> bool {
+    FOLLOWING.load(Ordering::Relaxed)
+}
+
 /// Tells the hook of a command the module is about to run on `ctx`: `name`, then `argv`
 /// (the running command's own argument strings).
 pub(crate) fn tell_strings(
