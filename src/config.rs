@@ -269,6 +269,7 @@ config_field!(SENTINEL_PASSWORD: TextConfig => sentinel_password);
 config_field!(READ_FROM: TextConfig => read_from);
 config_field!(TOPOLOGY_REFRESH_MS: IntConfig => topology_refresh_ms);
 config_field!(FLEET_LEASE_MS: IntConfig => fleet_lease_ms);
+config_field!(TXN_LOCK_MS: IntConfig => txn_lock_ms);
 config_field!(TLS: TextConfig => tls);
 config_field!(TLS_CERT_FILE: TextConfig => tls_files.cert_file);
 config_field!(TLS_KEY_FILE: TextConfig => tls_files.key_file);
@@ -306,6 +307,7 @@ pub const NAMES: &[&str] = &[
     "read-from",
     "topology-refresh-ms",
     "fleet-lease-ms",
+    "txn-lock-ms",
     "tls",
     "tls-cert-file",
     "tls-key-file",

@@ -5,6 +5,8 @@
 //! - Replicas and the AOF: SHARD.GENKEY propagates `SHARD.ADVANCE <ms>` (the new high-water
 //!   mark, never the command itself, so a replica does not generate keys of its own), and the
 //!   ring commands propagate verbatim.
+//! - The transactions' records (`txn::durable_bytes`: an owner's prepared parts and done list)
+//!   go in the RDB aux field too; their commands replicate themselves (`txn::owner::run`).
 
 use crate::persist::Persisted;
 use crate::state;
@@ -26,6 +28,7 @@ pub fn snapshot() -> Persisted {
         .fleet
         .as_ref()
         .map(|f| f.encode());
+    persisted.txn = crate::txn::durable_bytes();
     persisted
 }
 
@@ -38,7 +41,10 @@ pub fn restore(persisted: Persisted) -> Result<(), String> {
         .map(crate::reshard::fleet::plan::FleetPlan::decode)
         .transpose()
         .map_err(|e| format!("the fleet plan: {e}"))?;
+    let txn = crate::txn::decode_durable(persisted.txn.as_deref())
+        .map_err(|e| format!("the transactions' records: {e}"))?;
     state::lock().restore(persisted)?;
+    txn.restore();
     crate::reshard::current::lock().fleet = fleet;
     Ok(())
 }

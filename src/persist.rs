@@ -8,7 +8,9 @@
 //! 0 to 2 refuses, naming the flag;
 //! version 5 is version 4 followed by the term of the fleet operation this node follows
 //! (`ring::lease::Record`: the term, the lease's length, whether it was handed over, the
-//! holder's name, address and run id), written only once a term has reached the node.
+//! holder's name, address and run id), written only once a term has reached the node;
+//! version 6 is version 5 followed by the transactions' own bytes (`txn::durable`: the prepared
+//! parts and the done list of an owner), written only while there are some.
 //!
 //! `SHRD`, a format version, then fixed-width little-endian fields and length-prefixed ring
 //! texts (the rings' canonical form). Decoding checks every length and rejects truncated,
@@ -19,7 +21,9 @@ use crate::ring::{parse_ranges, Algo, HashTag, NodeSpec, RingError, RingSpec};
 
 const MAGIC: &[u8; 4] = b"SHRD";
 /// The newest version this build writes; it reads every version from 1.
-pub const FORMAT_VERSION: u8 = 5;
+pub const FORMAT_VERSION: u8 = 6;
+/// The version with the transactions' bytes.
+const WITH_TXN: u8 = 6;
 /// The version with the fleet operation's term.
 const WITH_TERM: u8 = 5;
 /// The version whose returning flag may be 2 (a fence).
@@ -47,6 +51,8 @@ pub struct Persisted {
     pub fleet: Option<Vec<u8>>,
     /// The term of the fleet operation this node follows (term 0: none yet).
     pub lease: Record,
+    /// The transactions' durable records (`txn::durable`), if any.
+    pub txn: Option<Vec<u8>>,
 }
 
 impl Persisted {
@@ -59,7 +65,9 @@ impl Persisted {
         let mapped = [&self.current, &self.previous]
             .iter()
             .any(|r| r.as_ref().is_some_and(|r| r.slot_map.is_some()));
-        let version = if self.lease != Record::default() {
+        let version = if self.txn.is_some() {
+            WITH_TXN
+        } else if self.lease != Record::default() {
             WITH_TERM
         } else if self.fence || self.settled {
             WITH_FENCE
@@ -100,6 +108,11 @@ impl Persisted {
                 out.extend_from_slice(&(text.len() as u64).to_le_bytes());
                 out.extend_from_slice(text.as_bytes());
             }
+        }
+        if version >= WITH_TXN {
+            let txn = self.txn.as_deref().unwrap_or_default();
+            out.extend_from_slice(&(txn.len() as u64).to_le_bytes());
+            out.extend_from_slice(txn);
         }
         out
     }
@@ -155,6 +168,11 @@ impl Persisted {
         } else {
             Record::default()
         };
+        let txn = if version >= WITH_TXN {
+            Some(r.sized("transactions' records")?.to_vec()).filter(|t| !t.is_empty())
+        } else {
+            None
+        };
         if r.pos != bytes.len() {
             return Err(format!(
                 "{} unexpected bytes after the data",
@@ -174,6 +192,7 @@ impl Persisted {
             settled,
             fleet,
             lease,
+            txn,
         })
     }
 }
@@ -320,6 +339,23 @@ mod tests {
             settled: false,
             fleet: Some(b"plan bytes".to_vec()),
             lease: Record::default(),
+            txn: None,
+        }
+    }
+
+    #[test]
+    fn transactions_are_written_as_version_6_and_read_back() {
+        for base in [Persisted::default(), sample()] {
+            let with_txn = Persisted {
+                txn: Some(b"prepared parts".to_vec()),
+                ..base
+            };
+            let bytes = with_txn.encode();
+            assert_eq!(bytes[4], 6, "an older build refuses it by its version");
+            assert_eq!(Persisted::decode(&bytes).unwrap(), with_txn);
+            for cut in 0..bytes.len() {
+                assert!(Persisted::decode(&bytes[..cut]).is_err(), "{cut}");
+            }
         }
     }
 

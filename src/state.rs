@@ -53,6 +53,8 @@ pub struct Config {
     pub topology_refresh_ms: i64,
     /// How long a fleet coordinator's lease runs at a node after it last heard from it.
     pub fleet_lease_ms: i64,
+    /// How long a command of a key a transaction locks waits for the lock before `TRYAGAIN`.
+    pub txn_lock_ms: i64,
     /// `yes`: every connection to another server speaks TLS (`route::tls`).
     pub tls: String,
     /// The TLS files, empty for the server's own `tls-*` setting of the same name.
@@ -79,6 +81,7 @@ impl Default for Config {
             read_from: "primary".into(),
             topology_refresh_ms: 1000,
             fleet_lease_ms: 10_000,
+            txn_lock_ms: 5000,
             tls: "no".into(),
             tls_files: Default::default(),
         }
@@ -200,6 +203,7 @@ impl ModuleState {
             settled: self.rings.settled,
             fleet: None,
             lease: self.lease.record.clone(),
+            txn: None,
         }
     }
 

@@ -11,6 +11,7 @@ COMMANDS = {
     "shard.whereis": (2, {"readonly", "fast"}),
     "shard.locate": (2, {"readonly", "fast"}),
     "shard.call": (-3, {"noscript", "blocking"}),
+    "shard.locked": (-2, {"blocking"}),
 }
 SUBCOMMANDS = {
     "shard.ring": {"set": (-3, {"admin"}), "get": (2, {"readonly", "fast"}), "begin": (-3, {"admin"}),
@@ -24,6 +25,9 @@ SUBCOMMANDS = {
                       "resume": (2, {"admin", "blocking"}),
                       "start": (-3, {"admin", "blocking"}), "cancel": (2, {"admin", "blocking"}),
                       "handover": (2, {"admin"}), "plan": (-2, {"admin"})},
+    "shard.txn": {"watch": (-5, {"fast"}), "unwatch": (3, {"fast"}), "apply": (-5, {"write"}),
+                  "prepare": (-6, {"write"}), "commit": (-3, {"write"}), "abort": (3, {"write"}),
+                  "status": (3, {"readonly", "fast"})},
 }
 
 

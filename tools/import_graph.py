@@ -28,7 +28,7 @@ LAYERS = [
     ["state"],  # settings, rings, generator
     ["topology", "index"],  # where nodes are; the key index
     ["route"],  # SHARD.CALL
-    ["cluster", "reshard"],  # capabilities built on routing
+    ["cluster", "reshard", "txn"],  # capabilities built on routing
     ["commands", "config", "durability", "info"],  # glue
 ]
 LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}

@@ -19,6 +19,7 @@ pub mod registry;
 pub mod reshard;
 pub mod ring;
 pub mod shardjs;
+pub mod txn;
 pub mod whereis;
 
 pub use crate::host::args::{self, Args};

@@ -5,12 +5,12 @@
 
 use crate::commands::{
     advance, apply, call, cluster, debug, decode, dump, encode, genkey, reshard, ring, shardjs,
-    whereis,
+    txn, whereis,
 };
 use crate::host::register::CommandSpec;
 
 /// Every command of the module.
-pub fn table() -> [&'static CommandSpec; 18] {
+pub fn table() -> [&'static CommandSpec; 20] {
     [
         &genkey::COMMAND,
         &decode::COMMAND,
@@ -30,6 +30,8 @@ pub fn table() -> [&'static CommandSpec; 18] {
         &advance::COMMAND,
         &ring::RING,
         &reshard::RESHARD,
+        &txn::TXN,
+        &txn::LOCKED,
     ]
 }
 
