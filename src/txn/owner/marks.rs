@@ -27,33 +27,51 @@ struct Seen {
     locked: bool,
 }
 
+/// Where the command a call carries begins among its arguments: after `SHARD.CALL` or
+/// `SHARD.REDIRECT` (1), after `SHARD.CALL WAIT n t` (4); 0 for any other command. A routed
+/// call that the filter did not turn into the plain command (its keys move, a `SHARD.MULTI` is
+/// open on this node, a cluster client's redirect) runs here through the module, so its keys
+/// are looked at here as the plain command's would be.
+pub fn carried_start<'a>(arg: impl Fn(usize) -> Option<&'a [u8]>) -> usize {
+    let Some(name) = arg(0) else {
+        return 0;
+    };
+    if name.eq_ignore_ascii_case(b"shard.redirect") {
+        return 1;
+    }
+    if !name.eq_ignore_ascii_case(b"shard.call") {
+        return 0;
+    }
+    match arg(1) {
+        Some(next) if next.eq_ignore_ascii_case(b"wait") => 4,
+        _ => 1,
+    }
+}
+
 /// Marks the keys of a command (read through `arg`) written unless it only reads, and says
 /// whether one is locked (in some database). `movable` gives the key positions of a command
-/// whose keys move with its arguments.
+/// whose keys move with its arguments (not asked for a carried command: its positions would
+/// be the call's). No allocation for a command whose key positions the table fixes.
 fn look<'a>(
     argc: usize,
-    arg: impl Fn(usize) -> Option<&'a [u8]>,
+    arg: impl Fn(usize) -> Option<&'a [u8]> + Copy,
     movable: impl FnOnce() -> Option<Vec<usize>>,
     db: Option<i32>,
 ) -> Seen {
     let mut seen = Seen::default();
-    let Some(name) = arg(0) else {
+    let start = carried_start(arg);
+    let Some(name) = arg(start) else {
         return seen;
     };
     let Some(meta) = command_table::known(name) else {
         return seen;
     };
-    let positions: Vec<usize> = match meta.fixed_keys(argc) {
-        Some(range) => range.collect(),
-        None if meta.movable => movable().unwrap_or_default(),
-        None => return seen,
-    };
-    for pos in positions {
+    let mut one = |pos: usize| {
         let Some(key) = arg(pos) else {
-            continue;
+            return;
         };
         if !read(|t| t.may_hold(key)) {
-            continue;
+            return;
         }
         if !meta.readonly {
             with(|t| t.mark(db, key));
@@ -61,6 +79,13 @@ fn look<'a>(
         if read(|t| t.locked_in_any(key)) {
             seen.locked = true;
         }
+    };
+    match meta.fixed_keys(argc.saturating_sub(start)) {
+        Some(range) => range.for_each(|pos| one(pos + start)),
+        None if meta.movable && start == 0 => {
+            movable().unwrap_or_default().into_iter().for_each(one)
+        }
+        None => {}
     }
     seen
 }

@@ -303,10 +303,15 @@ pub fn locked(call: &Call) -> CmdResult {
         return Err(CmdError::wrong_arity("shard.locked"));
     }
     let db = caller::selected_db(call) as i32;
-    let keys: Vec<Vec<u8>> = crate::host::command_keys::of_call(call, 1)
+    // The command's keys; a routed call's (`SHARD.CALL [WAIT n t] cmd ...`) are its carried
+    // command's.
+    let start = 1 + crate::txn::owner::marks::carried_start(|i| {
+        (i + 1 < call.args.len()).then(|| call.args.get(i + 1))
+    });
+    let keys: Vec<Vec<u8>> = crate::host::command_keys::of_call(call, start)
         .unwrap_or_default()
         .into_iter()
-        .map(|p| call.args.get(p + 1).to_vec())
+        .map(|p| call.args.get(p + start).to_vec())
         .collect();
     let holder = with(|t| {
         keys.iter()
