@@ -1,11 +1,12 @@
 //! Persistence and replication of the module's state.
 //!
-//! - RDB: an auxiliary field (`host::aux`) holds the generator's high-water mark, the rings,
-//!   the fleet plan this node coordinates and the transaction decisions it holds
-//!   (`txn::coord::book`), in the format of `persist`.
+//! - RDB: an auxiliary field (`host::aux`) holds the generator's high-water mark, the rings
+//!   and the fleet plan this node coordinates, in the format of `persist`.
 //! - Replicas and the AOF: SHARD.GENKEY propagates `SHARD.ADVANCE <ms>` (the new high-water
 //!   mark, never the command itself, so a replica does not generate keys of its own), and the
 //!   ring commands propagate verbatim.
+//! - The transactions' records (`txn::durable_bytes`: an owner's prepared parts and done list)
+//!   go in the RDB aux field too; their commands replicate themselves (`txn::owner::run`).
 
 use crate::persist::Persisted;
 use crate::state;
@@ -27,10 +28,7 @@ pub fn snapshot() -> Persisted {
         .fleet
         .as_ref()
         .map(|f| f.encode());
-    let (commits, aborts) = crate::txn::coord::book::with(|b| b.counts());
-    if commits + aborts > 0 {
-        persisted.txn = Some(crate::txn::coord::book::with(|b| b.encode()));
-    }
+    persisted.txn = crate::txn::durable_bytes();
     persisted
 }
 
@@ -43,10 +41,10 @@ pub fn restore(persisted: Persisted) -> Result<(), String> {
         .map(crate::reshard::fleet::plan::FleetPlan::decode)
         .transpose()
         .map_err(|e| format!("the fleet plan: {e}"))?;
-    let book = crate::txn::coord::book::Book::decode(persisted.txn.as_deref().unwrap_or_default())
-        .map_err(|e| format!("the transaction decisions: {e}"))?;
+    let txn = crate::txn::decode_durable(persisted.txn.as_deref())
+        .map_err(|e| format!("the transactions' records: {e}"))?;
     state::lock().restore(persisted)?;
+    txn.restore();
     crate::reshard::current::lock().fleet = fleet;
-    crate::txn::coord::book::restore(book);
     Ok(())
 }

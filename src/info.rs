@@ -138,6 +138,10 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     for (name, address) in &nodes {
         section.str(&format!("node_{}_address", field_name(name)), address);
     }
+    let (locks_held, longest_lock_ms, in_doubt) = crate::txn::owner::info();
+    section.int("txn_locks_held", int(locks_held));
+    section.int("txn_longest_lock_ms", int(longest_lock_ms));
+    section.int("txn_in_doubt", int(in_doubt));
     let calls = forward::stats();
     section.int("call_local", int(calls.local));
     section.int("call_forwarded", int(calls.forwarded));
@@ -145,6 +149,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     section.int("call_copies", int(calls.copies));
     section.int("call_timeouts", int(calls.timeouts));
     section.int("call_errors", int(calls.errors));
+    section.int("call_noreplicas", int(calls.noreplicas));
     let (connections, in_flight) = crate::net::pool::counts();
     section.int("call_connections", int(connections as u64));
     section.int("call_in_flight", int(in_flight as u64));

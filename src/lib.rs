@@ -71,6 +71,14 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             "shard: {e}; SHARD.CALL learns each command at its first call"
         ));
     }
+    // The transactions' owner side: the module's own writes and the server's expiries and
+    // evictions mark watched keys (the filter and the keyspace changes below do the rest).
+    host::writes::set_hook(txn::owner::marks::on_own_command);
+    txn::set_status_hook(txn::coord::status_hook);
+    if let Err(e) = host::keyspace_events::subscribe_to_expiry(ctx, txn::owner::marks::on_expiry) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
     // SAFETY: OnLoad's own context.
     if let Err(e) = unsafe { host::filter::register(ctx.ctx, on_command) } {
         ctx.log_warning(&e);
@@ -108,6 +116,7 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
             reshard::moved::forget();
         }
         index::on_keyspace_change(change);
+        txn::owner::on_keyspace_change(change);
         if change == KeyspaceChange::LoadEnded {
             txn::coord::exec::resume();
         }
@@ -151,12 +160,15 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
 }
 
 /// The module's command filter, run on every command a client sends: the cluster protocol's
-/// rewrites when it is on, then SHARD.CALL's rewrite of a call whose keys are all here.
+/// rewrites when it is on, then SHARD.CALL's rewrite of a call whose keys are all here, then
+/// the transactions' marks of watched keys and wait for locked ones (one flag check while no
+/// key is watched or locked).
 fn on_command(args: &mut host::filter::FilterArgs) {
     if cluster::protocol::enabled() {
         cluster::filter::rewrite(args);
     }
     route::filter::rewrite_local_call(args);
+    txn::owner::marks::on_command(args);
 }
 
 /// Redis's allocator in the module; the system's in `cargo test` and wherever the crate runs
@@ -188,7 +200,7 @@ redis_module! {
             ["big-key-elements", &config::BIG_KEY_ELEMENTS, 4096, 16, 1_000_000_000, ConfigurationFlags::DEFAULT, None],
             ["topology-refresh-ms", &config::TOPOLOGY_REFRESH_MS, 1000, 100, 60_000, ConfigurationFlags::DEFAULT, None],
             ["fleet-lease-ms", &config::FLEET_LEASE_MS, 10_000, 1000, 600_000, ConfigurationFlags::DEFAULT, None],
-            ["txn-lock-ms", &config::TXN_LOCK_MS, 1000, 10, 600_000, ConfigurationFlags::DEFAULT, None],
+            ["txn-lock-ms", &config::TXN_LOCK_MS, 5000, 1, 600_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [
             ["layout", &config::LAYOUT, "snowflake", ConfigurationFlags::DEFAULT, None],

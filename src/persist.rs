@@ -9,8 +9,8 @@
 //! version 5 is version 4 followed by the term of the fleet operation this node follows
 //! (`ring::lease::Record`: the term, the lease's length, whether it was handed over, the
 //! holder's name, address and run id), written only once a term has reached the node;
-//! version 6 is version 5 followed by the transaction decisions this node holds as a
-//! coordinator (`txn::coord::book`, stored as its own bytes), written only while it holds some.
+//! version 6 is version 5 followed by the transactions' own bytes (`txn::durable`: the prepared
+//! parts and the done list of an owner), written only while there are some.
 //!
 //! `SHRD`, a format version, then fixed-width little-endian fields and length-prefixed ring
 //! texts (the rings' canonical form). Decoding checks every length and rejects truncated,
@@ -22,7 +22,7 @@ use crate::ring::{parse_ranges, Algo, HashTag, NodeSpec, RingError, RingSpec};
 const MAGIC: &[u8; 4] = b"SHRD";
 /// The newest version this build writes; it reads every version from 1.
 pub const FORMAT_VERSION: u8 = 6;
-/// The version with the transaction decisions.
+/// The version with the transactions' bytes.
 const WITH_TXN: u8 = 6;
 /// The version with the fleet operation's term.
 const WITH_TERM: u8 = 5;
@@ -51,7 +51,7 @@ pub struct Persisted {
     pub fleet: Option<Vec<u8>>,
     /// The term of the fleet operation this node follows (term 0: none yet).
     pub lease: Record,
-    /// The transaction decisions this node holds (`Book::encode`), if any.
+    /// The transactions' durable records (`txn::durable`), if any.
     pub txn: Option<Vec<u8>>,
 }
 
@@ -169,8 +169,7 @@ impl Persisted {
             Record::default()
         };
         let txn = if version >= WITH_TXN {
-            let bytes = r.sized("transaction decisions")?;
-            (!bytes.is_empty()).then(|| bytes.to_vec())
+            Some(r.sized("transactions' records")?.to_vec()).filter(|t| !t.is_empty())
         } else {
             None
         };
@@ -345,20 +344,18 @@ mod tests {
     }
 
     #[test]
-    fn decisions_are_written_as_version_6_and_read_back() {
+    fn transactions_are_written_as_version_6_and_read_back() {
         for base in [Persisted::default(), sample()] {
             let with_txn = Persisted {
-                txn: Some(b"decisions".to_vec()),
-                ..base.clone()
+                txn: Some(b"prepared parts".to_vec()),
+                ..base
             };
             let bytes = with_txn.encode();
-            assert_eq!(bytes[4], 6);
-            assert_eq!(Persisted::decode(&bytes), Ok(with_txn));
-            for end in 5..bytes.len() {
-                assert!(Persisted::decode(&bytes[..end]).is_err(), "{end}");
+            assert_eq!(bytes[4], 6, "an older build refuses it by its version");
+            assert_eq!(Persisted::decode(&bytes).unwrap(), with_txn);
+            for cut in 0..bytes.len() {
+                assert!(Persisted::decode(&bytes[..cut]).is_err(), "{cut}");
             }
-            // Without decisions, the older version is written as before.
-            assert!(base.encode()[4] < 6);
         }
     }
 

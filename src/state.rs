@@ -53,8 +53,8 @@ pub struct Config {
     pub topology_refresh_ms: i64,
     /// How long a fleet coordinator's lease runs at a node after it last heard from it.
     pub fleet_lease_ms: i64,
-    /// How long a transaction's lock lasts at most, and how long a coordinator retries a
-    /// transaction whose keys other transactions lock (`docs/transactions.md`).
+    /// How long a command of a key a transaction locks waits for the lock before `TRYAGAIN`,
+    /// and how long a coordinator retries a transaction whose keys other transactions lock.
     pub txn_lock_ms: i64,
     /// `yes`: every connection to another server speaks TLS (`route::tls`).
     pub tls: String,
@@ -82,7 +82,7 @@ impl Default for Config {
             read_from: "primary".into(),
             topology_refresh_ms: 1000,
             fleet_lease_ms: 10_000,
-            txn_lock_ms: 1000,
+            txn_lock_ms: 5000,
             tls: "no".into(),
             tls_files: Default::default(),
         }

@@ -103,6 +103,9 @@ def test_too_few_acknowledgements_reply_noreplicas_and_the_write_stays(server_fa
     got = call_error(c, "WAIT", 2, 1000, "INCR", k)
     assert got == noreplicas(fleet, "n1", 1, 2, 1000)
     assert fleet.client("n1").get(k) == b"1"
+    # Counted where the call came in: n0 answered three NOREPLICAS, n1 one.
+    assert fleet.client("n0").info("shard")["shard_call_noreplicas"] == 3
+    assert fleet.client("n1").info("shard")["shard_call_noreplicas"] == 1
 
 
 def test_a_split_command_waits_at_each_owner(server_factory):
@@ -209,7 +212,8 @@ def test_a_call_waiting_for_replicas_holds_no_other_call_to_its_owner(server_fac
 
 def test_calls_waiting_at_one_node_are_bounded(server_factory):
     """32 calls may wait at one node at once (each holds a connection of its own there); the
-    next one is refused at once, naming the node, and runs nothing."""
+    next one is refused at once with TRYAGAIN (it was sent nowhere: a retry can succeed),
+    naming the node, and runs nothing."""
     fleet, replicas = fleet_with_replicas(server_factory)
     keys = [fleet.key_of("n1", prefix=f"lane{i}") for i in range(33)]
     conns = []
@@ -220,7 +224,7 @@ def test_calls_waiting_at_one_node_are_bounded(server_factory):
             conns.append(conn)
         until(lambda: blocked_clients(fleet["n1"]) == 32, "32 WAITs to block at n1")
         got = call_error(fleet.client("n0"), "WAIT", 1, 0, "SET", keys[32], "v")
-        assert got == f"shard.call: node n1 (127.0.0.1:{fleet['n1'].port}): 32 calls wait for " \
+        assert got == f"TRYAGAIN shard.call: node n1 (127.0.0.1:{fleet['n1'].port}): 32 calls wait for " \
                       "its replicas already (SHARD.CALL WAIT, per RESP version and database): " \
                       "retry when one is done"
         assert fleet.client("n1").exists(keys[32]) == 0
@@ -254,3 +258,38 @@ def test_a_cluster_client_waits_with_wait_on_its_own_connection(server_factory):
             assert pipe.execute() == [True, 0]
             assert primaries[owner].client().get(key) == b"w"
     rc.close()
+
+
+def test_during_a_resharding_every_write_of_the_call_is_waited_for_where_it_runs(server_factory):
+    """n0 alone, then BEGIN n0+n1: a moving key still at n0 is copied to n1 and written there
+    (the write waits at n1's replica: NOREPLICAS names n1 when it is frozen, and n0's frozen
+    replica does not matter: nothing was written at n0); a GETDEL of a key already at n1
+    removes n0's copy too, and that delete waits at n0's replica (NOREPLICAS names n0)."""
+    fleet, replicas = fleet_with_replicas(server_factory)
+    fleet.ring(["n0"])
+    moving = [k for k in (f"mv:{i}" for i in range(200))
+              if fleet.owners([k], via="n0") == ["n0"]]
+    c0 = fleet.client("n0")
+    for k in moving:
+        assert c0.set(k, "old")
+    fleet.ring(["n0", "n1"], verb="BEGIN")
+    moving = [k for k, o in zip(moving, fleet.owners(moving, via="n0")) if o == "n1"]
+    assert len(moving) >= 3
+    copied, waited, removed = moving[:3]
+    # The copy and the write at n1: n0's replica frozen changes nothing.
+    with frozen(replicas["n0"]):
+        assert c0.execute_command("SHARD.CALL", "WAIT", 1, 100, "APPEND", copied, "+") == 4
+    # n1's replica frozen: the write at n1 is not acknowledged; it stays applied there.
+    with frozen(replicas["n1"]):
+        got = call_error(c0, "WAIT", 1, 100, "APPEND", waited, "+")
+        assert got == noreplicas(fleet, "n1", 0, 1, 100)
+    assert fleet.client("n1").get(waited) == b"old+"
+    # The key brought to n1, then removed there: the delete of n0's copy waits at n0's replica.
+    assert c0.execute_command("SHARD.CALL", "APPEND", removed, "+") == 4
+    assert c0.exists(removed) == 1, "n0 keeps its copy until the key is removed"
+    with frozen(replicas["n0"]):
+        got = call_error(c0, "WAIT", 1, 100, "GETDEL", removed)
+        assert got == noreplicas(fleet, "n0", 0, 1, 100)
+    assert c0.exists(removed) == 0 and fleet.client("n1").exists(removed) == 0
+    wait_in_sync(c0, replicas["n0"].client())
+    assert replicas["n0"].client().exists(removed) == 0

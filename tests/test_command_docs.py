@@ -16,6 +16,7 @@ COMMANDS = {
     "shard.multi": (1, {"noscript", "fast"}),
     "shard.discard": (1, {"noscript", "fast"}),
     "shard.exec": (1, {"noscript", "blocking"}),
+    "shard.locked": (-2, {"blocking"}),
 }
 SUBCOMMANDS = {
     "shard.ring": {"set": (-3, {"admin"}), "get": (2, {"readonly", "fast"}), "begin": (-3, {"admin"}),
@@ -29,6 +30,10 @@ SUBCOMMANDS = {
                       "resume": (2, {"admin", "blocking"}),
                       "start": (-3, {"admin", "blocking"}), "cancel": (2, {"admin", "blocking"}),
                       "handover": (2, {"admin"}), "plan": (-2, {"admin"})},
+    "shard.txn": {"watch": (-5, {"fast"}), "unwatch": (3, {"fast"}), "apply": (-5, {"write"}),
+                  "prepare": (-6, {"write"}), "commit": (-3, {"write"}), "abort": (3, {"write"}),
+                  "status": (3, {"write", "fast"}), "decide": (-4, {"write"}),
+                  "forget": (3, {"write"})},
 }
 
 

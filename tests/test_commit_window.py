@@ -263,3 +263,68 @@ def test_by_hand_settle_and_push_then_commit_one_by_one(server_factory):
     # SETTLE needs an open resharding.
     with pytest.raises(redis.ResponseError, match="no resharding is open"):
         c0.execute_command("SHARD.RING", "SETTLE")
+
+
+def test_cluster_clients_removing_a_copied_key_before_settle(server_factory):
+    """Copies done, no node settled yet (held at `settle 0`): a cluster client's GETDEL or
+    EXPIRE 0 of a key already brought to its new owner removes it there, and must remove the
+    old owner's copy too, or every node that still falls back to the old owner (all of them,
+    until they settle) reads it back. (On the build before, a GET through n0 returned the
+    removed key's old value from n1.)"""
+    servers = grow_fleet(server_factory, algo="slots")
+    c1 = servers.client("n1")
+    assert c1.execute_command("SHARD.DEBUG", "FLEET-HOLD", "settle", 0) == b"OK"
+    assert c1.execute_command("SHARD.RESHARD", "START", "slots", *ring_args(servers, NEW)) == b"OK"
+    until(lambda: fleet_status(c1)["phase"] == b"settle", "the coordinator holds in settle")
+    for n in NEW:
+        assert not in_step(servers, n, "settle"), f"{n} settled"
+    rc = RedisCluster(host="127.0.0.1", port=servers["n0"].port, socket_timeout=10)
+    from_n1 = moving_keys(servers, "n1")
+    assert len(from_n1) >= 3
+    took, expired, kept = from_n1[:3]
+    n2 = servers.client("n2")
+    assert all(n2.exists(k) for k in (took, expired, kept)), "the copies are done"
+    assert rc.execute_command("GETDEL", took) == f"v:{took}".encode()
+    assert rc.expire(expired, 0)
+    assert rc.append(kept, "+") == len(f"v:{kept}+")
+    for n in NEW:
+        for k in (took, expired):
+            assert call(servers, n, "GET", k) is None, f"{k}, removed, read back through {n}"
+        assert call(servers, n, "GET", kept) == f"v:{kept}+".encode(), n
+    finish(servers, c1)
+    check_final(servers, {took: None, expired: None, kept: f"v:{kept}+"})
+
+
+def canonical(ring):
+    """A ring's canonical text (as `SHARD.RING INSTALL` takes it) from `SHARD.RING GET`."""
+    lines = [f"algo {ring['algo'].decode()}", f"hashtag {ring['hashtag'].decode()}"]
+    lines += [f"node {n['name'].decode()} {n['address'].decode()} {n['weight']}"
+              for n in ring["nodes"]]
+    return "\n".join(lines) + "\n"
+
+
+def test_resume_in_commit_goes_back_to_settle_for_a_node_that_lost_it(server_factory):
+    """Held in commit after n0 committed; n2 then holds the new ring over the old one without
+    `settled` (as when its primary failed over, or restarted from an AOF, before the settle
+    reached its replica or the disk), and the coordinator is killed. RESUME drives the plan
+    back to `settle` (every node settled again, n0 too) and then commits: the operation ends
+    and every write of the window is kept. (On the build before, RESUME refused: n2's rings did
+    not fit phase commit.)"""
+    servers = grow_fleet(server_factory, config=AOF)
+    c1 = start_held(servers, "commit")
+    expected = act_in_the_window(servers, "n0", "n1")
+    c2 = servers.client("n2")
+    ring = as_map(c2.execute_command("SHARD.RING", "GET"))
+    current, previous = canonical(ring), canonical(ring["previous"])
+    assert c2.execute_command("SHARD.RING", "INSTALL", current, previous) == b"OK"
+    assert not in_step(servers, "n2", "settle")
+    servers["n1"].stop(signal.SIGKILL)
+    servers["n1"].start()
+    c1 = servers.client("n1")
+    assert c1.execute_command("SHARD.RESHARD", "RESUME") == b"OK"
+    st = wait_fleet(c1, "done")
+    assert st["error"] == b"", st
+    assert_one_ring(servers, NEW)
+    for n in NEW:
+        assert as_map(servers.client(n).execute_command("SHARD.RING", "STATE"))["settled"] == b"no"
+    check_final(servers, expected)

@@ -20,8 +20,7 @@ def test_defaults_are_visible_in_config_get(r):
         "shard.big-key-bytes": "1048576", "shard.big-key-elements": "4096",
         "shard.sentinels": "", "shard.sentinel-user": "", "shard.sentinel-password": "",
         "shard.read-from": "primary", "shard.topology-refresh-ms": "1000",
-        "shard.fleet-lease-ms": "10000",
-        "shard.txn-lock-ms": "1000",
+        "shard.fleet-lease-ms": "10000", "shard.txn-lock-ms": "5000",
         "shard.tls": "no", "shard.tls-cert-file": "", "shard.tls-key-file": "",
         "shard.tls-ca-cert-file": "", "shard.tls-ca-cert-dir": "", "shard.tls-server-name": "",
     }

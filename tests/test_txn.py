@@ -298,7 +298,8 @@ def test_a_locked_key_is_waited_for_then_tryagain(fleet, owners):
     commands = [("SET", a, "mine")] + ([("SET", b, "mine")] if owners == 2 else [])
     with pytest.raises(redis.ResponseError, match="^TRYAGAIN"):
         run_queued(c, commands)
-    assert fleet.client("n1").get(a) is None and fleet.client("n2").get(b) is None
     assert counters(c)["txn_aborted_lock"] == 1
+    # (A read of the locked key would wait for the lock: the values are read once it ends.)
     assert holder.execute_command("SHARD.TXN", "ABORT", "n9/1") == b"OK"
+    assert fleet.client("n1").get(a) is None and fleet.client("n2").get(b) is None
     assert run_queued(c, commands) == [b"OK"] * owners

@@ -6,9 +6,10 @@
 //! - A keyed command whose keys are in a slot this node owns, with no resharding step pending
 //!   for it (or with every key brought here already, or the resharding settled: its copies are
 //!   done), passes untouched: the server runs it as always. A delete (`DEL`, `UNLINK`) of a
-//!   slot being moved here does not, outside `MULTI` and scripts (which cannot wait for it): it
-//!   must reach the previous owner too, or that owner's copy would be read (or copied back) by
-//!   a node that still falls back to it.
+//!   slot being moved here does not, nor, until the resharding settles, any other write of it
+//!   (`GETDEL`, `EXPIRE 0` or a pop may remove the key), outside `MULTI` and scripts (which
+//!   cannot wait for it): the removal must reach the previous owner too, or that owner's copy
+//!   would be read (or copied back) by a node that still falls back to it.
 //!   Any other keyed command becomes `SHARD.REDIRECT command ...`, whose handler has
 //!   the context the filter lacks (who sent it, whether the key is here; `redirect`).
 //! - Keyless commands and the module's own commands are never redirected.
@@ -211,7 +212,8 @@ fn on_replica<'a>(
 /// `Ok` when the keys at `positions` are in one slot this node owns, with no resharding step
 /// pending for it, with every key brought here already or the resharding settled (or there is
 /// no key). `kind`: the command's on a primary; `None` on a replica (its shard's slots, a read).
-/// A delete of a slot being moved here leaves outside `MULTI` and scripts, to reach both owners.
+/// A delete of a slot being moved here (and, before it settles, any write of it) leaves outside
+/// `MULTI` and scripts, to reach both owners.
 fn runs_here<'a>(
     positions: impl Iterator<Item = usize> + Clone,
     env: &impl FilterEnv<'a>,
@@ -276,10 +278,18 @@ fn runs_here<'a>(
         }
         (arriving, st.rings.settled)
     };
-    let delete = kind == Some(CommandKind::Delete) && !env.in_transaction() && !env.in_script();
+    // A delete, and before the resharding settles any write (it may remove the key: GETDEL,
+    // EXPIRE 0, popping the last element), go the routed way, which removes the previous
+    // owner's copy too, outside `MULTI` and scripts (which cannot wait for it).
+    let removes = match kind {
+        Some(CommandKind::Delete) => true,
+        Some(CommandKind::Write) => !settled,
+        _ => false,
+    };
+    let removes = removes && !env.in_transaction() && !env.in_script();
     // The state lock is released: looking a key up may expire it.
     match arriving {
-        Some((slot, from)) if delete => Err(Leave::Arriving { slot, from }),
+        Some((slot, from)) if removes => Err(Leave::Arriving { slot, from }),
         Some(_) if settled => Ok(()),
         Some((slot, from)) if !positions.into_iter().all(|p| env.exists(p)) => {
             Err(Leave::Arriving { slot, from })

@@ -124,15 +124,19 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
     };
     // This node is the new owner of a slot being moved here. It holds the key already, the
     // copies are done (settled), or this is the copy arriving (MIGRATE's RESTORE from the
-    // previous owner); a delete goes the routed way, which deletes at both owners, unless it
-    // is in a transaction (it cannot wait there: it runs here, as it did).
+    // previous owner); a delete, and before the resharding settles any write (it may remove
+    // the key: GETDEL, EXPIRE 0, a last pop), goes the routed way, which removes the previous
+    // owner's copy too, unless it is in a transaction (it cannot wait there: it runs here).
     let name = args.get(1);
     let readonly = command_table::known(name).is_some_and(|m| m.readonly);
-    let delete = CommandKind::of(name, readonly) == CommandKind::Delete
-        && !flags.contains(ContextFlags::MULTI);
+    let removes = match CommandKind::of(name, readonly) {
+        CommandKind::Delete => true,
+        CommandKind::Write => !settled,
+        CommandKind::Read => false,
+    } && !flags.contains(ContextFlags::MULTI);
     let restore =
         name.eq_ignore_ascii_case(b"restore") || name.eq_ignore_ascii_case(b"restore-asking");
-    if restore || (!delete && (settled || keys.iter().all(|k| exists(call, k)))) {
+    if restore || (!removes && (settled || keys.iter().all(|k| exists(call, k)))) {
         return Ok(Redirect::RunHere);
     }
     if readonly && previous_in_map {

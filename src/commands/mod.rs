@@ -20,6 +20,7 @@ pub mod registry;
 pub mod reshard;
 pub mod ring;
 pub mod shardjs;
+pub mod txn;
 pub mod txn_coord;
 pub mod whereis;
 

@@ -5,12 +5,12 @@
 
 use crate::commands::{
     advance, apply, call, cluster, debug, decode, dump, encode, genkey, multi, reshard, ring,
-    shardjs, whereis,
+    shardjs, txn, whereis,
 };
 use crate::host::register::CommandSpec;
 
 /// Every command of the module.
-pub fn table() -> [&'static CommandSpec; 23] {
+pub fn table() -> [&'static CommandSpec; 25] {
     [
         &genkey::COMMAND,
         &decode::COMMAND,
@@ -30,6 +30,8 @@ pub fn table() -> [&'static CommandSpec; 23] {
         &advance::COMMAND,
         &ring::RING,
         &reshard::RESHARD,
+        &txn::TXN,
+        &txn::LOCKED,
         &multi::WATCH,
         &multi::UNWATCH,
         &multi::MULTI,

@@ -84,6 +84,8 @@ fn without_term<'a>(call: &'a Call) -> Result<(Vec<&'a [u8]>, Option<Claim>), Cm
 pub fn copy(call: &Call) -> CmdResult {
     let (args, term) = without_term(call)?;
     let mut options = parse_copy(args.as_slice())?;
+    // A copy that would move a key a transaction locks waits for the lock to end.
+    crate::txn::owner::owned::refuse_copied_locks()?;
     fencing::accept_step(call.ctx, term.as_ref(), &[])?;
     let (ring, self_name) = {
         let st = state::lock();

@@ -25,6 +25,7 @@ use crate::state;
 /// the ring whole (`SLOTS`: a `slots` ring's explicit slot map, given on every node).
 pub fn set(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|set")?;
+    refuse_moving_locks(call, &[&placement])?;
     crate::cluster::protocol::check_ring_change(call, &placement)?;
     if jobs::running() {
         return Err(CmdError::err(
@@ -43,6 +44,7 @@ pub fn set(call: &Call) -> CmdResult {
 /// split, as SET makes it: every node of a resharding by hand must hold the same ring).
 pub fn begin(call: &Call) -> CmdResult {
     let placement = parse_ring(call, "shard.ring|begin")?;
+    refuse_moving_locks(call, &[&placement])?;
     crate::cluster::protocol::check_ring_change(call, &placement)?;
     let current_is_cluster = state::lock()
         .rings
@@ -120,6 +122,15 @@ fn change(
     call.ctx.replicate_verbatim();
     call.reply.ok();
     Ok(())
+}
+
+/// Refuses (`TRYAGAIN`) a ring change that would move a key a transaction locks here, until
+/// the lock ends; a replica or an AOF follows what its primary did.
+fn refuse_moving_locks(call: &Call, rings: &[&Placement]) -> CmdResult {
+    if !fencing::from_client(call.ctx) {
+        return Ok(());
+    }
+    crate::txn::owner::owned::refuse_moving_locks(rings)
 }
 
 /// Reads `algo [HASHTAG rule] name host:port weight [SLOTS ranges] ...` from argument 2 on.
@@ -266,6 +277,9 @@ pub fn install(call: &Call) -> CmdResult {
             "RETURNING, FENCE and SETTLED need a previous ring: the ring the keys move from",
         ));
     }
+    let mut installed = vec![&current];
+    installed.extend(previous.as_ref());
+    refuse_moving_locks(call, &installed)?;
     // A step of an older term is refused before anything else is looked at.
     let brought: Vec<&RingSpec> = std::iter::once(&current.spec)
         .chain(previous.as_ref().map(|p| &p.spec))

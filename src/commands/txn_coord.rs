@@ -89,5 +89,5 @@ pub static STATUS: CommandSpec = command! {
     summary: "What the coordinator decided for a transaction: commit, abort (presumed once its prepare deadline passed, and recorded) or pending",
     complexity: "O(1)",
     args: TXID_ARGS,
-    acl: "admin slow",
+    acl: "admin dangerous slow",
 };

@@ -34,6 +34,13 @@ impl<'a> Args<'a> {
         self.argv.is_empty()
     }
 
+    /// The arguments from `n` on (`get(0)` is argument `n`).
+    pub fn skip(&self, n: usize) -> Args<'a> {
+        Args {
+            argv: self.argv.get(n..).unwrap_or_default(),
+        }
+    }
+
     /// The raw argument strings, as Redis passed them.
     pub fn raw(&self) -> &'a [*mut raw::RedisModuleString] {
         self.argv

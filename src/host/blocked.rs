@@ -93,3 +93,84 @@ extern "C" fn free_reply<T: BlockedReply>(_ctx: *mut raw::RedisModuleCtx, data: 
         drop(unsafe { Box::from_raw(data.cast::<T>()) });
     }
 }
+
+/// What a client blocked by [`block_then_run`] is unblocked with.
+pub enum Verdict {
+    /// Run the command it carries (its arguments from this index on) as it, now.
+    Run(usize),
+    /// Reply this error instead.
+    Refuse(String),
+}
+
+impl BlockedReply for Verdict {
+    const LOST: &'static str = "ERR the blocked command's verdict was lost";
+
+    fn write(&self, out: &Reply) {
+        if let Verdict::Refuse(message) = self {
+            out.error(message);
+        }
+    }
+}
+
+/// Blocks the client of `call`, which carries a command (`SHARD.LOCKED cmd arg ...`); once it
+/// is unblocked with `Verdict::Run(from)`, its reply callback runs the carried command (its
+/// arguments from `from` on) as the client, in its database, replicated like the command
+/// itself, and that command's reply is the client's.
+pub fn block_then_run(call: &Call) -> Result<Blocked<Verdict>, String> {
+    // SAFETY: the context of a command being run; the callbacks are made for `Verdict`.
+    let client = unsafe {
+        let block = raw::RedisModule_BlockClient.ok_or("RedisModule_BlockClient is missing")?;
+        block(
+            call.ctx.ctx,
+            Some(run_callback),
+            None,
+            Some(free_reply::<Verdict>),
+            0,
+        )
+    };
+    if client.is_null() {
+        return Err("the client cannot be blocked".into());
+    }
+    Ok(Blocked {
+        client,
+        reply: PhantomData,
+    })
+}
+
+extern "C" fn run_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: the private data is the `Verdict` given to UnblockClient, alive until
+    // `free_reply` runs after this callback.
+    let verdict = unsafe {
+        raw::RedisModule_GetBlockedClientPrivateData
+            .map(|get| get(ctx).cast::<Verdict>())
+            .filter(|p| !p.is_null())
+            .map(|p| &*p)
+    };
+    let out = Reply::new(ctx);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let from = match verdict {
+            Some(Verdict::Run(from)) => *from,
+            Some(refused) => return refused.write(&out),
+            None => return out.error(Verdict::LOST),
+        };
+        // SAFETY: Redis passes the blocked client's own argv (the command that blocked).
+        let args = unsafe { crate::host::args::Args::from_raw(argv, argc) };
+        let (name, rest) = (
+            args.get(from),
+            args.raw().get(from + 1..).unwrap_or_default(),
+        );
+        if name.is_empty() {
+            return out.error("ERR no command to run");
+        }
+        // SAFETY: the reply callback's context has the blocked client; the strings are its
+        // live arguments.
+        if let Err(e) = unsafe { crate::host::caller::pass_through_raw(ctx, name, rest) } {
+            out.error(e.message());
+        }
+    }));
+    raw::REDISMODULE_OK as c_int
+}

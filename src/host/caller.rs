@@ -45,9 +45,37 @@ pub fn pass_through_obeyed(call: &Call, name: &[u8], from: usize) -> CmdResult {
 }
 
 fn run_passing(call: &Call, name: &[u8], from: usize, flags: &std::ffi::CStr) -> CmdResult {
-    let name = CString::new(name).map_err(|_| CmdError::err("a command name with a NUL byte"))?;
     let argv = call.args.raw().get(from..).unwrap_or_default();
-    // SAFETY: the strings are the live arguments of this call; the reply is freed after use.
+    // SAFETY: the call's own context and live arguments.
+    unsafe { pass_raw(call.ctx.ctx, name, argv, flags) }
+}
+
+/// Runs `name` with the arguments `argv` on `ctx` as the calling user; its reply becomes the
+/// reply on `ctx` as it is (a blocked client's reply callback runs the command it waited for).
+///
+/// # Safety
+/// `ctx` must be a live context with a client (a command's, or a blocked client's reply
+/// callback's); `argv` its live argument strings.
+pub(crate) unsafe fn pass_through_raw(
+    ctx: *mut raw::RedisModuleCtx,
+    name: &[u8],
+    argv: &[*mut raw::RedisModuleString],
+) -> CmdResult {
+    // SAFETY: as the caller promises.
+    unsafe { pass_raw(ctx, name, argv, AS_CALLER) }
+}
+
+/// # Safety
+/// As [`pass_through_raw`].
+unsafe fn pass_raw(
+    ctx: *mut raw::RedisModuleCtx,
+    name: &[u8],
+    argv: &[*mut raw::RedisModuleString],
+    flags: &std::ffi::CStr,
+) -> CmdResult {
+    crate::host::writes::tell_strings(ctx, name, argv);
+    let name = CString::new(name).map_err(|_| CmdError::err("a command name with a NUL byte"))?;
+    // SAFETY: the strings are live arguments; the reply is freed after use.
     unsafe {
         let (Some(rm_call), Some(reply_with), Some(free)) = (
             raw::RedisModule_Call,
@@ -57,7 +85,7 @@ fn run_passing(call: &Call, name: &[u8], from: usize, flags: &std::ffi::CStr) ->
             return Err(CmdError::err("a Redis module API function is missing"));
         };
         let reply = rm_call(
-            call.ctx.ctx,
+            ctx,
             name.as_ptr(),
             flags.as_ptr(),
             argv.as_ptr().cast_mut(),
@@ -69,7 +97,7 @@ fn run_passing(call: &Call, name: &[u8], from: usize, flags: &std::ffi::CStr) ->
                 io::Error::last_os_error()
             )));
         }
-        reply_with(call.ctx.ctx, reply);
+        reply_with(ctx, reply);
         free(reply);
     }
     Ok(())
@@ -82,6 +110,31 @@ pub fn run_as_caller<R>(
     args: &[Vec<u8>],
     read: impl FnOnce(&[u8]) -> Result<R, CmdError>,
 ) -> Result<R, CmdError> {
+    run_reading(call.ctx.ctx, args, AS_CALLER, read)
+}
+
+/// `RedisModule_Call`'s flags for a command the module runs on its own, with no client (a
+/// timer's): argv given, errors as replies, replicated.
+const OWN: &std::ffi::CStr = c"vE!";
+
+/// Runs `args` (the command's name first) on `ctx` (a timer's context: no client, no user),
+/// replicated, and gives its reply, in the wire format, to `read`.
+pub fn run_own<R>(
+    ctx: &redis_module::Context,
+    args: &[Vec<u8>],
+    read: impl FnOnce(&[u8]) -> Result<R, CmdError>,
+) -> Result<R, CmdError> {
+    run_reading(ctx.ctx, args, OWN, read)
+}
+
+fn run_reading<R>(
+    ctx: *mut raw::RedisModuleCtx,
+    args: &[Vec<u8>],
+    flags: &std::ffi::CStr,
+    read: impl FnOnce(&[u8]) -> Result<R, CmdError>,
+) -> Result<R, CmdError> {
+    let as_bytes: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    crate::host::writes::tell(ctx, &as_bytes);
     let missing = || CmdError::err("a Redis module API function is missing");
     let (name, rest) = args
         .split_first()
@@ -95,7 +148,6 @@ pub fn run_as_caller<R>(
         let free_string = raw::RedisModule_FreeString.ok_or_else(missing)?;
         let proto = raw::RedisModule_CallReplyProto.ok_or_else(missing)?;
         let free_reply = raw::RedisModule_FreeCallReply.ok_or_else(missing)?;
-        let ctx = call.ctx.ctx;
         let mut argv: Vec<*mut raw::RedisModuleString> = rest
             .iter()
             .map(|a| create(ctx, a.as_ptr().cast(), a.len()))
@@ -103,7 +155,7 @@ pub fn run_as_caller<R>(
         let reply = rm_call(
             ctx,
             name.as_ptr(),
-            AS_CALLER.as_ptr(),
+            flags.as_ptr(),
             argv.as_mut_ptr(),
             argv.len(),
         );

@@ -86,3 +86,31 @@ pub fn of_call(call: &crate::host::command::Call, from: usize) -> Result<Vec<usi
         call.args.raw().get(from..).unwrap_or_default(),
     )
 }
+
+/// As [`of`], for a command given as bytes (the name first), on the detached context.
+pub fn of_bytes<A: AsRef<[u8]>>(args: &[A]) -> Option<Vec<usize>> {
+    let ctx = crate::host::context::detached_raw();
+    // SAFETY: the API table is filled at load; every string made here is freed before return.
+    unsafe {
+        let (Some(create), Some(free)) =
+            (raw::RedisModule_CreateString, raw::RedisModule_FreeString)
+        else {
+            return None;
+        };
+        let argv: Vec<*mut raw::RedisModuleString> = args
+            .iter()
+            .map(|a| {
+                create(
+                    std::ptr::null_mut(),
+                    a.as_ref().as_ptr().cast(),
+                    a.as_ref().len(),
+                )
+            })
+            .collect();
+        let found = of(ctx, &argv);
+        for s in argv {
+            free(std::ptr::null_mut(), s);
+        }
+        found
+    }
+}

@@ -209,6 +209,13 @@ pub fn unlink<'a>(ctx: &Context, names: impl IntoIterator<Item = &'a [u8]>) -> u
     if names.is_empty() {
         return 0;
     }
+    // A cleanup's delete is a write of the module's own (a watched key moved away).
+    if crate::host::writes::following() {
+        let mut told: Vec<&[u8]> = Vec::with_capacity(names.len() + 1);
+        told.push(b"UNLINK");
+        told.extend(&names);
+        crate::host::writes::tell(ctx.ctx, &told);
+    }
     let options = CallOptionsBuilder::new().replicate().build();
     match ctx.call_ext::<_, CallResult>("UNLINK", &options, names.as_slice()) {
         Ok(CallReply::I64(n)) => u64::try_from(n.to_i64()).unwrap_or(0),

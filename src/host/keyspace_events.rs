@@ -1,5 +1,6 @@
 //! The keyspace events of writes (`RedisModule_SubscribeToKeyspaceEvents`), handed to one Rust
-//! function: every command that changes a key tells it the event's name, the key and its
+//! function per subscription (writes, a key's lifecycle, the server's own expiries and
+//! evictions): every command that changes a key tells it the event's name, the key and its
 //! database. Subscribed once, for the life of the module (the server has no unsubscribe); the
 //! subscriber keeps the cost low while it does not care (a flag it checks first: the event's
 //! name, key and database are read only when asked for).
@@ -52,6 +53,29 @@ type Slot = OnceLock<fn(&KeyspaceEvent)>;
 
 static WRITES: Slot = OnceLock::new();
 static LIFECYCLE: Slot = OnceLock::new();
+static EXPIRY: Slot = OnceLock::new();
+
+/// Calls `subscriber` on each key the server ends by itself, from then on: the `expired` and
+/// `evicted` classes only (a `SET` dispatches to no subscriber of these). Once per module.
+pub fn subscribe_to_expiry(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
+    extern "C" fn callback(
+        ctx: *mut raw::RedisModuleCtx,
+        _type: c_int,
+        event: *const c_char,
+        key: *mut raw::RedisModuleString,
+    ) -> c_int {
+        deliver(&EXPIRY, ctx, event, key)
+    }
+    let types = raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED;
+    subscribe(
+        ctx,
+        &EXPIRY,
+        subscriber,
+        types,
+        Some(callback),
+        "expiry and eviction events",
+    )
+}
 
 /// Calls `subscriber` on each event that makes a key or ends one, from then on: `new` (a key
 /// added to a database, by any command, a `RESTORE`, a module), and the generic, expired and

@@ -30,3 +30,4 @@ pub mod reply;
 pub mod strings;
 pub mod time;
 pub mod walk;
+pub mod writes;

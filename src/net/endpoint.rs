@@ -31,6 +31,9 @@ pub enum StepErrorKind {
     /// connection that is, nearly always, the node closing an idle client just as the request
     /// went out; the caller may send the request once more on a new connection.
     Closed,
+    /// Every connection the request could use is taken (`net::lanes`): nothing was sent, and
+    /// the same request may succeed a moment later.
+    Busy,
     /// Anything else: refused connections, handshake and protocol errors, error replies.
     Failed,
 }

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use crate::net::endpoint::{Endpoint, StepError};
+use crate::net::endpoint::{Endpoint, StepError, StepErrorKind};
 use crate::net::pool::{hooks, Deliveries, Lane, Link, Net, Waiter, NET};
 use crate::net::resp::encode_command;
 
@@ -97,11 +97,12 @@ impl Net {
                 return Ok(lane);
             }
         }
-        Err(StepError::new(
+        Err(StepError::of_kind(
             at,
             format!(
                 "{LANES} calls wait for its replicas already (SHARD.CALL WAIT, per RESP version and database): retry when one is done"
             ),
+            StepErrorKind::Busy,
         ))
     }
 }

@@ -307,7 +307,10 @@ fn replied(wait: Option<Wait>, reply: Resp, acks: &[Acked]) -> CallReply {
     };
     match wait::verdict(wait, reply, acks) {
         Ok(reply) => CallReply::Reply(reply),
-        Err(line) => CallReply::Error(line),
+        Err(line) => {
+            forward::count(|s| s.noreplicas += 1);
+            CallReply::Error(line)
+        }
     }
 }
 

@@ -43,6 +43,8 @@ pub struct RouteStats {
     /// Reads a replica answered (`shard.read-from`), and reads that fell back to the primary.
     pub replica_reads: u64,
     pub replica_fallbacks: u64,
+    /// `SHARD.CALL WAIT` calls answered `NOREPLICAS` (too few replicas acknowledged a write).
+    pub noreplicas: u64,
     /// Per node: (errors, timeouts).
     pub per_node: BTreeMap<String, (u64, u64)>,
 }
@@ -73,7 +75,14 @@ pub enum CallReply {
 impl CallReply {
     /// A failed step as the client sees it: an error naming the node.
     pub fn failed(e: &StepError) -> CallReply {
-        CallReply::Error(format!("ERR shard.call: {e}"))
+        // A call that found every connection it could use taken was not sent: the client may
+        // send it again (TRYAGAIN, as Redis says of a retry that can succeed).
+        let code = if e.kind == StepErrorKind::Busy {
+            "TRYAGAIN"
+        } else {
+            "ERR"
+        };
+        CallReply::Error(format!("{code} shard.call: {e}"))
     }
 }
 

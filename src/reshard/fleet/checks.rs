@@ -1,10 +1,12 @@
 //! What the coordinator concludes from the nodes' answers to `SHARD.RING STATE` (`node_state`),
 //! pure: where a node's job step stands (`job_verdict`), START's check that the fleet may begin
-//! a plan, and RESUME's check that a plan restored from an older copy still fits the rings the
-//! fleet holds. Each problem names its node.
+//! a plan, RESUME's check that a plan restored from an older copy still fits the rings the
+//! fleet holds (and the phase it resumes from), and a phase's check that every node holds its
+//! rings (`not_holding`). Each problem names its node.
 
+use crate::net::endpoint::Endpoint;
 use crate::reshard::fleet::node_state::NodeState;
-use crate::reshard::fleet::plan::{FleetPlan, Phase, Role, Work};
+use crate::reshard::fleet::plan::{FleetPlan, Install, Phase, Role, Work};
 
 /// Where a node's job step stands, from its state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +124,22 @@ fn rings_of(plan: &FleetPlan, st: &NodeState) -> Rings {
     }
 }
 
+/// The phase RESUME drives a plan from: its own, except a `commit` in which a node holds the
+/// new ring over the old one no longer settled (its primary failed over, or restarted from an
+/// AOF, before the settle reached a replica or the disk): the plan goes back to `settle`, so
+/// that every node is settled again before any other commits (a committed node settled again
+/// only reads and writes as it did; nothing is cleaned up before `cleanup`).
+pub fn resume_phase(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> Phase {
+    let unsettled = answers
+        .iter()
+        .flatten()
+        .any(|st| rings_of(plan, st) == Rings::Begun);
+    match plan.phase {
+        Phase::Commit if unsettled => Phase::Settle,
+        phase => phase,
+    }
+}
+
 /// RESUME's check: each node that answers must hold rings the plan's phase can be in (those of
 /// the phase, or of the one before, since a phase's rings reach the nodes one by one). A plan
 /// restored from an older copy (an RDB, or a replica promoted before it got the last phase)
@@ -132,7 +150,8 @@ pub fn check_resume(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> 
         Phase::Fence => &[Empty, Old, Fenced],
         Phase::Begin => &[Fenced, Begun],
         Phase::Copy => &[Begun],
-        Phase::Settle => &[Begun, Settled],
+        // New: a `commit` driven back to `settle` (`resume_phase`).
+        Phase::Settle => &[Begun, Settled, New],
         Phase::Commit => &[Settled, New],
         Phase::Cleanup => &[New],
         Phase::CancelStop | Phase::CancelReturn => &[Empty, Old, Fenced, Begun],
@@ -174,5 +193,55 @@ fn previous_text(st: &NodeState) -> String {
         String::new()
     } else {
         format!(", previous {}", st.previous_digest)
+    }
+}
+
+/// The nodes (of `nodes`, answered in order by `answers`) that do not hold `install`'s rings,
+/// flags included (a node that lost `settled` holds the right rings and still reads the old
+/// owner), each with what it holds or why it did not answer.
+pub fn not_holding(
+    nodes: &[Endpoint],
+    answers: Vec<Result<NodeState, String>>,
+    install: &Install<'_>,
+) -> Vec<(String, String)> {
+    let want = install.current.digest();
+    let want_previous = install.previous.map(|p| p.digest()).unwrap_or_default();
+    let flags = |returning: bool, settled: bool| match (returning, settled) {
+        (true, _) => " returning",
+        (false, true) => " settled",
+        (false, false) => "",
+    };
+    let want_flags = flags(install.returning, install.settled && !install.returning);
+    nodes
+        .iter()
+        .zip(answers)
+        .filter_map(|(at, answer)| {
+            let why = match answer {
+                Ok(st)
+                    if st.digest == want
+                        && st.previous_digest == want_previous
+                        && flags(st.returning, st.settled) == want_flags =>
+                {
+                    return None
+                }
+                Ok(st) => format!(
+                    "holds rings {} (previous {}){} after the install, not {want} (previous {}){want_flags}: installing again",
+                    or_none(&st.digest),
+                    or_none(&st.previous_digest),
+                    flags(st.returning, st.settled),
+                    or_none(&want_previous)
+                ),
+                Err(e) => format!("its rings could not be checked after the install: {e}"),
+            };
+            Some((at.name.clone(), why))
+        })
+        .collect()
+}
+
+fn or_none(digest: &str) -> &str {
+    if digest.is_empty() {
+        "none"
+    } else {
+        digest
     }
 }

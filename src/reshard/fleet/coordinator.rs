@@ -24,11 +24,13 @@ use futures_util::future::join_all;
 use crate::net::endpoint::Endpoint;
 use crate::net::pool::Link;
 use crate::net::resp::Resp;
-use crate::reshard::fleet::checks::{check_resume, job_verdict, JobVerdict};
+use crate::reshard::fleet::checks::{
+    check_resume, job_verdict, not_holding, resume_phase, JobVerdict,
+};
 use crate::reshard::fleet::durable;
 use crate::reshard::fleet::lease::{self, Term};
 use crate::reshard::fleet::node_state::NodeState;
-use crate::reshard::fleet::plan::{FleetPlan, Install, NodeProgress, Phase, MAX_ATTEMPTS};
+use crate::reshard::fleet::plan::{FleetPlan, NodeProgress, Phase, MAX_ATTEMPTS};
 use crate::route::forward::{self, CallReply, NetSteps};
 
 /// How often the coordinator looks at the nodes' jobs.
@@ -126,9 +128,11 @@ pub fn drive(reach: Reach, term: Term) {
 /// holds rings that do not fit the plan's phase (`check_resume`: the plan is older than the
 /// fleet); the new term made durable in the plan before any step carries it.
 pub async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
-    let plan = current_plan()?;
+    let mut plan = current_plan()?;
     let nodes = endpoints(&plan, &reach.me.name);
     let answers = lease::ask(steps, &nodes, reach).await?;
+    let phase = resume_phase(&plan, &answers);
+    plan.phase = phase;
     let problems = check_resume(&plan, &answers);
     if !problems.is_empty() {
         return Err(format!(
@@ -138,6 +142,9 @@ pub async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
     }
     let term = lease::take(plan.term, &nodes, &answers, reach)?;
     with_plan(|p| {
+        if p.phase != phase {
+            p.enter(phase);
+        }
         p.term = term.claim.term;
         p.error.clear();
     });
@@ -291,7 +298,8 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach, rings: Rings) -> Re
             .collect();
         if pending.is_empty() {
             if plan.nodes.iter().all(|n| n.done) {
-                let missing = not_holding(steps, reach, &plan, &install).await;
+                let nodes = endpoints(&plan, &reach.me.name);
+                let missing = not_holding(&nodes, ask_states(steps, &nodes).await, &install);
                 if missing.is_empty() {
                     return Ok(());
                 }
@@ -366,45 +374,6 @@ async fn give_up_or_wait(
         "phase {phase}: gave up after {MAX_ATTEMPTS} tries: {}; SHARD.RESHARD RESUME to try again",
         failed.join("; ")
     ))
-}
-
-/// The nodes of the plan that do not hold `install`'s rings now, each with what it holds (or
-/// why it did not answer).
-async fn not_holding(
-    steps: &NetSteps,
-    reach: &Reach,
-    plan: &FleetPlan,
-    install: &Install<'_>,
-) -> Vec<(String, String)> {
-    let nodes = endpoints(plan, &reach.me.name);
-    let want = install.current.digest();
-    let want_previous = install.previous.map(|p| p.digest()).unwrap_or_default();
-    let answers = ask_states(steps, &nodes).await;
-    nodes
-        .iter()
-        .zip(answers)
-        .filter_map(|(at, answer)| {
-            let why = match answer {
-                Ok(st) if st.digest == want && st.previous_digest == want_previous => return None,
-                Ok(st) => format!(
-                    "holds rings {} (previous {}) after the install, not {want} (previous {}): installing again",
-                    or_none(&st.digest),
-                    or_none(&st.previous_digest),
-                    or_none(&want_previous)
-                ),
-                Err(e) => format!("its rings could not be checked after the install: {e}"),
-            };
-            Some((at.name.clone(), why))
-        })
-        .collect()
-}
-
-fn or_none(digest: &str) -> &str {
-    if digest.is_empty() {
-        "none"
-    } else {
-        digest
-    }
 }
 
 /// Runs the phase's job on every node that has one and waits for all; a node whose job fails

@@ -1,8 +1,11 @@
 //! The fleet plan's unit tests: roles and work per phase, installs, cancel, START's and
 //! RESUME's checks, job verdicts, the state reply in both RESP versions, the byte form.
 
+use crate::net::endpoint::Endpoint;
 use crate::net::resp::Resp;
-use crate::reshard::fleet::checks::{check_resume, check_start, job_verdict, JobVerdict};
+use crate::reshard::fleet::checks::{
+    check_resume, check_start, job_verdict, not_holding, resume_phase, JobVerdict,
+};
 use crate::reshard::fleet::node_state::NodeState;
 use crate::reshard::fleet::plan::{FleetPlan, Phase, Role, Work};
 use crate::ring::RingSpec;
@@ -220,6 +223,44 @@ fn resume_refuses_a_plan_older_than_the_fleet() {
     let problems = check_resume(&p, &mixed);
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].contains("node b") && problems[0].contains("phase commit"));
+    // So RESUME drives such a plan back to settle (node b lost its settle: a failover or an
+    // old AOF), where every node, committed ones too, fits.
+    assert_eq!(resume_phase(&p, &mixed), Phase::Settle);
+    p.enter(Phase::Settle);
+    assert!(check_resume(&p, &mixed).is_empty());
+    p.enter(Phase::Commit);
+    mixed[1] = settled("b");
+    assert_eq!(resume_phase(&p, &mixed), Phase::Commit);
+}
+
+#[test]
+fn a_node_that_lost_its_settle_does_not_hold_the_settle_rings() {
+    let mut p = grow();
+    p.enter(Phase::Settle);
+    let (old, new) = (p.old.digest(), p.new.digest());
+    let install = p.install().expect("settle installs rings");
+    let nodes: Vec<Endpoint> = ["a", "b"]
+        .iter()
+        .map(|n| Endpoint {
+            name: n.to_string(),
+            host: "127.0.0.1".into(),
+            port: 7000,
+            address: "127.0.0.1:7000".into(),
+            is_self: false,
+        })
+        .collect();
+    let settled = state("a", &new, &old, 5).map(|st| NodeState {
+        settled: true,
+        ..st
+    });
+    let answers = vec![settled, state("b", &new, &old, 5)];
+    let missing = not_holding(&nodes, answers, &install);
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert_eq!(missing[0].0, "b");
+    assert!(
+        missing[0].1.contains("settled: installing again"),
+        "{missing:?}"
+    );
 }
 
 #[test]

@@ -1,6 +1,5 @@
 //! The phases' `Fleet` over the module's connections (`route::forward::NetSteps`): control
-//! requests on each owner's control connection (`net::lanes::CONTROL`), a block (`MULTI` ...
-//! `EXEC`) on the shared one, back to back; the decision sent to this node itself as
+//! requests on each owner's control connection (`net::lanes::CONTROL`); the decision sent to this node itself as
 //! `SHARD.TXN DECIDE` (a command, so that it is replicated and written to the AOF as it is)
 //! followed, when this node has a replica connected, by `WAIT 1` on the same connection of its
 //! own (as a fleet step is, `reshard/fleet/durable.rs`), and forgotten as `SHARD.TXN FORGET`.
@@ -20,7 +19,7 @@ use crate::txn::coord::book::{self, Record};
 use crate::txn::coord::local;
 use crate::txn::coord::phases::{Decided, Fleet};
 use crate::txn::coord::plan::Txn;
-use crate::txn::coord::wire::{self, Command, Decision};
+use crate::txn::coord::wire::{self, Decision};
 
 /// How long the decision waits for this node's replica to acknowledge it.
 pub const REPLICA_WAIT_MS: i64 = 2000;
@@ -89,34 +88,6 @@ impl Fleet for NetFleet {
             }
         }
         Either::Right(self.steps.send_control(at, &args))
-    }
-
-    fn block(
-        &self,
-        at: &Endpoint,
-        commands: &[Command],
-    ) -> impl Future<Output = Result<(Vec<Resp>, Resp), StepError>> {
-        if at.is_self {
-            if let Some(replies) = (local::get().block)(commands, self.steps.link().db) {
-                return Either::Left(ready(Ok(replies)));
-            }
-        }
-        // Queued back to back now: nothing else goes on that connection in between.
-        let multi = self.steps.send(at, &[b"MULTI".to_vec()]);
-        let queued: Vec<_> = commands.iter().map(|c| self.steps.send(at, c)).collect();
-        let exec = self.steps.send(at, &[b"EXEC".to_vec()]);
-        Either::Right(async move {
-            let started = multi.await?;
-            let mut replies = Vec::with_capacity(queued.len());
-            for q in queued {
-                replies.push(q.await?);
-            }
-            let exec = exec.await?;
-            if started.is_error() {
-                return Ok((vec![started], exec));
-            }
-            Ok((replies, exec))
-        })
     }
 
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {

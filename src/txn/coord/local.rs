@@ -7,32 +7,21 @@
 use std::cell::Cell;
 
 use crate::net::resp::Resp;
-use crate::txn::coord::wire::Command;
-
-/// Each command's queueing reply (`QUEUED` or an error), and `EXEC`'s reply.
-pub type BlockReplies = (Vec<Resp>, Resp);
 
 /// The owner side's entry points, for database `db`.
 #[derive(Clone, Copy)]
 pub struct LocalOwner {
     /// A `SHARD.TXN` request (`SHARD.TXN` first) run here: its reply.
     pub control: fn(&[Vec<u8>], u32) -> Option<Resp>,
-    /// `commands` run here as one atomic block, as `MULTI`/`EXEC` runs them (locks checked,
-    /// watches marked, replicated as one): each command's queueing reply and `EXEC`'s.
-    pub block: fn(&[Command], u32) -> Option<BlockReplies>,
 }
 
 fn no_control(_: &[Vec<u8>], _: u32) -> Option<Resp> {
     None
 }
 
-fn no_block(_: &[Command], _: u32) -> Option<BlockReplies> {
-    None
-}
-
 thread_local! {
     static LOCAL: Cell<LocalOwner> = const {
-        Cell::new(LocalOwner { control: no_control, block: no_block })
+        Cell::new(LocalOwner { control: no_control })
     };
 }
 

@@ -32,9 +32,25 @@ pub mod wire;
 
 pub use book::Status;
 
-/// `SHARD.TXN STATUS txid`'s answer at this node (the owner side's dispatcher calls it):
+/// This node's answer for an owner of this very node in doubt (`txn::set_status_hook`): an
+/// abort presumed here is recorded (not replicated: a replica promoted without it presumes
+/// the same abort, having no prepare of its own under way).
+pub fn status_hook(txid: &str) -> Option<crate::txn::Decision> {
+    Some(match status(txid).0 {
+        Status::Commit => crate::txn::Decision::Commit,
+        Status::Abort => crate::txn::Decision::Abort,
+        Status::Pending => crate::txn::Decision::Pending,
+    })
+}
+
+/// `SHARD.TXN STATUS txid`'s answer at this node (`commands::txn_coord::status`):
 /// `commit`, `abort` or `pending`; `true` when the abort was recorded by this question, which
 /// the caller then replicates as `SHARD.TXN DECIDE txid ABORT` (`commands::txn_coord`).
 pub fn status(txid: &str) -> (Status, bool) {
+    // A part applied by this node as an owner was decided `commit` (an owner applies only a
+    // commit): so answered, even once the decision is forgotten.
+    if crate::txn::owner::status(txid) == crate::txn::Decision::Commit {
+        return (Status::Commit, false);
+    }
     book::with(|b| b.status(txid, crate::clock::monotonic_ms()))
 }

@@ -3,9 +3,10 @@
 //! `Fleet` trait (the glue sends over the module's connections, `exec`; the tests use a fake
 //! fleet, `phases_tests`).
 //!
-//! - one owner, no watched key: `MULTI`, the commands, `EXEC` at the owner (an owner that
-//!   refuses a command at queue time with `TRYAGAIN`, a lock, is tried again like `LOCKED`);
-//! - one owner with watched keys: `SHARD.TXN APPLY`;
+//! - one owner: `SHARD.TXN APPLY` (its commands as one atomic block; `LOCKED` is tried again
+//!   like a prepare's). Not `MULTI`/`EXEC`: on Redis 7.0 the owner can refuse a command of a
+//!   locked key only when `EXEC` runs it, alone, and the block's other commands would apply;
+//!   `APPLY` checks every key first. Without watched keys its txid is `-` (none);
 //! - several owners: `PREPARE` at each, at once. Any `WATCHED`: `ABORT` everywhere, nil. Any
 //!   `LOCKED`: `ABORT` everywhere, a short random pause, again, for at most `lock_ms`, then
 //!   `TRYAGAIN` (at once for a transaction with watched keys: the `ABORT` dropped its
@@ -22,7 +23,7 @@ use futures_util::future::join_all;
 use crate::net::endpoint::{Endpoint, StepError};
 use crate::net::resp::Resp;
 use crate::txn::coord::plan::{Part, Txn};
-use crate::txn::coord::wire::{self, Command, Prepared};
+use crate::txn::coord::wire::{self, Prepared};
 
 /// How often a `COMMIT` is sent to an owner that does not answer before the client is told.
 pub const COMMIT_TRIES: u32 = 4;
@@ -35,13 +36,6 @@ pub trait Fleet {
         at: &Endpoint,
         args: Vec<Vec<u8>>,
     ) -> impl Future<Output = Result<Resp, StepError>>;
-    /// `MULTI`, `commands`, `EXEC` back to back at `at`: the reply to each command's queueing
-    /// (`QUEUED` or an error) and `EXEC`'s reply.
-    fn block(
-        &self,
-        at: &Endpoint,
-        commands: &[Command],
-    ) -> impl Future<Output = Result<(Vec<Resp>, Resp), StepError>>;
     /// Records durably that `txn` commits (with every part), acknowledged by a replica when
     /// the coordinator has one.
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided>;
@@ -97,7 +91,6 @@ pub async fn run<F: Fleet>(txn: &Txn, fleet: &F, lock_ms: u64) -> Outcome {
             [one] if one.watched.is_empty() && one.commands.is_empty() => {
                 Attempt::Done(Outcome::Committed(Ok(Vec::new())))
             }
-            [one] if one.watched.is_empty() => block(txn, one, fleet).await,
             [one] => apply(txn, one, fleet).await,
             _ => two_phase(txn, fleet, lock_ms).await,
         };
@@ -107,8 +100,8 @@ pub async fn run<F: Fleet>(txn: &Txn, fleet: &F, lock_ms: u64) -> Outcome {
         };
         let spent = fleet.now_ms().saturating_sub(start);
         // An ABORT drops the transaction's watches at its owners: tried again, it could only
-        // fail as watched. The client reads again and retries.
-        let watched = txn.parts.iter().any(|p| !p.watched.is_empty());
+        // fail as watched. The client reads again and retries. (A refused APPLY keeps them.)
+        let watched = txn.parts.len() > 1 && txn.parts.iter().any(|p| !p.watched.is_empty());
         if watched {
             return Outcome::Locked(format!(
                 "TRYAGAIN keys of the transaction are locked by another transaction ({reason}), and the retry dropped its watches: read again and retry"
@@ -130,26 +123,9 @@ fn failed(e: &StepError) -> String {
     format!("ERR shard.txn: {e}")
 }
 
-async fn block<F: Fleet>(txn: &Txn, part: &Part, fleet: &F) -> Attempt {
-    let (queued, exec) = match fleet.block(&part.owner, &part.commands).await {
-        Ok(got) => got,
-        Err(e) => return Attempt::Done(Outcome::Failed(failed(&e))),
-    };
-    if let Some(line) = queued.iter().find_map(Resp::error_text) {
-        if line.starts_with(b"TRYAGAIN") {
-            return Attempt::Locked(String::from_utf8_lossy(line).into_owned());
-        }
-        return Attempt::Done(Outcome::Failed(format!(
-            "EXECABORT Transaction discarded because of an error at node {}: {}",
-            part.owner.name,
-            String::from_utf8_lossy(line)
-        )));
-    }
-    Attempt::Done(replied(txn, exec))
-}
-
 async fn apply<F: Fleet>(txn: &Txn, part: &Part, fleet: &F) -> Attempt {
-    let request = wire::apply(&txn.txid, &part.watched, &part.commands);
+    let txid = if txn.txid.is_empty() { "-" } else { &txn.txid };
+    let request = wire::apply(txid, &part.watched, &part.commands);
     match fleet.control(&part.owner, request).await {
         Ok(Resp::Error(line)) => match wire::refusal(&line) {
             Prepared::Locked => Attempt::Locked(String::from_utf8_lossy(&line).into_owned()),
@@ -161,7 +137,7 @@ async fn apply<F: Fleet>(txn: &Txn, part: &Part, fleet: &F) -> Attempt {
     }
 }
 
-/// One owner's `EXEC` (or `APPLY`) reply as the transaction's outcome.
+/// One owner's `APPLY` reply as the transaction's outcome.
 fn replied(txn: &Txn, reply: Resp) -> Outcome {
     match reply {
         Resp::Null | Resp::NullArray => Outcome::Watched,

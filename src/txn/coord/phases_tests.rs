@@ -10,6 +10,7 @@ use super::*;
 use crate::net::endpoint::StepErrorKind;
 use crate::route::split::{self, splittable};
 use crate::txn::coord::plan::{endpoint, Queued};
+use crate::txn::coord::wire::Command;
 
 type Answer = Box<dyn Fn(&str, &[Vec<u8>], u32) -> Result<Resp, StepError>>;
 
@@ -57,26 +58,6 @@ impl Fleet for Fake {
         args: Vec<Vec<u8>>,
     ) -> impl Future<Output = Result<Resp, StepError>> {
         ready(self.ask(at, &args))
-    }
-
-    fn block(
-        &self,
-        at: &Endpoint,
-        commands: &[Command],
-    ) -> impl Future<Output = Result<(Vec<Resp>, Resp), StepError>> {
-        let mut queued = Vec::new();
-        let mut result = Ok(());
-        for c in commands {
-            let mut args = vec![b"BLOCK".to_vec()];
-            args.extend(c.iter().cloned());
-            match self.ask(at, &args) {
-                Ok(r) => queued.push(r),
-                Err(e) => result = Err(e),
-            }
-        }
-        self.log.borrow_mut().push(format!("{} EXEC", at.name));
-        let replies = commands.iter().map(|_| Resp::Int(1)).collect();
-        ready(result.map(|()| (queued, Resp::Array(replies))))
     }
 
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {
@@ -161,30 +142,36 @@ fn willing(_: &str, args: &[Vec<u8>], _: u32) -> Result<Resp, StepError> {
 }
 
 #[test]
-fn one_owner_without_watches_runs_a_block() {
-    let fake = Fake::new(|_, _, _| Ok(Resp::Simple(b"QUEUED".to_vec())));
-    let out = block_on(run(&txn(1, false), &fake, 100));
-    assert_eq!(out, Outcome::Committed(Ok(vec![Resp::Int(1)])));
-    assert_eq!(fake.log(), vec!["n1 SET", "n1 EXEC"]);
-}
-
-#[test]
-fn a_locked_key_in_a_block_is_tried_again() {
-    let fake = Fake::new(|_, _, before| {
+fn one_owner_applies_and_a_lock_there_is_waited_out() {
+    // Without watches: APPLY with no txid ("-").
+    let fake = Fake::new(|_, args, before| {
+        assert_eq!(args, wire::apply("-", &[], &[c(&["SET", "a", "1"])]));
         Ok(if before == 0 {
-            Resp::Error(b"TRYAGAIN key 'a' is locked".to_vec())
+            Resp::Error(b"LOCKED other/7".to_vec())
         } else {
-            Resp::Simple(b"QUEUED".to_vec())
+            Resp::Array(vec![ok()])
         })
     });
-    let out = block_on(run(&txn(1, false), &fake, 100));
-    assert_eq!(out, Outcome::Committed(Ok(vec![Resp::Int(1)])));
-    assert_eq!(fake.log(), vec!["n1 SET", "n1 EXEC", "n1 SET", "n1 EXEC"]);
-    let refused = Fake::new(|_, _, _| Ok(Resp::Error(b"ERR unknown command".to_vec())));
-    match block_on(run(&txn(1, false), &refused, 100)) {
-        Outcome::Failed(line) => assert!(line.starts_with("EXECABORT"), "{line}"),
+    let mut t = txn(1, false);
+    t.txid = String::new();
+    assert_eq!(
+        block_on(run(&t, &fake, 100)),
+        Outcome::Committed(Ok(vec![ok()]))
+    );
+    assert_eq!(fake.log(), vec!["n1 APPLY", "n1 APPLY"]);
+    assert!(fake.now.get() > 1000);
+    // With watches, a refused APPLY keeps them: tried again too, then TRYAGAIN.
+    let fake = Fake::new(|_, _, _| Ok(Resp::Error(b"LOCKED other/7".to_vec())));
+    match block_on(run(&txn(1, true), &fake, 100)) {
+        Outcome::Locked(line) => assert!(line.starts_with("TRYAGAIN"), "{line}"),
         other => panic!("{other:?}"),
     }
+    assert!(fake.log().len() > 2);
+    let refused = Fake::new(|_, _, _| Ok(Resp::Error(b"MOVED key 'a' is not here".to_vec())));
+    assert_eq!(
+        block_on(run(&txn(1, false), &refused, 100)),
+        Outcome::Failed("MOVED key 'a' is not here".into())
+    );
 }
 
 #[test]

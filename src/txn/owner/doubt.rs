@@ -1,0 +1,101 @@
+//! A prepared part in doubt (past its lock's deadline, its `COMMIT` or `ABORT` not come): the
+//! owner asks the coordinator named in the txid `SHARD.TXN STATUS txid` over the module's
+//! connections (from the event loop, never blocking the main thread), again at each tick
+//! (100 ms) while no answer is in flight, and commits or aborts the part by the answer, on a
+//! timer of its own (`run::commit_alone`, `run::abort_alone`). `pending`, an error, or a
+//! coordinator that cannot be reached (down with all its replicas, or named by no ring here)
+//! leaves the part locked and counted in `INFO shard` (`txn_in_doubt`). Only a primary asks.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use redis_module::Context;
+use rustc_hash::FxHashSet;
+
+use crate::net::endpoint::Endpoint;
+use crate::net::pool::{link_timeout, Link};
+use crate::net::resp::Resp;
+use crate::route::forward::{self, CallReply};
+use crate::state;
+use crate::txn::owner::{read, run};
+use crate::txn::Decision;
+
+thread_local! {
+    /// The txids asked about, whose answer has not come.
+    static ASKING: RefCell<FxHashSet<String>> = RefCell::new(FxHashSet::default());
+}
+
+/// Asks about every part in doubt at `now` that is not being asked about.
+pub fn ask(_ctx: &Context, now: u64) {
+    if crate::topology::nodes::is_replica() {
+        return;
+    }
+    let doubtful = read(|t| t.in_doubt(now));
+    for txid in doubtful {
+        if ASKING.with(|a| a.borrow().contains(&txid)) {
+            continue;
+        }
+        let Some((coordinator, _)) = txid.split_once('/') else {
+            continue;
+        };
+        let (self_name, link) = {
+            let st = state::lock();
+            let link = Link {
+                timeout: link_timeout(st.config.call_timeout_ms),
+                auth: st.config.auth(),
+                resp3: false,
+                db: 0,
+            };
+            (st.config.ring.self_name.clone(), link)
+        };
+        if coordinator == self_name {
+            // This node coordinated it: its own side answers.
+            decided(txid.clone(), crate::txn::status(&txid));
+            continue;
+        }
+        let Some(at) = endpoint_of(coordinator, &self_name) else {
+            continue;
+        };
+        ASKING.with(|a| a.borrow_mut().insert(txid.clone()));
+        forward::spawn(link, move |steps| async move {
+            let args = [
+                b"SHARD.TXN".to_vec(),
+                b"STATUS".to_vec(),
+                txid.clone().into_bytes(),
+            ];
+            let answer = steps.send(&at, &args).await;
+            ASKING.with(|a| a.borrow_mut().remove(&txid));
+            let decision = match answer {
+                Ok(Resp::Simple(t) | Resp::Bulk(t)) => Decision::parse(&t),
+                _ => None,
+            };
+            if let Some(decision) = decision {
+                decided(txid, decision);
+            }
+            CallReply::Reply(Resp::Null)
+        });
+    }
+}
+
+/// The coordinator's node by name, in the rings this node holds.
+fn endpoint_of(name: &str, self_name: &str) -> Option<Endpoint> {
+    let st = state::lock();
+    let node = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p.spec.nodes.iter())
+        .find(|n| n.name == name)
+        .cloned();
+    drop(st);
+    node.map(|n| crate::topology::nodes::endpoint_of(&n, self_name))
+}
+
+/// Acts on an answer, on a timer (a context of its own: its writes are one replicated block).
+fn decided(txid: String, decision: Decision) {
+    let act: fn(&Context, String) = match decision {
+        Decision::Commit => |ctx, txid| run::commit_alone(ctx, &txid),
+        Decision::Abort => |ctx, txid| run::abort_alone(ctx, &txid),
+        Decision::Pending => return,
+    };
+    crate::host::context::after(Duration::ZERO, act, txid);
+}

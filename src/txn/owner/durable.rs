@@ -1,0 +1,135 @@
+//! The owner's durable records as bytes (its section of `txn::durable`, in the RDB aux
+//! field): the prepared parts (txid, database, lock length, commands) and the done list. A lock
+//! loaded starts again from the load (`since_ms` is this process's clock). Decoding checks
+//! every length and never panics.
+
+use crate::persist::Reader;
+use crate::txn::owner::table::Prepared;
+
+/// The owner's records.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Records {
+    pub prepared: Vec<(String, Prepared)>,
+    pub done: Vec<String>,
+}
+
+fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+impl Records {
+    pub fn is_empty(&self) -> bool {
+        self.prepared.is_empty() && self.done.is_empty()
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&(self.prepared.len() as u64).to_le_bytes());
+        for (txid, p) in &self.prepared {
+            put(&mut out, txid.as_bytes());
+            out.extend_from_slice(&i64::from(p.db).to_le_bytes());
+            out.extend_from_slice(&p.lock_ms.to_le_bytes());
+            out.extend_from_slice(&(p.keys.len() as u64).to_le_bytes());
+            p.keys.iter().for_each(|k| put(&mut out, k));
+            out.extend_from_slice(&(p.cmds.len() as u64).to_le_bytes());
+            for cmd in &p.cmds {
+                out.extend_from_slice(&(cmd.len() as u64).to_le_bytes());
+                cmd.iter().for_each(|a| put(&mut out, a));
+            }
+        }
+        out.extend_from_slice(&(self.done.len() as u64).to_le_bytes());
+        self.done.iter().for_each(|t| put(&mut out, t.as_bytes()));
+        out
+    }
+
+    /// Reads the records back; `now` is when the loaded locks start again.
+    pub fn decode(bytes: &[u8], now: u64) -> Result<Records, String> {
+        let mut r = Reader::new(bytes);
+        let mut records = Records::default();
+        let n = count(&mut r, "prepared parts")?;
+        for _ in 0..n {
+            let txid = r.string("prepared part's txid")?;
+            let db = i32::try_from(r.i64("prepared part's database")?)
+                .map_err(|_| "a prepared part's database is out of range".to_string())?;
+            let lock_ms = r.u64("prepared part's lock length")?;
+            let keys = list(&mut r, "prepared part's keys")?;
+            let ncmds = count(&mut r, "prepared part's commands")?;
+            let mut cmds = Vec::new();
+            for _ in 0..ncmds {
+                cmds.push(list(&mut r, "prepared command")?);
+            }
+            records.prepared.push((
+                txid,
+                Prepared {
+                    db,
+                    cmds,
+                    keys,
+                    lock_ms,
+                    since_ms: now,
+                },
+            ));
+        }
+        let done = count(&mut r, "done list")?;
+        for _ in 0..done {
+            records.done.push(r.string("done txid")?);
+        }
+        if r.pos != bytes.len() {
+            return Err(format!(
+                "{} unexpected bytes after the transactions' records",
+                bytes.len() - r.pos
+            ));
+        }
+        Ok(records)
+    }
+}
+
+/// A count that cannot be more than the bytes left (each item takes 8 bytes at least).
+fn count(r: &mut Reader, what: &str) -> Result<usize, String> {
+    let n = r.u64(what)?;
+    let left = (r.bytes.len() - r.pos) as u64;
+    if n > left {
+        return Err(format!(
+            "the count of {what} is {n}, more than the data holds"
+        ));
+    }
+    Ok(n as usize)
+}
+
+fn list(r: &mut Reader, what: &str) -> Result<Vec<Vec<u8>>, String> {
+    let n = count(r, what)?;
+    (0..n).map(|_| r.sized(what).map(<[u8]>::to_vec)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_every_truncation_is_an_error() {
+        let records = Records {
+            prepared: vec![(
+                "n0/1f".into(),
+                Prepared {
+                    db: 2,
+                    cmds: vec![vec![b"SET".to_vec(), b"a".to_vec(), b"".to_vec()]],
+                    keys: vec![b"a".to_vec()],
+                    lock_ms: 5000,
+                    since_ms: 7,
+                },
+            )],
+            done: vec!["n1/2".into(), "n1/3".into()],
+        };
+        let bytes = records.encode();
+        assert_eq!(Records::decode(&bytes, 7).unwrap(), records);
+        for cut in 0..bytes.len() {
+            assert!(Records::decode(&bytes[..cut], 7).is_err(), "{cut}");
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(Records::decode(&long, 7)
+            .unwrap_err()
+            .contains("unexpected"));
+        assert!(Records::decode(&u64::MAX.to_le_bytes(), 0).is_err());
+    }
+}

@@ -1,0 +1,405 @@
+//! An owner's tables, pure: the watch table (each txid's watched keys, which of them were
+//! written since, and when the entry was last used), the prepared parts and the locks they hold
+//! on their commands' keys, and the bounded list of txids applied here. Time comes in as an
+//! argument (monotonic ms). A small bit filter of the watched and locked keys' names answers
+//! "surely not watched nor locked" with one probe, so that the command filter pays nothing more
+//! for the keys of no transaction.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+
+/// A key of a database.
+pub type DbKey = (i32, Vec<u8>);
+
+/// How many txids applied here are remembered (`COMMIT` of one of them replies `DONE`).
+pub const DONE_KEPT: usize = 10_000;
+
+/// Bits of the names' filter.
+const FILTER_BITS: usize = 4096;
+
+/// One txid's watches.
+#[derive(Debug, Clone, Default)]
+struct Watch {
+    keys: FxHashSet<DbKey>,
+    written: FxHashSet<DbKey>,
+    last_used_ms: u64,
+    ttl_ms: u64,
+}
+
+/// A prepared part: its database, its commands (each the name first), the keys it locks, and
+/// its lock's length and deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    pub db: i32,
+    pub cmds: Vec<Vec<Vec<u8>>>,
+    pub keys: Vec<Vec<u8>>,
+    pub lock_ms: u64,
+    /// When it was locked (monotonic ms, this process's: a restart or a replica starts again).
+    pub since_ms: u64,
+}
+
+impl Prepared {
+    pub fn deadline_ms(&self) -> u64 {
+        self.since_ms.saturating_add(self.lock_ms)
+    }
+}
+
+/// The owner's tables.
+#[derive(Debug, Default)]
+pub struct Tables {
+    watches: FxHashMap<String, Watch>,
+    /// Watched key names → the txids (and databases) that watch them.
+    watchers: FxHashMap<Vec<u8>, Vec<(i32, String)>>,
+    prepared: BTreeMap<String, Prepared>,
+    locks: FxHashMap<DbKey, String>,
+    done: VecDeque<String>,
+    done_set: FxHashSet<String>,
+    filter: Vec<u64>,
+}
+
+fn bit_of(name: &[u8]) -> usize {
+    let mut h = FxBuildHasher.build_hasher();
+    h.write(name);
+    (h.finish() as usize) % FILTER_BITS
+}
+
+impl Tables {
+    /// Whether no key is watched or locked (the command filter's first check).
+    pub fn is_idle(&self) -> bool {
+        self.watchers.is_empty() && self.locks.is_empty()
+    }
+
+    /// False when no key of this name is watched or locked, in any database (one probe);
+    /// true when one may be.
+    pub fn may_hold(&self, name: &[u8]) -> bool {
+        let bit = bit_of(name);
+        self.filter
+            .get(bit / 64)
+            .is_some_and(|w| w & (1 << (bit % 64)) != 0)
+    }
+
+    fn add_to_filter(&mut self, name: &[u8]) {
+        if self.filter.is_empty() {
+            self.filter = vec![0; FILTER_BITS / 64];
+        }
+        let bit = bit_of(name);
+        self.filter[bit / 64] |= 1 << (bit % 64);
+    }
+
+    fn rebuild_filter(&mut self) {
+        self.filter.clear();
+        let names: Vec<Vec<u8>> = self
+            .watchers
+            .keys()
+            .cloned()
+            .chain(self.locks.keys().map(|(_, k)| k.clone()))
+            .collect();
+        for n in names {
+            self.add_to_filter(&n);
+        }
+    }
+
+    // --- watches ---
+
+    /// Adds `keys` of database `db` to `txid`'s watches (idempotent), which live `ttl_ms`
+    /// without use.
+    pub fn watch(&mut self, txid: &str, db: i32, keys: &[Vec<u8>], ttl_ms: u64, now: u64) {
+        let w = self.watches.entry(txid.to_string()).or_default();
+        w.ttl_ms = ttl_ms;
+        w.last_used_ms = now;
+        let mut added = Vec::new();
+        for k in keys {
+            if w.keys.insert((db, k.clone())) {
+                added.push(k.clone());
+            }
+        }
+        for k in added {
+            self.add_to_filter(&k);
+            self.watchers
+                .entry(k)
+                .or_default()
+                .push((db, txid.to_string()));
+        }
+    }
+
+    /// Drops `txid`'s watches.
+    pub fn unwatch(&mut self, txid: &str) {
+        let Some(w) = self.watches.remove(txid) else {
+            return;
+        };
+        for (db, k) in w.keys {
+            if let Some(list) = self.watchers.get_mut(&k) {
+                list.retain(|(d, t)| !(*d == db && t == txid));
+                if list.is_empty() {
+                    self.watchers.remove(&k);
+                }
+            }
+        }
+        self.rebuild_filter();
+    }
+
+    /// Drops the watch entries unused for longer than their ttl.
+    pub fn expire_watches(&mut self, now: u64) {
+        let old: Vec<String> = self
+            .watches
+            .iter()
+            .filter(|(_, w)| now.saturating_sub(w.last_used_ms) > w.ttl_ms)
+            .map(|(t, _)| t.clone())
+            .collect();
+        for t in old {
+            self.unwatch(&t);
+        }
+    }
+
+    /// Whether every key of `keys` (database `db`) is watched by `txid`, unwritten since, and
+    /// the entry alive (a gone or timed-out entry counts as written). Uses the entry.
+    pub fn watched_clean(&mut self, txid: &str, db: i32, keys: &[Vec<u8>], now: u64) -> bool {
+        if keys.is_empty() {
+            return true;
+        }
+        let Some(w) = self.watches.get_mut(txid) else {
+            return false;
+        };
+        if now.saturating_sub(w.last_used_ms) > w.ttl_ms {
+            return false;
+        }
+        w.last_used_ms = now;
+        keys.iter().all(|k| {
+            let dk = (db, k.clone());
+            w.keys.contains(&dk) && !w.written.contains(&dk)
+        })
+    }
+
+    /// Marks the key `name` written, in database `db` (`None`: in every database, when the
+    /// database is not known).
+    pub fn mark(&mut self, db: Option<i32>, name: &[u8]) {
+        let Some(list) = self.watchers.get(name) else {
+            return;
+        };
+        for (d, txid) in list {
+            if db.is_some_and(|db| db != *d) {
+                continue;
+            }
+            if let Some(w) = self.watches.get_mut(txid) {
+                w.written.insert((*d, name.to_vec()));
+            }
+        }
+    }
+
+    /// Marks every watched key of database `db` written (`None`: of every database).
+    pub fn mark_db(&mut self, db: Option<i32>) {
+        for w in self.watches.values_mut() {
+            let hit: Vec<DbKey> = w
+                .keys
+                .iter()
+                .filter(|(d, _)| db.is_none_or(|db| db == *d))
+                .cloned()
+                .collect();
+            w.written.extend(hit);
+        }
+    }
+
+    // --- locks and prepared parts ---
+
+    /// The txid that locks `name` in database `db`.
+    pub fn locked_by(&self, db: i32, name: &[u8]) -> Option<&str> {
+        if self.locks.is_empty() {
+            return None;
+        }
+        self.locks.get(&(db, name.to_vec())).map(String::as_str)
+    }
+
+    /// Whether a key of this name is locked in some database.
+    pub fn locked_in_any(&self, name: &[u8]) -> bool {
+        !self.locks.is_empty() && self.locks.keys().any(|(_, k)| k == name)
+    }
+
+    /// Every locked key.
+    pub fn locked_keys(&self) -> impl Iterator<Item = (&DbKey, &str)> {
+        self.locks.iter().map(|(k, t)| (k, t.as_str()))
+    }
+
+    pub fn prepared(&self, txid: &str) -> Option<&Prepared> {
+        self.prepared.get(txid)
+    }
+
+    /// Every prepared part.
+    pub fn all_prepared(&self) -> impl Iterator<Item = (&str, &Prepared)> {
+        self.prepared.iter().map(|(t, p)| (t.as_str(), p))
+    }
+
+    /// Records a prepared part and locks its keys (a second record of the same txid replaces
+    /// the first).
+    pub fn prepare(&mut self, txid: &str, part: Prepared) {
+        self.take_prepared(txid);
+        for k in &part.keys {
+            self.locks.insert((part.db, k.clone()), txid.to_string());
+            self.add_to_filter(k);
+        }
+        self.prepared.insert(txid.to_string(), part);
+    }
+
+    /// Removes a prepared part and its locks.
+    pub fn take_prepared(&mut self, txid: &str) -> Option<Prepared> {
+        let part = self.prepared.remove(txid)?;
+        for k in &part.keys {
+            let key = (part.db, k.clone());
+            if self.locks.get(&key).is_some_and(|t| t == txid) {
+                self.locks.remove(&key);
+            }
+        }
+        self.rebuild_filter();
+        Some(part)
+    }
+
+    // --- done ---
+
+    pub fn is_done(&self, txid: &str) -> bool {
+        self.done_set.contains(txid)
+    }
+
+    /// Remembers `txid` as applied here (the oldest forgotten past `DONE_KEPT`).
+    pub fn add_done(&mut self, txid: &str) {
+        if !self.done_set.insert(txid.to_string()) {
+            return;
+        }
+        self.done.push_back(txid.to_string());
+        while self.done.len() > DONE_KEPT {
+            if let Some(old) = self.done.pop_front() {
+                self.done_set.remove(&old);
+            }
+        }
+    }
+
+    /// The txids applied here, oldest first.
+    pub fn done_list(&self) -> impl Iterator<Item = &str> {
+        self.done.iter().map(String::as_str)
+    }
+
+    /// Replaces the prepared parts and the done list (a load), locking again from `now`.
+    pub fn replace_durable(&mut self, prepared: Vec<(String, Prepared)>, done: Vec<String>) {
+        for t in self.prepared.keys().cloned().collect::<Vec<_>>() {
+            self.take_prepared(&t);
+        }
+        self.done.clear();
+        self.done_set.clear();
+        for (t, p) in prepared {
+            self.prepare(&t, p);
+        }
+        for t in done {
+            self.add_done(&t);
+        }
+    }
+
+    // --- INFO ---
+
+    pub fn locks_held(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// How long the oldest lock has been held (ms).
+    pub fn longest_lock_ms(&self, now: u64) -> u64 {
+        self.prepared
+            .values()
+            .map(|p| now.saturating_sub(p.since_ms))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The prepared parts past their lock's deadline.
+    pub fn in_doubt(&self, now: u64) -> Vec<String> {
+        self.prepared
+            .iter()
+            .filter(|(_, p)| now >= p.deadline_ms())
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// Whether anything is timed (watches to expire, locks to resolve).
+    pub fn has_timed(&self) -> bool {
+        !self.watches.is_empty() || !self.prepared.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(s: &str) -> Vec<u8> {
+        s.as_bytes().to_vec()
+    }
+
+    fn part(keys: &[&str]) -> Prepared {
+        Prepared {
+            db: 0,
+            cmds: vec![vec![k("SET"), k(keys[0]), k("v")]],
+            keys: keys.iter().map(|s| k(s)).collect(),
+            lock_ms: 100,
+            since_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn a_watch_is_clean_until_written_and_gone_when_expired() {
+        let mut t = Tables::default();
+        assert!(t.is_idle() && !t.may_hold(b"a"));
+        t.watch("n0/1", 0, &[k("a"), k("b")], 50, 0);
+        assert!(t.may_hold(b"a") && !t.is_idle());
+        assert!(t.watched_clean("n0/1", 0, &[k("a")], 10));
+        assert!(!t.watched_clean("n0/1", 0, &[k("c")], 10), "not watched");
+        assert!(
+            !t.watched_clean("n0/1", 1, &[k("a")], 10),
+            "another database"
+        );
+        t.mark(Some(1), b"a");
+        assert!(t.watched_clean("n0/1", 0, &[k("a")], 20));
+        t.mark(None, b"a");
+        assert!(!t.watched_clean("n0/1", 0, &[k("a")], 20));
+        assert!(t.watched_clean("n0/1", 0, &[k("b")], 20));
+        assert!(!t.watched_clean("n0/1", 0, &[k("b")], 71), "timed out");
+        assert!(!t.watched_clean("n0/2", 0, &[k("b")], 20), "no entry");
+        t.expire_watches(200);
+        assert!(t.is_idle() && !t.may_hold(b"a"));
+    }
+
+    #[test]
+    fn a_flush_marks_its_database() {
+        let mut t = Tables::default();
+        t.watch("x/1", 0, &[k("a")], 1000, 0);
+        t.watch("x/2", 3, &[k("a")], 1000, 0);
+        t.mark_db(Some(3));
+        assert!(t.watched_clean("x/1", 0, &[k("a")], 1));
+        assert!(!t.watched_clean("x/2", 3, &[k("a")], 1));
+        t.mark_db(None);
+        assert!(!t.watched_clean("x/1", 0, &[k("a")], 1));
+    }
+
+    #[test]
+    fn a_prepared_part_locks_its_keys_until_taken() {
+        let mut t = Tables::default();
+        t.prepare("x/1", part(&["a", "b"]));
+        assert_eq!(t.locked_by(0, b"a"), Some("x/1"));
+        assert_eq!(t.locked_by(1, b"a"), None);
+        assert!(t.locked_in_any(b"b") && t.may_hold(b"b"));
+        assert_eq!(t.locks_held(), 2);
+        assert_eq!(t.longest_lock_ms(1500), 500);
+        assert!(t.in_doubt(1099).is_empty());
+        assert_eq!(t.in_doubt(1100), vec!["x/1".to_string()]);
+        assert_eq!(t.take_prepared("x/1"), Some(part(&["a", "b"])));
+        assert!(t.take_prepared("x/1").is_none());
+        assert!(t.is_idle() && !t.may_hold(b"a"));
+    }
+
+    #[test]
+    fn the_done_list_is_bounded() {
+        let mut t = Tables::default();
+        for i in 0..DONE_KEPT + 5 {
+            t.add_done(&format!("x/{i}"));
+        }
+        assert!(!t.is_done("x/0") && !t.is_done("x/4"));
+        assert!(t.is_done("x/5") && t.is_done(&format!("x/{}", DONE_KEPT + 4)));
+        assert_eq!(t.done_list().count(), DONE_KEPT);
+    }
+}
