@@ -303,3 +303,32 @@ def test_a_locked_key_is_waited_for_then_tryagain(fleet, owners):
     assert holder.execute_command("SHARD.TXN", "ABORT", "n9/1") == b"OK"
     assert fleet.client("n1").get(a) is None and fleet.client("n2").get(b) is None
     assert run_queued(c, commands) == [b"OK"] * owners
+
+
+@pytest.mark.parametrize("owner", ["n0", "n1"], ids=["watched-here", "watched-elsewhere"])
+def test_a_queued_call_does_not_mark_its_own_watch(fleet, owner):
+    """A write queued inside SHARD.MULTI is not a write yet: the transaction's own watch of the
+    key (here at the coordinator, whose filter sees the queued SHARD.CALL) stays clean."""
+    needs_owner_side(fleet)
+    a = fleet.key_of(owner, prefix="own")
+    c = fleet.client("n0")
+    call(c, "SET", a, 10)
+    assert c.execute_command("SHARD.WATCH", a) == b"OK"
+    assert int(call(c, "GET", a)) == 10
+    assert run_queued(c, [("INCRBY", a, 5), ("GET", a)]) == [15, b"15"]
+
+
+def test_a_call_of_a_locked_key_is_queued_at_once(fleet):
+    """Queueing touches no key: a SHARD.CALL of a key another transaction locks here is
+    QUEUED at once (the owner's filter makes it wait for the lock as SHARD.LOCKED; its handler
+    queues it for a client inside SHARD.MULTI), and the transaction runs once the lock ends."""
+    needs_owner_side(fleet)
+    k = fleet.key_of("n0", prefix="lockedq")
+    c = fleet.client("n0")
+    assert c.execute_command("SHARD.TXN", "PREPARE", "n9/2", 60_000, 0, 1, 2,
+                             "GET", k) == b"PREPARED"
+    assert c.execute_command("SHARD.MULTI") == b"OK"
+    assert call(c, "SET", k, "mine") == b"QUEUED"
+    assert c.execute_command("SHARD.TXN", "ABORT", "n9/2") == b"OK"
+    assert c.execute_command("SHARD.EXEC") == [b"OK"]
+    assert fleet.client("n0").get(k) == b"mine"
