@@ -10,6 +10,7 @@ first three nodes have the commit rings; n3's replica is then stopped (SIGSTOP),
 lifted, and once n3's primary holds the commit rings (the step reached the primary only), that
 primary is killed and the replica continued: Sentinel promotes it.
 """
+import shutil
 import signal
 
 from helpers.fleet import owners
@@ -100,3 +101,40 @@ def test_a_ring_step_lost_in_a_failover_is_sent_again(server_factory, sentinel_f
         values = pipe.execute()
         missing = [k for k, v in zip(mine, values) if v != f"v:{k}".encode()]
         assert not missing, f"{n} lacks {len(missing)} of its keys: {missing[:10]}"
+
+
+def test_a_node_back_on_rings_older_than_the_fleets_is_brought_up_to_date(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """A node restarted from an AOF older than the fleet's last operation (as a server killed
+    before the AOF rewrite that follows a full sync had finished comes back: the nemesis test
+    found the joining node on the old ring after a grow had ended) holds rings of an older
+    fleet term than its peers: once loaded it asks them, and a node of the newer term pushes
+    it the rings. Before, it stayed on the old ring for good."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    n3 = fleet.primaries["n3"]
+    old_aof = tmp_path / "n3-aof-before-the-grow"
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    # n3's AOF as it is before the grow (its old ring, no fleet term).
+    n3.client().execute_command("BGREWRITEAOF")
+    until(lambda: n3.client().info("persistence")["aof_rewrite_in_progress"] == 0
+          and n3.client().info("persistence")["aof_rewrite_scheduled"] == 0, "n3's AOF rewritten")
+    shutil.copytree(n3.workdir / "appendonlydir", old_aof)
+    old = as_map(n3.client().execute_command("SHARD.RING", "GET"))["digest"]
+    ring = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring) == b"OK"
+    new = wait_fleet(coordinator, "done")["new_digest"]
+    assert new != old
+    # The sentinels paused, so that the restart is no failover: n3's primary comes back from
+    # the old AOF as the primary Sentinel names.
+    for s in fleet.sentinels:
+        s.proc.send_signal(signal.SIGSTOP)
+    try:
+        n3.stop(signal.SIGKILL)
+        shutil.rmtree(n3.workdir / "appendonlydir")
+        shutil.copytree(old_aof, n3.workdir / "appendonlydir")
+        n3.start()
+    finally:
+        for s in fleet.sentinels:
+            s.proc.send_signal(signal.SIGCONT)
+    until(lambda: as_map(n3.client().execute_command("SHARD.RING", "GET"))["digest"] == new,
+          "n3 brought back to the fleet's ring", timeout=30)
