@@ -49,7 +49,7 @@ pub fn request_alone(at: &Endpoint, link: &Link, requests: &[Held]) {
                     .iter()
                     .map(|r| (encode_command(r.args), r.waiter, r.extra))
                     .collect();
-                net.enqueue(id, queued);
+                net.enqueue(id, link.timeout, queued);
             }
             Err(e) => failed.extend(requests.iter().map(|r| (r.waiter, Err(e.clone())))),
         }
