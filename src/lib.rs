@@ -124,8 +124,15 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
     fn role_changed(replica: bool) {
         topology::nodes::set_replica(replica);
         topology::me::refresh();
-        // A promoted replica carries out the commits its old primary decided.
-        txn::coord::exec::resume();
+        if replica {
+            // A job counts for no fleet step once its server is demoted.
+            reshard::jobs::demoted();
+        } else {
+            // After a load or a promotion: rings older than the fleet's are brought up to date.
+            reshard::fleet::repair::check_soon();
+            // A promoted replica carries out the commits its old primary decided.
+            txn::coord::exec::resume();
+        }
     }
     fn client_gone(id: u64) {
         cluster::clients::forget(id);

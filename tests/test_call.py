@@ -8,6 +8,7 @@ the RESP2/RESP3 shapes (maps, sets, doubles, nulls) must be exactly what a plain
 
 import random
 import re
+import signal
 import threading
 import time
 
@@ -388,6 +389,43 @@ def test_a_late_answer_never_reaches_the_next_call(server_factory):
     for _ in range(8):
         assert c0.execute_command("SHARD.CALL", "GET", b) == b"value of b"
         assert c0.execute_command("SHARD.CALL", "GET", a) == b"value of a"
+
+
+def test_each_call_keeps_its_own_timeout_on_a_shared_connection(server_factory):
+    """A call's timeout is its own, not that of the request that opened the pooled connection,
+    nor that of the request in front of it on that connection: a call is failed at its own
+    deadline even behind a request allowed longer. Before, every request of a connection
+    expired by the timeout of the link that opened it, checked at the front of the queue only:
+    a fleet request (5 s) that had opened a node's connection made the routed calls behind it
+    wait 5 s for a frozen node (tests/test_sentinel.py's frozen failover, with the ring repair
+    on). Here the call timeout is lowered between the two calls (CONFIG SET)."""
+    fleet = make_fleet(server_factory, timeout_ms=4000)
+    a, b = fleet.key_of("n1", "own-a"), fleet.key_of("n1", "own-b")
+    c0 = fleet.client("n0")
+    # n0's connection to n1 opens for a call of 4000 ms.
+    assert c0.execute_command("SHARD.CALL", "SET", a, "value of a") == b"OK"
+    owner = fleet["n1"]
+    owner.proc.send_signal(signal.SIGSTOP)
+    try:
+        first = {}
+
+        def long_call():
+            first["reply"], _ = timed_call(fleet.client("n0", socket_timeout=20), "GET", a)
+        t = threading.Thread(target=long_call)
+        t.start()
+        until(lambda: fleet.calls("n0")["call_in_flight"] >= 1, "the first call in flight")
+        c0.config_set("shard.call-timeout-ms", 300)
+        # Behind the first call on the same connection, with a timeout of its own.
+        reply, _ = timed_call(c0, "GET", b)
+        assert str(reply) == f"shard.call: node n1 (127.0.0.1:{owner.port}): " \
+                             "did not answer within 300 ms", reply
+        t.join(timeout=20)
+        # The first call shared the connection closed with the second one's timeout.
+        assert str(first["reply"]) == str(reply), first
+    finally:
+        owner.proc.send_signal(signal.SIGCONT)
+    c0.config_set("shard.call-timeout-ms", 4000)
+    assert c0.execute_command("SHARD.CALL", "GET", a) == b"value of a"
 
 
 # --- 4. ACL ----------------------------------------------------------------------------------

@@ -10,11 +10,14 @@ first three nodes have the commit rings; n3's replica is then stopped (SIGSTOP),
 lifted, and once n3's primary holds the commit rings (the step reached the primary only), that
 primary is killed and the replica continued: Sentinel promotes it.
 """
+import shutil
 import signal
+
+import redis
 
 from helpers.fleet import owners
 from helpers.nemesis import SHARDS, Fleet
-from helpers.reshard import fleet_status, wait_fleet
+from helpers.reshard import fleet_status, status, wait_fleet, wait_job
 from helpers.server import as_map, until
 
 KEYS = [f"k:{i}" for i in range(300)]
@@ -100,3 +103,133 @@ def test_a_ring_step_lost_in_a_failover_is_sent_again(server_factory, sentinel_f
         values = pipe.execute()
         missing = [k for k, v in zip(mine, values) if v != f"v:{k}".encode()]
         assert not missing, f"{n} lacks {len(missing)} of its keys: {missing[:10]}"
+
+
+def test_a_node_back_on_rings_older_than_the_fleets_is_brought_up_to_date(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """A node restarted from an AOF older than the fleet's last operation (as a server killed
+    before the AOF rewrite that follows a full sync had finished comes back: the nemesis test
+    found the joining node on the old ring after a grow had ended) holds rings of an older
+    fleet term than its peers: once loaded it asks them, and a node of the newer term pushes
+    it the rings. Before, it stayed on the old ring for good."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    n3 = fleet.primaries["n3"]
+    old_aof = tmp_path / "n3-aof-before-the-grow"
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    # n3's AOF as it is before the grow (its old ring, no fleet term).
+    n3.client().execute_command("BGREWRITEAOF")
+    until(lambda: n3.client().info("persistence")["aof_rewrite_in_progress"] == 0
+          and n3.client().info("persistence")["aof_rewrite_scheduled"] == 0, "n3's AOF rewritten")
+    shutil.copytree(n3.workdir / "appendonlydir", old_aof)
+    old = as_map(n3.client().execute_command("SHARD.RING", "GET"))["digest"]
+    ring = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring) == b"OK"
+    new = wait_fleet(coordinator, "done")["new_digest"]
+    assert new != old
+    # The sentinels paused, so that the restart is no failover: n3's primary comes back from
+    # the old AOF as the primary Sentinel names.
+    for s in fleet.sentinels:
+        s.proc.send_signal(signal.SIGSTOP)
+    try:
+        n3.stop(signal.SIGKILL)
+        shutil.rmtree(n3.workdir / "appendonlydir")
+        shutil.copytree(old_aof, n3.workdir / "appendonlydir")
+        n3.start()
+    finally:
+        for s in fleet.sentinels:
+            s.proc.send_signal(signal.SIGCONT)
+    until(lambda: as_map(n3.client().execute_command("SHARD.RING", "GET"))["digest"] == new,
+          "n3 brought back to the fleet's ring", timeout=30)
+
+
+def big(key):
+    return f"v:{key}:" + "x" * 20_000
+
+
+def fail_over_to(fleet, n, server):
+    """`SENTINEL FAILOVER n` (asked again while Sentinel refuses: a failover in progress, no
+    replica it counts as good yet) until Sentinel names `server`, it is a primary, and every
+    shard's other server is its replica, in sync."""
+    def done():
+        if fleet.master_address(n) == server.port and fleet.role(server) == "master":
+            return True
+        try:
+            fleet.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", n)
+        except redis.ResponseError:
+            pass
+        return False
+    until(done, f"Sentinel fails {n} over to {server.port}", timeout=60, every=0.5)
+    until(fleet.settled, "every shard's replica linked to its primary", timeout=60, every=0.2)
+
+
+def test_a_copy_counts_done_only_at_the_server_that_ran_it(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """A shrink's source fails over mid-copy, back to a server that holds a finished copy of an
+    older job (here one run by hand; in the nemesis test, a copy that server had run as the
+    primary in an earlier operation). Before, the coordinator counted that old copy done for
+    this step: the shrink ended with the keys the failed-over copy had not sent yet left at n3,
+    then deleted there by its cleanup (lost). Now a job counts only when it carries the step's
+    term, a demoted server's job stops and counts for no step, and the copy runs again at the
+    server Sentinel names."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
+    wait_fleet(coordinator, "done")
+    # Values of 20 KB: the copy's shipper sends every few keys, not all at its end.
+    pipe = coordinator.pipeline(transaction=False)
+    for k in KEYS:
+        pipe.execute_command("SHARD.CALL", "SET", k, big(k))
+    assert all(r == b"OK" for r in pipe.execute())
+    moving = [k for k, o in zip(KEYS, owners(coordinator, KEYS)) if o == "n3"]
+    assert len(moving) >= 30
+    first, second = fleet.primaries["n3"], fleet.replicas["n3"]
+    until(lambda: second.client().dbsize() == first.client().dbsize(), "n3's replica in sync")
+    # An older job on n3's primary: a copy by hand, done (every key there is its own).
+    c = first.client()
+    assert c.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    assert wait_job(c)["state"] == b"done"
+
+    fail_over_to(fleet, "n3", second)
+    ring3 = ["slots", *[x for n in SHARDS[:3] for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring3, "MAXRATE", 10) == b"OK"
+    r = second.client()
+    until(lambda: fleet_status(coordinator)["phase"] == b"copy", "the shrink's copy phase")
+    assert "n3" not in owners(coordinator, moving)  # the new ring
+
+    def arrived():
+        # Counted by DBSIZE: a read of a key under the cluster protocol falls back to n3.
+        held = sum(fleet.primary(n).client().dbsize() for n in SHARDS[:3])
+        return held - (len(KEYS) - len(moving))
+    until(lambda: status(r)["state"] == b"copying" and arrived() >= 1,
+          "the shrink's copy under way at n3's second server")
+    assert r.execute_command("SHARD.RESHARD", "PAUSE") == b"OK"
+    until(lambda: status(r)["in_flight"] == 0, "the paused copy has nothing in flight")
+    assert arrived() < len(moving), "the copy was over before its pause"
+    # Back to the first server mid-copy: it holds the older job's copy, done.
+    fail_over_to(fleet, "n3", first)
+
+    def over():
+        st = fleet_status(coordinator)
+        if st["phase"] in (b"done", b"cancelled"):
+            return True
+        if st["running"] == b"no":
+            coordinator.execute_command("SHARD.RESHARD", "RESUME")
+        return False
+    until(over, "the shrink ends", timeout=120)
+    wait_fleet(coordinator, "done")
+    # Every key at its owner, with its value; n3 left with nothing.
+    expected = dict(zip(KEYS, owners(coordinator, KEYS)))
+    assert "n3" not in expected.values()
+    for n in SHARDS[:3]:
+        s = fleet.primary(n).client()
+        mine = [k for k in KEYS if expected[k] == n]
+        pipe = s.pipeline(transaction=False)
+        for k in mine:
+            pipe.get(k)
+        values = pipe.execute()
+        missing = [k for k, v in zip(mine, values) if v != big(k).encode()]
+        assert not missing, f"{n} lacks {len(missing)} of its keys: {missing[:10]}"
+    assert fleet.primary("n3").client().dbsize() == 0
+    # The demoted server's copy stopped with its demotion.
+    assert status(r)["state"] != b"copying"

@@ -111,6 +111,7 @@ pub fn copy(call: &Call) -> CmdResult {
         (ring, self_name)
     };
     jobs::start(call.ctx, JobKind::Copy, ring, self_name, options).map_err(CmdError::err)?;
+    crate::reshard::current::lock().job.term = term.map_or(0, |t| t.term);
     call.reply.ok();
     Ok(())
 }
@@ -146,6 +147,7 @@ pub fn cleanup(call: &Call) -> CmdResult {
         leaving: None,
     };
     jobs::start(call.ctx, JobKind::Cleanup, ring, self_name, options).map_err(CmdError::err)?;
+    crate::reshard::current::lock().job.term = term.map_or(0, |t| t.term);
     call.reply.ok();
     Ok(())
 }

@@ -31,7 +31,13 @@ pub(super) struct Pending {
     /// `None`: a step of the connection's own handshake.
     pub(super) waiter: Option<Waiter>,
     pub(super) request: Vec<u8>,
+    /// When it fails unanswered: its own call timeout (and extra time) from when it was
+    /// queued. Each request carries its own: the requests of one connection may come from
+    /// links of different timeouts (a routed call's, a fleet request's), and the call
+    /// timeout may have changed since the connection opened.
     pub(super) deadline: Instant,
+    /// The call timeout the deadline was counted from, for the error.
+    pub(super) timeout: std::time::Duration,
     /// Already sent once on a connection that closed unanswered: never sent a third time.
     pub(super) resent: bool,
     /// The handshake step this is (`None` for a request).
@@ -170,6 +176,7 @@ impl Conn {
                 waiter: None,
                 request: Vec::new(),
                 deadline: Instant::now() + self.link.timeout,
+                timeout: self.link.timeout,
                 resent: false,
                 step: Some(step),
             });

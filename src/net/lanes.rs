@@ -39,6 +39,7 @@ pub fn request_control(at: &Endpoint, link: &Link, args: &[Vec<u8>], waiter: Wai
         match net.connection(at, link, CONTROL) {
             Ok(id) => net.enqueue(
                 id,
+                link.timeout,
                 vec![(encode_command(args), waiter, Some(Duration::ZERO))],
             ),
             Err(e) => failed.push((waiter, Err(e))),
@@ -71,7 +72,7 @@ pub fn request_alone(at: &Endpoint, link: &Link, requests: &[Held]) {
                     .iter()
                     .map(|r| (encode_command(r.args), r.waiter, r.extra))
                     .collect();
-                net.enqueue(id, queued);
+                net.enqueue(id, link.timeout, queued);
             }
             Err(e) => failed.extend(requests.iter().map(|r| (r.waiter, Err(e.clone())))),
         }

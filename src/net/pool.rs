@@ -163,7 +163,11 @@ pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Wa
     NET.with(|net| {
         let mut net = net.borrow_mut();
         match net.connection(at, link, 0) {
-            Ok(id) => net.enqueue(id, vec![(bytes, waiter, Some(Duration::ZERO))]),
+            Ok(id) => net.enqueue(
+                id,
+                link.timeout,
+                vec![(bytes, waiter, Some(Duration::ZERO))],
+            ),
             Err(e) => failed.push((waiter, Err(e))),
         }
     });
@@ -304,11 +308,14 @@ impl Net {
         f(waiting_key.as_deref().unwrap_or(at.address.as_str()))
     }
 
-    /// Queues requests (encoded, each with its waiter and its time beyond the call timeout,
-    /// `None` for none) on connection `id`, back to back; they leave at the next flush.
+    /// Queues requests (encoded, each with its waiter and its time beyond the call timeout
+    /// `timeout` of their caller's link, `None` for no limit) on connection `id`, back to
+    /// back; they leave at the next flush. The deadlines are the requests' own, not those of
+    /// the link that opened the connection.
     pub(super) fn enqueue(
         &mut self,
         id: ConnId,
+        timeout: Duration,
         requests: Vec<(Vec<u8>, Waiter, Option<Duration>)>,
     ) {
         let base = self.woke.unwrap_or_else(Instant::now);
@@ -319,7 +326,7 @@ impl Net {
         let was_empty = conn.unsent.is_empty();
         let mut earliest = None;
         for (request, waiter, extra) in requests {
-            let call = base + conn.link.timeout;
+            let call = base + timeout;
             // No limit: the request may hold its connection for as long as it takes (WAIT's
             // timeout 0); a far deadline keeps one comparison for every request.
             let deadline = extra
@@ -330,6 +337,7 @@ impl Net {
                 waiter: Some(waiter),
                 request,
                 deadline,
+                timeout,
                 resent: false,
                 step: None,
             });
@@ -412,31 +420,32 @@ impl Net {
     }
 
     /// Fails the requests of every connection with an expired request, and closes those
-    /// connections: their replies can no longer be matched to anything later.
+    /// connections: their replies can no longer be matched to anything later. Any request of
+    /// a connection may be the one expired: requests of different timeouts share it, so the
+    /// first one queued is not always the first one due.
     pub(super) fn expire(&mut self, failed: &mut Deliveries) {
         let now = Instant::now();
         let expired: Vec<(ConnId, StepError)> = self
             .conns
             .values()
-            .filter(|c| {
-                c.in_flight
-                    .front()
-                    .or(c.unsent.front())
-                    .is_some_and(|p| p.deadline <= now)
-            })
-            .map(|c| {
+            .filter_map(|c| {
+                let due = c
+                    .in_flight
+                    .iter()
+                    .chain(&c.unsent)
+                    .filter(|p| p.deadline <= now)
+                    .min_by_key(|p| p.deadline)?;
+                let ms = due.timeout.as_millis();
                 let why = if c.state == State::AwaitSentinel {
                     let known = (hooks().resolver_error)(&c.at.name);
                     format!(
-                        "its address did not come from Sentinel within {} ms{}{}",
-                        c.link.timeout.as_millis(),
+                        "its address did not come from Sentinel within {ms} ms{}{}",
                         if known.is_empty() { "" } else { ": " },
                         known
                     )
                 } else if c.stream.as_ref().is_some_and(Transport::handshaking) {
                     let why = format!(
-                        "TLS handshake did not complete within {} ms (does the node speak TLS?)",
-                        c.link.timeout.as_millis()
+                        "TLS handshake did not complete within {ms} ms (does the node speak TLS?)"
                     );
                     crate::net::tls_failure::count_failure(&format!(
                         "node {} ({}): {why}",
@@ -444,10 +453,10 @@ impl Net {
                     ));
                     why
                 } else {
-                    format!("did not answer within {} ms", c.link.timeout.as_millis())
+                    format!("did not answer within {ms} ms")
                 };
                 let e = StepError::of_kind(&c.at, why, StepErrorKind::Timeout);
-                (c.id, e)
+                Some((c.id, e))
             })
             .collect();
         for (id, e) in expired {
@@ -456,7 +465,7 @@ impl Net {
         self.next_deadline = self
             .conns
             .values()
-            .filter_map(|c| c.in_flight.front().or(c.unsent.front()).map(|p| p.deadline))
+            .flat_map(|c| c.in_flight.iter().chain(&c.unsent).map(|p| p.deadline))
             .min();
     }
 

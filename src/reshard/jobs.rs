@@ -187,6 +187,16 @@ pub fn request_stop() -> bool {
     true
 }
 
+/// This server became a replica: its job ran on the data it had as a primary, which its new
+/// primary's replaces. A running job stops (a replica's keys are not its to copy or delete),
+/// and the job, running or finished, no longer counts for the fleet step that started it
+/// (its term is forgotten): promoted again later, this server reports a job that counts for no
+/// step, and the coordinator starts the step again there.
+pub fn demoted() {
+    request_stop();
+    crate::reshard::current::lock().job.term = 0;
+}
+
 /// Limits the running job to `rate` keys per second (0: no limit); false if none runs.
 pub fn throttle(rate: u64) -> bool {
     control(|job, shared| {

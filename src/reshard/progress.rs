@@ -98,6 +98,11 @@ pub struct Job {
     pass_moved: u64,
     /// Set by STOP: the job ends after its current batch.
     stop_requested: bool,
+    /// The term of the fleet step that started it (`TERM`, `ring::lease`); 0 for a job started
+    /// by hand, and once its server has become a replica: a coordinator counts a job for its
+    /// step only when it carries the step's term, never one of an older step, or one run on
+    /// the data a server had before it was demoted (`reshard::fleet::checks::job_verdict`).
+    pub term: u64,
 }
 
 /// A copy stops after this many passes even if clients keep writing keys it must copy (they

@@ -613,7 +613,8 @@ def finish_resharding(fleet, history, timeout=120):
                 history.add("heal", f"RESUME on {s.port}", "error", e)
         time.sleep(0.5)
     raise AssertionError("the resharding did not finish once the fleet was healed:\n"
-                         + history.text(who=("nemesis", "heal")))
+                         + history.text(who=("nemesis", "heal"))
+                         + "\n--- the servers ---\n" + fleet_report(fleet))
 
 
 def ring_previous(server):

@@ -17,8 +17,13 @@ pub enum JobVerdict {
     Retry(String),
 }
 
-/// Reads a node's state after its step `work` was started.
-pub fn job_verdict(work: Work, st: &NodeState) -> JobVerdict {
+/// Reads a node's state after its step `work` was started under the fleet term `term`. Only
+/// a job of that term counts: the node's job may be an older one (of an earlier operation or
+/// run, or started by hand), or one its server ran before a demotion (a promoted server's
+/// record of the copy it made as a primary before, while the copy of this step ran at the
+/// primary that failed over: that copy never finished, and the keys it had not sent yet would
+/// be left behind); such a job is waited for while it runs, then the step is started again.
+pub fn job_verdict(work: Work, st: &NodeState, term: u64) -> JobVerdict {
     if work == Work::Stop {
         return if st.job_running() {
             JobVerdict::Running
@@ -28,6 +33,17 @@ pub fn job_verdict(work: Work, st: &NodeState) -> JobVerdict {
     }
     if st.job != work.job_name() {
         return JobVerdict::Retry(format!("its job is '{}', not {}", st.job, work.job_name()));
+    }
+    if st.job_term != term {
+        if st.job_running() {
+            return JobVerdict::Running;
+        }
+        return JobVerdict::Retry(format!(
+            "its {} job ({}) is not of this operation's term {term} but of {} (an older job, or one its server ran before a failover)",
+            st.job,
+            st.job_state,
+            if st.job_term == 0 { "none".to_string() } else { format!("term {}", st.job_term) }
+        ));
     }
     match st.job_state.as_str() {
         "copying" | "cleaning" => JobVerdict::Running,

@@ -388,6 +388,8 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
     let mut tick: u32 = 0;
     loop {
         lease::fresh(steps, reach).await?;
+        // The term the jobs are started under, which a job must carry to count.
+        let term = lease::held_term();
         let plan = current_plan()?;
         if plan.cancel && plan.phase.cancellable() {
             return Ok(false);
@@ -484,7 +486,7 @@ async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
                 if retry_at[i].is_some() {
                     continue;
                 }
-                match job_verdict(work, &st) {
+                match job_verdict(work, &st, term) {
                     JobVerdict::Running => {}
                     JobVerdict::Done => {
                         node.done = true;

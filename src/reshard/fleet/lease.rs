@@ -90,6 +90,11 @@ pub fn stamped(mut args: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     args
 }
 
+/// The term this coordinator holds (0: none).
+pub fn held_term() -> u64 {
+    HELD.with(|h| h.borrow().as_ref().map_or(0, |held| held.term.claim.term))
+}
+
 /// Whether the coordinator may send its next step: not once its lease is lost or handed over.
 pub fn check() -> Result<(), String> {
     HELD.with(|h| match h.borrow().as_ref() {

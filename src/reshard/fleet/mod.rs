@@ -21,6 +21,8 @@
 //! - `operation`: START's checks and start, RESUME, CANCEL, HANDOVER, PLAN, as the commands ask
 //!   for them.
 //! - `push`, `survey`: `SHARD.RING PUSH` and `SHARD.RING CHECK` across the fleet.
+//! - `repair`: after a load or a promotion, rings older than the fleet's (a lower term) are
+//!   brought up to date by asking a node of the newer term to push its rings.
 //! - `status`: STATUS's `fleet` field.
 //! - `tests.rs`: the unit tests of the plan, its checks and byte form.
 //!
@@ -37,6 +39,7 @@ pub mod operation;
 pub mod plan;
 pub mod push;
 pub mod reach;
+pub mod repair;
 pub mod status;
 pub mod survey;
 #[cfg(test)]

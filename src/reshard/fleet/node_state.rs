@@ -23,6 +23,9 @@ pub struct NodeState {
     pub settled: bool,
     pub job: String,
     pub job_state: String,
+    /// The term of the fleet step that started the job (0: none, or its server has been a
+    /// replica since).
+    pub job_term: u64,
     pub copied: u64,
     pub failed: u64,
     pub percent: u64,
@@ -81,6 +84,7 @@ impl NodeState {
                 b"settled" => st.settled = text() == "yes",
                 b"job" => st.job = text(),
                 b"job_state" => st.job_state = text(),
+                b"job_term" => st.job_term = int(),
                 b"copied" => st.copied = int(),
                 b"failed" => st.failed = int(),
                 b"percent" => st.percent = int(),
@@ -151,7 +155,7 @@ fn my_keys_by_share(current: &Option<Arc<Placement>>, self_name: &str) -> Option
 }
 
 /// This node's answer to `SHARD.RING STATE`: its rings, job, key count and memory, its run id
-/// and the fleet operation's term it follows (`ring::lease`), as a map of 23 fields (`settled` among them), and with a
+/// and the fleet operation's term it follows (`ring::lease`), as a map of 24 fields (`settled` among them), and with a
 /// ready key index 3 more: `key_ranges` (`[first, last, keys]` for each
 /// range of buckets it owns wholly), `keys_in_part_buckets`, `keys_not_owned` (read back by
 /// `NodeState::from_resp`).
@@ -192,6 +196,7 @@ pub fn this_node(ctx: &Context) -> Resp {
         ("settled", bulk(yes_no(st.rings.settled))),
         ("job", bulk(kind.as_bytes())),
         ("job_state", bulk(job.state.name().as_bytes())),
+        ("job_term", int(job.term)),
         ("copied", int(copied)),
         ("failed", int(job.failed())),
         ("percent", int(job.percent())),

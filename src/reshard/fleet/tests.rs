@@ -268,20 +268,42 @@ fn verdicts() {
     let mut st = NodeState {
         job: "copy".into(),
         job_state: "copying".into(),
+        job_term: 7,
         ..NodeState::default()
     };
     let copy = Work::Copy { replace: false };
-    assert_eq!(job_verdict(copy, &st), JobVerdict::Running);
+    assert_eq!(job_verdict(copy, &st, 7), JobVerdict::Running);
     st.job_state = "done".into();
-    assert_eq!(job_verdict(copy, &st), JobVerdict::Done);
+    assert_eq!(job_verdict(copy, &st, 7), JobVerdict::Done);
     st.failed = 3;
-    assert!(matches!(job_verdict(copy, &st), JobVerdict::Retry(e) if e.contains("3 keys")));
+    assert!(matches!(job_verdict(copy, &st, 7), JobVerdict::Retry(e) if e.contains("3 keys")));
     st.job_state = "idle".into();
-    assert_eq!(job_verdict(Work::Stop, &st), JobVerdict::Done);
+    assert_eq!(job_verdict(Work::Stop, &st, 7), JobVerdict::Done);
     assert!(matches!(
-        job_verdict(Work::Cleanup { left: false }, &st),
+        job_verdict(Work::Cleanup { left: false }, &st, 7),
         JobVerdict::Retry(_)
     ));
+}
+
+#[test]
+fn a_job_of_another_term_never_counts_done() {
+    // A promoted server's copy of an older operation (or run before its demotion: term 0).
+    let mut st = NodeState {
+        job: "copy".into(),
+        job_state: "done".into(),
+        job_term: 3,
+        ..NodeState::default()
+    };
+    let copy = Work::Copy { replace: false };
+    assert!(matches!(job_verdict(copy, &st, 4), JobVerdict::Retry(e) if e.contains("term 3")));
+    st.job_term = 0;
+    assert!(matches!(job_verdict(copy, &st, 4), JobVerdict::Retry(e) if e.contains("none")));
+    // Still running: waited for, then started again.
+    st.job_state = "copying".into();
+    assert_eq!(job_verdict(copy, &st, 4), JobVerdict::Running);
+    // A coordinator without a term counts the jobs started without one.
+    st.job_state = "done".into();
+    assert_eq!(job_verdict(copy, &st, 0), JobVerdict::Done);
 }
 
 #[test]
