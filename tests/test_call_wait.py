@@ -278,7 +278,8 @@ def test_during_a_resharding_every_write_of_the_call_is_waited_for_where_it_runs
     copied, waited, removed = moving[:3]
     # The copy and the write at n1: n0's replica frozen changes nothing.
     with frozen(replicas["n0"]):
-        assert c0.execute_command("SHARD.CALL", "WAIT", 1, 100, "APPEND", copied, "+") == 4
+        # (A timeout ample for a loaded machine: the reply comes once n1's replica has it.)
+        assert c0.execute_command("SHARD.CALL", "WAIT", 1, 5000, "APPEND", copied, "+") == 4
     # n1's replica frozen: the write at n1 is not acknowledged; it stays applied there.
     with frozen(replicas["n1"]):
         got = call_error(c0, "WAIT", 1, 100, "APPEND", waited, "+")
