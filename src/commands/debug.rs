@@ -2,7 +2,9 @@
 //! every name the key index holds for database `db`, with its bucket (the tests compare it with
 //! a full scan); `SHARD.DEBUG FLEET-HOLD phase n | OFF`: holds this node's fleet coordinator in
 //! `phase` once the plan's first `n` nodes have that phase's rings (the tests act between two
-//! nodes of a phase). Refused unless redis-server runs with `enable-debug-command yes` (or
+//! nodes of a phase); `SHARD.DEBUG TXN-HOLD prepared|decided|committed-one|OFF|HELD`: holds this
+//! node's transactions at that step of the two-phase commit (`txn::coord::hold`; `HELD`: how
+//! many wait there), so that a test kills or fails over a node at that exact step. Refused unless redis-server runs with `enable-debug-command yes` (or
 //! `local`, from a local connection), like Redis's own DEBUG command.
 
 use crate::command;
@@ -18,9 +20,10 @@ pub fn debug(call: &Call) -> CmdResult {
     let forget = call.args.len() == 4 && is(call.args.get(1), "KEYINDEX-FORGET");
     let gone_limit = call.args.len() == 3 && is(call.args.get(1), "KEYINDEX-GONE-LIMIT");
     let hold = (3..=4).contains(&call.args.len()) && is(call.args.get(1), "FLEET-HOLD");
-    if !panic && !index && !forget && !gone_limit && !hold {
+    let txn_hold = call.args.len() == 3 && is(call.args.get(1), "TXN-HOLD");
+    if !panic && !index && !forget && !gone_limit && !hold && !txn_hold {
         return Err(CmdError::err(
-            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF",
+            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF | TXN-HOLD prepared|decided|committed-one|OFF|HELD",
         ));
     }
     let setting = call
@@ -46,6 +49,9 @@ pub fn debug(call: &Call) -> CmdResult {
     }
     if hold {
         return fleet_hold(call);
+    }
+    if txn_hold {
+        return txn_hold_step(call);
     }
     if gone_limit {
         // How many names deleted during a build are remembered before the build looks names
@@ -77,6 +83,27 @@ fn fleet_hold(call: &Call) -> CmdResult {
         .ok_or_else(|| CmdError::err(format!("no fleet phase is named '{name}'")))?;
     let n = int_in(call.args.get(3), "n", 0, 1 << 16)?;
     coordinator::set_hold(Some((phase, n.unsigned_abs() as usize)));
+    call.reply.ok();
+    Ok(())
+}
+
+/// `TXN-HOLD step`: this node's transactions wait at `step` of the two-phase commit; `OFF`
+/// lets them go on; `HELD`: how many wait there now.
+fn txn_hold_step(call: &Call) -> CmdResult {
+    use crate::txn::coord::hold::{self, Step};
+    let word = String::from_utf8_lossy(call.args.get(2)).to_ascii_lowercase();
+    match word.as_str() {
+        "held" => {
+            call.reply.int(hold::held() as i64);
+            return Ok(());
+        }
+        "off" => hold::set(None),
+        name => hold::set(Some(Step::named(name).ok_or_else(|| {
+            CmdError::err(format!(
+                "no transaction step is named '{name}': prepared, decided or committed-one"
+            ))
+        })?)),
+    }
     call.reply.ok();
     Ok(())
 }
@@ -133,7 +160,7 @@ pub static COMMAND: CommandSpec = command! {
     handler: debug,
     flags: "admin",
     arity: -2,
-    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes (needs enable-debug-command)",
+    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes; TXN-HOLD step holds transactions at a step of the two-phase commit (needs enable-debug-command)",
     complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",

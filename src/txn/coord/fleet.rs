@@ -16,6 +16,7 @@ use crate::route::wait::Wait;
 use futures_util::future::Either;
 
 use crate::txn::coord::book::{self, Record};
+use crate::txn::coord::hold::{self, Step};
 use crate::txn::coord::local;
 use crate::txn::coord::phases::{Decided, Fleet};
 use crate::txn::coord::plan::Txn;
@@ -42,6 +43,31 @@ pub fn decision(txn: &Txn, db: u32) -> Decision {
 }
 
 impl NetFleet {
+    /// Waits while a test holds transactions at `step` (`SHARD.DEBUG TXN-HOLD`).
+    async fn wait_at(&self, step: Step) {
+        if !hold::holds(step) {
+            return;
+        }
+        let _waiting = hold::Waiting::new();
+        while hold::holds(step) {
+            self.steps.sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A control request sent now (to this node's owner side directly when it registered).
+    fn send(
+        &self,
+        at: &Endpoint,
+        args: Vec<Vec<u8>>,
+    ) -> impl Future<Output = Result<Resp, StepError>> {
+        if at.is_self {
+            if let Some(reply) = (local::get().control)(&args, self.steps.link().db) {
+                return Either::Left(ready(Ok(reply)));
+            }
+        }
+        Either::Right(self.steps.send_control(at, &args))
+    }
+
     async fn record(&self, txid: &str, args: Vec<Vec<u8>>) -> Result<Resp, String> {
         let me = crate::txn::coord::queue::this_node().ok_or_else(|| {
             "ERR this node is not in the ring: it cannot record a decision".to_string()
@@ -82,23 +108,29 @@ impl Fleet for NetFleet {
         at: &Endpoint,
         args: Vec<Vec<u8>>,
     ) -> impl Future<Output = Result<Resp, StepError>> {
-        if at.is_self {
-            if let Some(reply) = (local::get().control)(&args, self.steps.link().db) {
-                return Either::Left(ready(Ok(reply)));
-            }
+        if hold::commit_waits(&args) {
+            let at = at.clone();
+            return Either::Left(async move {
+                self.wait_at(Step::CommittedOne).await;
+                self.send(&at, args).await
+            });
         }
-        Either::Right(self.steps.send_control(at, &args))
+        Either::Right(self.send(at, args))
     }
 
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {
         let args = wire::decide_commit(&txn.txid, &decision(txn, self.steps.link().db));
         let txid = txn.txid.clone();
         async move {
+            self.wait_at(Step::Prepared).await;
             match self.record(&txid, args).await {
                 Ok(Resp::Error(line)) => {
                     Decided::Refused(String::from_utf8_lossy(&line).into_owned())
                 }
-                Ok(_) => Decided::Commit,
+                Ok(_) => {
+                    self.wait_at(Step::Decided).await;
+                    Decided::Commit
+                }
                 Err(line) => {
                     // Not known to have reached this node's book: an abort recorded now keeps
                     // a late one out (`SHARD.TXN DECIDE` refuses a second decision).

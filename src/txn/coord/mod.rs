@@ -16,6 +16,7 @@
 //! - `exec`: the glue: `SHARD.WATCH` and `SHARD.EXEC` over the module's connections
 //!   (`route::forward`), the decisions sent to this node itself, and the commits carried out
 //!   again after a restart or a promotion.
+//! - `hold`: a test's hold at a named step of the two-phase commit (`SHARD.DEBUG TXN-HOLD`).
 //!
 //! May import: `host`, `net`, `state`, `topology`, `route` and the pure rooms; never
 //! `cluster`, `reshard` or `commands`.
@@ -24,6 +25,7 @@ pub mod book;
 pub mod clients;
 pub mod exec;
 pub mod fleet;
+pub mod hold;
 pub mod local;
 pub mod phases;
 pub mod plan;
