@@ -252,6 +252,12 @@ pub fn exec(call: &Call) -> CmdResult {
         let fleet = NetFleet { steps };
         let outcome = phases::run(&txn, &fleet, lock_ms).await;
         book::with(|b| b.prepared(&txn.txid));
+        // A commit decided but not confirmed by every owner (one down, or failing over) is
+        // sent again until each confirms, as after a restart: an owner that lost its
+        // prepared record (promoted before it reached its replica) would never ask.
+        if book::with(|b| matches!(b.record(&txn.txid), Some(book::Record::Commit(_)))) {
+            resume();
+        }
         reply(outcome)
     })
     .map_err(CmdError::err)
