@@ -98,6 +98,11 @@ impl NetFleet {
     }
 }
 
+/// Whether a control request is a `COMMIT`.
+fn is_commit(args: &[Vec<u8>]) -> bool {
+    args.get(1).is_some_and(|v| v.eq_ignore_ascii_case(b"COMMIT"))
+}
+
 thread_local! {
     static SEED: Cell<u64> = Cell::new(crate::clock::monotonic_ms() | 1);
 }
@@ -108,11 +113,16 @@ impl Fleet for NetFleet {
         at: &Endpoint,
         args: Vec<Vec<u8>>,
     ) -> impl Future<Output = Result<Resp, StepError>> {
-        if hold::commit_waits(&args) {
-            let at = at.clone();
+        if is_commit(&args) {
+            // To the owner's address now, not the one of its PREPARE: it may have failed over
+            // since, and its promoted replica holds the part or gets it with the COMMIT.
+            let (at, waits) = (at.clone(), hold::commit_waits(&args));
             return Either::Left(async move {
-                self.wait_at(Step::CommittedOne).await;
-                self.send(&at, args).await
+                if waits {
+                    self.wait_at(Step::CommittedOne).await;
+                }
+                let now = crate::txn::coord::queue::node_named(&at.name).unwrap_or(at);
+                self.send(&now, args).await
             });
         }
         Either::Right(self.send(at, args))

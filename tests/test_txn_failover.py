@@ -1,0 +1,101 @@
+"""Transactions across nodes when an owner fails over after PREPARE (issue 35,
+docs/transactions.md): three shards of a primary and a replica behind three sentinels; the
+coordinator (n0's primary) is held by `SHARD.DEBUG TXN-HOLD` once both owners prepared, or once
+the commit is decided; n1's primary is killed (or failed over by `SENTINEL FAILOVER`) and
+Sentinel promotes its replica; then the coordinator goes on:
+
+- the promoted replica holds the prepared part (replicated with PREPARE): the part is still
+  locked there, and the COMMIT applies it;
+- the promoted replica does not hold it (the record never reached it: dropped on the promoted
+  replica by `SHARD.TXN ABORT`, which leaves the state of a replica that never got the
+  PREPARE): the COMMIT carries the part and applies it.
+
+Either way the transfer is applied exactly once on both owners.
+"""
+
+import signal
+
+import pytest
+import redis
+
+from helpers.sentinel import start_sentinel_fleet
+from helpers.server import info_shard, until, wait_in_sync
+from test_txn_faults import LONG_MS, Exec, call, held, hold
+
+
+@pytest.fixture
+def ha(server_factory, sentinel_factory):
+    fleet = start_sentinel_fleet(server_factory, sentinel_factory,
+                                 extra=[("enable-debug-command", "yes"),
+                                        ("shard.txn-lock-ms", LONG_MS)])
+    return fleet
+
+
+def promoted(fleet, n, via):
+    """Waits until Sentinel promoted n's replica and `via` routes n's keys to it."""
+    replica = fleet.replicas[n]
+    until(lambda: replica.client().execute_command("ROLE")[0] == b"master",
+          f"{n}'s replica promoted", timeout=30)
+    probe = fleet.keys_of(via, n, 1, prefix="probe")[0]
+    until(lambda: call(via, "SET", probe, replica.port) == b"OK"
+          and replica.client().get(probe) == str(replica.port).encode(),
+          f"{n}'s keys routed to its promoted replica", timeout=30)
+    return replica.client()
+
+
+def start_transfer(fleet, step):
+    c = fleet.primaries["n0"].client()
+    a = fleet.keys_of(c, "n1", 1, prefix="acct")[0]
+    b = fleet.keys_of(c, "n2", 1, prefix="acct")[0]
+    call(c, "MSET", a, 100, b, 100)
+    hold(c, step)
+    ex = Exec(fleet.primaries["n0"], [("DECRBY", a, 30), ("INCRBY", b, 30)])
+    until(lambda: held(c) == 1, "the transaction waits at the hold")
+    return c, a, b, ex
+
+
+@pytest.mark.parametrize("how", ["kill", "sentinel-failover"])
+def test_the_promoted_replica_holds_the_prepared_part(ha, how):
+    c, a, b, ex = start_transfer(ha, "prepared")
+    old, replica = ha.primaries["n1"], ha.replicas["n1"]
+    wait_in_sync(old.client(), replica.client())
+    assert info_shard(replica.client())["txn_locks_held"] == "1", "a replica records the part"
+    if how == "kill":
+        old.stop(signal.SIGKILL)
+    else:
+        assert ha.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "n1") == b"OK"
+    new = promoted(ha, "n1", c)
+    assert info_shard(new)["txn_locks_held"] == "1", "still locked after the promotion"
+    hold(c, "OFF")
+    assert ex.join() == [70, 130]
+    assert new.get(a) == b"70" and ha.primaries["n2"].client().get(b) == b"130"
+    until(lambda: info_shard(new)["txn_locks_held"] == "0"
+          and info_shard(c)["txn_decisions_held"] == "0", "no lock, no decision left")
+    if how == "sentinel-failover":
+        # The old primary, now its replica, holds the same: applied once, no lock.
+        demoted = old.client()
+        until(lambda: demoted.execute_command("ROLE")[0] == b"slave", "n1's old primary demoted")
+        wait_in_sync(new, demoted)
+        assert demoted.get(a) == b"70" and info_shard(demoted)["txn_locks_held"] == "0"
+
+
+def test_the_promoted_replica_gets_the_part_with_the_commit(ha):
+    c, a, b, ex = start_transfer(ha, "decided")
+    old = ha.primaries["n1"]
+    wait_in_sync(old.client(), ha.replicas["n1"].client())
+    old.stop(signal.SIGKILL)
+    new = promoted(ha, "n1", c)
+    # The record dropped, as if it never reached the replica: no prepared part, no lock.
+    assert info_shard(new)["txn_locks_held"] == "1"
+    new.config_set("shard.txn-lock-ms", 1)
+    with pytest.raises(redis.ResponseError, match="^TRYAGAIN") as e:
+        new.get(a)
+    new.config_set("shard.txn-lock-ms", LONG_MS)
+    txid = next(w.strip("()'") for w in str(e.value).split() if w.strip("()'").startswith("n0/"))
+    assert new.execute_command("SHARD.TXN", "ABORT", txid) == b"OK"
+    assert info_shard(new)["txn_locks_held"] == "0" and new.get(a) == b"100"
+    hold(c, "OFF")
+    assert ex.join() == [70, 130]
+    assert new.get(a) == b"70" and ha.primaries["n2"].client().get(b) == b"130"
+    assert new.execute_command("SHARD.TXN", "COMMIT", txid) == b"DONE"
+    until(lambda: info_shard(c)["txn_decisions_held"] == "0", "the decision forgotten")
