@@ -79,6 +79,16 @@ pub fn run_id() -> String {
     RUN_ID.get_or_init(|| id).clone()
 }
 
+/// Whether writes are paused (`CLIENT PAUSE ... WRITE`, `FAILOVER`): a write the module
+/// replicates from a timer meanwhile fails an assertion of Redis 7.0 (propagatePendingCommands)
+/// and would add to a stream the failover wants still. Main thread only.
+pub fn writes_paused() -> bool {
+    // SAFETY: a function pointer the server filled at load (checked); it takes no argument.
+    unsafe {
+        redis_module::raw::RedisModule_AvoidReplicaTraffic.is_some_and(|avoid| avoid() != 0)
+    }
+}
+
 /// The replicas connected to this server now (`INFO replication`'s `connected_slaves`); 0
 /// before load. Main thread only.
 pub fn connected_replicas() -> usize {

@@ -98,6 +98,17 @@ impl NetFleet {
     }
 }
 
+/// Forgets the decision of `txid` here, replicated and in the AOF as `SHARD.TXN FORGET`.
+fn forget_here(ctx: &redis_module::Context, txid: String) {
+    if crate::host::context::writes_paused() {
+        // (Replicating from a timer while writes are paused fails an assertion of Redis 7.0.)
+        crate::host::context::after(Duration::from_millis(100), forget_here, txid);
+        return;
+    }
+    book::with(|b| b.forget(&txid));
+    crate::host::replicate::replicate_args(ctx, c"SHARD.TXN", &[b"FORGET", txid.as_bytes()]);
+}
+
 /// Whether a control request is a `COMMIT`.
 fn is_commit(args: &[Vec<u8>]) -> bool {
     args.get(1).is_some_and(|v| v.eq_ignore_ascii_case(b"COMMIT"))
@@ -157,6 +168,11 @@ impl Fleet for NetFleet {
 
     fn forget(&self, txid: &str) -> impl Future<Output = ()> {
         let me = crate::txn::coord::queue::this_node();
+        if me.is_none() {
+            // This node left the ring (a shrink) since it decided: no address of its own to
+            // send FORGET to; forgotten here, replicated from a timer, else it stayed held.
+            crate::host::context::after(Duration::ZERO, forget_here, txid.to_string());
+        }
         let sent = me.map(|me| self.steps.send_control(&me, &wire::forget(txid)));
         async move {
             if let Some(sent) = sent {

@@ -27,7 +27,8 @@ thread_local! {
 
 /// Asks about every part in doubt at `now` that is not being asked about.
 pub fn ask(_ctx: &Context, now: u64) {
-    if crate::topology::nodes::is_replica() {
+    // Writes paused (a failover under way): the part waits; acting on an answer replicates.
+    if crate::topology::nodes::is_replica() || crate::host::context::writes_paused() {
         return;
     }
     let doubtful = read(|t| t.in_doubt(now));
@@ -92,9 +93,18 @@ fn endpoint_of(name: &str, self_name: &str) -> Option<Endpoint> {
 
 /// Acts on an answer, on a timer (a context of its own: its writes are one replicated block).
 fn decided(txid: String, decision: Decision) {
+    // (Writes paused since the question: the part stays in doubt and is asked about again.)
     let act: fn(&Context, String) = match decision {
-        Decision::Commit => |ctx, txid| run::commit_alone(ctx, &txid),
-        Decision::Abort => |ctx, txid| run::abort_alone(ctx, &txid),
+        Decision::Commit => |ctx, txid| {
+            if !crate::host::context::writes_paused() {
+                run::commit_alone(ctx, &txid)
+            }
+        },
+        Decision::Abort => |ctx, txid| {
+            if !crate::host::context::writes_paused() {
+                run::abort_alone(ctx, &txid)
+            }
+        },
         Decision::Pending => return,
     };
     crate::host::context::after(Duration::ZERO, act, txid);
