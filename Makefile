@@ -18,7 +18,7 @@ SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
 TEST_WORKERS ?= 3
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build run test unit integration chaos nemesis bench bench-compare fuzz fmt lint clean valkey-path
+.PHONY: help deps build run test unit integration chaos txn-chaos nemesis bench bench-compare fuzz fmt lint clean valkey-path
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -63,6 +63,13 @@ chaos: build $(VENV)/.installed ## The chaos test (grow and shrink under writes,
 	  CHAOS_SCALE=$${CHAOS_SCALE:-10} REDIS_SERVER=$$s $(PY) -m pytest tests/test_chaos.py || failed="$$failed $$s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "chaos test failed on:$$failed"; exit 1; fi
+
+txn-chaos: build $(VENV)/.installed ## The bank under faults (transactions across nodes: kills at a step of the two-phase commit, SIGSTOP, a failover, a grow and a shrink) at ten times its `make test` size, on every server; TXN_CHAOS_SEED replays a schedule
+	@failed=""; for s in $(SERVERS); do \
+	  echo "== the bank under faults at scale $${TXN_CHAOS_SCALE:-10} on $$s"; \
+	  TXN_CHAOS_SCALE=$${TXN_CHAOS_SCALE:-10} REDIS_SERVER=$$s $(PY) -m pytest -s tests/test_txn_bank_faults.py || failed="$$failed $$s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "the bank under faults failed on:$$failed"; exit 1; fi
 
 nemesis: build $(VENV)/.installed ## The nemesis test (many faults at once against a record of every operation) for NEMESIS_SECONDS (600) on every server; NEMESIS_SEED replays a schedule
 	@failed=""; for s in $(SERVERS); do \

@@ -84,9 +84,7 @@ pub fn run_id() -> String {
 /// and would add to a stream the failover wants still. Main thread only.
 pub fn writes_paused() -> bool {
     // SAFETY: a function pointer the server filled at load (checked); it takes no argument.
-    unsafe {
-        redis_module::raw::RedisModule_AvoidReplicaTraffic.is_some_and(|avoid| avoid() != 0)
-    }
+    unsafe { redis_module::raw::RedisModule_AvoidReplicaTraffic.is_some_and(|avoid| avoid() != 0) }
 }
 
 /// The replicas connected to this server now (`INFO replication`'s `connected_slaves`); 0

@@ -48,7 +48,7 @@ impl NetFleet {
         if !hold::holds(step) {
             return;
         }
-        let _waiting = hold::Waiting::new();
+        let _waiting = hold::Waiting::start();
         while hold::holds(step) {
             self.steps.sleep(Duration::from_millis(10)).await;
         }
@@ -111,7 +111,8 @@ fn forget_here(ctx: &redis_module::Context, txid: String) {
 
 /// Whether a control request is a `COMMIT`.
 fn is_commit(args: &[Vec<u8>]) -> bool {
-    args.get(1).is_some_and(|v| v.eq_ignore_ascii_case(b"COMMIT"))
+    args.get(1)
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"COMMIT"))
 }
 
 thread_local! {

@@ -58,7 +58,7 @@ pub fn held() -> u64 {
 pub struct Waiting(());
 
 impl Waiting {
-    pub fn new() -> Waiting {
+    pub fn start() -> Waiting {
         HELD.with(|h| h.set(h.get() + 1));
         Waiting(())
     }
