@@ -14,6 +14,7 @@ always):
 - an owner stopped (SIGSTOP) past the lock: its late PREPARE's lock ends by presumed abort;
 - isolation: while one owner applied and the other not yet, a reading transaction never sees
   one without the other; a plain read of the other waits;
+- a coordinator that left the ring after its decision forgets it all the same;
 - watches: a watched key written by another transaction's commit, at another node, through the
   recovery of a killed coordinator, fails the watching transaction.
 
@@ -328,4 +329,19 @@ def test_a_part_in_doubt_waits_while_writes_are_paused(fleet):
     hold(n0, "OFF")
     ex.join()
     until(lambda: no_lock_left(fleet), "every part applied and the decision forgotten")
+    assert values(fleet, a, b) == [b"70", b"130"]
+
+
+def test_a_coordinator_that_left_the_ring_forgets_its_decision(fleet):
+    """n0 decides, then leaves the ring (as a shrink leaves it) before its COMMITs: it has no
+    address of its own to send FORGET to any more; it forgets the decision all the same."""
+    long_locks(fleet)
+    n0 = fleet.client("n0")
+    hold(n0, "decided")
+    a, b, ex = transfer(fleet)
+    assert n0.execute_command("SHARD.RING", "SET", "ketama",
+                              *fleet.ring_args(["n1", "n2"])) == b"OK"
+    hold(n0, "OFF")
+    assert ex.join() == [70, 130]
+    until(lambda: counter(n0, "txn_decisions_held") == 0, "the decision forgotten")
     assert values(fleet, a, b) == [b"70", b"130"]
