@@ -74,6 +74,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // The transactions' owner side: the module's own writes and the server's expiries and
     // evictions mark watched keys (the filter and the keyspace changes below do the rest).
     host::writes::set_hook(txn::owner::marks::on_own_command);
+    host::blocked::set_run_check(txn::owner::waiters::recheck);
     txn::set_status_hook(txn::coord::status_hook);
     if let Err(e) = host::keyspace_events::subscribe_to_expiry(ctx, txn::owner::marks::on_expiry) {
         ctx.log_warning(&e);

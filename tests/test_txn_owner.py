@@ -254,6 +254,27 @@ def test_a_plain_command_of_a_locked_key_waits_for_commit(node):
     assert info(c)["txn_locks_held"] == "0"
 
 
+def test_a_command_let_go_is_refused_if_its_key_was_locked_again_before_it_ran(node):
+    """COMMIT of one transaction and PREPARE of the next, pipelined (so both run before the
+    event loop lets the waiting client run): the waiting APPEND, let go by the COMMIT, must
+    not run inside the second transaction's lock; it gets TRYAGAIN naming it, and the key is
+    as the first transaction left it. (On the build before, the APPEND ran: 'new+'.)"""
+    c = node.client()
+    c.set("k", "old")
+    assert prepare(c, "n0/1", ["SET", "k", "new"]) == b"PREPARED"
+    writer = Background(node, "APPEND", "k", "+")
+    until(lambda: blocked_on_lock(c), "the APPEND to wait for the lock")
+    p = c.pipeline(transaction=False)
+    p.execute_command("SHARD.TXN", "COMMIT", "n0/1")
+    p.execute_command("SHARD.TXN", "PREPARE", "n0/2", 60_000, 0, *cmds(["GET", "k"]))
+    assert p.execute() == [[b"OK"], b"PREPARED"]
+    got = writer.join()
+    assert isinstance(got, redis.ResponseError), got
+    assert str(got).startswith("TRYAGAIN a transaction (n0/2) holds the key 'k'"), got
+    assert txn(c, "COMMIT", "n0/2") == [b"new"]
+    assert c.get("k") == b"new"
+
+
 def test_a_waiting_command_gets_tryagain_after_the_lock_ms(node):
     c = node.client()
     c.config_set("shard.txn-lock-ms", 50)
