@@ -275,6 +275,23 @@ def test_a_command_let_go_is_refused_if_its_key_was_locked_again_before_it_ran(n
     assert c.get("k") == b"new"
 
 
+def test_a_routed_call_the_filter_leaves_to_the_module_waits_for_the_lock_too(node):
+    """While a client of this node is inside SHARD.MULTI the filter no longer turns a local
+    SHARD.CALL into the plain command (it could be that client's, to queue): SHARD.CALL GET of
+    a locked key then reaches the module, and must wait for the lock as the plain GET does,
+    not read the key under the transaction. (On the build before, it read 'old' at once.)"""
+    c = node.client()
+    c.set("k", "old")
+    opener = node.client()
+    assert opener.execute_command("SHARD.MULTI") == b"OK"
+    assert prepare(c, "n0/1", ["SET", "k", "new"]) == b"PREPARED"
+    reader = Background(node, "SHARD.CALL", "GET", "k")
+    until(lambda: blocked_on_lock(c), "the routed GET to wait for the lock")
+    assert txn(c, "COMMIT", "n0/1") == [b"OK"]
+    assert reader.join() == b"new"
+    assert opener.execute_command("SHARD.DISCARD") == b"OK"
+
+
 def test_a_waiting_command_gets_tryagain_after_the_lock_ms(node):
     c = node.client()
     c.config_set("shard.txn-lock-ms", 50)
