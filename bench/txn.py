@@ -346,6 +346,9 @@ def main():
     fleet = {n: Node(n) for n in NAMES}
     plain = Node()
     began = time.time()
+    print("servers (for a profiler): " + ", ".join(
+        f"{n} pid {node.proc.pid} port {node.port}" for n, node in [*fleet.items(), ("plain", plain)]),
+        flush=True)
     try:
         ring = []
         for n, node in fleet.items():
