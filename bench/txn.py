@@ -275,12 +275,12 @@ def balances_sum_to_zero(client, pairs, module):
 
 
 class Meter:
-    """Over one run: this script's CPU and redis-benchmark's (each as a share of one core), and
-    the share of both CPUs that processes other than the servers, redis-benchmark and this
-    script used."""
+    """Over one run: the CPU seconds the side's own servers used, this script's CPU and
+    redis-benchmark's (each as a share of one core), and the share of both CPUs that processes
+    other than the servers, redis-benchmark and this script used."""
 
-    def __init__(self, servers):
-        self.servers = servers
+    def __init__(self, servers, side):
+        self.servers, self.side = servers, side
         self.start = self._sample()
 
     def _sample(self):
@@ -289,13 +289,15 @@ class Meter:
                         (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
         return (sum(cpu), sum(cpu) - cpu[3] - cpu[4], sum(s.cpu_ticks() for s in self.servers),
                 (me.ru_utime + me.ru_stime) * base.HZ,
-                (children.ru_utime + children.ru_stime) * base.HZ)
+                (children.ru_utime + children.ru_stime) * base.HZ,
+                sum(s.cpu_ticks() for s in self.side))
 
     def stop(self):
-        total, busy, servers, me, children = (b - a for a, b in zip(self.start, self._sample()))
+        total, busy, servers, me, children, side = (
+            b - a for a, b in zip(self.start, self._sample()))
         core = total / (os.cpu_count() or 1)
         # Children: redis-benchmark only (the servers are reaped when the run ends).
-        return {"client": me / core, "bench": children / core,
+        return {"client": me / core, "bench": children / core, "side_s": side / base.HZ,
                 "other": max(0.0, (busy - servers - me - children) / max(1, total))}
 
 
@@ -329,6 +331,8 @@ class Row:
         self.loads = {"module": [], "plain": []}
         self.other = []
         self.client = []
+        self.cost = {"module": [], "plain": []}  # servers' CPU µs per transfer (or request)
+        self.cost_ratios = []
 
 
 def main():
@@ -379,18 +383,26 @@ def main():
                 figures = {}
                 for side in order:
                     module = side == "module"
-                    meter = Meter(everyone)
+                    if key == GETSET:
+                        mine = [fleet["n1"]] if module else [plain]
+                    else:
+                        mine = list(fleet.values()) if module else [plain]
+                    meter = Meter(everyone, mine)
                     if key == GETSET:
                         node = fleet["n1"] if module else plain
                         port = fleet["n0"].port if module else plain.port
                         rate, tally, load = getset_under_load(node, port, pairs, module,
                                                               opts.seconds, opts.load_rate)
                         row.loads[side].append(load)
+                        done = rate * opts.seconds  # about: redis-benchmark's runs
                     else:
                         port = fleet["n0"].port if module else plain.port
                         tally, elapsed = run_transfers(port, pairs, module, opts.seconds)
                         rate = tally.committed / elapsed
+                        done = tally.committed
                     use = meter.stop()
+                    figures[side + " cost"] = 1e6 * use["side_s"] / max(done, 1)
+                    row.cost[side].append(figures[side + " cost"])
                     row.other.append(use["other"])
                     row.client.append(use["client"])
                     figures[side] = rate
@@ -398,6 +410,7 @@ def main():
                     row.retries[side] += tally.retries
                     row.failures[side] += tally.failures
                 row.ratios.append(figures["module"] / max(figures["plain"], 1))
+                row.cost_ratios.append(figures["plain cost"] / max(figures["module cost"], 1e-9))
         wrong = {}
         for key, (row, pairs) in rows.items():
             for side, client, module in (("module", via, True), ("plain", plain.client, False)):
@@ -413,7 +426,11 @@ def main():
                  "order swapped every round); each client transfers between its own pair of "
                  "accounts (the same pairs on both sides) and retries a nil EXEC; figures are "
                  "committed transfers/s (GET/SET: requests/s), medians over the rounds; the ratio "
-                 "is the median of the rounds' ratios.", "",
+                 "is the median of the rounds' ratios. The servers' CPU per transfer (all three "
+                 "servers of the module's side; GET/SET: the measured server's CPU per request, "
+                 "the load's included, about) is less sensitive to other work on the machine "
+                 "than the rates; its ratio is plain / module (above 1: the module costs less).",
+                 "",
                  f"- server: {base.first_line([base.REDIS_SERVER, '--version'])} (the plain "
                  "server is the same binary without the module)",
                  f"- module commit: {base.first_line(['git', '-C', str(ROOT), 'rev-parse', '--short=12', 'HEAD'])}",
@@ -424,8 +441,9 @@ def main():
                  f"- balances after the run: "
                  f"{'every pair sums to 0 on both sides' if not wrong else wrong}", "",
                  "| row | through the module | plain server | ratio | per round (module / plain) "
+                 "| servers' CPU µs per transfer (module / plain) | ratio by CPU "
                  "| retried (module, plain) | failures | this script's CPU |",
-                 "|---|---|---|---|---|---|---|---|"]
+                 "|---|---|---|---|---|---|---|---|---|---|"]
         for row, _ in rows.values():
             mod, ref = (statistics.median(row.sides[s]) for s in ("module", "plain"))
             per = ", ".join(f"{m:,.0f}/{p:,.0f}" for m, p in
@@ -438,6 +456,9 @@ def main():
                           f"{statistics.median(row.loads['plain']):,.0f} transfers/s)")
             lines.append(f"| {label} | {mod:,.0f} | {ref:,.0f} | "
                          f"{statistics.median(row.ratios):.2f} | {per} | "
+                         f"{statistics.median(row.cost['module']):.1f} / "
+                         f"{statistics.median(row.cost['plain']):.1f} | "
+                         f"{statistics.median(row.cost_ratios):.2f} | "
                          f"{row.retries['module']}, {row.retries['plain']} | "
                          f"{len(bad)} {shown} | {base.pct(statistics.median(row.client))} |")
         section = "\n".join(lines) + "\n"
