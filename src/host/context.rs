@@ -175,6 +175,9 @@ mod tests {
                     replica2:ip=127.0.0.1,port=7003,state=online,offset=10,lag=1\r\n\
                     master_failover_state:no-failover\r\n";
         assert_eq!(super::online_replicas(info), 2);
-        assert_eq!(super::online_replicas("role:master\r\nconnected_slaves:0\r\n"), 0);
+        assert_eq!(
+            super::online_replicas("role:master\r\nconnected_slaves:0\r\n"),
+            0
+        );
     }
 }

@@ -294,10 +294,20 @@ mod tests {
             book.forget(&txid);
             book.forget(&txid);
         }
-        assert_eq!((book.done.len(), book.done_set.len()), (DONE_KEPT, DONE_KEPT));
+        assert_eq!(
+            (book.done.len(), book.done_set.len()),
+            (DONE_KEPT, DONE_KEPT)
+        );
         assert_eq!(book.status("n0/3", 0), (Status::Commit, false));
-        assert_eq!(book.status(&format!("n0/{}", DONE_KEPT + 2), 0).0, Status::Commit);
-        assert_eq!(book.status("n0/2", 0), (Status::Abort, true), "dropped, unknown now");
+        assert_eq!(
+            book.status(&format!("n0/{}", DONE_KEPT + 2), 0).0,
+            Status::Commit
+        );
+        assert_eq!(
+            book.status("n0/2", 0),
+            (Status::Abort, true),
+            "dropped, unknown now"
+        );
         // An abort forgotten leaves the aborts' order too.
         book.decide("n0/x", Record::Abort).unwrap();
         assert_eq!(book.counts(), (0, 2));

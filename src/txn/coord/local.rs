@@ -15,16 +15,23 @@ use crate::host::error::CmdError;
 use crate::net::resp::Resp;
 use crate::txn::coord::wire::Command;
 
+/// `SHARD.TXN WATCH txid ttl-ms key...` here; `None`: not registered.
+pub type Watch = fn(&Call, &str, u64, &[Vec<u8>]) -> Option<()>;
+
+/// `SHARD.TXN APPLY txid watched commands` here: its reply, or its refusal.
+pub type Apply = fn(&Call, &str, &[Vec<u8>], &[Command]) -> Option<Applied>;
+
+/// What one owner's block here came to.
+pub type Applied = Result<Resp, CmdError>;
+
 /// The owner side's entry points. Each runs in the command context of `call` (the client's
 /// database; commands run as the client, replicated with its command).
 #[derive(Clone, Copy)]
 pub struct LocalOwner {
-    /// `SHARD.TXN WATCH txid ttl-ms key...` here; `None`: not registered.
-    pub watch: fn(&Call, &str, u64, &[Vec<u8>]) -> Option<()>,
+    pub watch: Watch,
     /// `SHARD.TXN UNWATCH txid` here (needs no context).
     pub unwatch: fn(&str) -> Option<()>,
-    /// `SHARD.TXN APPLY txid watched commands` here: its reply, or its refusal.
-    pub apply: fn(&Call, &str, &[Vec<u8>], &[Command]) -> Option<Result<Resp, CmdError>>,
+    pub apply: Apply,
 }
 
 fn no_watch(_: &Call, _: &str, _: u64, _: &[Vec<u8>]) -> Option<()> {
@@ -35,7 +42,7 @@ fn no_unwatch(_: &str) -> Option<()> {
     None
 }
 
-fn no_apply(_: &Call, _: &str, _: &[Vec<u8>], _: &[Command]) -> Option<Result<Resp, CmdError>> {
+fn no_apply(_: &Call, _: &str, _: &[Vec<u8>], _: &[Command]) -> Option<Applied> {
     None
 }
 
