@@ -22,7 +22,10 @@ both sides. The rows:
    the plain transfers there. Both loads are paced at the same rate (`--load-rate`
    transfers/s in all) and are running (each client has committed one transfer) before
    redis-benchmark starts: what the owner side's checks cost keys no transaction touches,
-   not how much the two loads differ.
+   not how much the two loads differ. For this row the measured server runs on CPU 0 and
+   everything else of the run (redis-benchmark, the load's client, n0 and n2) on CPU 1, as
+   bench/run.py pins its server and redis-benchmark: n0 and n2, which the plain side has no
+   counterpart of, take no time of the measured server's CPU.
 
 In every round each row's two sides run back to back, in one order in odd rounds and in the
 other in even ones. The servers are not pinned; the share of the CPUs that other processes
@@ -301,8 +304,32 @@ class Meter:
                 "other": max(0.0, (busy - servers - me - children) / max(1, total))}
 
 
-def getset_under_load(node, port_load, pairs, module, seconds, rate):
-    """redis-benchmark -P 16 GET and SET at `node` while `pairs` run paced transfers."""
+def pin(pids, cpus):
+    """Runs the processes `pids` on `cpus` (a no-op on a machine of one CPU)."""
+    if (os.cpu_count() or 1) < 2:
+        return
+    for pid in pids:
+        try:
+            os.sched_setaffinity(pid, cpus)
+        except OSError:
+            pass
+
+
+def getset_under_load(node, port_load, pairs, module, seconds, rate, others):
+    """redis-benchmark -P 16 GET and SET at `node` while `pairs` run paced transfers. The
+    measured server runs on CPU 0 alone of the run's processes; redis-benchmark, this script
+    (the load's client) and the `others` servers (the module's coordinator and second owner) on
+    CPU 1, so that the load's other servers take no time of the measured server's CPU."""
+    every = set(range(os.cpu_count() or 1))
+    pin([node.proc.pid], {0})
+    pin([0] + [o.proc.pid for o in others], {1})
+    try:
+        return measure_getset(node, port_load, pairs, module, seconds, rate)
+    finally:
+        pin([0, node.proc.pid] + [o.proc.pid for o in others], every)
+
+
+def measure_getset(node, port_load, pairs, module, seconds, rate):
     stop, started = threading.Event(), threading.Event()
     holder = {}
     load = threading.Thread(target=lambda: holder.update(
@@ -312,7 +339,7 @@ def getset_under_load(node, port_load, pairs, module, seconds, rate):
         if not started.wait(30):
             raise RuntimeError("the transactions of the load did not start")
         n = max(10_000, int(400_000 * seconds))
-        rates = [base.redis_benchmark(node.port, False, ["-t", t, "-r", "100000"], n, 50, 16)
+        rates = [base.redis_benchmark(node.port, True, ["-t", t, "-r", "100000"], n, 50, 16)
                  for t in ("get", "set")]
     finally:
         stop.set()
@@ -391,8 +418,10 @@ def main():
                     if key == GETSET:
                         node = fleet["n1"] if module else plain
                         port = fleet["n0"].port if module else plain.port
+                        others = [fleet["n0"], fleet["n2"]] if module else []
                         rate, tally, load = getset_under_load(node, port, pairs, module,
-                                                              opts.seconds, opts.load_rate)
+                                                              opts.seconds, opts.load_rate,
+                                                              others)
                         row.loads[side].append(load)
                         done = rate * opts.seconds  # about: redis-benchmark's runs
                     else:
