@@ -10,7 +10,8 @@ import pytest
 import redis
 
 from helpers.fleet import make_fleet
-from helpers.server import command_calls, info_shard, until, wait_in_sync
+from helpers.server import (AOF, PRIMARY, aof_command_names, command_calls, info_shard, until,
+                            wait_in_sync)
 
 
 def call(c, *args):
@@ -104,6 +105,32 @@ def test_a_refused_block_here_answers_like_the_owner(fleet):
     got = run_queued(c, [("INCR", s), ("SET", k, 1)])
     assert isinstance(got[0], redis.ResponseError) and got[1] == b"OK"
     assert c.get(k) == b"1"
+
+
+def test_a_block_here_is_one_multi_exec_in_the_aof_and_at_the_replica(server_factory):
+    """Run inside SHARD.EXEC, the block's writes are replicated and written to the AOF as one
+    MULTI/EXEC, as SHARD.TXN APPLY's are; the watch and the SHARD.EXEC are not written."""
+    primary = server_factory(module_args=["self", "n0"], config=AOF + PRIMARY)
+    replica = server_factory(module_args=["self", "n0"], config=AOF)
+    p, r = primary.client(), replica.client()
+    p.execute_command("SHARD.RING", "SET", "ketama", "n0", f"127.0.0.1:{primary.port}", 1)
+    r.replicaof("127.0.0.1", primary.port)
+    wait_in_sync(p, r)
+    until(lambda: r.info("persistence")["aof_rewrite_in_progress"] == 0
+          and r.info("persistence")["aof_rewrite_scheduled"] == 0, "the replica's AOF rewrite")
+    assert p.execute_command("SHARD.WATCH", "a") == b"OK"
+    replies = run_queued(p, [("SET", "a", 1), ("INCR", "a"), ("GET", "a"), ("LPUSH", "a", "x")])
+    assert replies[:3] == [b"OK", 2, b"2"]
+    assert isinstance(replies[3], redis.ResponseError) and "WRONGTYPE" in str(replies[3])
+    wait_in_sync(p, r)
+    assert r.get("a") == b"2"
+    assert txn_calls(primary) == {}
+    for server in (primary, replica):
+        # (Valkey writes a SELECT inside the block.)
+        names = [n for n in aof_command_names(server.workdir) if n != b"select"]
+        at = names.index(b"multi")
+        assert names[at:at + 4] == [b"multi", b"set", b"incr", b"exec"], names
+        assert not {b"shard.exec", b"shard.watch", b"shard.txn"} & set(names), names
 
 
 def test_the_decision_waits_for_replicas_as_they_come_and_go(fleet, server_factory):
