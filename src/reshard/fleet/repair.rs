@@ -110,9 +110,12 @@ async fn clean_up(steps: &NetSteps) {
             .ok()
             .and_then(|nodes| nodes.into_iter().map(|n| n.0).find(|at| at.is_self));
         let Some(me) = me else {
-            redis_module::logging::log_notice(
-                "shard: this node's rings were brought up to date and name it no more: SHARD.RESHARD CLEANUP LEFT empties it",
-            );
+            // Not named by the rings (or not the primary Sentinel names for its node).
+            if current.spec.node_index(&st.config.ring.self_name).is_none() {
+                redis_module::logging::log_notice(
+                    "shard: this node's rings were brought up to date and name it no more: SHARD.RESHARD CLEANUP LEFT empties it",
+                );
+            }
             return;
         };
         me
