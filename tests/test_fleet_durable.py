@@ -27,6 +27,21 @@ def state(server):
     return as_map(server.client(socket_timeout=2).execute_command("SHARD.RING", "STATE"))
 
 
+def restart_from_aof(fleet, server, aof):
+    """`server` killed and started again from the AOF saved in `aof`, the sentinels paused
+    meanwhile, so that the restart is no failover: it comes back as the primary Sentinel names."""
+    for s in fleet.sentinels:
+        s.proc.send_signal(signal.SIGSTOP)
+    try:
+        server.stop(signal.SIGKILL)
+        shutil.rmtree(server.workdir / "appendonlydir")
+        shutil.copytree(aof, server.workdir / "appendonlydir")
+        server.start()
+    finally:
+        for s in fleet.sentinels:
+            s.proc.send_signal(signal.SIGCONT)
+
+
 def test_a_ring_step_lost_in_a_failover_is_sent_again(server_factory, sentinel_factory,
                                                       clockshim, tmp_path):
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
@@ -128,16 +143,7 @@ def test_a_node_back_on_rings_older_than_the_fleets_is_brought_up_to_date(
     assert new != old
     # The sentinels paused, so that the restart is no failover: n3's primary comes back from
     # the old AOF as the primary Sentinel names.
-    for s in fleet.sentinels:
-        s.proc.send_signal(signal.SIGSTOP)
-    try:
-        n3.stop(signal.SIGKILL)
-        shutil.rmtree(n3.workdir / "appendonlydir")
-        shutil.copytree(old_aof, n3.workdir / "appendonlydir")
-        n3.start()
-    finally:
-        for s in fleet.sentinels:
-            s.proc.send_signal(signal.SIGCONT)
+    restart_from_aof(fleet, n3, old_aof)
     until(lambda: as_map(n3.client().execute_command("SHARD.RING", "GET"))["digest"] == new,
           "n3 brought back to the fleet's ring", timeout=30)
 
@@ -173,16 +179,7 @@ def test_a_node_brought_up_to_date_drops_the_copies_the_fleet_moved_away(
         pipe.execute_command("SHARD.CALL", "SET", k, f"w:{k}")
     assert all(r == b"OK" for r in pipe.execute())
     # n1 back from the AOF before the grow, as the primary Sentinel names (no failover).
-    for s in fleet.sentinels:
-        s.proc.send_signal(signal.SIGSTOP)
-    try:
-        n1.stop(signal.SIGKILL)
-        shutil.rmtree(n1.workdir / "appendonlydir")
-        shutil.copytree(old_aof, n1.workdir / "appendonlydir")
-        n1.start()
-    finally:
-        for s in fleet.sentinels:
-            s.proc.send_signal(signal.SIGCONT)
+    restart_from_aof(fleet, n1, old_aof)
     c1 = n1.client()
     assert c1.exists(*moved) == len(moved)  # the grow's moved copies, back
     until(lambda: as_map(c1.execute_command("SHARD.RING", "GET"))["digest"] == new,

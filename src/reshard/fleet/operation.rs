@@ -138,16 +138,7 @@ pub fn resume(call: &Call, reach: Reach) -> Result<(), CmdError> {
     }
     let link = reach.link.clone();
     let started = crate::route::forward::run(call, link, move |steps| async move {
-        match acquire(&steps, &reach).await {
-            Ok(term) => {
-                coordinator::drive(reach, term);
-                CallReply::Reply(Resp::Simple(b"OK".to_vec()))
-            }
-            Err(e) => {
-                coordinator::not_driven(&e);
-                CallReply::Error(coded(e))
-            }
-        }
+        acquire_and_drive(&steps, reach).await
     });
     started.map_err(|e| {
         coordinator::not_driven(&e);
@@ -213,16 +204,7 @@ pub fn adopt(call: &Call) -> Result<(), CmdError> {
             journal::plan_text(&plan)
         ));
         crate::reshard::current::lock().fleet = Some(plan);
-        match acquire(&steps, &reach).await {
-            Ok(term) => {
-                coordinator::drive(reach, term);
-                CallReply::Reply(Resp::Simple(b"OK".to_vec()))
-            }
-            Err(e) => {
-                coordinator::not_driven(&e);
-                CallReply::Error(coded(e))
-            }
-        }
+        acquire_and_drive(&steps, reach).await
     });
     started.map_err(|e| {
         coordinator::not_driven(&e);
@@ -360,4 +342,19 @@ pub fn save_plan(ctx: &Context, bytes: &[u8]) -> Result<(), CmdError> {
         current.fleet = plan;
     }
     Ok(())
+}
+
+/// The term for this node's plan (`acquire`), then the plan driven under it: the reply of
+/// RESUME (and of START again, CANCEL of a plan not driven).
+async fn acquire_and_drive(steps: &NetSteps, reach: Reach) -> CallReply {
+    match acquire(steps, &reach).await {
+        Ok(term) => {
+            coordinator::drive(reach, term);
+            CallReply::Reply(Resp::Simple(b"OK".to_vec()))
+        }
+        Err(e) => {
+            coordinator::not_driven(&e);
+            CallReply::Error(coded(e))
+        }
+    }
 }
