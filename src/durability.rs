@@ -45,6 +45,8 @@ pub fn restore(persisted: Persisted) -> Result<(), String> {
         .map_err(|e| format!("the transactions' records: {e}"))?;
     state::lock().restore(persisted)?;
     txn.restore();
-    crate::reshard::current::lock().fleet = fleet;
+    let mut current = crate::reshard::current::lock();
+    crate::reshard::fleet::journal::stored("a load", current.fleet.as_ref(), fleet.as_ref());
+    current.fleet = fleet;
     Ok(())
 }

@@ -74,7 +74,23 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // The transactions' owner side: the module's own writes and the server's expiries and
     // evictions mark watched keys (the filter and the keyspace changes below do the rest).
     host::writes::set_hook(txn::owner::marks::on_own_command);
+    host::blocked::set_run_check(txn::owner::waiters::recheck);
     txn::set_status_hook(txn::coord::status_hook);
+    // This node's own parts of a transaction it coordinates run here, inside the client's
+    // command, not over a connection to itself.
+    txn::coord::local::set(txn::coord::local::LocalOwner {
+        watch: |call, txid, ttl_ms, keys| {
+            txn::owner::run::watch_here(call, txid, ttl_ms, keys);
+            Some(())
+        },
+        unwatch: |txid| {
+            txn::owner::with(|t| t.unwatch(txid));
+            Some(())
+        },
+        apply: |call, txid, watched, cmds| {
+            Some(txn::owner::run::apply_here(call, txid, watched, cmds))
+        },
+    });
     if let Err(e) = host::keyspace_events::subscribe_to_expiry(ctx, txn::owner::marks::on_expiry) {
         ctx.log_warning(&e);
         return Status::Err;
@@ -147,6 +163,7 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         host::events::on_event_loop(ctx, before_sleep, net::pool::after_sleep)?;
         host::events::on_role_change(ctx, role_changed);
         host::events::on_master_link_change(ctx, topology::me::refresh);
+        host::events::follow_replicas(ctx);
         host::events::on_client_gone(ctx, client_gone);
         host::events::on_keyspace_change(ctx, keyspace_changed);
         // A child follows no keyspace event (the parent's records are the parent's).

@@ -94,6 +94,18 @@ def finish(servers, c1):
         assert as_map(servers.client(n).execute_command("SHARD.RING", "STATE"))["settled"] == b"no"
 
 
+def resume_to_the_end(servers, c1, expected):
+    """RESUME on n1 drives the plan to its end: every node holds the new ring alone, none
+    settled, and every key is as `expected` (`check_final`)."""
+    assert c1.execute_command("SHARD.RESHARD", "RESUME") == b"OK"
+    st = wait_fleet(c1, "done")
+    assert st["error"] == b"", st
+    assert_one_ring(servers, NEW)
+    for n in NEW:
+        assert as_map(servers.client(n).execute_command("SHARD.RING", "STATE"))["settled"] == b"no"
+    check_final(servers, expected)
+
+
 def check_final(servers, expected):
     """Every key of `expected` (key -> value, None: deleted) is at its owner only with that
     value, or nowhere; every other key of KEYS is at its owner only, unchanged."""
@@ -227,13 +239,7 @@ def test_coordinator_killed_inside_the_window_resumes_and_lifts_it(server_factor
     settled_before = phase == "commit"  # n1 had settled before n0 committed
     assert in_step(servers, "n1", "settle") == settled_before
     # The hold died with the process: RESUME drives the plan to its end.
-    assert c1.execute_command("SHARD.RESHARD", "RESUME") == b"OK"
-    st = wait_fleet(c1, "done")
-    assert st["error"] == b"", st
-    assert_one_ring(servers, NEW)
-    for n in NEW:
-        assert as_map(servers.client(n).execute_command("SHARD.RING", "STATE"))["settled"] == b"no"
-    check_final(servers, expected)
+    resume_to_the_end(servers, c1, expected)
 
 
 def test_by_hand_settle_and_push_then_commit_one_by_one(server_factory):
@@ -321,10 +327,4 @@ def test_resume_in_commit_goes_back_to_settle_for_a_node_that_lost_it(server_fac
     servers["n1"].stop(signal.SIGKILL)
     servers["n1"].start()
     c1 = servers.client("n1")
-    assert c1.execute_command("SHARD.RESHARD", "RESUME") == b"OK"
-    st = wait_fleet(c1, "done")
-    assert st["error"] == b"", st
-    assert_one_ring(servers, NEW)
-    for n in NEW:
-        assert as_map(servers.client(n).execute_command("SHARD.RING", "STATE"))["settled"] == b"no"
-    check_final(servers, expected)
+    resume_to_the_end(servers, c1, expected)

@@ -27,6 +27,21 @@ def state(server):
     return as_map(server.client(socket_timeout=2).execute_command("SHARD.RING", "STATE"))
 
 
+def restart_from_aof(fleet, server, aof):
+    """`server` killed and started again from the AOF saved in `aof`, the sentinels paused
+    meanwhile, so that the restart is no failover: it comes back as the primary Sentinel names."""
+    for s in fleet.sentinels:
+        s.proc.send_signal(signal.SIGSTOP)
+    try:
+        server.stop(signal.SIGKILL)
+        shutil.rmtree(server.workdir / "appendonlydir")
+        shutil.copytree(aof, server.workdir / "appendonlydir")
+        server.start()
+    finally:
+        for s in fleet.sentinels:
+            s.proc.send_signal(signal.SIGCONT)
+
+
 def test_a_ring_step_lost_in_a_failover_is_sent_again(server_factory, sentinel_factory,
                                                       clockshim, tmp_path):
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
@@ -128,18 +143,63 @@ def test_a_node_back_on_rings_older_than_the_fleets_is_brought_up_to_date(
     assert new != old
     # The sentinels paused, so that the restart is no failover: n3's primary comes back from
     # the old AOF as the primary Sentinel names.
-    for s in fleet.sentinels:
-        s.proc.send_signal(signal.SIGSTOP)
-    try:
-        n3.stop(signal.SIGKILL)
-        shutil.rmtree(n3.workdir / "appendonlydir")
-        shutil.copytree(old_aof, n3.workdir / "appendonlydir")
-        n3.start()
-    finally:
-        for s in fleet.sentinels:
-            s.proc.send_signal(signal.SIGCONT)
+    restart_from_aof(fleet, n3, old_aof)
     until(lambda: as_map(n3.client().execute_command("SHARD.RING", "GET"))["digest"] == new,
           "n3 brought back to the fleet's ring", timeout=30)
+
+
+def test_a_node_brought_up_to_date_drops_the_copies_the_fleet_moved_away(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """A node back from an AOF older than a grow (in the nemesis test: a replica restarted from
+    its AOF and promoted before it synced) holds the keys the grow moved away from it, now
+    written again at their new owner. Its rings are brought up to date, and it cleans up the
+    keys of buckets it no longer owns. Before, they stayed: the shrink that followed moved those
+    buckets back, skipped the owner's newer copies as already there, and cleaned them up at
+    their owner: the writes made since the grow were lost (NEMESIS_SEED=32)."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    pipe = coordinator.pipeline(transaction=False)
+    for k in KEYS:
+        pipe.execute_command("SHARD.CALL", "SET", k, f"v:{k}")
+    assert all(r == b"OK" for r in pipe.execute())
+    before = dict(zip(KEYS, owners(coordinator, KEYS)))
+    n1 = fleet.primaries["n1"]
+    old_aof = tmp_path / "n1-aof-before-the-grow"
+    n1.client().execute_command("BGREWRITEAOF")
+    until(lambda: n1.client().info("persistence")["aof_rewrite_in_progress"] == 0
+          and n1.client().info("persistence")["aof_rewrite_scheduled"] == 0, "n1's AOF rewritten")
+    shutil.copytree(n1.workdir / "appendonlydir", old_aof)
+    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
+    new = wait_fleet(coordinator, "done")["new_digest"]
+    moved = [k for k, o in zip(KEYS, owners(coordinator, KEYS)) if o == "n3" and before[k] == "n1"]
+    assert len(moved) >= 10
+    pipe = coordinator.pipeline(transaction=False)
+    for k in moved:
+        pipe.execute_command("SHARD.CALL", "SET", k, f"w:{k}")
+    assert all(r == b"OK" for r in pipe.execute())
+    # n1 back from the AOF before the grow, as the primary Sentinel names (no failover).
+    restart_from_aof(fleet, n1, old_aof)
+    c1 = n1.client()
+    assert c1.exists(*moved) == len(moved)  # the grow's moved copies, back
+    until(lambda: as_map(c1.execute_command("SHARD.RING", "GET"))["digest"] == new,
+          "n1 brought back to the fleet's ring", timeout=30)
+
+    def only_its_own():
+        keys = [k.decode() for k in c1.scan_iter(count=1000)]
+        return keys and all(o == "n1" for o in owners(coordinator, keys)) \
+            and state(n1)["job_state"] != b"cleaning"
+    until(only_its_own, "n1 to hold only the keys it owns", timeout=30)
+
+    # The shrink moves the buckets back to n1: the newer copies come with them.
+    ring3 = ["slots", *[x for n in SHARDS[:3] for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring3) == b"OK"
+    wait_fleet(coordinator, "done")
+    got = dict(zip(moved, coordinator.pipeline(transaction=False).execute_command(
+        "SHARD.CALL", "MGET", *moved).execute()[0]))
+    stale = {k: v for k, v in got.items() if v != f"w:{k}".encode()}
+    assert not stale, f"{len(stale)} of {len(moved)} keys lost their writes since the grow: " \
+                      f"{dict(list(stale.items())[:5])}"
 
 
 def big(key):

@@ -2,8 +2,8 @@
 SHARD.MULTI, SHARD.CALL queued, SHARD.EXEC / SHARD.DISCARD on a 3-node fleet.
 
 A transaction whose keys have one owner and no watched key runs as MULTI/EXEC at that owner
-(over the module's connection, to itself too): it answers like the same MULTI/EXEC on a plain
-server. The tests that need the owner side (`SHARD.TXN WATCH/APPLY/PREPARE/COMMIT/...`, built
+(over the module's connection, or inside SHARD.EXEC when that owner is the coordinator
+itself): it answers like the same MULTI/EXEC on a plain server. The tests that need the owner side (`SHARD.TXN WATCH/APPLY/PREPARE/COMMIT/...`, built
 beside this) are skipped while the server has no `SHARD.TXN` command.
 """
 

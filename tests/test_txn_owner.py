@@ -254,6 +254,44 @@ def test_a_plain_command_of_a_locked_key_waits_for_commit(node):
     assert info(c)["txn_locks_held"] == "0"
 
 
+def test_a_command_let_go_is_refused_if_its_key_was_locked_again_before_it_ran(node):
+    """COMMIT of one transaction and PREPARE of the next, pipelined (so both run before the
+    event loop lets the waiting client run): the waiting APPEND, let go by the COMMIT, must
+    not run inside the second transaction's lock; it gets TRYAGAIN naming it, and the key is
+    as the first transaction left it. (On the build before, the APPEND ran: 'new+'.)"""
+    c = node.client()
+    c.set("k", "old")
+    assert prepare(c, "n0/1", ["SET", "k", "new"]) == b"PREPARED"
+    writer = Background(node, "APPEND", "k", "+")
+    until(lambda: blocked_on_lock(c), "the APPEND to wait for the lock")
+    p = c.pipeline(transaction=False)
+    p.execute_command("SHARD.TXN", "COMMIT", "n0/1")
+    p.execute_command("SHARD.TXN", "PREPARE", "n0/2", 60_000, 0, *cmds(["GET", "k"]))
+    assert p.execute() == [[b"OK"], b"PREPARED"]
+    got = writer.join()
+    assert isinstance(got, redis.ResponseError), got
+    assert str(got).startswith("TRYAGAIN a transaction (n0/2) holds the key 'k'"), got
+    assert txn(c, "COMMIT", "n0/2") == [b"new"]
+    assert c.get("k") == b"new"
+
+
+def test_a_routed_call_the_filter_leaves_to_the_module_waits_for_the_lock_too(node):
+    """While a client of this node is inside SHARD.MULTI the filter no longer turns a local
+    SHARD.CALL into the plain command (it could be that client's, to queue): SHARD.CALL GET of
+    a locked key then reaches the module, and must wait for the lock as the plain GET does,
+    not read the key under the transaction. (On the build before, it read 'old' at once.)"""
+    c = node.client()
+    c.set("k", "old")
+    opener = node.client()
+    assert opener.execute_command("SHARD.MULTI") == b"OK"
+    assert prepare(c, "n0/1", ["SET", "k", "new"]) == b"PREPARED"
+    reader = Background(node, "SHARD.CALL", "GET", "k")
+    until(lambda: blocked_on_lock(c), "the routed GET to wait for the lock")
+    assert txn(c, "COMMIT", "n0/1") == [b"OK"]
+    assert reader.join() == b"new"
+    assert opener.execute_command("SHARD.DISCARD") == b"OK"
+
+
 def test_a_waiting_command_gets_tryagain_after_the_lock_ms(node):
     c = node.client()
     c.config_set("shard.txn-lock-ms", 50)

@@ -268,9 +268,8 @@ pub fn resume(call: &Call) -> CmdResult {
         return operation::resume(call, reach);
     }
     if !job && !running_plan {
-        return Err(CmdError::err(
-            "nothing to resume: no resharding job is running here and no fleet operation is unfinished",
-        ));
+        // No plan to drive here: the one whose rings the fleet holds, if any (`adopt`).
+        return operation::adopt(call);
     }
     call.reply.ok();
     Ok(())

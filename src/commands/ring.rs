@@ -14,7 +14,7 @@ use crate::host::args::{is, ArgList};
 use crate::net::resp::ReplyResp;
 use crate::reshard::fleet::push::Push;
 use crate::reshard::fleet::survey::Survey;
-use crate::reshard::fleet::{fencing, node_state};
+use crate::reshard::fleet::{fencing, journal, node_state};
 use crate::reshard::jobs;
 use crate::ring::placement::{Mark, Placement};
 use crate::ring::{format_ranges, Algo, HashTag, RingSpec};
@@ -291,10 +291,21 @@ pub fn install(call: &Call) -> CmdResult {
             "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",
         ));
     }
+    let text = format!(
+        "rings {} (previous {}) {:?} installed, term {}",
+        journal::short(&current.spec.digest()),
+        previous.as_ref().map_or_else(
+            || "none".to_string(),
+            |p| journal::short(&p.spec.digest()).to_string()
+        ),
+        mark,
+        term.as_ref().map_or(0, |t| t.term)
+    );
     state::lock()
         .rings
         .install(current, previous, mark)
         .map_err(CmdError::err)?;
+    journal::note(&text);
     crate::index::ring_changed();
     call.ctx.replicate_verbatim();
     call.reply.ok();

@@ -11,6 +11,20 @@ use redis_module::raw;
 use crate::host::command::Call;
 use crate::host::reply::Reply;
 
+/// The check a command run by [`block_then_run`]'s reply callback passes first: given the
+/// command (its arguments, the index of its name) and the client's database, a refusal to
+/// reply instead of running it. Set once at load (`set_run_check`); none: always run. Why: a
+/// client let go when what it waited for ended runs in a later callback, and what it waited
+/// for may have begun again in between.
+pub type RunCheck = fn(&crate::host::args::Args, usize, i32) -> Option<String>;
+
+static RUN_CHECK: std::sync::OnceLock<RunCheck> = std::sync::OnceLock::new();
+
+/// Sets the check of [`RunCheck`] (at load; later calls are ignored).
+pub fn set_run_check(check: RunCheck) {
+    let _ = RUN_CHECK.set(check);
+}
+
 /// What a blocked client is unblocked with: it knows how to write itself as the reply.
 pub trait BlockedReply: 'static {
     /// The reply when the value was lost (the server called back without it).
@@ -165,6 +179,13 @@ extern "C" fn run_callback(
         );
         if name.is_empty() {
             return out.error("ERR no command to run");
+        }
+        if let Some(check) = RUN_CHECK.get() {
+            // SAFETY: the reply callback's context has the blocked client.
+            let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) };
+            if let Some(refusal) = check(&args, from, db) {
+                return out.error(&refusal);
+            }
         }
         // SAFETY: the reply callback's context has the blocked client; the strings are its
         // live arguments.

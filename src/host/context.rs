@@ -87,9 +87,19 @@ pub fn writes_paused() -> bool {
     unsafe { redis_module::raw::RedisModule_AvoidReplicaTraffic.is_some_and(|avoid| avoid() != 0) }
 }
 
-/// The replicas connected to this server now (`INFO replication`'s `connected_slaves`); 0
-/// before load. Main thread only.
+thread_local! {
+    /// The replicas online, as last read; `None`: to be read again.
+    static REPLICAS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// The replicas of this server that are online now (`INFO replication`'s replica lines in
+/// state `online`: those a `WAIT` can count); 0 before load. Read once, then kept until the
+/// server says a replica came online or went, or this server's role changed
+/// (`forget_replicas`, from `host::events`). Main thread only.
 pub fn connected_replicas() -> usize {
+    if let Some(n) = REPLICAS.with(std::cell::Cell::get) {
+        return n;
+    }
     let Some(ctx) = detached() else {
         return 0;
     };
@@ -99,10 +109,29 @@ pub fn connected_replicas() -> usize {
         Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
         _ => String::new(),
     };
-    text.lines()
-        .find_map(|l| l.strip_prefix("connected_slaves:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    let n = online_replicas(&text);
+    REPLICAS.with(|r| r.set(Some(n)));
+    n
+}
+
+/// The replicas in state `online` of an `INFO replication` text (`slave0:ip=...,state=online,...`;
+/// a server that names them `replica0` is read too).
+fn online_replicas(info: &str) -> usize {
+    info.lines()
+        .filter(|l| {
+            let name = l.split(':').next().unwrap_or_default();
+            let numbered = |prefix: &str| {
+                name.strip_prefix(prefix)
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            };
+            (numbered("slave") || numbered("replica")) && l.split(',').any(|f| f == "state=online")
+        })
+        .count()
+}
+
+/// The replicas are to be read again (a replica came online or went; the role changed).
+pub fn forget_replicas() {
+    REPLICAS.with(|r| r.set(None));
 }
 
 /// Runs `callback(data)` on the main thread after `delay`, on a timer of the server's event
@@ -142,4 +171,21 @@ fn server_flag(flag: u32) -> bool {
     };
     // SAFETY: the detached context lives as long as the module.
     !ctx.is_null() && unsafe { flags(ctx) } & flag as std::os::raw::c_int != 0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_the_replicas_online() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:3\r\n\
+                    slave0:ip=127.0.0.1,port=7001,state=online,offset=10,lag=0\r\n\
+                    slave1:ip=127.0.0.1,port=7002,state=wait_bgsave,offset=0,lag=0\r\n\
+                    replica2:ip=127.0.0.1,port=7003,state=online,offset=10,lag=1\r\n\
+                    master_failover_state:no-failover\r\n";
+        assert_eq!(super::online_replicas(info), 2);
+        assert_eq!(
+            super::online_replicas("role:master\r\nconnected_slaves:0\r\n"),
+            0
+        );
+    }
 }

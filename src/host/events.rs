@@ -1,8 +1,9 @@
 //! Server events the module follows, each handed to one Rust function registered at load:
 //! the event loop's turns (before it sleeps, after it wakes), the server becoming a primary or
-//! a replica, its link to its primary coming up or going down, a client leaving, and a
-//! `CONFIG SET` (which settings changed). The handlers run on the main thread; a panic in one
-//! stops there.
+//! a replica, its link to its primary coming up or going down, a replica of its own coming
+//! online or going (`context::connected_replicas` read again), a client leaving, and a `CONFIG
+//! SET` (which settings changed). The handlers run on the main thread; a panic in one stops
+//! there.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -101,6 +102,7 @@ pub unsafe fn on_role_change(ctx: *mut raw::RedisModuleCtx, role: fn(bool)) {
         subevent: u64,
         _data: *mut c_void,
     ) {
+        crate::host::context::forget_replicas();
         let _ = std::panic::catch_unwind(|| {
             (handlers().role)(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA);
         });
@@ -116,6 +118,24 @@ pub unsafe fn on_role_change(ctx: *mut raw::RedisModuleCtx, role: fn(bool)) {
             Some(callback),
         );
     }
+}
+
+/// Keeps `context::connected_replicas` true: it is read again after a replica came online or
+/// went (and after a role change, `on_role_change`).
+///
+/// # Safety
+/// `ctx` must be the context Redis passed to the module's `OnLoad`.
+pub unsafe fn follow_replicas(ctx: *mut raw::RedisModuleCtx) {
+    extern "C" fn callback(
+        _ctx: *mut raw::RedisModuleCtx,
+        _event: raw::RedisModuleEvent,
+        _subevent: u64,
+        _data: *mut c_void,
+    ) {
+        crate::host::context::forget_replicas();
+    }
+    // SAFETY: as the caller promises.
+    unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_REPLICA_CHANGE, Some(callback)) };
 }
 
 /// Calls `changed()` each time the server's link to its primary goes up or down.

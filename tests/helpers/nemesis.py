@@ -599,7 +599,11 @@ def finish_resharding(fleet, history, timeout=120):
                       if fleet.role(s) == "master" and ring_previous(s)]
         if not open_plans and not rings_open:
             return
-        for s, st in open_plans:
+        # No plan open anywhere, but rings open: the plan was lost (a failover to a server that
+        # never had it); RESUME adopts the operation whose rings the fleet holds.
+        todo = open_plans or [(s, {"running": b"no", "phase": b"(rings open)"})
+                              for s in [s for s in rings_open if s.port not in superseded][:1]]
+        for s, st in todo:
             if st["running"] == b"yes":
                 continue
             try:

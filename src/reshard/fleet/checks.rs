@@ -77,8 +77,10 @@ pub fn check_start(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> V
             ));
             continue;
         }
-        // Already begun (a START repeated, or resumed): the new ring over the old one.
-        let begun = st.digest == new && st.previous_digest == old;
+        // Already begun (a START repeated, or resumed): the new ring over the old one, not
+        // returning (those are the reverse operation's fence or cancel: the reverse operation
+        // is unfinished there).
+        let begun = st.digest == new && st.previous_digest == old && !st.returning;
         let holds_old = st.digest == old && st.previous_digest.is_empty();
         let fresh = st.digest.is_empty() && st.previous_digest.is_empty();
         match node.role {
@@ -142,14 +144,17 @@ fn rings_of(plan: &FleetPlan, st: &NodeState) -> Rings {
 
 /// The phase RESUME drives a plan from: its own, except a `commit` in which a node holds the
 /// new ring over the old one no longer settled (its primary failed over, or restarted from an
-/// AOF, before the settle reached a replica or the disk): the plan goes back to `settle`, so
+/// AOF, before the settle reached a replica or the disk), or rings from before (an adopted
+/// plan, `adopt`, whose node came back from an older file): the plan goes back to `settle`, so
 /// that every node is settled again before any other commits (a committed node settled again
 /// only reads and writes as it did; nothing is cleaned up before `cleanup`).
 pub fn resume_phase(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> Phase {
-    let unsettled = answers
-        .iter()
-        .flatten()
-        .any(|st| rings_of(plan, st) == Rings::Begun);
+    let unsettled = answers.iter().flatten().any(|st| {
+        matches!(
+            rings_of(plan, st),
+            Rings::Begun | Rings::Fenced | Rings::Old | Rings::Empty
+        )
+    });
     match plan.phase {
         Phase::Commit if unsettled => Phase::Settle,
         phase => phase,

@@ -24,13 +24,11 @@ use futures_util::future::join_all;
 use crate::net::endpoint::Endpoint;
 use crate::net::pool::Link;
 use crate::net::resp::Resp;
-use crate::reshard::fleet::checks::{
-    check_resume, job_verdict, not_holding, resume_phase, JobVerdict,
-};
-use crate::reshard::fleet::durable;
+use crate::reshard::fleet::checks::{job_verdict, not_holding, JobVerdict};
 use crate::reshard::fleet::lease::{self, Term};
 use crate::reshard::fleet::node_state::NodeState;
 use crate::reshard::fleet::plan::{FleetPlan, NodeProgress, Phase, MAX_ATTEMPTS};
+use crate::reshard::fleet::{durable, journal};
 use crate::route::forward::{self, CallReply, NetSteps};
 
 /// How often the coordinator looks at the nodes' jobs.
@@ -116,48 +114,26 @@ pub fn drive(reach: Reach, term: Term) {
             result = run(&steps, &reach).await;
         }
         lease::end(&steps, &nodes).await;
-        if let Err(e) = result {
-            with_plan(|p| p.error = e);
+        let plan = current_plan()
+            .map(|p| journal::plan_text(&p))
+            .unwrap_or_default();
+        match result {
+            Ok(()) => journal::note(&format!("the coordinator stopped: {plan}")),
+            Err(e) => {
+                journal::note(&format!("the coordinator stopped: {plan}: {e}"));
+                with_plan(|p| p.error = e);
+            }
         }
         CallReply::Reply(Resp::Null)
     });
 }
 
-/// The term to drive the unfinished plan under (RESUME, START again, CANCEL of a plan not
-/// driven): every node asked; refused while another coordinator's lease runs, or when a node
-/// holds rings that do not fit the plan's phase (`check_resume`: the plan is older than the
-/// fleet); the new term made durable in the plan before any step carries it.
-pub async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
-    let mut plan = current_plan()?;
-    let nodes = endpoints(&plan, &reach.me.name);
-    let answers = lease::ask(steps, &nodes, reach).await?;
-    let phase = resume_phase(&plan, &answers);
-    plan.phase = phase;
-    let problems = check_resume(&plan, &answers);
-    if !problems.is_empty() {
-        return Err(format!(
-            "ERR refused to drive the plan: {}",
-            problems.join("; ")
-        ));
-    }
-    let term = lease::take(plan.term, &nodes, &answers, reach)?;
-    with_plan(|p| {
-        if p.phase != phase {
-            p.enter(phase);
-        }
-        p.term = term.claim.term;
-        p.error.clear();
-    });
-    persist(steps, reach).await?;
-    Ok(term)
-}
-
 /// Reads or changes the state's plan.
-fn with_plan<T>(f: impl FnOnce(&mut FleetPlan) -> T) -> Option<T> {
+pub fn with_plan<T>(f: impl FnOnce(&mut FleetPlan) -> T) -> Option<T> {
     crate::reshard::current::lock().fleet.as_mut().map(f)
 }
 
-fn current_plan() -> Result<FleetPlan, String> {
+pub fn current_plan() -> Result<FleetPlan, String> {
     crate::reshard::current::lock()
         .fleet
         .clone()
@@ -242,7 +218,12 @@ async fn wait_for_calls(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
 /// Moves the plan to `phase` and makes it durable (not once the lease is lost).
 async fn enter(steps: &NetSteps, reach: &Reach, phase: Phase) -> Result<(), String> {
     lease::fresh(steps, reach).await?;
-    with_plan(|p| p.enter(phase));
+    if let Some(text) = with_plan(|p| {
+        p.enter(phase);
+        journal::plan_text(p)
+    }) {
+        journal::note(&format!("entered {text}"));
+    }
     persist(steps, reach).await
 }
 

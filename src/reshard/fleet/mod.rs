@@ -9,6 +9,8 @@
 //! - `node_state`: `SHARD.RING STATE`, this node's answer made, the others' answers read.
 //! - `checks`: what the coordinator concludes from the answers (a job's verdict, START's and
 //!   RESUME's checks), pure.
+//! - `adopt`: the plan whose rings the fleet holds, which RESUME drives when the plan here is
+//!   gone or older than the fleet (pure).
 //! - `coordinator`: drives the plan in the background on the event loop.
 //! - `durable`: a step counted done at a node only once that node's replica has it (the step
 //!   and `WAIT` on one connection), so a failover cannot lose a step the coordinator counted.
@@ -24,15 +26,19 @@
 //! - `repair`: after a load or a promotion, rings older than the fleet's (a lower term) are
 //!   brought up to date by asking a node of the newer term to push its rings.
 //! - `status`: STATUS's `fleet` field.
+//! - `journal`: the operation's notices in the server log (plans started, resumed, stored,
+//!   phases, rings installed).
 //! - `tests.rs`: the unit tests of the plan, its checks and byte form.
 //!
 //! May import what `reshard` may (pure rooms, `host`, `net`, `state`, `topology`, `route`) and
 //! the rest of `reshard`; never `cluster` or `commands`.
 
+pub mod adopt;
 pub mod checks;
 pub mod coordinator;
 pub mod durable;
 pub mod fencing;
+pub mod journal;
 pub mod lease;
 pub mod node_state;
 pub mod operation;

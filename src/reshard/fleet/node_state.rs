@@ -19,6 +19,13 @@ pub struct NodeState {
     pub digest: String,
     pub previous_digest: String,
     pub returning: bool,
+    /// The returning rings are a fleet operation's fence (`RingState::fence`).
+    pub fence: bool,
+    /// The canonical texts of its current and previous rings ("" when none): what a RESUME
+    /// that adopts the operation whose rings the fleet holds builds its plan from
+    /// (`fleet::adopt`).
+    pub ring: String,
+    pub previous_ring: String,
     /// The rings are settled (`RingState::settled`): the copies are done.
     pub settled: bool,
     pub job: String,
@@ -81,6 +88,9 @@ impl NodeState {
                 b"digest" => st.digest = text(),
                 b"previous_digest" => st.previous_digest = text(),
                 b"returning" => st.returning = text() == "yes",
+                b"fence" => st.fence = text() == "yes",
+                b"ring" => st.ring = text(),
+                b"previous_ring" => st.previous_ring = text(),
                 b"settled" => st.settled = text() == "yes",
                 b"job" => st.job = text(),
                 b"job_state" => st.job_state = text(),
@@ -155,9 +165,10 @@ fn my_keys_by_share(current: &Option<Arc<Placement>>, self_name: &str) -> Option
 }
 
 /// This node's answer to `SHARD.RING STATE`: its rings, job, key count and memory, its run id
-/// and the fleet operation's term it follows (`ring::lease`), as a map of 24 fields (`settled` among them), and with a
-/// ready key index 3 more: `key_ranges` (`[first, last, keys]` for each
-/// range of buckets it owns wholly), `keys_in_part_buckets`, `keys_not_owned` (read back by
+/// and the fleet operation's term it follows (`ring::lease`), as a map of 27 fields (`settled`,
+/// `fence`, and the rings' canonical texts `ring` and `previous_ring` among them), and with a
+/// ready key index 3 more: `key_ranges` (`[first, last, keys]` for each range of buckets it
+/// owns wholly), `keys_in_part_buckets`, `keys_not_owned` (read back by
 /// `NodeState::from_resp`).
 pub fn this_node(ctx: &Context) -> Resp {
     // INFO first: the state's lock is not held while the server gathers it.
@@ -168,6 +179,8 @@ pub fn this_node(ctx: &Context) -> Resp {
     let bulk = |b: &[u8]| Resp::Bulk(b.to_vec());
     let digest =
         |p: &Option<Arc<Placement>>| p.as_ref().map(|p| p.digest.clone()).unwrap_or_default();
+    let canonical =
+        |p: &Option<Arc<Placement>>| p.as_ref().map(|p| p.spec.canonical()).unwrap_or_default();
     let current = crate::reshard::current::lock();
     let job = &current.job;
     let kind = match job.kind {
@@ -193,6 +206,12 @@ pub fn this_node(ctx: &Context) -> Resp {
         ),
         ("epoch", int(st.rings.epoch)),
         ("returning", bulk(yes_no(st.rings.returning))),
+        ("fence", bulk(yes_no(st.rings.fence))),
+        ("ring", bulk(canonical(&st.rings.current).as_bytes())),
+        (
+            "previous_ring",
+            bulk(canonical(&st.rings.previous).as_bytes()),
+        ),
         ("settled", bulk(yes_no(st.rings.settled))),
         ("job", bulk(kind.as_bytes())),
         ("job_state", bulk(job.state.name().as_bytes())),

@@ -12,12 +12,15 @@ use redis_module::Context;
 use crate::host::args::printable;
 use crate::host::command::Call;
 use crate::host::error::CmdError;
+use crate::net::endpoint::Endpoint;
 use crate::net::resp::Resp;
-use crate::reshard::fleet::checks::check_start;
+use crate::reshard::fleet::adopt::adopted;
+use crate::reshard::fleet::checks::{check_resume, check_start, resume_phase};
 use crate::reshard::fleet::coordinator::{self, Reach};
+use crate::reshard::fleet::lease::Term;
 use crate::reshard::fleet::plan::FleetPlan;
-use crate::reshard::fleet::reach::reach;
-use crate::reshard::fleet::{fencing, lease};
+use crate::reshard::fleet::reach::{fleet_nodes, reach};
+use crate::reshard::fleet::{fencing, journal, lease};
 use crate::ring::placement::Placement;
 use crate::ring::{Algo, RingSpec};
 use crate::route::forward::{CallReply, NetSteps};
@@ -112,6 +115,7 @@ pub async fn begin(steps: NetSteps, mut plan: FleetPlan, reach: Reach) -> CallRe
                 "ERR shard.reshard start: another fleet operation started meanwhile".into(),
             );
         }
+        journal::note(&format!("START accepted: {}", journal::plan_text(&plan)));
         current.fleet = Some(plan);
     }
     if let Err(e) = coordinator::persist(&steps, &reach).await {
@@ -134,24 +138,147 @@ pub fn resume(call: &Call, reach: Reach) -> Result<(), CmdError> {
     }
     let link = reach.link.clone();
     let started = crate::route::forward::run(call, link, move |steps| async move {
-        match coordinator::acquire(&steps, &reach).await {
-            Ok(term) => {
-                coordinator::drive(reach, term);
-                CallReply::Reply(Resp::Simple(b"OK".to_vec()))
-            }
-            Err(e) => {
-                coordinator::not_driven(&e);
-                let coded = ["LEASEHELD ", "STALETERM ", "ERR "]
-                    .iter()
-                    .any(|c| e.starts_with(c));
-                CallReply::Error(if coded { e } else { format!("ERR {e}") })
-            }
-        }
+        acquire_and_drive(&steps, reach).await
     });
     started.map_err(|e| {
         coordinator::not_driven(&e);
         CmdError::err(e)
     })
+}
+
+/// RESUME where no plan is unfinished (none here, or one that ended): the plan whose rings the
+/// fleet holds (`adopt`), of a newer term than this node's plan, is adopted and driven as RESUME
+/// drives; refused when no node of this node's rings holds an unfinished operation's rings.
+pub fn adopt(call: &Call) -> Result<(), CmdError> {
+    let (reach, nodes, above) = {
+        let st = state::lock();
+        let current = st.current_ring()?.clone();
+        let nodes: Vec<Endpoint> = fleet_nodes(&st, &current)?
+            .into_iter()
+            .map(|n| n.0)
+            .collect();
+        let rings = FleetPlan::new(
+            st.rings
+                .previous
+                .as_ref()
+                .map_or_else(|| current.spec.clone(), |p| p.spec.clone()),
+            current.spec.clone(),
+            0,
+        );
+        let above = crate::reshard::current::lock()
+            .fleet
+            .as_ref()
+            .map_or(0, |p| p.term);
+        (reach(&st, &rings)?, nodes, above)
+    };
+    if !coordinator::begin_driving() {
+        call.reply.ok();
+        return Ok(());
+    }
+    let link = reach.link.clone();
+    let started = crate::route::forward::run(call, link, move |steps| async move {
+        let answers = coordinator::ask_states(&steps, &nodes).await;
+        let plan = match adopted(&answers, above, false) {
+            Ok(Some(plan)) => plan,
+            Ok(None) => {
+                coordinator::not_driven("");
+                return CallReply::Error(
+                    "ERR nothing to resume: no resharding job is running here, no fleet operation is unfinished here, and no node of this node's rings holds the rings of an unfinished one"
+                        .into(),
+                );
+            }
+            Err(e) => {
+                coordinator::not_driven("");
+                return CallReply::Error(format!("ERR nothing to resume here: {e}"));
+            }
+        };
+        if coordinator::endpoint_of(&plan, &reach.me.name, &reach.me.name).is_none() {
+            coordinator::not_driven("");
+            return CallReply::Error(format!(
+                "ERR the fleet holds the rings of an unfinished operation to ring {} that does not name this node: RESUME it on a node of its rings",
+                plan.new.digest()
+            ));
+        }
+        journal::note(&format!(
+            "RESUME adopts the operation whose rings the fleet holds: {}",
+            journal::plan_text(&plan)
+        ));
+        crate::reshard::current::lock().fleet = Some(plan);
+        acquire_and_drive(&steps, reach).await
+    });
+    started.map_err(|e| {
+        coordinator::not_driven(&e);
+        CmdError::err(e)
+    })
+}
+
+/// The term to drive the unfinished plan under (RESUME, START again, CANCEL of a plan not
+/// driven): every node asked; refused while another coordinator's lease runs. When a node holds
+/// rings that do not fit the plan's phase (`check_resume`: the plan is older than the fleet,
+/// restored from an older copy), the plan whose rings the fleet holds is adopted instead
+/// (`adopt`), when it is of this plan's term or a newer one; else RESUME is refused, naming the
+/// nodes. The new term is made durable in the plan before any step carries it.
+async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
+    let mut plan = coordinator::current_plan()?;
+    let mut nodes = coordinator::endpoints(&plan, &reach.me.name);
+    let mut answers = lease::ask(steps, &nodes, reach).await?;
+    plan.phase = resume_phase(&plan, &answers);
+    let problems = check_resume(&plan, &answers);
+    let mut adopted_plan = false;
+    if !problems.is_empty() {
+        let refused = |more: String| {
+            format!(
+                "ERR refused to drive the plan: {}{more}",
+                problems.join("; ")
+            )
+        };
+        plan = match adopted(&answers, plan.term, true) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(refused(String::new())),
+            Err(e) => return Err(refused(format!("; {e}"))),
+        };
+        journal::note(&format!(
+            "RESUME adopts the operation whose rings the fleet holds: {}",
+            journal::plan_text(&plan)
+        ));
+        adopted_plan = true;
+        nodes = coordinator::endpoints(&plan, &reach.me.name);
+        answers = lease::ask(steps, &nodes, reach).await?;
+        plan.phase = resume_phase(&plan, &answers);
+    }
+    let term = lease::take(plan.term, &nodes, &answers, reach)?;
+    journal::note(&format!(
+        "RESUME: {} now under term {}",
+        journal::plan_text(&plan),
+        term.claim.term
+    ));
+    let phase = plan.phase;
+    if adopted_plan {
+        plan.enter(phase);
+        plan.term = term.claim.term;
+        crate::reshard::current::lock().fleet = Some(plan);
+    } else {
+        coordinator::with_plan(|p| {
+            if p.phase != phase {
+                p.enter(phase);
+            }
+            p.term = term.claim.term;
+            p.error.clear();
+        });
+    }
+    coordinator::persist(steps, reach).await?;
+    Ok(term)
+}
+
+fn coded(e: String) -> String {
+    let coded = ["LEASEHELD ", "STALETERM ", "ERR "]
+        .iter()
+        .any(|c| e.starts_with(c));
+    if coded {
+        e
+    } else {
+        format!("ERR {e}")
+    }
 }
 
 /// HANDOVER: the coordinator stops at its next step and releases its lease at every node, so a
@@ -210,7 +337,24 @@ pub fn save_plan(ctx: &Context, bytes: &[u8]) -> Result<(), CmdError> {
         fencing::check_plan_term(ctx, plan.term)?;
     }
     if !coordinator::running() {
-        crate::reshard::current::lock().fleet = plan;
+        let mut current = crate::reshard::current::lock();
+        journal::stored("PLAN", current.fleet.as_ref(), plan.as_ref());
+        current.fleet = plan;
     }
     Ok(())
+}
+
+/// The term for this node's plan (`acquire`), then the plan driven under it: the reply of
+/// RESUME (and of START again, CANCEL of a plan not driven).
+async fn acquire_and_drive(steps: &NetSteps, reach: Reach) -> CallReply {
+    match acquire(steps, &reach).await {
+        Ok(term) => {
+            coordinator::drive(reach, term);
+            CallReply::Reply(Resp::Simple(b"OK".to_vec()))
+        }
+        Err(e) => {
+            coordinator::not_driven(&e);
+            CallReply::Error(coded(e))
+        }
+    }
 }

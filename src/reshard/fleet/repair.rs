@@ -12,6 +12,15 @@
 //! fleet moved on without this node: it asks that node to push its rings to every node
 //! (`SHARD.RING PUSH` there), and logs it. Nodes of the same term are left alone: their rings
 //! are the running operation's, which its coordinator drives.
+//!
+//! Then, once the pushed rings hold no resharding open, it cleans up (`SHARD.RESHARD CLEANUP`;
+//! a node the rings no longer name logs that `CLEANUP LEFT` empties it): the keys it holds of
+//! buckets it does not own are copies the fleet moved away while this server was elsewhere (their owner holds them, and
+//! newer), and nothing routes to them; left there, a later operation moving those buckets back
+//! would skip the owner's newer copy as already here, then clean it up at its owner: the writes
+//! made since were lost (the nemesis test found it, `NEMESIS_SEED=32`: a replica restarted from
+//! an older AOF and promoted before it synced, then a shrink). With a resharding open, the
+//! operation's own `cleanup` phase does it.
 
 use std::time::Duration;
 
@@ -21,7 +30,7 @@ use redis_module::Context;
 use crate::net::resp::Resp;
 use crate::reshard::fleet::node_state::NodeState;
 use crate::reshard::fleet::reach::{fleet_nodes, link};
-use crate::route::forward::{self, CallReply};
+use crate::route::forward::{self, CallReply, NetSteps};
 use crate::state;
 
 /// How long after a load or a promotion the check runs.
@@ -78,8 +87,49 @@ fn check(_ctx: &Context, (): ()) {
                 at.name
             ));
             let push = [b"SHARD.RING".to_vec(), b"PUSH".to_vec()];
-            let _ = steps.send(at, &push).await;
+            if steps.send(at, &push).await.is_ok() {
+                clean_up(&steps).await;
+            }
         }
         CallReply::Reply(Resp::Simple(b"OK".to_vec()))
     });
+}
+
+/// After a repair: this node's keys of buckets it does not own are removed (see the module's
+/// doc), unless a resharding is open on the rings it was given.
+async fn clean_up(steps: &NetSteps) {
+    let me = {
+        let st = state::lock();
+        let Some(current) = st.rings.current.clone() else {
+            return;
+        };
+        if st.rings.previous.is_some() {
+            return;
+        }
+        let me = fleet_nodes(&st, &current)
+            .ok()
+            .and_then(|nodes| nodes.into_iter().map(|n| n.0).find(|at| at.is_self));
+        let Some(me) = me else {
+            // Not named by the rings (or not the primary Sentinel names for its node).
+            if current.spec.node_index(&st.config.ring.self_name).is_none() {
+                redis_module::logging::log_notice(
+                    "shard: this node's rings were brought up to date and name it no more: SHARD.RESHARD CLEANUP LEFT empties it",
+                );
+            }
+            return;
+        };
+        me
+    };
+    let cleanup = [b"SHARD.RESHARD".to_vec(), b"CLEANUP".to_vec()];
+    let reply = steps.send(&me, &cleanup).await;
+    redis_module::logging::log_notice(format!(
+        "shard: the keys of buckets this node no longer owns, after its rings were brought up to \
+         date: SHARD.RESHARD CLEANUP {}",
+        match reply {
+            Ok(Resp::Simple(_)) => "started".to_string(),
+            Ok(Resp::Error(e)) => format!("refused: {}", String::from_utf8_lossy(&e)),
+            Ok(other) => format!("refused: {other:?}"),
+            Err(e) => format!("failed: {e}"),
+        }
+    ));
 }

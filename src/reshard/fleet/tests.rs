@@ -175,6 +175,17 @@ fn start_checks_name_each_node() {
         .map(|n| state(n, &new, &old, 5))
         .collect();
     assert!(check_start(&p, &begun).is_empty());
+    // The reverse operation's fence (or cancel) holds the same two rings, returning: that
+    // operation is unfinished there, and START refuses rather than take its rings for its own.
+    let mut reverse = begun.clone();
+    reverse[1] = state("b", &new, &old, 5).map(|st| NodeState {
+        returning: true,
+        fence: true,
+        ..st
+    });
+    let problems = check_start(&p, &reverse);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("node b") && problems[0].contains("holds another ring"));
     let mut wrong_self = fine;
     wrong_self[0] = state("x", &old, "", 1);
     assert!(check_start(&p, &wrong_self)[0].contains("calls itself 'x'"));

@@ -13,7 +13,7 @@
 //! failover) still hears `commit`. Presumed aborts are kept for the last `ABORTS_KEPT`.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::persist::Reader;
 use crate::txn::coord::wire::{self, Decision};
@@ -53,8 +53,10 @@ pub struct Book {
     aborts: VecDeque<String>,
     /// Transactions being prepared here, with their deadline (monotonic ms).
     preparing: HashMap<String, u64>,
-    /// Commits forgotten lately.
+    /// Commits forgotten lately, in the order they were (the oldest dropped past
+    /// `DONE_KEPT`), and as a set, for the look-up of each decision and question.
     done: VecDeque<String>,
+    done_set: HashSet<String>,
 }
 
 impl Book {
@@ -73,7 +75,7 @@ impl Book {
             }
             None => {}
         }
-        if self.done.iter().any(|d| d == txid) {
+        if self.done_set.contains(txid) {
             return Err(format!(
                 "COMMITTED transaction {txid} was committed already"
             ));
@@ -92,13 +94,21 @@ impl Book {
 
     /// Forgets the decision of `txid` (every owner applied it).
     pub fn forget(&mut self, txid: &str) {
-        if let Some(Record::Commit(_)) = self.records.remove(txid) {
-            self.done.push_back(txid.to_string());
-            if self.done.len() > DONE_KEPT {
-                self.done.pop_front();
+        match self.records.remove(txid) {
+            Some(Record::Commit(_)) => {
+                if self.done_set.insert(txid.to_string()) {
+                    self.done.push_back(txid.to_string());
+                }
+                if self.done.len() > DONE_KEPT {
+                    if let Some(old) = self.done.pop_front() {
+                        self.done_set.remove(&old);
+                    }
+                }
             }
+            // (A txid is in `aborts` only while its record is an abort.)
+            Some(Record::Abort) => self.aborts.retain(|a| a != txid),
+            None => {}
         }
-        self.aborts.retain(|a| a != txid);
         self.preparing.remove(txid);
     }
 
@@ -119,7 +129,7 @@ impl Book {
             Some(Record::Abort) => return (Status::Abort, false),
             None => {}
         }
-        if self.done.iter().any(|d| d == txid) {
+        if self.done_set.contains(txid) {
             return (Status::Commit, false);
         }
         if self.preparing.get(txid).is_some_and(|d| now_ms <= *d) {
@@ -273,6 +283,36 @@ mod tests {
         assert_eq!(book.status("a/1", 500), (Status::Commit, false));
         assert!(book.decide("a/1", Record::Abort).is_err());
         assert_eq!(book.counts(), (0, 2));
+    }
+
+    #[test]
+    fn the_last_forgotten_commits_are_known_and_older_ones_dropped() {
+        let mut book = Book::default();
+        for i in 0..DONE_KEPT + 3 {
+            let txid = format!("n0/{i}");
+            book.decide(&txid, Record::Commit(parts())).unwrap();
+            book.forget(&txid);
+            book.forget(&txid);
+        }
+        assert_eq!(
+            (book.done.len(), book.done_set.len()),
+            (DONE_KEPT, DONE_KEPT)
+        );
+        assert_eq!(book.status("n0/3", 0), (Status::Commit, false));
+        assert_eq!(
+            book.status(&format!("n0/{}", DONE_KEPT + 2), 0).0,
+            Status::Commit
+        );
+        assert_eq!(
+            book.status("n0/2", 0),
+            (Status::Abort, true),
+            "dropped, unknown now"
+        );
+        // An abort forgotten leaves the aborts' order too.
+        book.decide("n0/x", Record::Abort).unwrap();
+        assert_eq!(book.counts(), (0, 2));
+        book.forget("n0/x");
+        assert_eq!(book.counts(), (0, 1));
     }
 
     #[test]

@@ -19,7 +19,8 @@ use crate::txn::coord::clients::{self, Queue};
 use crate::txn::coord::fleet::NetFleet;
 use crate::txn::coord::phases::{self, Fleet, Outcome};
 use crate::txn::coord::plan::{Part, Txn};
-use crate::txn::coord::{book, queue, wire};
+use crate::txn::coord::wire::Prepared;
+use crate::txn::coord::{book, local, queue, wire};
 
 /// How long an owner keeps a watch that is not used (then it counts as written).
 pub const WATCH_TTL_MS: u64 = 60_000;
@@ -99,7 +100,7 @@ pub fn watch(call: &Call, keys: &[&[u8]]) -> CmdResult {
         ));
     }
     let owners = queue::owners_of(keys)?;
-    let mut groups: Vec<(Endpoint, Vec<Vec<u8>>)> = Vec::new();
+    let mut groups: Vec<(Endpoint, Vec<Vec<u8>>)> = Vec::with_capacity(2);
     for (owner, key) in owners.into_iter().zip(keys) {
         match groups.iter_mut().find(|(o, _)| o.name == owner.name) {
             Some((_, ks)) => ks.push(key.to_vec()),
@@ -119,6 +120,15 @@ pub fn watch(call: &Call, keys: &[&[u8]]) -> CmdResult {
             }
         }
     });
+    // This node's own keys are watched here, now; the client waits only for other owners.
+    let here = local::get().watch;
+    groups.retain(|(owner, ks)| {
+        !(owner.is_self && !is_replica() && here(call, &txid, WATCH_TTL_MS, ks).is_some())
+    });
+    if groups.is_empty() {
+        call.reply.ok();
+        return Ok(());
+    }
     forward::run(call, link(Some(call)), move |steps| async move {
         let sent = groups
             .iter()
@@ -155,10 +165,16 @@ pub fn unwatch(call: &Call) -> CmdResult {
 
 /// Drops `txid`'s watches at their owners, in the background.
 pub fn unwatch_later(txid: &str, watched: &[(Endpoint, Vec<Vec<u8>>)]) {
-    if watched.is_empty() {
+    let here = local::get().unwatch;
+    let owners: Vec<Endpoint> = watched
+        .iter()
+        .map(|(o, _)| o)
+        .filter(|o| !(o.is_self && here(txid).is_some()))
+        .cloned()
+        .collect();
+    if owners.is_empty() {
         return;
     }
-    let owners: Vec<Endpoint> = watched.iter().map(|(o, _)| o.clone()).collect();
     let request = wire::unwatch(txid);
     forward::spawn(link(None), move |steps| async move {
         let _ = join_all(owners.iter().map(|o| steps.send_control(o, &request))).await;
@@ -247,6 +263,10 @@ pub fn exec(call: &Call) -> CmdResult {
     if txn.txid.is_empty() && txn.parts.len() > 1 {
         txn.txid = new_txid(call)?;
     }
+    if let Some(outcome) = run_here(call, &txn) {
+        crate::host::blocked::BlockedReply::write(&reply(outcome), &call.reply);
+        return Ok(());
+    }
     let lock_ms = lock_ms();
     forward::run(call, link(Some(call)), move |steps| async move {
         let fleet = NetFleet { steps };
@@ -261,6 +281,35 @@ pub fn exec(call: &Call) -> CmdResult {
         reply(outcome)
     })
     .map_err(CmdError::err)
+}
+
+fn is_replica() -> bool {
+    crate::topology::nodes::is_replica()
+}
+
+/// A transaction with nothing to send, or whose only part is this node's, run inside the
+/// client's `SHARD.EXEC` (`local`): its outcome, replied at once. `None` runs it as any other:
+/// the owner side did not register, this server is a replica, or a key is locked by another
+/// transaction (the phases wait that out, over the connection to this node).
+fn run_here(call: &Call, txn: &Txn) -> Option<Outcome> {
+    let one = match txn.parts.as_slice() {
+        [] => return Some(Outcome::Committed(Ok(Vec::new()))),
+        [one] if one.watched.is_empty() && one.commands.is_empty() => {
+            return Some(Outcome::Committed(Ok(Vec::new())))
+        }
+        [one] if one.owner.is_self && !is_replica() => one,
+        _ => return None,
+    };
+    let txid = if txn.txid.is_empty() { "-" } else { &txn.txid };
+    let done = (local::get().apply)(call, txid, &one.watched, &one.commands)?;
+    Some(match done {
+        Ok(reply) => phases::replied(txn, reply),
+        Err(e) => match wire::refusal(e.message().as_bytes()) {
+            Prepared::Locked => return None,
+            Prepared::Watched => Outcome::Watched,
+            _ => Outcome::Failed(e.message().to_string()),
+        },
+    })
 }
 
 /// How long a transaction waits out other transactions' locks (`shard.txn-lock-ms`).

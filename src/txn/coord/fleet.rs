@@ -2,8 +2,13 @@
 //! requests on each owner's control connection (`net::lanes::CONTROL`); the decision sent to this node itself as
 //! `SHARD.TXN DECIDE` (a command, so that it is replicated and written to the AOF as it is)
 //! followed, when this node has a replica connected, by `WAIT 1` on the same connection of its
-//! own (as a fleet step is, `reshard/fleet/durable.rs`), and forgotten as `SHARD.TXN FORGET`.
-//! This node's own parts go to the owner side directly when it registered (`local`).
+//! own (as a fleet step is, `reshard/fleet/durable.rs`), and forgotten as `SHARD.TXN FORGET`
+//! (sent, not waited for: the client's reply does not wait on it; one lost leaves the decision
+//! to be carried out again, which the owners answer `DONE`). Whether this node has a replica
+//! is `host::context::connected_replicas`, kept from the server's replica events (not read
+//! from `INFO` per decision). The phases run in the background, with no command's context:
+//! this node's own parts of several owners go over the network too (`local` runs one
+//! owner's block inside the client's `SHARD.EXEC`).
 
 use std::cell::Cell;
 use std::future::{ready, Future};
@@ -17,7 +22,6 @@ use futures_util::future::Either;
 
 use crate::txn::coord::book::{self, Record};
 use crate::txn::coord::hold::{self, Step};
-use crate::txn::coord::local;
 use crate::txn::coord::phases::{Decided, Fleet};
 use crate::txn::coord::plan::Txn;
 use crate::txn::coord::wire::{self, Decision};
@@ -52,20 +56,6 @@ impl NetFleet {
         while hold::holds(step) {
             self.steps.sleep(Duration::from_millis(10)).await;
         }
-    }
-
-    /// A control request sent now (to this node's owner side directly when it registered).
-    fn send(
-        &self,
-        at: &Endpoint,
-        args: Vec<Vec<u8>>,
-    ) -> impl Future<Output = Result<Resp, StepError>> {
-        if at.is_self {
-            if let Some(reply) = (local::get().control)(&args, self.steps.link().db) {
-                return Either::Left(ready(Ok(reply)));
-            }
-        }
-        Either::Right(self.steps.send_control(at, &args))
     }
 
     async fn record(&self, txid: &str, args: Vec<Vec<u8>>) -> Result<Resp, String> {
@@ -134,10 +124,10 @@ impl Fleet for NetFleet {
                     self.wait_at(Step::CommittedOne).await;
                 }
                 let now = crate::txn::coord::queue::node_named(&at.name).unwrap_or(at);
-                self.send(&now, args).await
+                self.steps.send_control(&now, &args).await
             });
         }
-        Either::Right(self.send(at, args))
+        Either::Right(self.steps.send_control(at, &args))
     }
 
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {
@@ -168,18 +158,16 @@ impl Fleet for NetFleet {
     }
 
     fn forget(&self, txid: &str) -> impl Future<Output = ()> {
-        let me = crate::txn::coord::queue::this_node();
-        if me.is_none() {
+        // Sent now (the pool queues it at once); its reply is not waited for.
+        match crate::txn::coord::queue::this_node() {
+            Some(me) => drop(self.steps.send_control(&me, &wire::forget(txid))),
             // This node left the ring (a shrink) since it decided: no address of its own to
             // send FORGET to; forgotten here, replicated from a timer, else it stayed held.
-            crate::host::context::after(Duration::ZERO, forget_here, txid.to_string());
-        }
-        let sent = me.map(|me| self.steps.send_control(&me, &wire::forget(txid)));
-        async move {
-            if let Some(sent) = sent {
-                let _ = sent.await;
+            None => {
+                crate::host::context::after(Duration::ZERO, forget_here, txid.to_string());
             }
         }
+        ready(())
     }
 
     fn preparing(&self, txid: &str, deadline_ms: u64) {

@@ -138,7 +138,7 @@ async fn apply<F: Fleet>(txn: &Txn, part: &Part, fleet: &F) -> Attempt {
 }
 
 /// One owner's `APPLY` reply as the transaction's outcome.
-fn replied(txn: &Txn, reply: Resp) -> Outcome {
+pub fn replied(txn: &Txn, reply: Resp) -> Outcome {
     match reply {
         Resp::Null | Resp::NullArray => Outcome::Watched,
         Resp::Array(replies) => Outcome::Committed(txn.merge(vec![replies])),

@@ -93,10 +93,16 @@ pub fn watch(call: &Call) -> CmdResult {
     let keys: Vec<Vec<u8>> = (4..call.args.len())
         .map(|i| call.args.get(i).to_vec())
         .collect();
-    let db = caller::selected_db(call) as i32;
-    with(|t| t.watch(&txid, db, &keys, ttl, now()));
+    watch_here(call, &txid, ttl, &keys);
     call.reply.ok();
     Ok(())
+}
+
+/// `SHARD.TXN WATCH`'s work, in the database of `call` (a coordinator of this very node calls
+/// it from its client's `SHARD.WATCH`: `txn::coord::local`).
+pub fn watch_here(call: &Call, txid: &str, ttl_ms: u64, keys: &[Vec<u8>]) {
+    let db = caller::selected_db(call) as i32;
+    with(|t| t.watch(txid, db, keys, ttl_ms, now()));
 }
 
 /// `SHARD.TXN UNWATCH txid`.
@@ -131,22 +137,34 @@ pub fn apply(call: &Call) -> CmdResult {
     let args = args_of(call);
     let (watched, next) = parse::watched(&args, 3).map_err(syntax)?;
     let cmds = parse::commands(&args, next).map_err(syntax)?;
+    let reply = apply_here(call, &txid, &watched, &cmds)?;
+    call.reply.resp(&reply);
+    Ok(())
+}
+
+/// `SHARD.TXN APPLY`'s work in the database of `call`, its commands run as its client (a
+/// coordinator of this very node calls it from its client's `SHARD.EXEC`:
+/// `txn::coord::local`): the null array if a watched key was written, else the commands'
+/// replies; refused (nothing run) for a key not this node's, moving or locked.
+pub fn apply_here(
+    call: &Call,
+    txid: &str,
+    watched: &[Vec<u8>],
+    cmds: &[Command],
+) -> Result<Resp, CmdError> {
     let db = caller::selected_db(call) as i32;
-    let keys = keys_of(&cmds)?;
+    let keys = keys_of(cmds)?;
     owned::check_keys(&keys)?;
-    refuse_locked(db, &keys, &txid)?;
+    refuse_locked(db, &keys, txid)?;
     let clean = with(|t| {
-        let clean = t.watched_clean(&txid, db, &watched, now());
-        t.unwatch(&txid);
+        let clean = t.watched_clean(txid, db, watched, now());
+        t.unwatch(txid);
         clean
     });
     if !clean {
-        call.reply.null_array();
-        return Ok(());
+        return Ok(Resp::NullArray);
     }
-    let replies = run_all(call, &cmds)?;
-    call.reply.resp(&Resp::Array(replies));
-    Ok(())
+    Ok(Resp::Array(run_all(call, cmds)?))
 }
 
 /// `SHARD.TXN PREPARE txid lock-ms nwatched key... ncmds (argc arg...)...`.

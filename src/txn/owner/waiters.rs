@@ -127,3 +127,32 @@ fn tick(ctx: &redis_module::Context, (): ()) {
         keep_ticking();
     }
 }
+
+/// The recheck of a client let go by `release` before its command runs (`host::blocked::
+/// RunCheck`): between the release and the run, in the same turn of the event loop, a
+/// `PREPARE` may have locked one of its keys again; the command is then refused with
+/// `TRYAGAIN` rather than run inside that transaction's lock.
+pub fn recheck(args: &crate::host::args::Args, from: usize, db: i32) -> Option<String> {
+    if !crate::txn::owner::active() {
+        return None;
+    }
+    let argc = args.len().checked_sub(from)?;
+    let arg = |i: usize| (i < argc).then(|| args.get(from + i));
+    let start = crate::txn::owner::marks::carried_start(arg);
+    let meta = crate::route::command_table::known(arg(start)?)?;
+    let range = meta.fixed_keys(argc.saturating_sub(start))?;
+    let holder = read(|t| {
+        range.into_iter().find_map(|pos| {
+            let key = arg(pos + start)?;
+            t.locked_by(db, key)
+                .map(|txid| (key.to_vec(), txid.to_string()))
+        })
+    })?;
+    let (key, txid) = holder;
+    let refusal = crate::txn::owner::owned::held(
+        &key,
+        &txid,
+        "it was locked again as the command was let go",
+    );
+    Some(refusal.message().to_string())
+}
