@@ -327,7 +327,8 @@ def check(fleet, bank):
     ids = {tid for tid, _ in seen}
     for (tid, a), count in seen.items():
         if count > 1:
-            problems.append(f"{tid} applied {count} times at {a}")
+            problems.append(f"{tid} applied {count} times at {a} ({bank.transfers.get(tid)}, "
+                            f"{bank.outcome.get(tid)} at {bank.acked_at.get(tid)})")
     for tid in ids:
         if tid not in bank.transfers:
             problems.append(f"{tid} in a log but never sent")
