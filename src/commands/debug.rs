@@ -2,7 +2,9 @@
 //! every name the key index holds for database `db`, with its bucket (the tests compare it with
 //! a full scan); `SHARD.DEBUG FLEET-HOLD phase n | OFF`: holds this node's fleet coordinator in
 //! `phase` once the plan's first `n` nodes have that phase's rings (the tests act between two
-//! nodes of a phase). Refused unless redis-server runs with `enable-debug-command yes` (or
+//! nodes of a phase); `SHARD.DEBUG RING-CHECK HOLD | GO`: holds the check of this node's rings
+//! after a load or a promotion (its writes refused meanwhile), or lets it go on (a hold at start:
+//! `SHARD_DEBUG_HOLD_RING_CHECK=yes` in the server's environment). Refused unless redis-server runs with `enable-debug-command yes` (or
 //! `local`, from a local connection), like Redis's own DEBUG command.
 
 use crate::command;
@@ -18,9 +20,10 @@ pub fn debug(call: &Call) -> CmdResult {
     let forget = call.args.len() == 4 && is(call.args.get(1), "KEYINDEX-FORGET");
     let gone_limit = call.args.len() == 3 && is(call.args.get(1), "KEYINDEX-GONE-LIMIT");
     let hold = (3..=4).contains(&call.args.len()) && is(call.args.get(1), "FLEET-HOLD");
-    if !panic && !index && !forget && !gone_limit && !hold {
+    let ring_check = call.args.len() == 3 && is(call.args.get(1), "RING-CHECK");
+    if !panic && !index && !forget && !gone_limit && !hold && !ring_check {
         return Err(CmdError::err(
-            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF",
+            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF | RING-CHECK HOLD|GO",
         ));
     }
     let setting = call
@@ -46,6 +49,19 @@ pub fn debug(call: &Call) -> CmdResult {
     }
     if hold {
         return fleet_hold(call);
+    }
+    if ring_check {
+        let on = match String::from_utf8_lossy(call.args.get(2))
+            .to_ascii_uppercase()
+            .as_str()
+        {
+            "HOLD" => true,
+            "GO" => false,
+            _ => return Err(CmdError::err("usage: SHARD.DEBUG RING-CHECK HOLD|GO")),
+        };
+        crate::reshard::fleet::repair::hold(on);
+        call.reply.ok();
+        return Ok(());
     }
     if gone_limit {
         // How many names deleted during a build are remembered before the build looks names
@@ -133,7 +149,7 @@ pub static COMMAND: CommandSpec = command! {
     handler: debug,
     flags: "admin",
     arity: -2,
-    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes (needs enable-debug-command)",
+    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes; RING-CHECK HOLD|GO holds the check of rings after a load or a promotion (needs enable-debug-command)",
     complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",
