@@ -51,6 +51,9 @@ const GIVE_UP: Duration = Duration::from_secs(10);
 /// How long a check waits before asking for a push again.
 const PUSH_AGAIN: Duration = Duration::from_millis(500);
 
+/// The check that logged its request for a push.
+static LOGGED: AtomicU64 = AtomicU64::new(0);
+
 /// Each check's number: a check's end (or bound) lifts the gate only if no later check began.
 static CHECK: AtomicU64 = AtomicU64::new(0);
 
@@ -197,11 +200,14 @@ fn attempt_now(n: u64, deadline: Instant) {
             lift(n);
             return CallReply::Reply(Resp::Simple(b"OK".to_vec()));
         };
-        redis_module::logging::log_notice(format!(
-            "shard: this node's rings (fleet term {my_term}) are older than node {}'s (term \
+        // Logged once per check (a push that missed this node is asked for again).
+        if LOGGED.swap(n, Ordering::Relaxed) != n {
+            redis_module::logging::log_notice(format!(
+                "shard: this node's rings (fleet term {my_term}) are older than node {}'s (term \
              {term}): asking it to push its rings",
-            at.name
-        ));
+                at.name
+            ));
+        }
         let push = [b"SHARD.RING".to_vec(), b"PUSH".to_vec()];
         let pushed = steps.send(at, &push).await.is_ok();
         let installed = {
@@ -213,6 +219,12 @@ fn attempt_now(n: u64, deadline: Instant) {
         };
         // Not installed: the push missed this node (a peer's connection to this server's
         // previous process), or the newer rings do not name it; asked again for a while.
+        if pushed && !installed && Instant::now() >= deadline + GIVE_UP {
+            redis_module::logging::log_notice(format!(
+                "shard: node {}'s push did not bring this node its rings (they may not name it)",
+                at.name
+            ));
+        }
         if pushed && (installed || Instant::now() >= deadline + GIVE_UP) {
             lift(n);
             clean_up(&steps).await;
