@@ -108,6 +108,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // SAFETY: OnLoad's own context.
     unsafe { config::follow_config_set(ctx.ctx) };
     // SAFETY: OnLoad's own context.
+    reshard::fleet::repair::hold_from_env();
     if let Err(e) = unsafe { follow_the_server(ctx.ctx) } {
         ctx.log_warning(&e);
         return Status::Err;
@@ -134,6 +135,9 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         index::on_keyspace_change(change);
         txn::owner::on_keyspace_change(change);
         if change == KeyspaceChange::LoadEnded {
+            // A primary back from a load: rings older than the fleet's are brought up to date,
+            // its writes refused until they are checked.
+            reshard::fleet::repair::check_soon();
             txn::coord::exec::resume();
         }
     }

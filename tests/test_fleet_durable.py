@@ -293,3 +293,74 @@ def test_a_copy_counts_done_only_at_the_server_that_ran_it(
     assert fleet.primary("n3").client().dbsize() == 0
     # The demoted server's copy stopped with its demotion.
     assert status(r)["state"] != b"copying"
+
+
+def test_a_node_back_on_older_rings_refuses_writes_until_they_are_checked(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """A node back from an AOF older than a grow holds the old ring until its peers push it the
+    new one (issue 33, the nemesis test's lost list elements): before, it acknowledged the
+    writes routed through it by the old ring meanwhile, at owners the new ring no longer names,
+    and they were lost. Now its rings are unchecked after the load and its writes refused with
+    TRYAGAIN (SHARD.CALL's and the cluster protocol's) until the check is over; reads are served.
+    The test holds the check (`SHARD_DEBUG_HOLD_RING_CHECK=yes` at start, then `SHARD.DEBUG
+    RING-CHECK GO`), so that it acts while the gate is closed."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
+                  config=[("enable-debug-command", "yes")])
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    before = dict(zip(KEYS, owners(coordinator, KEYS)))
+    n3 = fleet.primaries["n3"]
+    old_aof = tmp_path / "n3-aof-before-the-grow"
+    n3.client().execute_command("BGREWRITEAOF")
+    until(lambda: n3.client().info("persistence")["aof_rewrite_in_progress"] == 0
+          and n3.client().info("persistence")["aof_rewrite_scheduled"] == 0, "n3's AOF rewritten")
+    shutil.copytree(n3.workdir / "appendonlydir", old_aof)
+    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
+    new = wait_fleet(coordinator, "done")["new_digest"]
+    # Keys the grow gave n3: the old ring routes them elsewhere.
+    moved = [k for k, o in zip(KEYS, owners(coordinator, KEYS)) if o == "n3" and before[k] != "n3"]
+    assert len(moved) >= 10
+
+    n3.env = dict(n3.env or {}, SHARD_DEBUG_HOLD_RING_CHECK="yes")
+    restart_from_aof(fleet, n3, old_aof)
+    c3 = n3.client(socket_timeout=20)
+    c3.config_set("shard.cluster-protocol", "yes")  # as an operator's configuration would
+    acked, refused = [], []
+    for k in moved:
+        try:
+            assert c3.execute_command("SHARD.CALL", "RPUSH", f"l:{k}", "e1") == 1
+            acked.append(k)
+        except redis.ResponseError as e:
+            refused.append(str(e))
+    try:
+        c3.execute_command("SET", moved[0], "plain")  # the cluster protocol's write
+    except redis.ResponseError as e:
+        refused.append(str(e))
+    else:
+        acked.append(None)
+    c3.execute_command("SHARD.CALL", "GET", moved[0])  # a read is served (no error)
+    assert c3.execute_command("SHARD.DEBUG", "RING-CHECK", "GO") == b"OK"
+    until(lambda: as_map(c3.execute_command("SHARD.RING", "GET"))["digest"] == new,
+          "n3 brought back to the fleet's ring", timeout=30)
+
+    # Writes are accepted again once the rings are checked (retried while the push lands).
+    def write_all():
+        for k in moved:
+            try:
+                c3.execute_command("SHARD.CALL", "RPUSH", f"l:{k}", "e2")
+            except redis.ResponseError as e:
+                if not str(e).startswith("TRYAGAIN"):
+                    raise
+                return False
+        return True
+    until(write_all, "n3 accepts writes again", timeout=30)
+    # No acknowledged element is lost: every list holds what was acknowledged.
+    pipe = coordinator.pipeline(transaction=False)
+    for k in moved:
+        pipe.execute_command("SHARD.CALL", "LRANGE", f"l:{k}", 0, -1)
+    got = dict(zip(moved, pipe.execute()))
+    lost = [k for k in acked if k is not None and b"e1" not in got[k]]
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged elements lost: {lost[:5]}"
+    assert not acked, f"{len(acked)} writes acknowledged by the old ring: {acked[:5]}"
+    assert all(r.startswith("TRYAGAIN this node's rings are being checked") for r in refused), \
+        refused[:3]

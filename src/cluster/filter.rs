@@ -77,6 +77,8 @@ pub enum Leave {
     /// Its slot is this server's own `sentinel` node's, and Sentinel does not name this server
     /// as that node's primary (`protocol::not_named`).
     NotNamed { slot: u16, node: NodeOf },
+    /// A write while this node's rings are unchecked (`route::gate`).
+    Unchecked,
 }
 
 /// A node of a ring, named by its index: its address is written out only if a refusal needs
@@ -106,6 +108,7 @@ impl Leave {
             Leave::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
             Leave::Arriving { slot, from } => format!("ASK {slot} {from}"),
             Leave::Unreadable => "TRYAGAIN a key of the command could not be read".into(),
+            Leave::Unchecked => format!("TRYAGAIN {}", crate::route::gate::TEXT),
             Leave::NotNamed { slot, node } => match node.placement.spec.nodes.get(node.index) {
                 Some(n) => {
                     let (code, text) = not_named(*slot, n);
@@ -183,6 +186,11 @@ fn verdict<'a>(
 ) -> Rewrite {
     if env.is_replica() {
         return on_replica(positions, kind == CommandKind::Read, env);
+    }
+    // Rings unchecked after a load or a promotion (`route::gate`): the redirect handler
+    // refuses the write.
+    if kind != CommandKind::Read && crate::route::gate::closed() {
+        return Rewrite::Redirect(Leave::Unchecked);
     }
     match runs_here(positions, env, Some(kind)) {
         Err(leave) => Rewrite::Redirect(leave),

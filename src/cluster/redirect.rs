@@ -54,6 +54,10 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
     if clients::is_internal(id) {
         return Ok(Redirect::RunHere);
     }
+    let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);
+    if !readonly && crate::route::gate::closed() {
+        return Err(crate::route::gate::refusal());
+    }
     let asking = clients::take_asking(id);
     let positions = command_table::key_positions(call)?;
     let keys: Vec<&[u8]> = positions.iter().map(|&p| args.get(p + 1)).collect();
@@ -103,7 +107,6 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
     }
     if current.name != self_name {
         // A read of a key still at its previous owner, asked for after an ASK.
-        let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);
         if asking && readonly && !settled && previous.as_ref().is_some_and(|p| p.name == self_name)
         {
             return Ok(Redirect::RunHere);

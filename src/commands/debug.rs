@@ -4,7 +4,11 @@
 //! `phase` once the plan's first `n` nodes have that phase's rings (the tests act between two
 //! nodes of a phase); `SHARD.DEBUG TXN-HOLD prepared|decided|committed-one|OFF|HELD`: holds this
 //! node's transactions at that step of the two-phase commit (`txn::coord::hold`; `HELD`: how
-//! many wait there), so that a test kills or fails over a node at that exact step. Refused unless redis-server runs with `enable-debug-command yes` (or
+//! many wait there), so that a test kills or fails over a node at that exact step;
+//! `SHARD.DEBUG RING-CHECK HOLD | GO`: holds the check of this node's rings after a load or a
+//! promotion (its writes refused meanwhile), or lets it go on (a hold at start:
+//! `SHARD_DEBUG_HOLD_RING_CHECK=yes` in the server's environment). Refused unless redis-server
+//! runs with `enable-debug-command yes` (or
 //! `local`, from a local connection), like Redis's own DEBUG command.
 
 use crate::command;
@@ -21,9 +25,10 @@ pub fn debug(call: &Call) -> CmdResult {
     let gone_limit = call.args.len() == 3 && is(call.args.get(1), "KEYINDEX-GONE-LIMIT");
     let hold = (3..=4).contains(&call.args.len()) && is(call.args.get(1), "FLEET-HOLD");
     let txn_hold = call.args.len() == 3 && is(call.args.get(1), "TXN-HOLD");
-    if !panic && !index && !forget && !gone_limit && !hold && !txn_hold {
+    let ring_check = call.args.len() == 3 && is(call.args.get(1), "RING-CHECK");
+    if !panic && !index && !forget && !gone_limit && !hold && !txn_hold && !ring_check {
         return Err(CmdError::err(
-            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF | TXN-HOLD prepared|decided|committed-one|OFF|HELD",
+            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF | TXN-HOLD prepared|decided|committed-one|OFF|HELD | RING-CHECK HOLD|GO",
         ));
     }
     let setting = call
@@ -52,6 +57,19 @@ pub fn debug(call: &Call) -> CmdResult {
     }
     if txn_hold {
         return txn_hold_step(call);
+    }
+    if ring_check {
+        let on = match String::from_utf8_lossy(call.args.get(2))
+            .to_ascii_uppercase()
+            .as_str()
+        {
+            "HOLD" => true,
+            "GO" => false,
+            _ => return Err(CmdError::err("usage: SHARD.DEBUG RING-CHECK HOLD|GO")),
+        };
+        crate::reshard::fleet::repair::hold(on);
+        call.reply.ok();
+        return Ok(());
     }
     if gone_limit {
         // How many names deleted during a build are remembered before the build looks names
@@ -160,7 +178,7 @@ pub static COMMAND: CommandSpec = command! {
     handler: debug,
     flags: "admin",
     arity: -2,
-    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes; TXN-HOLD step holds transactions at a step of the two-phase commit (needs enable-debug-command)",
+    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes; TXN-HOLD step holds transactions at a step of the two-phase commit; RING-CHECK HOLD|GO holds the check of rings after a load or a promotion (needs enable-debug-command)",
     complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",

@@ -50,6 +50,10 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
     acl::check_caller(call, start, &command.name_text)?;
     let translation = Translation::of(call, start);
     let kind = CommandKind::of(command.name, command.meta.readonly);
+    // Rings unchecked after a load or a promotion (`gate`): no write is placed by them.
+    if kind != CommandKind::Read && crate::route::gate::closed() {
+        return Err(crate::route::gate::refusal());
+    }
     // A read writes nothing to wait for: it runs as without WAIT.
     let wait = wait.filter(|_| kind != CommandKind::Read);
     let decision = decide(Facts {

@@ -107,7 +107,8 @@ fn local_call(args: &FilterArgs) -> bool {
         return false;
     }
     let inner_argc = argc - 1;
-    if meta.blocking {
+    // While this node's rings are unchecked, writes go to SHARD.CALL, which refuses them.
+    if meta.blocking || (!meta.readonly && crate::route::gate::closed()) {
         return false;
     }
     // A replica runs no routed call itself (its primary does), and reads that go to replicas

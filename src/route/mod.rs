@@ -29,6 +29,7 @@ pub mod decide;
 pub mod fields;
 pub mod filter;
 pub mod forward;
+pub mod gate;
 pub mod replica;
 pub mod split;
 pub mod steps;

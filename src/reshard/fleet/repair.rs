@@ -5,9 +5,12 @@
 //! is over), and keys would be placed by two rings at once (the nemesis test found exactly this:
 //! a joining node back on the old ring after a grow had ended).
 //!
-//! So a node checks itself after it loads and each time it becomes a primary: a moment later
-//! (`DELAY`, once the watcher knows where Sentinel's nodes are) it asks every node of its rings
-//! for its state (`SHARD.RING STATE`). When a node follows a newer fleet term than this one
+//! So a node checks itself after it loads and each time it becomes a primary, at once: it asks
+//! every other node of its rings for its state (`SHARD.RING STATE`; retried every `RETRY` while
+//! the watcher does not yet know where Sentinel's nodes are). Until the check is over its
+//! rings are unchecked and its writes refused (`route::gate`): it ends when every node
+//! answered and the push asked for (below) is done, or at `bound` (twice the call timeout, at
+//! most `MAX_BOUND`), with a notice. When a node follows a newer fleet term than this one
 //! (the term every step of a fleet operation carries, `ring::lease`) and holds other rings, the
 //! fleet moved on without this node: it asks that node to push its rings to every node
 //! (`SHARD.RING PUSH` there), and logs it. Nodes of the same term are left alone: their rings
@@ -22,74 +25,212 @@
 //! an older AOF and promoted before it synced, then a shrink). With a resharding open, the
 //! operation's own `cleanup` phase does it.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
+use futures_util::future::{join_all, select, Either};
 use redis_module::Context;
 
 use crate::net::resp::Resp;
 use crate::reshard::fleet::node_state::NodeState;
 use crate::reshard::fleet::reach::{fleet_nodes, link};
 use crate::route::forward::{self, CallReply, NetSteps};
+use crate::route::gate;
 use crate::state;
 
-/// How long after a load or a promotion the check runs.
-const DELAY: Duration = Duration::from_secs(2);
+/// How often the check is tried again while the nodes' addresses are not known yet.
+const RETRY: Duration = Duration::from_millis(100);
 
-/// Checks this node's rings against its peers' in a moment (after a load, or on becoming a
-/// primary).
-pub fn check_soon() {
-    crate::host::context::after(DELAY, check, ());
+/// The longest a check keeps this node's writes refused.
+const MAX_BOUND: Duration = Duration::from_secs(3);
+
+/// How long after its bound a check goes on trying (a peer's push may miss this node at
+/// first: its connection to this server's previous process).
+const GIVE_UP: Duration = Duration::from_secs(10);
+
+/// How long a check waits before asking for a push again.
+const PUSH_AGAIN: Duration = Duration::from_millis(500);
+
+/// The check that logged its request for a push.
+static LOGGED: AtomicU64 = AtomicU64::new(0);
+
+/// Each check's number: a check's end (or bound) lifts the gate only if no later check began.
+static CHECK: AtomicU64 = AtomicU64::new(0);
+
+/// `SHARD.DEBUG RING-CHECK HOLD`: a check begun waits for `SHARD.DEBUG RING-CHECK GO` (the tests
+/// act while the gate is closed); set at start by the environment variable
+/// `SHARD_DEBUG_HOLD_RING_CHECK=yes`, as the check of a load at start begins before any command.
+static HOLD: AtomicBool = AtomicBool::new(false);
+
+/// How long a check may keep the gate closed: twice the call timeout, at most `MAX_BOUND`.
+fn bound() -> Duration {
+    let ms = state::lock().config.call_timeout_ms.max(1).unsigned_abs();
+    Duration::from_millis(ms.saturating_mul(2)).min(MAX_BOUND)
 }
 
-fn check(_ctx: &Context, (): ()) {
+/// Holds (`true`) the next checks, or lets a held one go on.
+pub fn hold(on: bool) {
+    HOLD.store(on, Ordering::Relaxed);
+    if !on && gate::closed() {
+        let n = CHECK.load(Ordering::Relaxed);
+        crate::host::context::after(Duration::ZERO, attempt, (n, Instant::now() + bound()));
+    }
+}
+
+/// Reads the start-time hold from the environment (`HOLD`).
+pub fn hold_from_env() {
+    if std::env::var("SHARD_DEBUG_HOLD_RING_CHECK").is_ok_and(|v| v == "yes") {
+        HOLD.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Checks this node's rings against its peers' now (after a load, or on becoming a primary),
+/// its writes refused until the check is over, if its rings name other nodes.
+pub fn check_soon() {
     if crate::topology::nodes::is_replica() {
         return;
     }
-    let (nodes, link, my_term, my_digest) = {
+    let others = {
+        let st = state::lock();
+        let me = st.config.ring.self_name.as_str();
+        st.rings
+            .current
+            .as_ref()
+            .is_some_and(|c| c.spec.nodes.iter().any(|n| n.name != me))
+    };
+    if !others {
+        return;
+    }
+    let n = CHECK.fetch_add(1, Ordering::Relaxed) + 1;
+    gate::set(true);
+    let bound = bound();
+    crate::host::context::after(bound, expire, n);
+    attempt_now(n, Instant::now() + bound);
+}
+
+fn attempt(_ctx: &Context, (n, deadline): (u64, Instant)) {
+    attempt_now(n, deadline);
+}
+
+/// The gate lifted by check `n`, if no later one began.
+fn lift(n: u64) {
+    if CHECK.load(Ordering::Relaxed) == n {
+        gate::set(false);
+    }
+}
+
+/// Check `n`'s bound: the gate is lifted whatever the check has found.
+fn expire(_ctx: &Context, n: u64) {
+    if HOLD.load(Ordering::Relaxed) {
+        // Held by the tests: the bound counts once the check goes on.
+        crate::host::context::after(bound(), expire, n);
+        return;
+    }
+    if CHECK.load(Ordering::Relaxed) == n && gate::closed() {
+        redis_module::logging::log_notice(
+            "shard: this node's rings could not be checked against every peer in time (after a restart or a promotion): its writes are accepted again",
+        );
+        gate::set(false);
+    }
+}
+
+/// Check `n` tried again in a moment, unless it has gone on long enough.
+fn again(n: u64, deadline: Instant) {
+    if Instant::now() < deadline + GIVE_UP {
+        crate::host::context::after(RETRY, attempt, (n, deadline));
+    }
+}
+
+fn attempt_now(n: u64, deadline: Instant) {
+    if CHECK.load(Ordering::Relaxed) != n || HOLD.load(Ordering::Relaxed) {
+        return;
+    }
+    if crate::topology::nodes::is_replica() {
+        lift(n);
+        return;
+    }
+    let found = {
         let st = state::lock();
         let Some(current) = st.rings.current.clone() else {
+            drop(st);
+            lift(n);
             return;
         };
-        let Ok(nodes) = fleet_nodes(&st, &current) else {
-            return;
-        };
-        let nodes: Vec<_> = nodes
-            .into_iter()
-            .map(|n| n.0)
-            .filter(|at| !at.is_self)
-            .collect();
-        (
-            nodes,
-            link(&st),
-            st.lease.record.term,
-            current.digest.clone(),
-        )
+        fleet_nodes(&st, &current).ok().map(|nodes| {
+            let nodes: Vec<_> = nodes
+                .into_iter()
+                .map(|n| n.0)
+                .filter(|at| !at.is_self)
+                .collect();
+            (
+                nodes,
+                link(&st),
+                st.lease.record.term,
+                current.digest.clone(),
+            )
+        })
+    };
+    let Some((nodes, link, my_term, my_digest)) = found else {
+        // Sentinel's nodes not located yet: again in a moment, until the bound.
+        again(n, deadline);
+        return;
     };
     if nodes.is_empty() {
+        lift(n);
         return;
     }
     forward::spawn(link, move |steps| async move {
         let state = [b"SHARD.RING".to_vec(), b"STATE".to_vec()];
-        let replies = join_all(nodes.iter().map(|at| steps.send(at, &state))).await;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let asked = join_all(nodes.iter().map(|at| steps.send(at, &state)));
+        let replies = match select(Box::pin(asked), Box::pin(steps.sleep(left))).await {
+            Either::Left((replies, _)) => replies,
+            // The bound passed (`expire` lifts the gate): the answers are still used.
+            Either::Right((_, asked)) => asked.await,
+        };
         let newer = nodes
             .iter()
             .zip(&replies)
             .filter_map(|(at, reply)| {
                 let st = NodeState::from_resp(reply.as_ref().ok()?).ok()?;
-                (st.term > my_term && st.digest != my_digest).then_some((at, st.term))
+                (st.term > my_term && st.digest != my_digest).then_some((at, st.term, st.digest))
             })
-            .max_by_key(|(_, term)| *term);
-        if let Some((at, term)) = newer {
+            .max_by_key(|(_, term, _)| *term);
+        let Some((at, term, digest)) = newer else {
+            lift(n);
+            return CallReply::Reply(Resp::Simple(b"OK".to_vec()));
+        };
+        // Logged once per check (a push that missed this node is asked for again).
+        if LOGGED.swap(n, Ordering::Relaxed) != n {
             redis_module::logging::log_notice(format!(
                 "shard: this node's rings (fleet term {my_term}) are older than node {}'s (term \
-                 {term}): asking it to push its rings",
+             {term}): asking it to push its rings",
                 at.name
             ));
-            let push = [b"SHARD.RING".to_vec(), b"PUSH".to_vec()];
-            if steps.send(at, &push).await.is_ok() {
-                clean_up(&steps).await;
-            }
+        }
+        let push = [b"SHARD.RING".to_vec(), b"PUSH".to_vec()];
+        let pushed = steps.send(at, &push).await.is_ok();
+        let installed = {
+            let st = state::lock();
+            st.rings
+                .current
+                .as_ref()
+                .is_some_and(|c| c.digest == digest)
+        };
+        // Not installed: the push missed this node (a peer's connection to this server's
+        // previous process), or the newer rings do not name it; asked again for a while.
+        if pushed && !installed && Instant::now() >= deadline + GIVE_UP {
+            redis_module::logging::log_notice(format!(
+                "shard: node {}'s push did not bring this node its rings (they may not name it)",
+                at.name
+            ));
+        }
+        if pushed && (installed || Instant::now() >= deadline + GIVE_UP) {
+            lift(n);
+            clean_up(&steps).await;
+        } else {
+            steps.sleep(PUSH_AGAIN).await;
+            again(n, deadline);
         }
         CallReply::Reply(Resp::Simple(b"OK".to_vec()))
     });
