@@ -54,11 +54,17 @@ pub fn fork(done: fn(Exit)) -> Result<Forked, String> {
     unsafe extern "C" fn on_done(exitcode: c_int, bysignal: c_int, _: *mut c_void) {
         let _ = std::panic::catch_unwind(|| (DONE.with(Cell::get))((exitcode, bysignal != 0)));
     }
-    DONE.with(|d| d.set(done));
     // SAFETY: the server forks; `on_done` is called on its main thread when the child exits.
     let pid = unsafe { fork(Some(on_done), std::ptr::null_mut()) };
     if pid < 0 {
+        // The running child's handler stays: set before the fork, a refused fork (the key
+        // index's build while a copy's child runs) took the running child's end for its own,
+        // and the copy waited in `copying` for ever once the server reaped its child.
         return Err("another child process (BGSAVE, AOF rewrite) is running".into());
+    }
+    if pid > 0 {
+        // The parent, before its main thread can reap the child and call `on_done`.
+        DONE.with(|d| d.set(done));
     }
     if pid == 0 {
         // The child yields the CPU to the server's clients: its work may go slower, not them.
