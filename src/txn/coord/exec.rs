@@ -270,12 +270,26 @@ pub fn exec(call: &Call) -> CmdResult {
     let lock_ms = lock_ms();
     forward::run(call, link(Some(call)), move |steps| async move {
         let fleet = NetFleet { steps };
+        // While its own EXEC drives it, `resume` leaves this transaction alone: a COMMIT sent
+        // again by another client's EXEC could reach an owner first, and this one's replies
+        // would come back `DONE`, lost.
+        let driven = !txn.txid.is_empty();
+        if driven {
+            RESUMING.with(|r| r.borrow_mut().push(txn.txid.clone()));
+        }
         let outcome = phases::run(&txn, &fleet, lock_ms).await;
+        if driven {
+            RESUMING.with(|r| r.borrow_mut().retain(|t| *t != txn.txid));
+        }
         book::with(|b| b.prepared(&txn.txid));
         // A commit decided but not confirmed by every owner (one down, or failing over) is
         // sent again until each confirms, as after a restart: an owner that lost its
-        // prepared record (promoted before it reached its replica) would never ask.
-        if book::with(|b| matches!(b.record(&txn.txid), Some(book::Record::Commit(_)))) {
+        // prepared record (promoted before it reached its replica) would never ask. (A
+        // confirmed one is still in the book until its FORGET, sent without waiting, lands.)
+        let unconfirmed = matches!(outcome, phases::Outcome::Committed(Err(_)));
+        if unconfirmed
+            && book::with(|b| matches!(b.record(&txn.txid), Some(book::Record::Commit(_))))
+        {
             resume();
         }
         reply(outcome)
@@ -343,7 +357,7 @@ fn reply(outcome: Outcome) -> CallReply {
 }
 
 thread_local! {
-    /// The commits being carried out again now.
+    /// The commits being carried out now: again (`resume`), or by their own `SHARD.EXEC`.
     static RESUMING: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
