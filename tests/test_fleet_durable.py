@@ -27,6 +27,16 @@ def state(server):
     return as_map(server.client(socket_timeout=2).execute_command("SHARD.RING", "STATE"))
 
 
+def saved_aof(server, path):
+    """`server`'s AOF rewritten whole, then copied to `path` (returned), to restart from later."""
+    server.client().execute_command("BGREWRITEAOF")
+    until(lambda: server.client().info("persistence")["aof_rewrite_in_progress"] == 0
+          and server.client().info("persistence")["aof_rewrite_scheduled"] == 0,
+          "the AOF rewritten")
+    shutil.copytree(server.workdir / "appendonlydir", path)
+    return path
+
+
 def restart_from_aof(fleet, server, aof):
     """`server` killed and started again from the AOF saved in `aof`, the sentinels paused
     meanwhile, so that the restart is no failover: it comes back as the primary Sentinel names."""
@@ -129,13 +139,9 @@ def test_a_node_back_on_rings_older_than_the_fleets_is_brought_up_to_date(
     it the rings. Before, it stayed on the old ring for good."""
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
     n3 = fleet.primaries["n3"]
-    old_aof = tmp_path / "n3-aof-before-the-grow"
     coordinator = fleet.primaries["n0"].client(socket_timeout=20)
     # n3's AOF as it is before the grow (its old ring, no fleet term).
-    n3.client().execute_command("BGREWRITEAOF")
-    until(lambda: n3.client().info("persistence")["aof_rewrite_in_progress"] == 0
-          and n3.client().info("persistence")["aof_rewrite_scheduled"] == 0, "n3's AOF rewritten")
-    shutil.copytree(n3.workdir / "appendonlydir", old_aof)
+    old_aof = saved_aof(n3, tmp_path / "n3-aof-before-the-grow")
     old = as_map(n3.client().execute_command("SHARD.RING", "GET"))["digest"]
     ring = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
     assert coordinator.execute_command("SHARD.RESHARD", "START", *ring) == b"OK"
@@ -164,11 +170,7 @@ def test_a_node_brought_up_to_date_drops_the_copies_the_fleet_moved_away(
     assert all(r == b"OK" for r in pipe.execute())
     before = dict(zip(KEYS, owners(coordinator, KEYS)))
     n1 = fleet.primaries["n1"]
-    old_aof = tmp_path / "n1-aof-before-the-grow"
-    n1.client().execute_command("BGREWRITEAOF")
-    until(lambda: n1.client().info("persistence")["aof_rewrite_in_progress"] == 0
-          and n1.client().info("persistence")["aof_rewrite_scheduled"] == 0, "n1's AOF rewritten")
-    shutil.copytree(n1.workdir / "appendonlydir", old_aof)
+    old_aof = saved_aof(n1, tmp_path / "n1-aof-before-the-grow")
     ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
     assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
     new = wait_fleet(coordinator, "done")["new_digest"]
@@ -309,11 +311,7 @@ def test_a_node_back_on_older_rings_refuses_writes_until_they_are_checked(
     coordinator = fleet.primaries["n0"].client(socket_timeout=20)
     before = dict(zip(KEYS, owners(coordinator, KEYS)))
     n3 = fleet.primaries["n3"]
-    old_aof = tmp_path / "n3-aof-before-the-grow"
-    n3.client().execute_command("BGREWRITEAOF")
-    until(lambda: n3.client().info("persistence")["aof_rewrite_in_progress"] == 0
-          and n3.client().info("persistence")["aof_rewrite_scheduled"] == 0, "n3's AOF rewritten")
-    shutil.copytree(n3.workdir / "appendonlydir", old_aof)
+    old_aof = saved_aof(n3, tmp_path / "n3-aof-before-the-grow")
     ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
     assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
     new = wait_fleet(coordinator, "done")["new_digest"]

@@ -54,11 +54,7 @@ pub fn refuse_moving_locks(rings: &[&Placement]) -> Result<(), CmdError> {
     if !super::active() {
         return Ok(());
     }
-    let locked: Vec<(Vec<u8>, String)> = super::read(|t| {
-        t.locked_keys()
-            .map(|((_, k), txid)| (k.clone(), txid.to_string()))
-            .collect()
-    });
+    let locked = locked_names();
     if locked.is_empty() {
         return Ok(());
     }
@@ -89,11 +85,7 @@ pub fn refuse_copied_locks() -> Result<(), CmdError> {
     if !super::active() {
         return Ok(());
     }
-    let locked: Vec<(Vec<u8>, String)> = super::read(|t| {
-        t.locked_keys()
-            .map(|((_, k), txid)| (k.clone(), txid.to_string()))
-            .collect()
-    });
+    let locked = locked_names();
     let st = state::lock();
     let Some(ring) = st.rings.current.as_ref().and_then(|p| p.ring.as_ref()) else {
         return Ok(());
@@ -116,4 +108,14 @@ pub fn held(key: &[u8], txid: &str, why: &str) -> CmdError {
             printable(key)
         ),
     )
+}
+
+/// Every locked key's name (in any database) with the txid that holds it, copied out of the
+/// tables so that the state's lock can be taken while looking at them.
+fn locked_names() -> Vec<(Vec<u8>, String)> {
+    super::read(|t| {
+        t.locked_keys()
+            .map(|((_, k), txid)| (k.clone(), txid.to_string()))
+            .collect()
+    })
 }
