@@ -1,0 +1,92 @@
+"""While a server's writes are paused (`CLIENT PAUSE WRITE`, as Redis's own `FAILOVER` pauses
+them, or an operator), nothing the module does may be replicated: Redis 7.0 and Valkey fail an
+assertion (`propagateNow`: '!(areClientsPaused() && ...)') and the server exits when a command
+or a timer propagates a write then. These tests pause a server with AOF on (so that writes are
+propagated) while the module's writers run, and check that the server lives and that the work
+waits for the pause's end, then completes:
+- a resharding's cleanup (deletes from a module timer): it waits, then deletes the rest;
+- the module's own commands that replicate (`SHARD.RING SET`, `LEASE`, a fleet step): the
+  server holds them until the pause ends, as it holds `SET`, instead of running them;
+- a fleet operation (`SHARD.RESHARD START`) whose coordinator's writes are paused midway.
+"""
+
+import signal
+import threading
+import time
+
+import redis
+
+from helpers.fleet import (NAMES3, NAMES4, check_placement, owners, populate, ring_args, ring_get,
+                           snapshot, start_fleet)
+from helpers.reshard import start_resharding, status, wait_fleet, wait_job
+from helpers.server import AOF, until
+
+PAUSE_MS = 1500
+
+
+def alive(server):
+    return server.proc.poll() is None and server.client().ping()
+
+
+def test_cleanup_waits_while_writes_are_paused(server_factory):
+    servers = start_fleet(server_factory, ["a", "b"], ring=False, config=AOF)
+    a = servers["a"].client()
+    a.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, ["a"]))
+    pipe = a.pipeline(transaction=False)
+    for i in range(5000):
+        pipe.set(f"k{i}", i)
+    pipe.execute()
+    # A ring that gives b about half the keys: a's cleanup deletes them, 500 a second.
+    a.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, ["a", "b"]))
+    assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
+    a.execute_command("SHARD.RESHARD", "THROTTLE", 500)
+    until(lambda: status(a)["deleted"] > 0, "the cleanup deleting")
+    assert a.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE") == b"OK"
+    during = status(a)["deleted"]
+    time.sleep(PAUSE_MS / 2000)
+    assert alive(servers["a"]), "the server died while its writes were paused"
+    # Nothing deleted while paused (a step already under way may have ended: a batch at most).
+    assert status(a)["deleted"] - during <= 128, status(a)
+    a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["failed"] == 0, st
+    assert alive(servers["a"])
+    left = {k.decode() for k in a.keys("k*")}
+    assert left and set(owners(a, sorted(left))) == {"a"}, "a keeps only its own keys"
+    assert len(left) < 5000
+
+
+def test_replicated_module_commands_wait_for_the_pause(server_factory):
+    servers = start_fleet(server_factory, ["a"], ring=False, config=AOF)
+    a = servers["a"].client()
+    a.execute_command("SHARD.RING", "SET", "ketama", *ring_args(servers, ["a"]))
+    assert a.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE") == b"OK"
+    started = time.monotonic()
+    # SHARD.RING SET replicates: the server holds it until the pause ends, then runs it.
+    other = servers["a"].client()
+    assert other.execute_command("SHARD.RING", "SET", "ketama", "a",
+                                 f"127.0.0.1:{servers['a'].port}", 2) == b"OK"
+    held = time.monotonic() - started
+    assert alive(servers["a"]), "the server died while its writes were paused"
+    assert held >= PAUSE_MS / 1000 * 0.5, f"SHARD.RING SET ran during the pause ({held:.2f} s)"
+    assert ring_get(a)["nodes"][0]["weight"] == 2, ring_get(a)
+    # The server restarted from its AOF holds the ring set after the pause.
+    servers["a"].stop(signal.SIGKILL)
+    servers["a"].start()
+    assert ring_get(servers["a"].client())["nodes"][0]["weight"] == 2
+
+
+def test_fleet_operation_with_the_coordinators_writes_paused(server_factory):
+    servers = start_fleet(server_factory, NAMES4, ring=NAMES3, on=NAMES4, config=AOF)
+    keys = populate({n: servers[n] for n in NAMES3}, n=3000)
+    before = snapshot(servers, keys)
+    c0 = servers["n0"].client()
+    pauser = threading.Timer(0.05, lambda: servers["n0"].client().execute_command(
+        "CLIENT", "PAUSE", PAUSE_MS, "WRITE"))
+    pauser.start()
+    assert start_resharding(c0, servers, NAMES4, maxrate=2000) == b"OK"
+    pauser.join()
+    st = wait_fleet(c0, "done", timeout=60)
+    assert all(alive(servers[n]) for n in NAMES4), "a server died while writes were paused"
+    check_placement(servers, NAMES4, keys, before)
+    assert st["phase"] == b"done"
