@@ -244,9 +244,7 @@ pub async fn persist(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
         lease::note_refusals([(reach.me.name.as_str(), &reply)])?;
         match reply {
             Ok(Resp::Simple(_)) => return Ok(()),
-            Ok(other) => {
-                return Err(format!("cannot save the plan here: {}", reply_text(&other)))
-            }
+            Ok(other) => return Err(format!("cannot save the plan here: {}", reply_text(&other))),
             Err(e) if tries < PERSIST_TRIES => {
                 journal::note(&format!("the plan is not yet durable here, again: {e}"));
             }
