@@ -77,7 +77,8 @@ fn any_may_hold<'a>(argc: usize, arg: impl Fn(usize) -> Option<&'a [u8]>) -> boo
 
 /// Marks the keys of a command (read through `arg`) written unless it only reads, in database
 /// `db` (`None`: not known: in every database when `everywhere`, else left to the caller,
-/// `Seen::unplaced`), and says whether one is locked. `keys_from`
+/// `Seen::unplaced`), and says whether one is locked. `filtered`: the command filter's look (a
+/// client's command), not the module's own command. `keys_from`
 /// gives the server's key positions of the command carried from an argument on (counted from
 /// that command's name), for a command whose keys move with its arguments, or that is not in
 /// the command table the module learnt (a command added after load, a renamed one: its keys
@@ -88,6 +89,7 @@ fn look<'a>(
     keys_from: impl FnOnce(usize) -> Option<Vec<usize>>,
     db: Option<i32>,
     everywhere: bool,
+    filtered: bool,
 ) -> Seen {
     let mut seen = Seen::default();
     let start = carried_start(arg);
@@ -114,7 +116,7 @@ fn look<'a>(
     // A routed call while a client of this node is inside SHARD.MULTI may only be queued there
     // (the filter cannot tell whose it is on every server): it marks nothing now; a write it
     // makes when it runs is marked where the module runs it (`host::writes`).
-    let queued_maybe = start > 0 && db.is_none() && crate::route::filter::any_queueing();
+    let queued_maybe = start > 0 && filtered && crate::route::filter::any_queueing();
     let mut one = |pos: usize| {
         let Some(key) = arg(pos + start) else {
             return;
@@ -159,6 +161,7 @@ pub fn on_command(args: &mut FilterArgs) {
         |from| args.command_keys(from),
         db,
         everywhere,
+        true,
     );
     if !(seen.locked || seen.unplaced) || crate::topology::nodes::is_replica() {
         return;
@@ -185,6 +188,7 @@ pub fn on_own_command(command: &OwnCommand) {
         |i| command.arg(i),
         |from| command.key_positions(from),
         Some(db),
+        false,
         false,
     );
 }
