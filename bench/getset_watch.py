@@ -14,7 +14,9 @@ other work on a shared machine disturbs less than the rates.
 the machine's other load does not disturb.
 
 SHARD_MODULE picks the module build (default target/release/libshard.so), REDIS_SERVER the
-server. Several module builds side by side: SHARD_MODULE=a.so,b.so.
+server. Several module builds side by side: SHARD_MODULE=a.so,b.so; a build named with
+`:idle` after it (SHARD_MODULE=a.so,a.so:idle) watches nothing (the module's cost while no
+transaction runs).
 """
 
 import argparse
@@ -50,6 +52,8 @@ class Server:
         self.callgrind = None
         argv = [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", workdir]
+        idle = bool(module) and module.endswith(":idle")
+        module = module.removesuffix(":idle") if module else None
         if module:
             argv += ["--loadmodule", module, "self", "n0"]
         if callgrind:
@@ -67,8 +71,9 @@ class Server:
         if module:
             self.client.execute_command("SHARD.RING", "SET", "ketama", "n0",
                                         f"127.0.0.1:{self.port}", 1)
-            self.holder = redis.Redis(port=self.port, single_connection_client=True)
-            self.watch()
+            if not idle:
+                self.holder = redis.Redis(port=self.port, single_connection_client=True)
+                self.watch()
 
     def watch(self):
         """20 keys watched by a SHARD.WATCH held open (renewed before each round: a watch
@@ -115,6 +120,17 @@ def instructions(server, test, requests):
     return int(m.group(1).replace(",", "")) / requests
 
 
+def fill(server):
+    """Every key redis-benchmark -r 100000 names, set beforehand (no table grows while
+    counting, and each GET finds its key: the same work on every side)."""
+    p = server.client.pipeline(transaction=False)
+    for i in range(100_000):
+        p.set(f"key:{i:012d}", "xxx")
+        if i % 5000 == 4999:
+            p.execute()
+    p.execute()
+
+
 def count(requests):
     work = tempfile.mkdtemp(prefix="getset-watch-")
     sides = {"plain": Server(work, callgrind=True)}
@@ -122,6 +138,7 @@ def count(requests):
         sides[f"module{i}" if "," in MODULES else "module"] = Server(work, m, callgrind=True)
     try:
         for s in sides.values():
+            fill(s)
             subprocess.run(["callgrind_control", "-i", "on", str(s.proc.pid)],
                            capture_output=True, check=True)
         figures = {}
