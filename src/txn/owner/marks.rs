@@ -22,10 +22,10 @@
 //!
 //! Marks are made in the database the command runs in: the module's own commands and expiries
 //! say it; the filter asks the server for the client's (Valkey, Redis 7.2+). Where the filter
-//! cannot tell (Redis 7.0), a write of a watched name becomes `SHARD.LOCKED command ...` too,
-//! whose handler runs it at once as the client, in its database, where the module's own
-//! writes are marked; a blocking command, or one a script runs, is marked in every database
-//! instead (a watch failed for nothing is retried; a write missed would break isolation).
+//! cannot tell (Redis 7.0, a script's command), the write is marked in every database (a
+//! watch failed for nothing is retried; a write missed would break isolation). It is not
+//! turned into `SHARD.LOCKED` to learn the database: every write of a watched name would run
+//! through the module, and be refused to a user whose ACL does not allow that command.
 
 use crate::host::filter::FilterArgs;
 use crate::host::writes::OwnCommand;
@@ -151,10 +151,12 @@ pub fn on_command(args: &mut FilterArgs) {
     }
     let client = args.client();
     let db = client.map(|c| c.db);
-    // The database not known: on Valkey and Redis 7.2+ a script's or a module's client (which
-    // the module could not run the command as), on Redis 7.0 a script's command (the same).
-    let everywhere =
-        db.is_none() && (args.client_id().is_some() || crate::host::context::script_running());
+    // The database not known (Redis 7.0's filter does not see the client; on Valkey and Redis
+    // 7.2+ a script's or a module's client): the write is marked in every database. Turning it
+    // into `SHARD.LOCKED` to learn the database would put every write of a watched name through
+    // the module, refused (`NOPERM`) for a user whose ACL does not allow that command; a watch
+    // failed for nothing is only retried.
+    let everywhere = db.is_none();
     let seen = look(
         args.len(),
         |i| args.arg(i),
