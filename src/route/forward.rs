@@ -412,6 +412,13 @@ impl NetSteps {
         })
     }
 
+    /// A step of this call that something other than a request answers: its waiter, which
+    /// `deliver_all` is later given with the outcome, and the future that resolves with it.
+    pub fn expect(&self) -> (Waiter, StepReply) {
+        let waiter = self.waiter();
+        (waiter, self.reply(waiter))
+    }
+
     fn reply(&self, waiter: Waiter) -> StepReply {
         StepReply {
             waiter,
