@@ -174,6 +174,23 @@ pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Wa
     (hooks().deliver)(failed);
 }
 
+thread_local! {
+    /// A test's kill (`kill_after_writing`): the waiter of the request whose write ends the
+    /// process.
+    static KILL_AFTER: std::cell::Cell<Option<Waiter>> = const { std::cell::Cell::new(None) };
+}
+
+/// For a test (`SHARD.DEBUG TXN-HOLD kill-after-commit`): this process kills itself (SIGKILL,
+/// as `kill -9`) right after the bytes of the request of `waiter` are written to its socket
+/// (the first request so marked: a later one does not move the kill).
+pub fn kill_after_writing(waiter: Waiter) {
+    KILL_AFTER.with(|k| {
+        if k.get().is_none() {
+            k.set(Some(waiter));
+        }
+    });
+}
+
 /// Writes what every connection has queued: at `BEFORE_SLEEP`, once per turn of the loop.
 pub fn before_sleep() {
     let mut failed: Deliveries = Vec::new();
@@ -408,14 +425,24 @@ impl Net {
             conn.was_idle = conn.used;
             conn.reply_bytes_since_idle = 0;
         }
+        let kill = KILL_AFTER.with(std::cell::Cell::get);
+        let mut killing = false;
         while let Some(p) = conn.unsent.pop_front() {
             conn.out.extend_from_slice(&p.request);
+            killing |= kill.is_some() && p.waiter == kill;
             conn.in_flight.push_back(p);
             conn.used = true;
         }
-        if let Err(e) = conn.write_out() {
-            let e = conn.io_error("cannot send", &e);
-            self.fail(id, &e, failed);
+        match conn.write_out() {
+            Err(e) => {
+                let e = conn.io_error("cannot send", &e);
+                self.fail(id, &e, failed);
+            }
+            Ok(()) if killing && conn.out_pos >= conn.out.len() => {
+                // SAFETY: a signal to this very process; nothing is handed to it.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            Ok(()) => {}
         }
     }
 

@@ -441,6 +441,15 @@ impl NetSteps {
         self.reply(waiter)
     }
 
+    /// `send_control`, and this process kills itself once the request is written (a test's
+    /// step, `net::pool::kill_after_writing`).
+    pub fn send_control_then_kill(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
+        let waiter = self.waiter();
+        crate::net::pool::kill_after_writing(waiter);
+        lanes::request_control(at, &self.link, args, waiter);
+        self.reply(waiter)
+    }
+
     /// Sends `args` and then `WAIT` to `at`, back to back on a connection of their own; the
     /// futures resolve with the command's reply and `WAIT`'s.
     pub fn send_waited(

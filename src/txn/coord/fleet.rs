@@ -128,6 +128,9 @@ impl Fleet for NetFleet {
                     self.wait_at(Step::CommittedOne).await;
                 }
                 let now = crate::txn::coord::queue::node_named(&at.name).unwrap_or(at);
+                if hold::holds(Step::KillAfterCommit) {
+                    return self.steps.send_control_then_kill(&now, &args).await;
+                }
                 self.steps.send_control(&now, &args).await
             });
         }
