@@ -154,9 +154,12 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         cluster::clients::forget(id);
         txn::coord::clients::forget(id);
     }
-    fn before_sleep() {
+    fn before_sleep(ctx: &redis_module::Context) {
         net::pool::before_sleep();
         topology::watcher::tick();
+        // After the pool's flush: the decisions recorded now are in the AOF before their
+        // COMMITs leave, at the next turn (`txn::coord::turn`).
+        txn::coord::turn::before_sleep(ctx);
     }
     // SAFETY: as the caller promises.
     unsafe {
