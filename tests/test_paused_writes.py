@@ -90,3 +90,44 @@ def test_fleet_operation_with_the_coordinators_writes_paused(server_factory):
     assert all(alive(servers[n]) for n in NAMES4), "a server died while writes were paused"
     check_placement(servers, NAMES4, keys, before)
     assert st["phase"] == b"done"
+
+
+def test_a_command_let_go_by_a_lock_as_writes_pause_does_not_run_in_the_pause(server_factory):
+    """A plain write of a locked key waits (SHARD.LOCKED, a blocked client); the transaction's
+    ABORT and `CLIENT PAUSE WRITE`, pipelined, run in one turn of the event loop: the ABORT
+    lets the waiting SET go, whose reply callback runs the SET (replicated) only at the turn's
+    end, inside the pause. It must not run there (on the build before, the server died): it
+    gets TRYAGAIN, nothing written, and the server takes writes again after the pause."""
+    s = server_factory(module_args=["self", "n0"], config=AOF)
+    c = s.client()
+    c.execute_command("SHARD.RING", "SET", "ketama", "n0", f"127.0.0.1:{s.port}", 1)
+    c.set("k", "old")
+    assert c.execute_command("SHARD.TXN", "PREPARE", "n0/1", 60_000, 0,
+                             1, 3, "SET", "k", "new") == b"PREPARED"
+    result = {}
+
+    def write():
+        try:
+            result["reply"] = s.client().set("k", "mine")
+        except redis.RedisError as e:
+            result["reply"] = e
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    until(lambda: any(cl.get("cmd") == "shard.locked" and "b" in cl.get("flags", "")
+                      for cl in c.client_list()), "the SET to wait for the lock")
+    p = c.pipeline(transaction=False)
+    p.execute_command("SHARD.TXN", "ABORT", "n0/1")
+    p.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")
+    assert p.execute() == [b"OK", b"OK"]
+    writer.join(30)
+    assert alive(s), "the server died: the let-go SET was replicated while writes were paused"
+    got = result["reply"]
+    assert isinstance(got, redis.ResponseError), got
+    assert str(got).startswith("TRYAGAIN"), got
+    assert c.get("k") == b"old", "the refused SET wrote nothing"
+    # After the pause the same write runs (the server held it until then).
+    assert s.client().set("k", "mine")
+    assert c.get("k") == b"mine"
+    s.stop(signal.SIGKILL)
+    s.start()
+    assert s.client().get("k") == b"mine", "the write after the pause is in the AOF"
