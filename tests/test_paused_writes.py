@@ -7,19 +7,32 @@ waits for the pause's end, then completes:
 - a resharding's cleanup (deletes from a module timer): it waits, then deletes the rest;
 - the module's own commands that replicate (`SHARD.RING SET`, `LEASE`, a fleet step): the
   server holds them until the pause ends, as it holds `SET`, instead of running them;
-- a fleet operation (`SHARD.RESHARD START`) whose coordinator's writes are paused midway.
+- a fleet operation (`SHARD.RESHARD START`) whose coordinator's writes are paused midway;
+- a command waiting for a transaction's lock (`SHARD.LOCKED`, a blocked client whose reply
+  callback runs the command, replicated) let go by the lock's `ABORT` in the same turn of the
+  event loop as `CLIENT PAUSE WRITE`: refused (`TRYAGAIN`, not run), the write after the pause
+  runs.
+
+The audit of every writer outside a flagged command's own handler (docs/architecture.md, "Where
+state lives"): module timers (a cleanup: here; an owner's part in doubt and the coordinator's
+forget check the pause, test_txn_failover), the BEFORE_SLEEP handler (the coordinator's
+decisions: sent to itself as a command while paused), blocked clients' reply callbacks (only
+SHARD.LOCKED's runs a command: here; the others write a reply), the connection pool's callbacks,
+keyspace-event, fork-done and server-event handlers (these write nothing: every node, this one
+included, is reached as a command over a connection, which the server holds).
 """
 
 import signal
 import threading
 import time
 
+import pytest
 import redis
 
-from helpers.fleet import (NAMES3, NAMES4, check_placement, owners, populate, ring_args, ring_get,
-                           snapshot, start_fleet)
+from helpers.fleet import (NAMES3, NAMES4, check_placement, make_fleet, owners, populate,
+                           ring_args, ring_get, snapshot, start_fleet)
 from helpers.reshard import start_resharding, status, wait_fleet, wait_job
-from helpers.server import AOF, until
+from helpers.server import AOF, info_shard, until
 
 PAUSE_MS = 1500
 
@@ -131,3 +144,44 @@ def test_a_command_let_go_by_a_lock_as_writes_pause_does_not_run_in_the_pause(se
     s.stop(signal.SIGKILL)
     s.start()
     assert s.client().get("k") == b"mine", "the write after the pause is in the AOF"
+
+
+@pytest.mark.parametrize("step", ["prepared", "decided"])
+def test_a_transaction_whose_coordinators_writes_pause_midway_completes_after(server_factory,
+                                                                             step):
+    """A two-owner transfer held at its coordinator (`SHARD.DEBUG TXN-HOLD`) after every owner
+    prepared (its decision, recorded in-process at the turn's end, comes in the pause: it goes
+    to itself as `SHARD.TXN DECIDE`, which the server holds until the pause ends), or after
+    its decision (the owners commit; its forget, at a turn's end, waits for the pause's end);
+    the coordinator's writes paused there: it lives, and the transfer completes. (The call
+    timeout is longer than the pause: a `DECIDE` held longer fails the transaction, aborted.)"""
+    fleet = make_fleet(server_factory, timeout_ms=PAUSE_MS * 4,
+                       config=[("enable-debug-command", "yes"), *AOF])
+    n0 = fleet.client("n0")
+    a, b = fleet.key_of("n1", prefix="acct"), fleet.key_of("n2", prefix="acct")
+    n0.execute_command("SHARD.CALL", "MSET", a, 100, b, 100)
+    assert n0.execute_command("SHARD.DEBUG", "TXN-HOLD", step) == b"OK"
+    result = {}
+    w = fleet["n0"].client(socket_timeout=60)
+    assert w.execute_command("SHARD.MULTI") == b"OK"
+    assert w.execute_command("SHARD.CALL", "DECRBY", a, 30) == b"QUEUED"
+    assert w.execute_command("SHARD.CALL", "INCRBY", b, 30) == b"QUEUED"
+
+    def run():
+        try:
+            result["reply"] = w.execute_command("SHARD.EXEC")
+        except (redis.RedisError, OSError) as e:
+            result["reply"] = e
+    ex = threading.Thread(target=run, daemon=True)
+    ex.start()
+    until(lambda: n0.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD") == 1,
+          "the transaction to wait at the hold")
+    assert n0.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE") == b"OK"
+    # (SHARD.DEBUG writes nothing: the server runs it in the pause.)
+    assert n0.execute_command("SHARD.DEBUG", "TXN-HOLD", "OFF") == b"OK"
+    ex.join(60)
+    assert alive(fleet["n0"]), "the coordinator died while its writes were paused"
+    assert result["reply"] == [70, 130], result
+    assert [fleet.client("n1").get(a), fleet.client("n2").get(b)] == [b"70", b"130"]
+    until(lambda: info_shard(n0)["txn_decisions_held"] == "0", "the decision forgotten")
+    assert alive(fleet["n0"])
