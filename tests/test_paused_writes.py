@@ -8,15 +8,18 @@ waits for the pause's end, then completes:
 - the module's own commands that replicate (`SHARD.RING SET`, `LEASE`, a fleet step): the
   server holds them until the pause ends, as it holds `SET`, instead of running them;
 - a fleet operation (`SHARD.RESHARD START`) whose coordinator's writes are paused midway;
+- a transaction across two owners whose coordinator's writes are paused after every owner
+  prepared, or after its decision: it completes, its decision and forget wait for the pause;
 - a command waiting for a transaction's lock (`SHARD.LOCKED`, a blocked client whose reply
   callback runs the command, replicated) let go by the lock's `ABORT` in the same turn of the
   event loop as `CLIENT PAUSE WRITE`: refused (`TRYAGAIN`, not run), the write after the pause
   runs.
 
 The audit of every writer outside a flagged command's own handler (docs/architecture.md, "Where
-state lives"): module timers (a cleanup: here; an owner's part in doubt and the coordinator's
-forget check the pause, test_txn_failover), the BEFORE_SLEEP handler (the coordinator's
-decisions: sent to itself as a command while paused), blocked clients' reply callbacks (only
+state lives"): module timers (a cleanup: here; an owner's part in doubt:
+test_txn_faults.py::test_a_part_in_doubt_waits_while_writes_are_paused), the BEFORE_SLEEP
+handler (the coordinator's decisions, sent to itself as a command while paused, and its
+forgets, which wait: here), blocked clients' reply callbacks (only
 SHARD.LOCKED's runs a command: here; the others write a reply), the connection pool's callbacks,
 keyspace-event, fork-done and server-event handlers (these write nothing: every node, this one
 included, is reached as a command over a connection, which the server holds).
