@@ -26,6 +26,7 @@ import pytest
 
 from helpers.nemesis import (Fleet, History, Nemesis, Workload, check, finish_resharding,
                              fleet_report)
+from helpers.nemesis_report import Observer, Report
 from helpers.server import until
 
 SECONDS = float(os.environ.get("NEMESIS_SECONDS", "30"))
@@ -44,6 +45,8 @@ def test_nemesis(server_factory, sentinel_factory, clockshim, tmp_path):
     history = History()
     workload = Workload(fleet, history, rng)
     nemesis = Nemesis(fleet, history, rng)
+    observer = Observer(fleet, history, workload.lists)
+    observer.start()
     workload.start()
     try:
         until(lambda: len(workload.appends) >= 50, "the workload under way")
@@ -57,6 +60,7 @@ def test_nemesis(server_factory, sentinel_factory, clockshim, tmp_path):
         time.sleep(2)
     finally:
         workload.finish()
+        observer.finish()
     until(fleet.settled, "the fleet settled before the checks", timeout=60, every=0.5)
     problems = check(fleet, workload)
     ok = sum(1 for _, o in workload.appends.values() if o == "ok")
@@ -65,7 +69,13 @@ def test_nemesis(server_factory, sentinel_factory, clockshim, tmp_path):
                f"{len(workload.ids)} IDs; faults: {dict(nemesis.counts)}")
     print(summary)
     print(history.text(who=("nemesis", "heal")))
+    lost = ""
+    if problems:
+        lost = Report(fleet, workload, history, observer).all(fleet.primary("n0").client(),
+                                                           problems)
+        print(lost)
     assert not problems, (f"NEMESIS_SEED={seed} replays this run.\n{summary}\n"
                           + "\n".join(problems[:40]) + "\n--- the servers ---\n"
-                          + fleet_report(fleet) + "\n--- history ---\n" + history.text())
+                          + fleet_report(fleet) + "\n--- what went wrong, element by element ---\n" + lost
+                          + "\n--- history ---\n" + history.text())
     assert ok >= 100, f"too few acknowledged appends to judge: {summary}\n{history.text()}"

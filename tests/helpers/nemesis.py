@@ -59,6 +59,7 @@ class History:
     def __init__(self):
         self.lock = threading.Lock()
         self.started = time.monotonic()
+        self.wall_started = time.time()  # to place the servers' log lines (nemesis_report)
         self.events = []
 
     def add(self, who, what, outcome="", detail=""):
@@ -87,9 +88,11 @@ class Clock:
 
     def __init__(self, path):
         self.path = Path(path)
+        self.steps = []  # (real wall time, offset ms) of each set: to read the server's log
         self.set(0)
 
     def set(self, offset_ms):
+        self.steps.append((time.time(), int(offset_ms)))
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(f"{int(offset_ms)}\n")
         tmp.replace(self.path)
@@ -249,6 +252,9 @@ class Workload:
         self.lock = threading.Lock()
         # element -> (key, outcome); per writer, its elements in order
         self.appends = {}
+        # element -> (sent at, answered at, the path: "CALL via n1:port" or "cluster n3:port"),
+        # times since the history's start: what a failure prints of a lost element
+        self.sent = {}
         self.order = defaultdict(list)
         # register -> [(value or None for a delete, outcome)], one writer per register
         self.writes = defaultdict(list)
@@ -281,14 +287,20 @@ class Workload:
         except Exception as e:  # a bug of the harness: reported by the checks
             self.crashed.append(f"{body.__name__}: {e!r}")
 
-    def _client(self, rng):
+    def _server(self, rng):
         live = [s for s in self.fleet.live()]
-        s = rng.choice(live or self.fleet.servers())
-        return s.client(socket_timeout=2, socket_connect_timeout=1)
+        return rng.choice(live or self.fleet.servers())
 
-    def _record_append(self, w, element, key, outcome):
+    def _client(self, rng):
+        return self._server(rng).client(socket_timeout=2, socket_connect_timeout=1)
+
+    def _now(self):
+        return round(time.monotonic() - self.history.started, 3)
+
+    def _record_append(self, w, element, key, outcome, began, path):
         with self.lock:
             self.appends[element] = (key, outcome)
+            self.sent[element] = (began, self._now(), path)
             self.order[w].append(element)
 
     def _call_writer(self, w):
@@ -298,15 +310,18 @@ class Workload:
             key = rng.choice(self.lists)
             element = f"w{w}-{n}"
             n += 1
+            began, path = self._now(), "CALL (no server)"
             try:
-                c = self._client(rng)
+                s = self._server(rng)
+                path = f"CALL via {self.fleet.shard_of(s)}:{s.port}"
+                c = s.client(socket_timeout=2, socket_connect_timeout=1)
                 c.execute_command("SHARD.CALL", "WAIT", 1, WAIT_MS, "RPUSH", key, element)
                 outcome = OK
             except (redis.RedisError, OSError) as e:
                 outcome = outcome_of(e)
                 self.history.add(f"w{w}", f"RPUSH {key} {element}", outcome, e)
                 time.sleep(0.02)
-            self._record_append(w, element, key, outcome)
+            self._record_append(w, element, key, outcome, began, path)
 
     def _cluster_writer(self, w):
         rng = random.Random(self.seeds[w])
@@ -317,6 +332,7 @@ class Workload:
             element = f"w{w}-{n}"
             n += 1
             outcome = INFO
+            began, path = self._now(), "cluster (no node)"
             try:
                 if rc is None:
                     s = rng.choice(self.fleet.live() or self.fleet.servers())
@@ -324,6 +340,7 @@ class Workload:
                                       socket_timeout=2, socket_connect_timeout=1,
                                       cluster_error_retry_attempts=0)
                 node = rc.get_node_from_key(key)
+                path = f"cluster {self._shard_at(node.port)}:{node.port}"
                 p = rc.get_redis_connection(node).pipeline(transaction=False)
                 p.execute_command("RPUSH", key, element)
                 p.execute_command("WAIT", 1, WAIT_MS)
@@ -346,7 +363,13 @@ class Workload:
                 self.history.add(f"w{w}", f"RPUSH {key} {element}", outcome, e)
                 rc = None
                 time.sleep(0.02)
-            self._record_append(w, element, key, outcome)
+            self._record_append(w, element, key, outcome, began, path)
+
+    def _shard_at(self, port):
+        for s in self.fleet.servers():
+            if s.port == int(port):
+                return self.fleet.shard_of(s)
+        return "?"
 
     def _register_writer(self, _):
         rng = random.Random(self.seeds[-3])
@@ -373,14 +396,22 @@ class Workload:
             key = rng.choice(self.lists)
             with self.lock:
                 known = {e for e, (k, o) in self.appends.items() if k == key and o == OK}
+            began = self._now()
             try:
-                got = self._client(rng).execute_command("SHARD.CALL", "LRANGE", key, 0, -1)
+                s = self._server(rng)
+                got = s.client(socket_timeout=2, socket_connect_timeout=1).execute_command(
+                    "SHARD.CALL", "LRANGE", key, 0, -1)
             except (redis.RedisError, OSError):
                 time.sleep(0.02)
                 continue
-            problems = list_problems([e.decode() for e in got], known)
+            got = [e.decode() for e in got]
+            problems = list_problems(got, known)
             if problems:
-                self.read_errors.append((key, problems))
+                # What the report prints of a bad read (nemesis_report): when, through which
+                # server, and the acknowledged elements it lacked.
+                self.read_errors.append(
+                    (key, problems, (began, self._now()),
+                     f"{self.fleet.shard_of(s)}:{s.port}", sorted(known - set(got))))
                 self.history.add("reader", f"LRANGE {key}", "bad", problems)
             time.sleep(0.01)
 
@@ -684,7 +715,8 @@ def check(fleet, workload):
     if twice:
         problems.append(f"{len(twice)} IDs issued twice (the ID: (port, time) of each): "
                         f"{list(twice.items())[:5]}")
-    problems += [f"read of {k}: {p}" for k, p in workload.read_errors]
+    problems += [f"read of {k} at {t[0]:.3f} via {via}: {p}"
+                 for k, p, t, via, _ in workload.read_errors]
     return problems
 
 
