@@ -13,9 +13,10 @@
 //! So at the end of a phase whose jobs copy (`copy`, `cancel-return`), before any node moves
 //! on to the next rings, every destination is sent the phase's rings again (an idempotent,
 //! replicated `SHARD.RING INSTALL`, which follows the copies on the destination's replication
-//! stream) and its replica must acknowledge it: when any source of the copies has a replica,
-//! a destination behind Sentinel must have one too (the keys keep the durability they had),
-//! and it waits for it, the step tried again with the coordinator's backoff. A destination
+//! stream) and its replica must acknowledge it; a destination behind Sentinel for which
+//! Sentinel lists a replica it could promote (up, linked to the primary or not:
+//! `topology::nodes::promotable_replicas`) waits for one even when its primary has none linked
+//! now, the step tried again with the coordinator's backoff. A destination
 //! whose primary is no longer the one the copies went to (Sentinel failed it over meanwhile)
 //! gets the copies again: the phase's jobs run again (a copy skips what is there already).
 
@@ -122,17 +123,17 @@ pub async fn confirm(steps: &NetSteps, reach: &Reach, sent: &Sent) -> Result<Lan
             .is_some_and(|n| n.via_sentinel());
         targets.push((at, sentinel));
     }
-    // Whether the keys had a replica where they came from.
-    let sources: Vec<Endpoint> = (0..plan.nodes.len())
-        .filter(|&j| plan.work(j).is_some())
-        .filter_map(|j| endpoint_of(&plan, &plan.nodes[j].name, me))
-        .collect();
-    let counts = join_all(sources.iter().map(|at| durable::replicas_to_wait_for(steps, at))).await;
-    let replicated = counts.into_iter().any(|n| n > 0);
     lease::fresh(steps, reach).await?;
     let args = lease::stamped(install.command());
     let replies = join_all(targets.iter().map(|(at, sentinel)| {
-        let least = i64::from(replicated && *sentinel);
+        // A server Sentinel could promote for the node must have the copies, linked to the
+        // primary now or not (while its replicas are not known yet, one is waited for).
+        let name = at.name.as_str();
+        let least = i64::from(
+            *sentinel
+                && (crate::topology::nodes::replicas_pending(name)
+                    || crate::topology::nodes::promotable_replicas(name) > 0),
+        );
         durable::send_at_least(steps, at, &args, least)
     }))
     .await;
