@@ -267,11 +267,11 @@ class Report:
         """The elements `problems` name out of order or twice, each described."""
         names = set()
         for p in problems:
-            if "out of order" in p or "twice" in p:
+            if "out of order" in p or "twice" in p or "stray" in p:
                 names.update(re.findall(r"w\d+-\d+", p))
         if not names:
             return ""
-        return "\n".join(["=== elements out of order or twice"]
+        return "\n".join(["=== elements out of order, twice, or stray"]
                          + [f"  {self.describe(e)}" for e in sorted(names)[:20]])
 
     def _episodes(self, elements):
