@@ -244,7 +244,12 @@ fn copy_tick(ctx: &Context) -> bool {
 
 /// A pass's end in the server log, with where it sent the keys: so that a key's travels can be
 /// followed afterwards (issue 33's nemesis test).
-fn note_pass(targets: &[crate::reshard::ship::Target], self_name: &str, counts: [u64; 5], error: &str) {
+fn note_pass(
+    targets: &[crate::reshard::ship::Target],
+    self_name: &str,
+    counts: [u64; 5],
+    error: &str,
+) {
     let to: Vec<String> = targets
         .iter()
         .filter(|t| t.name != self_name)

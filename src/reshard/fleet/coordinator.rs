@@ -25,10 +25,10 @@ use crate::net::endpoint::Endpoint;
 use crate::net::pool::Link;
 use crate::net::resp::Resp;
 use crate::reshard::fleet::checks::{job_verdict, not_holding, JobVerdict};
+use crate::reshard::fleet::landed::{self, Landed};
 use crate::reshard::fleet::lease::{self, Term};
 use crate::reshard::fleet::node_state::NodeState;
 use crate::reshard::fleet::plan::{FleetPlan, NodeProgress, Phase, MAX_ATTEMPTS};
-use crate::reshard::fleet::landed::{self, Landed};
 use crate::reshard::fleet::{durable, journal};
 use crate::route::forward::{self, CallReply, NetSteps};
 

@@ -105,8 +105,9 @@ pub async fn confirm(steps: &NetSteps, reach: &Reach, sent: &Sent) -> Result<Lan
             );
             with_plan(|p| {
                 p.error.clone_from(&why);
-                let workers: Vec<usize> =
-                    (0..p.nodes.len()).filter(|&j| p.work(j).is_some()).collect();
+                let workers: Vec<usize> = (0..p.nodes.len())
+                    .filter(|&j| p.work(j).is_some())
+                    .collect();
                 for j in workers {
                     p.nodes[j].done = false;
                 }
