@@ -453,6 +453,7 @@ mod tests {
             vec![Update::Replicas {
                 name: "r0".into(),
                 replicas: Ok(vec!["127.0.0.1:1".into(), "[::1]:2".into()]),
+                promotable: Some(3),
             }],
             |_| false,
         );
@@ -466,10 +467,12 @@ mod tests {
         );
         assert_eq!(c.address, a.address);
         assert_eq!(a.name, "r0 replica");
+        assert_eq!(promotable_replicas("r0"), 3);
         apply(
             vec![Update::Replicas {
                 name: "r0".into(),
                 replicas: Ok(vec![]),
+                promotable: None,
             }],
             |_| false,
         );
