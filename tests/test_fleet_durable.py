@@ -19,23 +19,13 @@ import redis
 from helpers.fleet import owners
 from helpers.nemesis import SHARDS, Fleet
 from helpers.reshard import fleet_status, status, wait_fleet, wait_job
-from helpers.server import as_map, until
+from helpers.server import as_map, saved_aof, until
 
 KEYS = [f"k:{i}" for i in range(300)]
 
 
 def state(server):
     return as_map(server.client(socket_timeout=2).execute_command("SHARD.RING", "STATE"))
-
-
-def saved_aof(server, path):
-    """`server`'s AOF rewritten whole, then copied to `path` (returned), to restart from later."""
-    server.client().execute_command("BGREWRITEAOF")
-    until(lambda: server.client().info("persistence")["aof_rewrite_in_progress"] == 0
-          and server.client().info("persistence")["aof_rewrite_scheduled"] == 0,
-          "the AOF rewritten")
-    shutil.copytree(server.workdir / "appendonlydir", path)
-    return path
 
 
 def restart_from_aof(fleet, server, aof):

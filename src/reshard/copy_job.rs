@@ -130,6 +130,7 @@ fn copy_tick(ctx: &Context) -> bool {
                     st.job.end_fork_pass(written)
                 }
             };
+            note_pass(&runner.pass_targets, &runner.self_name, shared.counts(), &error);
             let walked = crate::reshard::current::lock().job.scanned();
             runner.record_rate(walked);
             if after == AfterPass::Finished {
@@ -239,6 +240,27 @@ fn copy_tick(ctx: &Context) -> bool {
         }
         true
     })
+}
+
+/// A pass's end in the server log, with where it sent the keys: so that a key's travels can be
+/// followed afterwards (issue 33's nemesis test).
+fn note_pass(
+    targets: &[crate::reshard::ship::Target],
+    self_name: &str,
+    counts: [u64; 5],
+    error: &str,
+) {
+    let to: Vec<String> = targets
+        .iter()
+        .filter(|t| t.name != self_name)
+        .map(|t| format!("{} at {}", t.name, t.address))
+        .collect();
+    let [scanned, copied, skipped, failed, _] = counts;
+    redis_module::logging::log_notice(format!(
+        "shard: copy pass ended: scanned {scanned}, copied {copied}, skipped {skipped}, failed {failed}; to {}{}",
+        to.join(", "),
+        if error.is_empty() { String::new() } else { format!(" ({error})") }
+    ));
 }
 
 /// Counts the keys of the destinations given up on (no new primary within `GIVE_UP`) as

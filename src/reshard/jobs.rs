@@ -263,6 +263,29 @@ pub(super) fn finish(runner: &Runner) {
     if st.job.state.is_running() {
         st.job.finish();
     }
+    let job = &st.job;
+    // In the server log, so that a key's travels can be followed afterwards (issue 33).
+    redis_module::logging::log_notice(format!(
+        "shard: {} job of term {} ended {}: scanned {}, copied {}, skipped {}, deleted {}, failed {}, passes {}{}",
+        match job.kind {
+            Some(crate::reshard::JobKind::Copy) => "copy",
+            Some(crate::reshard::JobKind::Cleanup) => "cleanup",
+            None => "a",
+        },
+        job.term,
+        job.state.name(),
+        job.scanned(),
+        job.copied(),
+        job.skipped(),
+        job.deleted(),
+        job.failed(),
+        job.passes,
+        if job.last_error.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", job.last_error)
+        }
+    ));
 }
 
 impl Runner {

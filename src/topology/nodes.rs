@@ -85,6 +85,9 @@ pub enum Update {
     Replicas {
         name: String,
         replicas: Result<Vec<String>, String>,
+        /// How many replicas Sentinel could promote, linked or not (`None`: as many as
+        /// `replicas`, a primary's `ROLE`).
+        promotable: Option<usize>,
     },
     /// The `+switch-master` subscription is up (`None`) or down (why).
     Subscription(Option<String>),
@@ -98,6 +101,8 @@ struct Node {
     /// Why the address is not known (the last look's error).
     error: String,
     replicas: Option<Vec<String>>,
+    /// How many servers could be promoted for this node (`Update::Replicas`).
+    promotable: usize,
     replicas_error: String,
     next_replica: usize,
 }
@@ -166,6 +171,12 @@ pub fn address_error(name: &str) -> String {
 /// The replicas known of a node.
 pub fn replicas_of(name: &str) -> Vec<String> {
     read_node(name, |n| n.replicas.clone()).unwrap_or_default()
+}
+
+/// How many servers Sentinel (or the primary's `ROLE`) lists as replicas of the node called
+/// `name` that could be promoted, linked to the primary or not: 0 when not looked up.
+pub fn promotable_replicas(name: &str) -> usize {
+    read_node(name, |n| Some(n.promotable)).unwrap_or(0)
 }
 
 /// Whether the replicas of the node called `name` have not been looked up yet (no answer and
@@ -263,10 +274,15 @@ pub fn apply(updates: Vec<Update>, is_me: impl Fn(&str) -> bool) -> TopologyChan
                         }
                     }
                 }
-                Update::Replicas { name, replicas } => {
+                Update::Replicas {
+                    name,
+                    replicas,
+                    promotable,
+                } => {
                     let node = t.nodes.entry(name).or_default();
                     match replicas {
                         Ok(r) => {
+                            node.promotable = promotable.unwrap_or(r.len());
                             node.replicas = Some(r);
                             node.replicas_error.clear();
                         }
@@ -437,6 +453,7 @@ mod tests {
             vec![Update::Replicas {
                 name: "r0".into(),
                 replicas: Ok(vec!["127.0.0.1:1".into(), "[::1]:2".into()]),
+                promotable: Some(3),
             }],
             |_| false,
         );
@@ -450,10 +467,12 @@ mod tests {
         );
         assert_eq!(c.address, a.address);
         assert_eq!(a.name, "r0 replica");
+        assert_eq!(promotable_replicas("r0"), 3);
         apply(
             vec![Update::Replicas {
                 name: "r0".into(),
                 replicas: Ok(vec![]),
+                promotable: None,
             }],
             |_| false,
         );

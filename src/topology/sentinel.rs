@@ -112,6 +112,30 @@ pub fn sentinel_replicas(reply: &Resp) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// How many replicas of `SENTINEL replicas <name>` Sentinel could promote: those not down or
+/// disconnected and not of priority 0, linked to their primary or not (an old primary
+/// Sentinel has not turned into a replica yet, a replica that lost its link: either may be
+/// promoted with nothing of what its primary acknowledged since). Not an error: 0.
+pub fn promotable_replicas(reply: &Resp) -> usize {
+    let (Resp::Array(entries) | Resp::Set(entries)) = reply else {
+        return 0;
+    };
+    entries
+        .iter()
+        .filter(|entry| {
+            let f = fields(entry);
+            let get = |name: &str| f.iter().find(|(k, _)| *k == name.as_bytes()).map(|kv| kv.1);
+            let down = get("flags").is_some_and(|flags| {
+                flags
+                    .split(|&b| b == b',')
+                    .any(|w| matches!(w, b"s_down" | b"o_down" | b"disconnected"))
+            });
+            let never = get("slave-priority").or_else(|| get("replica-priority")) == Some(b"0");
+            !down && !never
+        })
+        .count()
+}
+
 /// The replicas a primary reports in `ROLE`; an error when the node is not a primary.
 pub fn role_replicas(reply: &Resp) -> Result<Vec<String>, String> {
     let items = match reply {
@@ -212,6 +236,8 @@ mod tests {
             replica("127.0.0.1", "7004", "slave,o_down", "ok"),
         ]);
         assert_eq!(sentinel_replicas(&r).unwrap(), vec!["127.0.0.1:7001"]);
+        // An unlinked one may still be promoted; a down one not.
+        assert_eq!(promotable_replicas(&r), 2);
         let map = Resp::Array(vec![Resp::Map(vec![
             (bulk("ip"), bulk("10.0.0.1")),
             (bulk("port"), bulk("7005")),

@@ -207,16 +207,21 @@ fn look(w: &mut Watcher, watch: &Watch, updates: &mut Vec<Update>) {
             address,
         });
         if watch.replicas {
-            let replicas = ask_sentinels(
+            let listed = ask_sentinels(
                 w,
                 watch,
                 &[b"SENTINEL", b"replicas", name.as_bytes()],
-                sentinel::sentinel_replicas,
+                |reply| {
+                    let linked = sentinel::sentinel_replicas(reply)?;
+                    Ok((linked, sentinel::promotable_replicas(reply)))
+                },
             )
             .map_err(|e| format!("no sentinel lists the replicas of '{name}': {e}"));
+            let promotable = listed.as_ref().ok().map(|(_, n)| *n);
             updates.push(Update::Replicas {
                 name: name.clone(),
-                replicas,
+                replicas: listed.map(|(linked, _)| linked),
+                promotable,
             });
         }
     }
@@ -230,6 +235,7 @@ fn look(w: &mut Watcher, watch: &Watch, updates: &mut Vec<Update>) {
         updates.push(Update::Replicas {
             name: name.clone(),
             replicas,
+            promotable: None,
         });
     }
 }

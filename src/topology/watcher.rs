@@ -89,9 +89,12 @@ impl Watch {
             ),
             masters,
             plain,
-            // Reads may go to replicas, or the cluster protocol's maps list them.
+            // Reads may go to replicas, or the cluster protocol's maps list them, or a fleet
+            // operation waits for its copies at the replicas Sentinel could promote
+            // (`reshard::fleet::landed`).
             replicas: ReadFrom::parse(&c.read_from).is_some_and(|m| m != ReadFrom::Primary)
-                || c.cluster_protocol == "yes",
+                || c.cluster_protocol == "yes"
+                || !more.is_empty(),
             tls: SameTls(crate::net::tls::current()),
         }
     }

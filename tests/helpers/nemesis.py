@@ -39,6 +39,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
+from helpers.dump_list import read_list
 from helpers.fleet import owners
 from helpers.reshard import fleet_status
 from helpers.ports import free_port
@@ -59,6 +60,7 @@ class History:
     def __init__(self):
         self.lock = threading.Lock()
         self.started = time.monotonic()
+        self.wall_started = time.time()  # to place the servers' log lines (nemesis_report)
         self.events = []
 
     def add(self, who, what, outcome="", detail=""):
@@ -87,9 +89,11 @@ class Clock:
 
     def __init__(self, path):
         self.path = Path(path)
+        self.steps = []  # (real wall time, offset ms) of each set: to read the server's log
         self.set(0)
 
     def set(self, offset_ms):
+        self.steps.append((time.time(), int(offset_ms)))
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(f"{int(offset_ms)}\n")
         tmp.replace(self.path)
@@ -205,6 +209,24 @@ class Fleet:
                 self.restart(s)
         self.down.clear()
 
+    def kill(self, s):
+        """`kill -9` of `s`, which later restarts as its configuration file says: as a replica
+        of the primary it followed when killed, or a primary, since Sentinel rewrites that file
+        at each change it makes to a server that is up (`CONFIG REWRITE`), and a killed server
+        keeps the last one. Started again with its first `replicaof` instead, a promoted replica
+        came back as the replica of its own replica, and Sentinel, which counts that one as
+        unlinked, never promoted either: the shard stayed without a primary (seed 7 on Redis).
+        A server that does not answer (paused) keeps the configuration it had."""
+        try:
+            role = s.client(socket_timeout=0.5).execute_command("ROLE")
+        except (redis.RedisError, OSError):
+            role = None
+        if role is not None:
+            s.config = [c for c in s.config if c[0] != "replicaof"]
+            if role[0] == b"slave":
+                s.config.append(("replicaof", role[1].decode(), int(role[2])))
+        s.stop(signal.SIGKILL)
+
     def restart(self, s):
         """Starts a killed server again from its AOF, and turns the cluster protocol on as an
         operator's configuration would (it needs the ring, which the AOF brings)."""
@@ -249,6 +271,9 @@ class Workload:
         self.lock = threading.Lock()
         # element -> (key, outcome); per writer, its elements in order
         self.appends = {}
+        # element -> (sent at, answered at, the path: "CALL via n1:port" or "cluster n3:port"),
+        # times since the history's start: what a failure prints of a lost element
+        self.sent = {}
         self.order = defaultdict(list)
         # register -> [(value or None for a delete, outcome)], one writer per register
         self.writes = defaultdict(list)
@@ -281,14 +306,20 @@ class Workload:
         except Exception as e:  # a bug of the harness: reported by the checks
             self.crashed.append(f"{body.__name__}: {e!r}")
 
-    def _client(self, rng):
+    def _server(self, rng):
         live = [s for s in self.fleet.live()]
-        s = rng.choice(live or self.fleet.servers())
-        return s.client(socket_timeout=2, socket_connect_timeout=1)
+        return rng.choice(live or self.fleet.servers())
 
-    def _record_append(self, w, element, key, outcome):
+    def _client(self, rng):
+        return self._server(rng).client(socket_timeout=2, socket_connect_timeout=1)
+
+    def _now(self):
+        return round(time.monotonic() - self.history.started, 3)
+
+    def _record_append(self, w, element, key, outcome, began, path):
         with self.lock:
             self.appends[element] = (key, outcome)
+            self.sent[element] = (began, self._now(), path)
             self.order[w].append(element)
 
     def _call_writer(self, w):
@@ -298,15 +329,18 @@ class Workload:
             key = rng.choice(self.lists)
             element = f"w{w}-{n}"
             n += 1
+            began, path = self._now(), "CALL (no server)"
             try:
-                c = self._client(rng)
+                s = self._server(rng)
+                path = f"CALL via {self.fleet.shard_of(s)}:{s.port}"
+                c = s.client(socket_timeout=2, socket_connect_timeout=1)
                 c.execute_command("SHARD.CALL", "WAIT", 1, WAIT_MS, "RPUSH", key, element)
                 outcome = OK
             except (redis.RedisError, OSError) as e:
                 outcome = outcome_of(e)
                 self.history.add(f"w{w}", f"RPUSH {key} {element}", outcome, e)
                 time.sleep(0.02)
-            self._record_append(w, element, key, outcome)
+            self._record_append(w, element, key, outcome, began, path)
 
     def _cluster_writer(self, w):
         rng = random.Random(self.seeds[w])
@@ -317,6 +351,7 @@ class Workload:
             element = f"w{w}-{n}"
             n += 1
             outcome = INFO
+            began, path = self._now(), "cluster (no node)"
             try:
                 if rc is None:
                     s = rng.choice(self.fleet.live() or self.fleet.servers())
@@ -324,6 +359,7 @@ class Workload:
                                       socket_timeout=2, socket_connect_timeout=1,
                                       cluster_error_retry_attempts=0)
                 node = rc.get_node_from_key(key)
+                path = f"cluster {self._shard_at(node.port)}:{node.port}"
                 p = rc.get_redis_connection(node).pipeline(transaction=False)
                 p.execute_command("RPUSH", key, element)
                 p.execute_command("WAIT", 1, WAIT_MS)
@@ -346,7 +382,13 @@ class Workload:
                 self.history.add(f"w{w}", f"RPUSH {key} {element}", outcome, e)
                 rc = None
                 time.sleep(0.02)
-            self._record_append(w, element, key, outcome)
+            self._record_append(w, element, key, outcome, began, path)
+
+    def _shard_at(self, port):
+        for s in self.fleet.servers():
+            if s.port == int(port):
+                return self.fleet.shard_of(s)
+        return "?"
 
     def _register_writer(self, _):
         rng = random.Random(self.seeds[-3])
@@ -373,14 +415,22 @@ class Workload:
             key = rng.choice(self.lists)
             with self.lock:
                 known = {e for e, (k, o) in self.appends.items() if k == key and o == OK}
+            began = self._now()
             try:
-                got = self._client(rng).execute_command("SHARD.CALL", "LRANGE", key, 0, -1)
+                s = self._server(rng)
+                got = s.client(socket_timeout=2, socket_connect_timeout=1).execute_command(
+                    "SHARD.CALL", "LRANGE", key, 0, -1)
             except (redis.RedisError, OSError):
                 time.sleep(0.02)
                 continue
-            problems = list_problems([e.decode() for e in got], known)
+            got = [e.decode() for e in got]
+            problems = list_problems(got, known)
             if problems:
-                self.read_errors.append((key, problems))
+                # What the report prints of a bad read (nemesis_report): when, through which
+                # server, and the acknowledged elements it lacked.
+                self.read_errors.append(
+                    (key, problems, (began, self._now()),
+                     f"{self.fleet.shard_of(s)}:{s.port}", sorted(known - set(got))))
                 self.history.add("reader", f"LRANGE {key}", "bad", problems)
             time.sleep(0.01)
 
@@ -399,20 +449,23 @@ class Workload:
 
 
 def list_problems(elements, acknowledged):
-    """What is wrong with a list's `elements`: an element twice, a writer's elements out of its
-    order, an element of `acknowledged` missing."""
+    """What is wrong with a list's `elements`: an element twice, an acknowledged element after a
+    later one of its writer, an element of `acknowledged` missing."""
     problems = []
     counts = Counter(elements)
     twice = [e for e, c in counts.items() if c > 1]
     if twice:
         problems.append(f"twice: {twice[:5]}")
+    # An acknowledged element must come before every later element of its writer (sent after
+    # it was acknowledged); one whose outcome is unknown may have taken effect later (held at a
+    # paused server, applied after the writer's next one).
     last = {}
     for e in elements:
         writer, n = e.rsplit("-", 1)
-        if int(n) < last.get(writer, -1):
+        if int(n) < last.get(writer, -1) and e in acknowledged:
             problems.append(f"out of order: {e} after {writer}-{last[writer]}")
             break
-        last[writer] = int(n)
+        last[writer] = max(int(n), last.get(writer, -1))
     missing = sorted(acknowledged - counts.keys())
     if missing:
         problems.append(f"missing {len(missing)} acknowledged: {missing[:5]}")
@@ -456,7 +509,7 @@ class Nemesis:
         for kind, o in list(self.fleet.paused):
             if o is s:
                 self.fleet.paused.discard((kind, o))
-        s.stop(signal.SIGKILL)
+        self.fleet.kill(s)
         self.fleet.down.add(s.port)
         self.ends[("down", s.port)] = time.monotonic() + self.rng.uniform(0.5, 6)
         self._note(f"kill -9 {self.fleet.shard_of(s)}:{s.port}")
@@ -546,7 +599,7 @@ class Nemesis:
         s = self.coordinator
         if s is None or s.port in self.fleet.down:
             return
-        s.stop(signal.SIGKILL)
+        self.fleet.kill(s)
         self.fleet.down.add(s.port)
         self.ends[("down", s.port)] = time.monotonic() + self.rng.uniform(0.5, 6)
         self._note(f"kill -9 the coordinator {self.fleet.shard_of(s)}:{s.port}")
@@ -676,6 +729,10 @@ def check(fleet, workload):
         stray = [k for k, o in zip(keys, owners(via, keys)) if o != n]
         if stray:
             problems.append(f"{len(stray)} keys on {n}, which does not own them: {stray[:5]}")
+            for k in stray[:5]:
+                if k.decode() in workload.lists:
+                    held = read_list(s.client(socket_timeout=10), k.decode())
+                    problems.append(f"  stray {k.decode()} on {n} holds {held[:5]}")
     # IDs: none issued twice.
     issued = defaultdict(list)
     for i, port, at in workload.ids:
@@ -684,7 +741,8 @@ def check(fleet, workload):
     if twice:
         problems.append(f"{len(twice)} IDs issued twice (the ID: (port, time) of each): "
                         f"{list(twice.items())[:5]}")
-    problems += [f"read of {k}: {p}" for k, p in workload.read_errors]
+    problems += [f"read of {k} at {t[0]:.3f} via {via}: {p}"
+                 for k, p, t, via, _ in workload.read_errors]
     return problems
 
 

@@ -9,6 +9,7 @@ however the test ends.
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -267,3 +268,13 @@ def aof_command_names(workdir):
     for f in sorted(Path(workdir).rglob("*.aof")):
         names += [m.lower() for m in re.findall(rb"\*\d+\r\n\$\d+\r\n([^\r]+)\r\n", f.read_bytes())]
     return names
+
+
+def saved_aof(server, path):
+    """`server`'s AOF rewritten whole, then copied to `path` (returned), to restart from later."""
+    server.client().execute_command("BGREWRITEAOF")
+    until(lambda: server.client().info("persistence")["aof_rewrite_in_progress"] == 0
+          and server.client().info("persistence")["aof_rewrite_scheduled"] == 0,
+          "the AOF rewritten")
+    shutil.copytree(server.workdir / "appendonlydir", path)
+    return path

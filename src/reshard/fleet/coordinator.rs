@@ -25,6 +25,7 @@ use crate::net::endpoint::Endpoint;
 use crate::net::pool::Link;
 use crate::net::resp::Resp;
 use crate::reshard::fleet::checks::{job_verdict, not_holding, JobVerdict};
+use crate::reshard::fleet::landed::{self, Landed};
 use crate::reshard::fleet::lease::{self, Term};
 use crate::reshard::fleet::node_state::NodeState;
 use crate::reshard::fleet::plan::{FleetPlan, NodeProgress, Phase, MAX_ATTEMPTS};
@@ -183,14 +184,39 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
                 wait_for_calls(steps, reach).await?;
             }
         }
+        let sent = landed::addresses(&current_plan()?, &reach.me.name);
         if !run_jobs(steps, reach).await? {
             continue; // cancelled: the loop turns to the cancel's phases
+        }
+        if !copies_landed(steps, reach, &sent).await? {
+            persist(steps, reach).await?;
+            continue; // a destination failed over: the copies run again
         }
         if plan.final_install().is_some() {
             with_plan(FleetPlan::reset_steps);
             install_everywhere(steps, reach, Rings::Final).await?;
         }
         enter(steps, reach, plan.phase.next()).await?;
+    }
+}
+
+/// Waits until the phase's copies have reached each destination's replica (`landed`);
+/// `false` when a destination failed over since and the copies must run again.
+async fn copies_landed(
+    steps: &NetSteps,
+    reach: &Reach,
+    sent: &landed::Sent,
+) -> Result<bool, String> {
+    let mut round = 0;
+    loop {
+        match landed::confirm(steps, reach, sent).await? {
+            Landed::Yes => return Ok(true),
+            Landed::Again => return Ok(false),
+            Landed::NotYet(why) => {
+                round += 1;
+                give_up_or_wait(steps, round, current_plan()?.phase, &[why]).await?;
+            }
+        }
     }
 }
 

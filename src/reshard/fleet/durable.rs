@@ -22,7 +22,19 @@ pub const REPLICA_WAIT_MS: i64 = 2000;
 /// Sends the step `args` to `at` and waits for its replica (see the module's doc): the step's
 /// reply (an error reply as it came), or an error when the replica did not acknowledge it.
 pub async fn send(steps: &NetSteps, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError> {
-    let replicas = replicas_to_wait_for(steps, at).await;
+    send_at_least(steps, at, args, 0).await
+}
+
+/// `send`, waiting for at least `least` replicas (at most one) even when `ROLE` lists none
+/// connected: a node that should have a replica and has none linked now counts nothing done
+/// (`landed`: a copy's keys at a primary whose replica is not following it).
+pub async fn send_at_least(
+    steps: &NetSteps,
+    at: &Endpoint,
+    args: &[Vec<u8>],
+    least: i64,
+) -> Result<Resp, StepError> {
+    let replicas = replicas_to_wait_for(steps, at).await.max(least.min(1));
     if replicas == 0 {
         return steps.send(at, args).await;
     }
@@ -54,7 +66,7 @@ pub async fn send(steps: &NetSteps, at: &Endpoint, args: &[Vec<u8>]) -> Result<R
 /// The replicas to wait for at `at`: those its `ROLE` lists (connected and in sync), at most
 /// one; none when it is not a primary. When `ROLE` gets no answer, the replicas the topology
 /// watcher knows of it.
-async fn replicas_to_wait_for(steps: &NetSteps, at: &Endpoint) -> i64 {
+pub async fn replicas_to_wait_for(steps: &NetSteps, at: &Endpoint) -> i64 {
     match steps.send(at, &[b"ROLE".to_vec()]).await {
         Ok(reply) => match role_replicas(&reply) {
             Some(n) => n.min(1),

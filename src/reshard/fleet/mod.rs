@@ -12,6 +12,8 @@
 //! - `adopt`: the plan whose rings the fleet holds, which RESUME drives when the plan here is
 //!   gone or older than the fleet (pure).
 //! - `coordinator`: drives the plan in the background on the event loop.
+//! - `landed`: a phase's copies counted done only once each destination's replica has them,
+//!   at the primary they went to (else they run again).
 //! - `durable`: a step counted done at a node only once that node's replica has it (the step
 //!   and `WAIT` on one connection), so a failover cannot lose a step the coordinator counted.
 //! - `lease`: one coordinator at a time: the term a coordinator takes before it drives (refused
@@ -39,6 +41,7 @@ pub mod coordinator;
 pub mod durable;
 pub mod fencing;
 pub mod journal;
+pub mod landed;
 pub mod lease;
 pub mod node_state;
 pub mod operation;

@@ -1,0 +1,164 @@
+//! A phase's copies counted done only once they have landed where a failover keeps them.
+//!
+//! Why (issue 33, the nemesis test): a copy job ends when its destination's primary has
+//! acknowledged every key; the coordinator then settles and commits the fleet, and the
+//! cleanup deletes the keys at their source. A destination behind Sentinel whose primary had
+//! no replica following it then (its partner an old primary Sentinel had not turned into a
+//! replica yet, or a replica that had fallen out of sync) held the moved keys alone; when
+//! Sentinel promoted that partner, every moved key was gone from the fleet (`list:3` and
+//! `list:7` of the nemesis test lost everything written before a grow). The failover after
+//! the copy job's end is not followed by the job (`copy_job`), and the fleet steps' own wait
+//! for a replica (`durable`) waits for none where `ROLE` lists none.
+//!
+//! So at the end of a phase whose jobs copy (`copy`, `cancel-return`), before any node moves
+//! on to the next rings, every destination is sent the phase's rings again (an idempotent,
+//! replicated `SHARD.RING INSTALL`, which follows the copies on the destination's replication
+//! stream) and its replica must acknowledge it; a destination behind Sentinel for which
+//! Sentinel lists a replica it could promote (up, linked to the primary or not:
+//! `topology::nodes::promotable_replicas`) waits for one even when its primary has none linked
+//! now, the step tried again with the coordinator's backoff. A destination
+//! whose primary is no longer the one the copies went to (Sentinel failed it over meanwhile)
+//! gets the copies again: the phase's jobs run again (a copy skips what is there already).
+
+use std::collections::HashMap;
+
+use futures_util::future::join_all;
+
+use crate::net::endpoint::Endpoint;
+use crate::net::resp::Resp;
+use crate::reshard::fleet::coordinator::{current_plan, endpoint_of, with_plan, Reach};
+use crate::reshard::fleet::durable;
+use crate::reshard::fleet::lease;
+use crate::reshard::fleet::plan::{FleetPlan, Install, Phase};
+use crate::route::forward::NetSteps;
+
+/// Where each destination of the phase's copies is now: its name and address.
+pub type Sent = HashMap<String, String>;
+
+/// Whether the plan's phase copies, and which nodes receive its keys (by index).
+fn destinations(plan: &FleetPlan) -> Vec<usize> {
+    (0..plan.nodes.len())
+        .filter(|&i| match plan.phase {
+            Phase::Copy => plan.nodes[i].role.in_new(),
+            Phase::CancelReturn => plan.nodes[i].role.in_old(),
+            _ => false,
+        })
+        .collect()
+}
+
+/// The destinations' addresses now (before the jobs run): empty for a phase that copies nothing.
+pub fn addresses(plan: &FleetPlan, self_name: &str) -> Sent {
+    destinations(plan)
+        .into_iter()
+        .filter_map(|i| {
+            let name = &plan.nodes[i].name;
+            endpoint_of(plan, name, self_name).map(|at| (name.clone(), at.address))
+        })
+        .collect()
+}
+
+/// The rings a copying phase's destinations hold: sent again as the step that must reach
+/// their replicas.
+fn rings(plan: &FleetPlan) -> Option<Install<'_>> {
+    match plan.phase {
+        Phase::Copy => Some(Install {
+            current: &plan.new,
+            previous: Some(&plan.old),
+            returning: false,
+            fence: false,
+            settled: false,
+        }),
+        Phase::CancelReturn => plan.install(),
+        _ => None,
+    }
+}
+
+/// What `confirm` found.
+pub enum Landed {
+    /// Every destination's replica holds the copies (or the phase copies nothing).
+    Yes,
+    /// A destination failed over since the copies began: the jobs run again.
+    Again,
+    /// A destination's replica has not acknowledged yet (why): tried again after a backoff.
+    NotYet(String),
+}
+
+/// Checks once that the phase's copies landed (see the module's doc); `sent`: the
+/// destinations' addresses when the jobs began.
+pub async fn confirm(steps: &NetSteps, reach: &Reach, sent: &Sent) -> Result<Landed, String> {
+    let plan = current_plan()?;
+    let Some(install) = rings(&plan) else {
+        return Ok(Landed::Yes);
+    };
+    let me = reach.me.name.as_str();
+    let mut targets: Vec<(Endpoint, bool)> = Vec::new();
+    for i in destinations(&plan) {
+        let name = &plan.nodes[i].name;
+        let Some(at) = endpoint_of(&plan, name, me) else {
+            continue;
+        };
+        if sent.get(name).is_some_and(|a| *a != at.address) {
+            let why = format!(
+                "node {name} failed over from {} to {} after its copies: they are sent again",
+                sent.get(name).map_or("?", String::as_str),
+                at.address
+            );
+            with_plan(|p| {
+                p.error.clone_from(&why);
+                let workers: Vec<usize> = (0..p.nodes.len())
+                    .filter(|&j| p.work(j).is_some())
+                    .collect();
+                for j in workers {
+                    p.nodes[j].done = false;
+                }
+            });
+            crate::reshard::fleet::journal::note(&why);
+            return Ok(Landed::Again);
+        }
+        let sentinel = plan
+            .new
+            .nodes
+            .iter()
+            .chain(plan.old.nodes.iter())
+            .find(|n| n.name == *name)
+            .is_some_and(|n| n.via_sentinel());
+        targets.push((at, sentinel));
+    }
+    lease::fresh(steps, reach).await?;
+    let args = lease::stamped(install.command());
+    let replies = join_all(targets.iter().map(|(at, sentinel)| {
+        // A server Sentinel could promote for the node must have the copies, linked to the
+        // primary now or not (while its replicas are not known yet, one is waited for).
+        let name = at.name.as_str();
+        let least = i64::from(
+            *sentinel
+                && (crate::topology::nodes::replicas_pending(name)
+                    || crate::topology::nodes::promotable_replicas(name) > 0),
+        );
+        durable::send_at_least(steps, at, &args, least)
+    }))
+    .await;
+    lease::note_refusals(
+        targets
+            .iter()
+            .map(|(at, _)| at.name.as_str())
+            .zip(replies.iter()),
+    )?;
+    let failed: Vec<String> = targets
+        .iter()
+        .zip(replies)
+        .filter_map(|((at, _), reply)| match reply {
+            Ok(Resp::Simple(_)) => None,
+            Ok(other) => Some(format!("node {}: {other:?}", at.name)),
+            Err(e) => Some(format!("node {}: {e}", at.name)),
+        })
+        .collect();
+    if failed.is_empty() {
+        Ok(Landed::Yes)
+    } else {
+        Ok(Landed::NotYet(format!(
+            "the copies have not reached every destination's replica: {}",
+            failed.join("; ")
+        )))
+    }
+}
