@@ -36,7 +36,8 @@ from collections import Counter
 import pytest
 import redis
 
-from helpers.nemesis import SHARDS, Fleet, History, finish_resharding, fleet_report
+from helpers.nemesis import (SHARDS, Clients, Fleet, History, finish_resharding,
+                             fleet_report)
 from helpers.server import info_shard, until
 
 SCALE = int(os.environ.get("TXN_CHAOS_SCALE", "1"))
@@ -58,48 +59,33 @@ def log_of(acct):
     return f"{acct}:log"
 
 
-class Bank:
+class Bank(Clients):
     """The clients: writers and readers, each a thread on a random node, switching node on an
     error; every transfer's outcome recorded."""
 
+    join_timeout = 60
+    socket_timeout = 10
+
     def __init__(self, fleet, history, rng):
-        self.fleet, self.history = fleet, history
+        super().__init__(fleet, history)
         self.accounts = [account(i) for i in range(ACCOUNTS)]
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
         self.transfers = {}  # id -> (from, to, amount)
         self.outcome = {}  # id -> "ok" (acknowledged), "info" (unknown), "fail" (refused)
         self.reads = []  # the total of each read
         self.acked_at = {}  # id -> seconds since the start, when its EXEC replied
         self.problems = []
         self.seeds = [rng.randrange(1 << 30) for _ in range(WRITERS + READERS)]
-        self.threads = [threading.Thread(target=self._guard, args=(self._writer, w), daemon=True)
-                        for w in range(WRITERS)]
-        self.threads += [threading.Thread(target=self._guard, args=(self._reader, r),
-                                          daemon=True) for r in range(READERS)]
+        for w in range(WRITERS):
+            self.spawn(self._writer, w)
+        for r in range(READERS):
+            self.spawn(self._reader, r)
 
     def acknowledged(self):
         with self.lock:
             return sum(1 for o in self.outcome.values() if o == "ok")
 
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def finish(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=60)
-
-    def _guard(self, body, i):
-        try:
-            body(i)
-        except Exception as e:  # a bug of the harness: reported by the checks
-            self.problems.append(f"{body.__name__} {i} crashed: {e!r}")
-
-    def _client(self, rng):
-        live = self.fleet.live() or self.fleet.servers()
-        return rng.choice(live).client(socket_timeout=10, socket_connect_timeout=1)
+    def on_crash(self, body, i, e):
+        self.problems.append(f"{body.__name__} {i} crashed: {e!r}")
 
     def _writer(self, w):
         rng = random.Random(self.seeds[w])
