@@ -26,8 +26,9 @@ use crate::txn::coord::phases::{Decided, Fleet};
 use crate::txn::coord::plan::Txn;
 use crate::txn::coord::wire::{self, Decision};
 
-/// How long the decision waits for this node's replica to acknowledge it.
-pub const REPLICA_WAIT_MS: i64 = 2000;
+/// How long the decision waits for this node's replica to acknowledge it (as long as an
+/// owner's block waits for the owner's, `txn::owner::acked`).
+pub const REPLICA_WAIT_MS: i64 = crate::txn::owner::acked::REPLICA_WAIT_MS;
 
 /// The fleet of one transaction (or of a commit carried out again).
 pub struct NetFleet {
@@ -105,6 +106,19 @@ fn is_commit(args: &[Vec<u8>]) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case(b"COMMIT"))
 }
 
+/// How long beyond the call timeout a control request may take: an owner's reply to `COMMIT`
+/// and `APPLY` waits for its replica (`txn::owner::acked`) up to `REPLICA_WAIT_MS`.
+fn extra_for(args: &[Vec<u8>]) -> Duration {
+    let block = args
+        .get(1)
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"COMMIT") || v.eq_ignore_ascii_case(b"APPLY"));
+    if block {
+        Duration::from_millis(crate::txn::owner::acked::REPLICA_WAIT_MS.unsigned_abs())
+    } else {
+        Duration::ZERO
+    }
+}
+
 thread_local! {
     static SEED: Cell<u64> = Cell::new(crate::clock::monotonic_ms() | 1);
 }
@@ -124,10 +138,12 @@ impl Fleet for NetFleet {
                     self.wait_at(Step::CommittedOne).await;
                 }
                 let now = crate::txn::coord::queue::node_named(&at.name).unwrap_or(at);
-                self.steps.send_control(&now, &args).await
+                self.steps
+                    .send_control_for(&now, &args, extra_for(&args))
+                    .await
             });
         }
-        Either::Right(self.steps.send_control(at, &args))
+        Either::Right(self.steps.send_control_for(at, &args, extra_for(&args)))
     }
 
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {

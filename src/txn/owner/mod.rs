@@ -11,6 +11,7 @@
 //! - `waiters`: clients blocked on a lock, run or refused when it ends or after
 //!   `shard.txn-lock-ms`; and the owner's 100 ms tick;
 //! - `doubt`: a prepared part past its deadline asks its coordinator `SHARD.TXN STATUS`;
+//! - `acked`: the reply to a block applied here waits for a replica of this server;
 //! - `owned`: whether the keys of a part are this node's and not moving, and whether a
 //!   resharding step would move a locked key.
 //!
@@ -23,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::host::events::KeyspaceChange;
 use crate::txn::Decision;
 
+pub mod acked;
 pub mod doubt;
 pub mod durable;
 pub mod marks;

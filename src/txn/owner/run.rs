@@ -8,6 +8,8 @@
 //! COMMIT txid` (no parts), which removes the record and remembers the txid as done where it is
 //! replayed. `PREPARE` and `ABORT` are replicated as they came. A replica, or a server loading
 //! its AOF, runs the same commands and only records: it checks nothing and runs no part.
+//! The replies to `APPLY` and `COMMIT` wait for a replica of this server when it has one
+//! (`acked`).
 
 use redis_module::{Context, ContextFlags};
 
@@ -19,7 +21,7 @@ use crate::net::resp::{read_reply, ReplyResp, Resp};
 use crate::txn::owner::owned::{self, held};
 use crate::txn::owner::parse::{self, Command};
 use crate::txn::owner::table::Prepared;
-use crate::txn::owner::{waiters, with};
+use crate::txn::owner::{acked, waiters, with};
 
 /// The longest watch ttl and lock a coordinator may ask for (ms).
 const MAX_MS: i64 = 86_400_000;
@@ -137,9 +139,13 @@ pub fn apply(call: &Call) -> CmdResult {
     let args = args_of(call);
     let (watched, next) = parse::watched(&args, 3).map_err(syntax)?;
     let cmds = parse::commands(&args, next).map_err(syntax)?;
-    let reply = apply_here(call, &txid, &watched, &cmds)?;
-    call.reply.resp(&reply);
-    Ok(())
+    match apply_here(call, &txid, &watched, &cmds)? {
+        ran @ Resp::Array(_) => acked::reply(call, &cmds, ran),
+        watched => {
+            call.reply.resp(&watched);
+            Ok(())
+        }
+    }
 }
 
 /// `SHARD.TXN APPLY`'s work in the database of `call`, its commands run as its client (a
@@ -256,8 +262,7 @@ pub fn commit(call: &Call) -> CmdResult {
         crate::host::keyspace::select_db(call.ctx, selected);
     }
     finish(&txid);
-    call.reply.resp(&Resp::Array(replies?));
-    Ok(())
+    acked::reply(call, &cmds, Resp::Array(replies?))
 }
 
 /// The record of `txid` removed, its locks ended, its watches dropped, the txid done; the
