@@ -86,12 +86,16 @@ pub fn durable_records() -> durable::Records {
             .map(|(txid, p)| (txid.to_string(), p.clone()))
             .collect(),
         done: t.done_list().map(str::to_string).collect(),
+        forgotten: t
+            .forgotten_marks()
+            .map(|(c, n)| (c.to_string(), n))
+            .collect(),
     })
 }
 
 /// Takes the records of a load (an RDB, a primary's at a full sync) in place of the tables'.
 pub fn restore_records(records: durable::Records) {
-    with(|t| t.replace_durable(records.prepared, records.done));
+    with(|t| t.replace_durable(records.prepared, records.done, records.forgotten));
 }
 
 /// A change of the keyspace as a whole: a flush marks its database's watched keys written,

@@ -197,7 +197,7 @@ pub fn prepare(call: &Call) -> CmdResult {
         call.reply.simple(b"PREPARED");
         return Ok(());
     }
-    if with(|t| t.is_done(&txid)) {
+    if with(|t| t.is_done(&txid) || t.forgot(&txid)) {
         return Err(CmdError::err(format!("{txid} was applied here already")));
     }
     if with(|t| t.prepared(&txid).is_some()) {
@@ -242,6 +242,16 @@ pub fn commit(call: &Call) -> CmdResult {
         return Ok(());
     }
     let record = with(|t| t.prepared(&txid).cloned());
+    if record.is_none() && with(|t| t.forgot(&txid)) {
+        // Its coordinator sends it again (an owner that had not confirmed its part, or a
+        // restart) after this owner applied it and dropped it from the done list: not again.
+        redis_module::logging::log_warning(format!(
+            "shard: transaction {txid}: a COMMIT came for a transaction older than the last one of its coordinator this node forgot (it keeps the last {}): answered DONE, not applied again",
+            crate::txn::owner::table::DONE_KEPT
+        ));
+        call.reply.simple(b"DONE");
+        return Ok(());
+    }
     let (db, cmds) = match (record, given) {
         (Some(p), _) => (p.db, p.cmds),
         (None, Some(cmds)) => (caller::selected_db(call) as i32, cmds),
