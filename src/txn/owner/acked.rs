@@ -5,10 +5,11 @@
 //! it. The same mechanism as the coordinator's decision (`txn::coord::fleet`): the replicas
 //! online are `host::context::connected_replicas` (kept from the server's replica events, not
 //! read per block), and the wait is `WAIT 1` on a connection of its own to this server's own
-//! address (`route::forward::NetSteps::send_waited`), behind a `PING`: `WAIT` counts the
-//! replication offset as of its own client's last command, which the `PING`, run after the
-//! block, puts past it (a module cannot run `WAIT` itself). The client is blocked meanwhile,
-//! never the main thread.
+//! address (`route::forward::NetSteps::send_waited`), behind `SHARD.TXN SYNC` (`sync`), which
+//! replicates a `PING`: `WAIT` waits for the replication offset of its own client's last
+//! command that replicated something (Valkey moves a client's offset only then; Redis 7.0 at
+//! every command), and `SYNC`, run after the block, puts it past the block (a module cannot run
+//! `WAIT` itself). The client is blocked meanwhile, never the main thread.
 //!
 //! A block of read-only commands wrote nothing to wait for (as `WAIT` after a read returns at
 //! once). A client that cannot be blocked (inside `MULTI`, a script), or a server that is not
@@ -87,8 +88,9 @@ pub async fn replica_has_it(steps: &NetSteps, me: &Endpoint) -> bool {
         replicas: 1,
         timeout_ms: REPLICA_WAIT_MS,
     };
-    let (ping, waited) = steps.send_waited(me, &[b"PING".to_vec()], wait);
-    let _ = ping.await;
+    let sync = [b"SHARD.TXN".to_vec(), b"SYNC".to_vec()];
+    let (synced, waited) = steps.send_waited(me, &sync, wait);
+    let _ = synced.await;
     let acked = matches!(waited.await, Ok(Resp::Int(n)) if n >= 1);
     if !acked {
         UNACKED.fetch_add(1, Ordering::Relaxed);
@@ -113,5 +115,16 @@ pub fn reply(call: &Call, cmds: &[Command], reply: Resp) -> CmdResult {
         UNACKED.fetch_add(1, Ordering::Relaxed);
         call.reply.resp(&at_once);
     }
+    Ok(())
+}
+
+/// `SHARD.TXN SYNC`: replicates a `PING` (nothing else), so that a `WAIT` after it on the same
+/// connection waits for everything this server replicated before it.
+pub fn sync(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(crate::host::error::CmdError::wrong_arity("shard.txn|sync"));
+    }
+    crate::host::replicate::replicate_args(call.ctx, c"PING", &[]);
+    call.reply.ok();
     Ok(())
 }
