@@ -87,7 +87,9 @@ impl Records {
             let marks = count(&mut r, "coordinators' marks")?;
             for _ in 0..marks {
                 let coordinator = r.string("coordinator's name")?;
-                records.forgotten.push((coordinator, r.u64("coordinator's mark")?));
+                records
+                    .forgotten
+                    .push((coordinator, r.u64("coordinator's mark")?));
             }
         }
         if r.pos != bytes.len() {

@@ -515,12 +515,17 @@ mod tests {
         t.add_done("n1/ffffff");
         assert!(!t.is_done("n0/30") && t.forgot("n0/30") && t.forgot("n0/2f"));
         assert!(!t.forgot("n0/31"), "above the mark: never applied here");
-        assert!(!t.forgot("n2/1") && !t.forgot("n1/1001"), "in the list, or no mark");
+        assert!(
+            !t.forgot("n2/1") && !t.forgot("n1/1001"),
+            "in the list, or no mark"
+        );
         t.add_done("n1/ffffff0");
         assert!(t.forgot("n1/1000") && t.forgot("n1/fff") && !t.forgot("n1/1001"));
         assert!(!t.forgot("plain") && !t.forgot("n0/zz"), "no number");
-        let marks: Vec<(String, u64)> =
-            t.forgotten_marks().map(|(c, n)| (c.to_string(), n)).collect();
+        let marks: Vec<(String, u64)> = t
+            .forgotten_marks()
+            .map(|(c, n)| (c.to_string(), n))
+            .collect();
         let mut loaded = Tables::default();
         loaded.replace_durable(Vec::new(), Vec::new(), marks);
         assert!(loaded.forgot("n0/30") && !loaded.forgot("n0/31"));
