@@ -73,6 +73,7 @@ class Bank(Clients):
         self.outcome = {}  # id -> "ok" (acknowledged), "info" (unknown), "fail" (refused)
         self.reads = []  # the total of each read
         self.acked_at = {}  # id -> seconds since the start, when its EXEC replied
+        self.sent = {}  # id -> (seconds since the start when its EXEC was sent, the port)
         self.problems = []
         self.seeds = [rng.randrange(1 << 30) for _ in range(WRITERS + READERS)]
         for w in range(WRITERS):
@@ -119,6 +120,8 @@ class Bank(Clients):
             return None
         with self.lock:
             self.transfers[tid] = (a, b, amount)
+            self.sent[tid] = (round(time.monotonic() - self.history.started, 3),
+                              c.connection_pool.connection_kwargs.get("port"))
         try:
             got = c.execute_command("SHARD.EXEC")
             outcome = "fail" if got is None else "ok"
@@ -298,6 +301,21 @@ class Faults:
         self.progress()
 
 
+def story(bank, tid, history):
+    """A transfer's own history, for a problem with it: its accounts and amount, the node that
+    coordinated it, when its EXEC was sent and replied, what it replied, each owner now, and
+    the faults from 5 s before it was sent to 5 s after it replied."""
+    sent, port = bank.sent.get(tid, (None, None))
+    acked = bank.acked_at.get(tid)
+    lines = [f"    {tid}: {bank.transfers.get(tid)} through :{port}, sent at {sent}, "
+             f"{bank.outcome.get(tid)} at {acked}"]
+    if sent is not None and acked is not None:
+        with history.lock:
+            lines += [f"      {t:9.3f} {what}" for t, who, what, _, _ in history.events
+                      if who == "faults" and sent - 5 <= t <= acked + 5]
+    return "\n".join(lines)
+
+
 def check(fleet, bank):
     """What the healed fleet must hold; the list of what is wrong."""
     problems = list(bank.problems)
@@ -313,8 +331,9 @@ def check(fleet, bank):
     ids = {tid for tid, _ in seen}
     for (tid, a), count in seen.items():
         if count > 1:
-            problems.append(f"{tid} applied {count} times at {a} ({bank.transfers.get(tid)}, "
-                            f"{bank.outcome.get(tid)} at {bank.acked_at.get(tid)})")
+            owner = via.execute_command("SHARD.WHEREIS", a).decode()
+            problems.append(f"{tid} applied {count} times at {a} (owned by {owner} now)\n"
+                            + story(bank, tid, bank.history))
     for tid in ids:
         if tid not in bank.transfers:
             problems.append(f"{tid} in a log but never sent")
@@ -325,7 +344,7 @@ def check(fleet, bank):
             owner = via.execute_command("SHARD.WHEREIS", missing).decode()
             problems.append(f"{tid} applied at one account only ({src} {seen[(tid, src)]}, "
                             f"{dst} {seen[(tid, dst)]}): {bank.outcome.get(tid)}; missing at "
-                            f"{owner}, acknowledged at {bank.acked_at.get(tid)}")
+                            f"{owner}\n" + story(bank, tid, bank.history))
         if bank.outcome.get(tid) == "fail":
             problems.append(f"{tid} applied, but its EXEC said it was not")
     for tid, outcome in bank.outcome.items():
