@@ -7,7 +7,8 @@
 //! replicas and the AOF as one `MULTI`/`EXEC`; `COMMIT` ends that block with `SHARD.TXN
 //! COMMIT txid` (no parts), which removes the record and remembers the txid as done where it is
 //! replayed. `PREPARE` and `ABORT` are replicated as they came. A replica, or a server loading
-//! its AOF, runs the same commands and only records: it checks nothing and runs no part.
+//! its AOF, runs the same commands and only records: it checks nothing and runs no part; a
+//! replica passes each record on to its own AOF and replicas (`relay`).
 //! The replies to `APPLY` and `COMMIT` wait for a replica of this server when it has one
 //! (`acked`).
 
@@ -35,6 +36,18 @@ fn now() -> u64 {
 fn replayed(ctx: &Context) -> bool {
     let flags = ctx.get_flags();
     flags.contains(ContextFlags::REPLICATED) || flags.contains(ContextFlags::LOADING)
+}
+
+/// A record replayed from the primary's stream, passed on to this replica's own AOF and its
+/// replicas: a module command run from the stream is written to neither unless it replicates
+/// itself, so a replica restarted from its AOF (or promoted, then restarted) rebuilt its tables
+/// without them, and a part its primary had committed came back prepared, to be applied a
+/// second time. (Nothing is passed on while loading: the server propagates nothing then.)
+fn relay(ctx: &Context) {
+    let flags = ctx.get_flags();
+    if flags.contains(ContextFlags::REPLICATED) && !flags.contains(ContextFlags::LOADING) {
+        ctx.replicate_verbatim();
+    }
 }
 
 fn args_of<'a>(call: &Call<'a>) -> Vec<&'a [u8]> {
@@ -194,6 +207,7 @@ pub fn prepare(call: &Call) -> CmdResult {
     };
     if replayed(call.ctx) {
         with(|t| t.prepare(&txid, part));
+        relay(call.ctx);
         call.reply.simple(b"PREPARED");
         return Ok(());
     }
@@ -234,6 +248,7 @@ pub fn commit(call: &Call) -> CmdResult {
     if replayed(call.ctx) {
         // The record's end, in the block that applied it (its commands came before).
         finish(&txid);
+        relay(call.ctx);
         call.reply.ok();
         return Ok(());
     }
@@ -254,7 +269,13 @@ pub fn commit(call: &Call) -> CmdResult {
     }
     let (db, cmds) = match (record, given) {
         (Some(p), _) => (p.db, p.cmds),
-        (None, Some(cmds)) => (caller::selected_db(call) as i32, cmds),
+        (None, Some(cmds)) => {
+            redis_module::logging::log_warning(format!(
+                "shard: transaction {txid}: no prepared part here, its part applied from the COMMIT ({})",
+                printable_commands(&cmds)
+            ));
+            (caller::selected_db(call) as i32, cmds)
+        }
         (None, None) => {
             return Err(CmdError::code(
                 "NOPREPARED",
@@ -273,6 +294,20 @@ pub fn commit(call: &Call) -> CmdResult {
     }
     finish(&txid);
     acked::reply(call, &cmds, Resp::Array(replies?))
+}
+
+/// The commands of a part as text, for the log (each at most 60 characters).
+fn printable_commands(cmds: &[Command]) -> String {
+    cmds.iter()
+        .map(|c| {
+            let text: Vec<String> = c
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into())
+                .collect();
+            text.join(" ").chars().take(60).collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The record of `txid` removed, its locks ended, its watches dropped, the txid done; the
@@ -298,6 +333,8 @@ pub fn abort(call: &Call) -> CmdResult {
     });
     if had && !replayed(call.ctx) {
         call.ctx.replicate_verbatim();
+    } else if had {
+        relay(call.ctx);
     }
     waiters::release();
     call.reply.ok();
@@ -310,6 +347,10 @@ pub fn commit_alone(ctx: &Context, txid: &str) {
     let Some(part) = with(|t| t.prepared(txid).cloned()) else {
         return;
     };
+    redis_module::logging::log_warning(format!(
+        "shard: transaction {txid}: its coordinator answered commit, the part applied here ({})",
+        printable_commands(&part.cmds)
+    ));
     let selected = crate::host::keyspace::selected_db(ctx);
     crate::host::keyspace::select_db(ctx, part.db);
     for cmd in &part.cmds {
