@@ -426,6 +426,14 @@ pub fn resume() {
             RESUMING.with(|r| r.borrow_mut().retain(|t| *t != txid));
             continue;
         }
+        redis_module::logging::log_notice(format!(
+            "shard: transaction {txid}: its commit is sent again to {}",
+            owners
+                .iter()
+                .map(|p| p.owner.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
         let txn = Txn {
             txid,
             parts: owners,
