@@ -8,7 +8,7 @@
 //! COMMIT txid` (no parts), which removes the record and remembers the txid as done where it is
 //! replayed. `PREPARE` and `ABORT` are replicated as they came. A replica, or a server loading
 //! its AOF, runs the same commands and only records: it checks nothing and runs no part; a
-//! replica passes each record on to its own AOF and replicas (`relay`).
+//! replica passes each record on to its own AOF (`relay`).
 //! The replies to `APPLY` and `COMMIT` wait for a replica of this server when it has one
 //! (`acked`).
 
@@ -38,9 +38,10 @@ fn replayed(ctx: &Context) -> bool {
     flags.contains(ContextFlags::REPLICATED) || flags.contains(ContextFlags::LOADING)
 }
 
-/// A record replayed from the primary's stream, passed on to this replica's own AOF and its
-/// replicas: a module command run from the stream is written to neither unless it replicates
-/// itself, so a replica restarted from its AOF (or promoted, then restarted) rebuilt its tables
+/// A record replayed from the primary's stream, passed on to this replica's own AOF: a module
+/// command run from the stream is not written there unless it replicates itself (a replica's
+/// own replicas get the primary's stream as it came), so a replica restarted from its AOF (or
+/// promoted, then restarted) rebuilt its tables
 /// without them, and a part its primary had committed came back prepared, to be applied a
 /// second time. (Nothing is passed on while loading: the server propagates nothing then.)
 fn relay(ctx: &Context) {
