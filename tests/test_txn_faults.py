@@ -229,8 +229,8 @@ def test_a_commit_sent_again_after_the_owner_forgot_it_is_not_applied_again(flee
     """n2 is down when the decision comes: the coordinator sends the COMMIT, with the parts,
     again every second until n2 confirms, to n1 too, which applied its part and confirmed it.
     n1 keeps the last 10 000 txids it applied; once as many others were applied there since
-    (found by the bank under faults at ten times its size: a few seconds of transfers), a COMMIT
-    sent again must not apply n1's part a second time (it did: `a` went 100, 70, 40)."""
+    (20 to 30 s of the bank under faults at ten times its size), a COMMIT sent again must not
+    apply n1's part a second time (it did: `a` went 100, 70, 40)."""
     long_locks(fleet)
     n0, n1 = fleet.client("n0"), fleet.client("n1")
     hold(n0, "prepared")
