@@ -293,14 +293,18 @@ class Meter:
         return (sum(cpu), sum(cpu) - cpu[3] - cpu[4], sum(s.cpu_ticks() for s in self.servers),
                 (me.ru_utime + me.ru_stime) * base.HZ,
                 (children.ru_utime + children.ru_stime) * base.HZ,
-                sum(s.cpu_ticks() for s in self.side))
+                sum(s.cpu_ticks() for s in self.side),
+                tuple(s.cpu_ticks() for s in self.side))
 
     def stop(self):
+        end = self._sample()
         total, busy, servers, me, children, side = (
-            b - a for a, b in zip(self.start, self._sample()))
+            b - a for a, b in zip(self.start[:-1], end[:-1]))
+        each = [(b - a) / base.HZ for a, b in zip(self.start[-1], end[-1])]
         core = total / (os.cpu_count() or 1)
         # Children: redis-benchmark only (the servers are reaped when the run ends).
         return {"client": me / core, "bench": children / core, "side_s": side / base.HZ,
+                "each_s": each,
                 "other": max(0.0, (busy - servers - me - children) / max(1, total))}
 
 
@@ -431,6 +435,10 @@ def main():
                         done = tally.committed
                     use = meter.stop()
                     figures[side + " cost"] = 1e6 * use["side_s"] / max(done, 1)
+                    if module and key != GETSET:
+                        each = ", ".join(f"{n} {1e6 * s / max(done, 1):.1f}"
+                                         for n, s in zip(NAMES, use["each_s"]))
+                        print(f"round {rnd + 1}, {key}: CPU µs per transfer {each}", flush=True)
                     row.cost[side].append(figures[side + " cost"])
                     row.other.append(use["other"])
                     row.client.append(use["client"])

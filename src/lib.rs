@@ -71,8 +71,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             "shard: {e}; SHARD.CALL learns each command at its first call"
         ));
     }
-    // The transactions' owner side: the module's own writes and the server's expiries and
-    // evictions mark watched keys (the filter and the keyspace changes below do the rest).
+    // The transactions' owner side: the module's own writes mark watched keys (the filter and
+    // the keyspace changes below do the rest; an expiry or an eviction is found at the check).
     host::writes::set_hook(txn::owner::marks::on_own_command);
     host::blocked::set_run_check(txn::owner::waiters::recheck);
     txn::set_status_hook(txn::coord::status_hook);
@@ -91,10 +91,6 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             Some(txn::owner::run::apply_here(call, txid, watched, cmds))
         },
     });
-    if let Err(e) = host::keyspace_events::subscribe_to_expiry(ctx, txn::owner::marks::on_expiry) {
-        ctx.log_warning(&e);
-        return Status::Err;
-    }
     // SAFETY: OnLoad's own context.
     if let Err(e) = unsafe { host::filter::register(ctx.ctx, on_command) } {
         ctx.log_warning(&e);
@@ -158,9 +154,12 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         cluster::clients::forget(id);
         txn::coord::clients::forget(id);
     }
-    fn before_sleep() {
+    fn before_sleep(ctx: &redis_module::Context) {
         net::pool::before_sleep();
         topology::watcher::tick();
+        // After the pool's flush: the decisions recorded now are in the AOF before their
+        // COMMITs leave, at the next turn (`txn::coord::turn`).
+        txn::coord::turn::before_sleep(ctx);
     }
     // SAFETY: as the caller promises.
     unsafe {

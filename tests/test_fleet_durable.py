@@ -11,6 +11,7 @@ lifted, and once n3's primary holds the commit rings (the step reached the prima
 primary is killed and the replica continued: Sentinel promotes it.
 """
 import shutil
+import threading
 import signal
 
 import redis
@@ -362,3 +363,30 @@ def test_a_node_back_on_older_rings_refuses_writes_until_they_are_checked(
     assert not acked, f"{len(acked)} writes acknowledged by the old ring: {acked[:5]}"
     assert all(r.startswith("TRYAGAIN this node's rings are being checked") for r in refused), \
         refused[:3]
+
+
+def test_start_replies_once_the_coordinators_replica_has_the_plan(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """The plan is made durable at the coordinator as a step is at any node: `SHARD.RESHARD
+    PLAN` sent to itself and acknowledged by its replica (`WAIT`) before the coordinator goes
+    on. Before, it was acknowledged by the primary alone: START replied, and the fleet was
+    driven, while the coordinator's replica (stopped here) did not have the plan, so a
+    failover to it lost the operation's phase."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    coordinator = fleet.primaries["n0"].client(socket_timeout=60)
+    replica = fleet.replicas["n0"]
+    ring = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    replies = []
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        start = threading.Thread(target=lambda: replies.append(
+            coordinator.execute_command("SHARD.RESHARD", "START", *ring)))
+        start.start()
+        start.join(timeout=1.5)
+        assert not replies, "START replied while the coordinator's replica could not have the plan"
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    start.join(timeout=30)
+    assert replies == [b"OK"]
+    assert replica.client().execute_command("SHARD.RESHARD", "PLAN") is not None
+    wait_fleet(coordinator, "done", timeout=120)

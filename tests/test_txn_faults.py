@@ -189,6 +189,24 @@ def test_coordinator_killed_after_the_decision_sends_the_commits_again(fleet, st
     assert fleet.client("n0").execute_command("SHARD.TXN", "STATUS", txid) == b"commit"
 
 
+def test_coordinator_killed_as_its_first_commit_leaves_had_its_decision_in_the_aof(fleet):
+    """n0 kills itself (SIGKILL) the moment the bytes of its first COMMIT are written to the
+    owner's socket (TXN-HOLD kill-after-commit): the decision, recorded in-process, must be in
+    its AOF by then. Restarted, n0 carries the commit out at both owners. Were the COMMIT
+    written before the AOF (in the same turn), the restarted n0 would presume an abort when n2
+    asks after its lock: n1 applied, n2 not."""
+    c = fleet.client("n0")
+    a, b = fleet.key_of("n1", prefix="acct"), fleet.key_of("n2", prefix="acct")
+    call(c, "MSET", a, 100, b, 100)
+    hold(c, "kill-after-commit")
+    ex = Exec(fleet["n0"], [("DECRBY", a, 30), ("INCRBY", b, 30)])
+    assert isinstance(ex.join(), redis.ConnectionError)
+    until(lambda: not fleet["n0"].alive(), "n0 killed itself")
+    restart(fleet["n0"])
+    until(lambda: no_lock_left(fleet), "every part applied and the decision forgotten")
+    assert values(fleet, a, b) == [b"70", b"130"], "each part applied, exactly once"
+
+
 # --- an owner killed or stopped --------------------------------------------------------------
 
 

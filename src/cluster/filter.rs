@@ -316,7 +316,7 @@ impl<'a> FilterEnv<'a> for Env<'a> {
     }
 
     fn movable_keys(&self) -> Option<Vec<usize>> {
-        self.0.command_keys()
+        self.0.command_keys(0)
     }
 
     fn exists(&self, pos: usize) -> bool {

@@ -410,7 +410,7 @@ pub static RESHARD: CommandSpec = command! {
 pub static RESHARD_COPY: CommandSpec = command! {
     name: "shard.reshard|copy",
     handler: copy,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: -2,
     summary: "Copies, in the background, the local keys that belong to other nodes",
     complexity: "O(1) to start; the job is O(N) with N the keys",
@@ -443,7 +443,7 @@ pub static RESHARD_STATUS: CommandSpec = command! {
 pub static RESHARD_STOP: CommandSpec = command! {
     name: "shard.reshard|stop",
     handler: stop,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: -2,
     summary: "Stops the running resharding job after its current batch",
     complexity: "O(1)",
@@ -476,7 +476,7 @@ pub static RESHARD_PAUSE: CommandSpec = command! {
 pub static RESHARD_RESUME: CommandSpec = command! {
     name: "shard.reshard|resume",
     handler: resume,
-    flags: "admin blocking deny-script",
+    flags: "admin may-replicate blocking deny-script",
     arity: 2,
     summary: "Resumes a paused resharding job, and an interrupted fleet operation, from where they stopped (under a new term, once no other coordinator's lease runs)",
     complexity: "O(1)",
@@ -487,7 +487,7 @@ pub static RESHARD_RESUME: CommandSpec = command! {
 pub static RESHARD_START: CommandSpec = command! {
     name: "shard.reshard|start",
     handler: start,
-    flags: "admin blocking deny-script",
+    flags: "admin may-replicate blocking deny-script",
     arity: -3,
     summary: "Grows or shrinks the fleet to the given ring: checks every node, then opens, copies, commits and cleans up in the background; from a slots ring to one given by weights alone, moves the fewest slots (or SLOTS gives the map)",
     complexity: "O(N) with N the nodes to start; the operation is O(K) with K the keys",
@@ -498,7 +498,7 @@ pub static RESHARD_START: CommandSpec = command! {
 pub static RESHARD_CANCEL: CommandSpec = command! {
     name: "shard.reshard|cancel",
     handler: cancel,
-    flags: "admin blocking deny-script",
+    flags: "admin may-replicate blocking deny-script",
     arity: 2,
     summary: "Returns the fleet to the old ring (before COMMIT), bringing back the writes made since",
     complexity: "O(1) to start",
@@ -509,7 +509,7 @@ pub static RESHARD_CANCEL: CommandSpec = command! {
 pub static RESHARD_HANDOVER: CommandSpec = command! {
     name: "shard.reshard|handover",
     handler: handover,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: 2,
     summary: "Stops this node's fleet coordinator at its next step and releases its lease, so RESUME elsewhere goes on at once",
     complexity: "O(1)",
@@ -520,7 +520,7 @@ pub static RESHARD_HANDOVER: CommandSpec = command! {
 pub static RESHARD_PLAN: CommandSpec = command! {
     name: "shard.reshard|plan",
     handler: save_plan,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: -2,
     summary: "Stores a fleet plan (sent by the coordinator to itself, replicated; or handed to this node), or without one replies this node's plan",
     complexity: "O(N) with N the nodes",

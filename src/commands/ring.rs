@@ -390,7 +390,7 @@ pub static RING: CommandSpec = command! {
 pub static RING_SET: CommandSpec = command! {
     name: "shard.ring|set",
     handler: set,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: -3,
     summary: "Replaces the ring; a slots ring may give each node its slot ranges (SLOTS 0-4095,8192-9000)",
     complexity: "O(N log N) with N the points of the ring",
@@ -412,7 +412,7 @@ pub static RING_GET: CommandSpec = command! {
 pub static RING_BEGIN: CommandSpec = command! {
     name: "shard.ring|begin",
     handler: begin,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: -3,
     summary: "Opens a resharding: the given ring (exactly as given, SLOTS included) becomes current, the old one previous",
     complexity: "O(N log N) with N the points of the ring",
@@ -423,7 +423,7 @@ pub static RING_BEGIN: CommandSpec = command! {
 pub static RING_SETTLE: CommandSpec = command! {
     name: "shard.ring|settle",
     handler: settle,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: 2,
     summary: "Marks the open resharding's copies done: a moving key is read and written at its new owner only, deleted at both (COMMIT's first step)",
     complexity: "O(1)",
@@ -434,7 +434,7 @@ pub static RING_SETTLE: CommandSpec = command! {
 pub static RING_COMMIT: CommandSpec = command! {
     name: "shard.ring|commit",
     handler: commit,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: 2,
     summary: "Closes the resharding, dropping the previous ring",
     complexity: "O(1)",
@@ -445,7 +445,7 @@ pub static RING_COMMIT: CommandSpec = command! {
 pub static RING_ABORT: CommandSpec = command! {
     name: "shard.ring|abort",
     handler: abort,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: 2,
     summary: "Closes the resharding, putting the previous ring back",
     complexity: "O(1)",
@@ -456,7 +456,7 @@ pub static RING_ABORT: CommandSpec = command! {
 pub static RING_INSTALL: CommandSpec = command! {
     name: "shard.ring|install",
     handler: install,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: -3,
     summary: "Installs the current and previous rings whole, as canonical texts (a fleet operation's step)",
     complexity: "O(N log N) with N the points of the rings",
@@ -478,7 +478,7 @@ pub static RING_STATE: CommandSpec = command! {
 pub static RING_LEASE: CommandSpec = command! {
     name: "shard.ring|lease",
     handler: lease,
-    flags: "admin",
+    flags: "admin may-replicate",
     arity: -7,
     summary: "A fleet coordinator's term at this node: claims it or renews its lease, or with RELEASE hands it over (sent by the coordinator)",
     complexity: "O(1)",

@@ -129,7 +129,8 @@ impl BlockedReply for Verdict {
 /// Blocks the client of `call`, which carries a command (`SHARD.LOCKED cmd arg ...`); once it
 /// is unblocked with `Verdict::Run(from)`, its reply callback runs the carried command (its
 /// arguments from `from` on) as the client, in its database, replicated like the command
-/// itself, and that command's reply is the client's.
+/// itself, and that command's reply is the client's; refused (`TRYAGAIN`, not run) if the
+/// server's writes were paused in between.
 pub fn block_then_run(call: &Call) -> Result<Blocked<Verdict>, String> {
     // SAFETY: the context of a command being run; the callbacks are made for `Verdict`.
     let client = unsafe {
@@ -150,6 +151,9 @@ pub fn block_then_run(call: &Call) -> Result<Blocked<Verdict>, String> {
         reply: PhantomData,
     })
 }
+
+/// The refusal of a command let go while the server's writes are paused.
+const PAUSED: &str = "TRYAGAIN the server's writes were paused (CLIENT PAUSE WRITE or a failover) as the command was let go: it did not run";
 
 extern "C" fn run_callback(
     ctx: *mut raw::RedisModuleCtx,
@@ -179,6 +183,14 @@ extern "C" fn run_callback(
         );
         if name.is_empty() {
             return out.error("ERR no command to run");
+        }
+        // Writes paused since the client was let go (in the same turn of the event loop, as
+        // `CLIENT PAUSE WRITE` or `FAILOVER` ran after what let it go): the server holds a
+        // paused client's writes before they run, but this command was admitted before the
+        // pause, and what it propagated now would fail the server's assertion (propagateNow)
+        // and end the server. A reply callback cannot block its client again: it is refused.
+        if crate::host::context::writes_paused() {
+            return out.error(PAUSED);
         }
         if let Some(check) = RUN_CHECK.get() {
             // SAFETY: the reply callback's context has the blocked client.

@@ -13,7 +13,7 @@ use redis_module::raw;
 
 #[derive(Clone, Copy)]
 struct Handlers {
-    before_sleep: fn(),
+    before_sleep: fn(&redis_module::Context),
     after_sleep: fn(),
     role: fn(bool),
     master_link: fn(),
@@ -23,6 +23,7 @@ struct Handlers {
 }
 
 fn nothing() {}
+fn no_turn(_: &redis_module::Context) {}
 fn no_role(_: bool) {}
 fn no_client(_: u64) {}
 fn no_config(_: &[&[u8]]) {}
@@ -31,7 +32,7 @@ fn no_change(_: KeyspaceChange) {}
 thread_local! {
     static HANDLERS: Cell<Handlers> = const {
         Cell::new(Handlers {
-            before_sleep: nothing,
+            before_sleep: no_turn,
             after_sleep: nothing,
             role: no_role,
             master_link: nothing,
@@ -55,13 +56,16 @@ fn set(change: impl FnOnce(&mut Handlers)) {
 }
 
 /// Calls `before_sleep` each time the event loop is about to sleep and `after_sleep` each
-/// time it wakes.
+/// time it wakes. `before_sleep` gets the event's context: what it replicates goes to the
+/// replicas and the AOF buffer when it returns (the server propagates at the end of an event's
+/// context), before the server writes that buffer in the same `beforeSleep` (Redis 7.0 and
+/// Valkey fire this event before `flushAppendOnlyFile`).
 ///
 /// # Safety
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
 pub unsafe fn on_event_loop(
     ctx: *mut raw::RedisModuleCtx,
-    before_sleep: fn(),
+    before_sleep: fn(&redis_module::Context),
     after_sleep: fn(),
 ) -> Result<(), String> {
     set(|h| {
@@ -69,7 +73,7 @@ pub unsafe fn on_event_loop(
         h.after_sleep = after_sleep;
     });
     extern "C" fn callback(
-        _ctx: *mut raw::RedisModuleCtx,
+        ctx: *mut raw::RedisModuleCtx,
         _event: raw::RedisModuleEvent,
         subevent: u64,
         _data: *mut c_void,
@@ -77,7 +81,7 @@ pub unsafe fn on_event_loop(
         let _ = std::panic::catch_unwind(|| {
             crate::host::time::turn_over();
             if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
-                (handlers().before_sleep)();
+                (handlers().before_sleep)(&redis_module::Context::new(ctx));
             } else {
                 (handlers().after_sleep)();
             }

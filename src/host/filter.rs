@@ -4,8 +4,8 @@
 //! replace, insert). The handler runs on every command of every client, so nothing here
 //! allocates unless it rewrites.
 
-use std::cell::Cell;
 use std::os::raw::c_int;
+use std::sync::OnceLock;
 
 use redis_module::raw;
 
@@ -117,10 +117,11 @@ impl FilterArgs {
         }
     }
 
-    /// The key positions the server's command table and key specs give for these arguments;
-    /// `None` when it finds none or refuses the arguments.
-    pub fn command_keys(&self) -> Option<Vec<usize>> {
-        let argv = (0..self.len())
+    /// The key positions the server's command table and key specs give for the command these
+    /// arguments carry from argument `from` on (0: the command itself), counted from that
+    /// command's name; `None` when it finds none or refuses the arguments.
+    pub fn command_keys(&self, from: usize) -> Option<Vec<usize>> {
+        let argv = (from..self.len())
             .map(|i| self.string(i))
             .collect::<Option<Vec<_>>>()?;
         crate::host::command_keys::of(crate::host::context::detached_raw(), &argv)
@@ -146,9 +147,11 @@ impl FilterArgs {
         unsafe { raw::RedisModule_CommandFilterGetClientId.map(|id_of| id_of(self.fctx)) }
     }
 
-    /// Whether the client that sent the command is inside `MULTI` (always `false` on Redis
-    /// 7.0, whose command filters cannot tell which client sent a command).
-    pub fn client_in_multi(&self) -> bool {
+    /// The client that sent the command, as the server describes it: its database and
+    /// whether it is inside `MULTI`. `None` on Redis 7.0, whose command filters cannot tell
+    /// which client sent a command, and for a client the server does not list (a script's or
+    /// a module's own client).
+    pub fn client(&self) -> Option<FilterClient> {
         // SAFETY: the API table is filled at load and read-only after; the filter context is
         // live.
         unsafe {
@@ -156,23 +159,42 @@ impl FilterArgs {
                 raw::RedisModule_CommandFilterGetClientId,
                 raw::RedisModule_GetClientInfoById,
             ) else {
-                return false;
+                return None;
             };
             let id = id_of(self.fctx);
             let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
             info.version = 1;
-            info_of(std::ptr::addr_of_mut!(info).cast(), id) == raw::REDISMODULE_OK as c_int
-                && info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0
+            if info_of(std::ptr::addr_of_mut!(info).cast(), id) != raw::REDISMODULE_OK as c_int {
+                return None;
+            }
+            Some(FilterClient {
+                db: i32::from(info.db),
+                in_multi: info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0,
+            })
         }
     }
+
+    /// Whether the client that sent the command is inside `MULTI` (always `false` on Redis
+    /// 7.0, whose command filters cannot tell which client sent a command).
+    pub fn client_in_multi(&self) -> bool {
+        self.client().is_some_and(|c| c.in_multi)
+    }
+}
+
+/// The client that sent a filtered command.
+#[derive(Debug, Clone, Copy)]
+pub struct FilterClient {
+    /// Its selected database.
+    pub db: i32,
+    pub in_multi: bool,
 }
 
 /// The handler, set once at load.
 type Handler = fn(&mut FilterArgs);
 
-thread_local! {
-    static HANDLER: Cell<Option<Handler>> = const { Cell::new(None) };
-}
+/// (A static, not a thread-local: a thread-local of a shared library costs each command a
+/// `__tls_get_addr` call.)
+static HANDLER: OnceLock<Handler> = OnceLock::new();
 
 /// Registers `handler` as the module's command filter (not run for the module's own calls:
 /// `NOSELF`).
@@ -180,7 +202,7 @@ thread_local! {
 /// # Safety
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
 pub unsafe fn register(ctx: *mut raw::RedisModuleCtx, handler: Handler) -> Result<(), String> {
-    HANDLER.with(|h| h.set(Some(handler)));
+    let _ = HANDLER.set(handler);
     // SAFETY: called from OnLoad with its context.
     let filter = unsafe {
         let register = raw::RedisModule_RegisterCommandFilter
@@ -200,7 +222,7 @@ pub unsafe fn register(ctx: *mut raw::RedisModuleCtx, handler: Handler) -> Resul
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // A panic here would reach Redis: on one, the command passes as the handler left it.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let Some(handler) = HANDLER.with(Cell::get) else {
+        let Some(handler) = HANDLER.get() else {
             return;
         };
         // SAFETY: Redis passes a live filter context for the duration of this callback.

@@ -1,9 +1,11 @@
 //! The keyspace events of writes (`RedisModule_SubscribeToKeyspaceEvents`), handed to one Rust
-//! function per subscription (writes, a key's lifecycle, the server's own expiries and
-//! evictions): every command that changes a key tells it the event's name, the key and its
-//! database. Subscribed once, for the life of the module (the server has no unsubscribe); the
-//! subscriber keeps the cost low while it does not care (a flag it checks first: the event's
-//! name, key and database are read only when asked for).
+//! function per subscription (writes, a key's lifecycle): every command that changes a key
+//! tells it the event's name, the key and its database. Subscribed once, for the life of the
+//! module (the server has no unsubscribe), and only once needed: while any module subscribes,
+//! every keyspace event of the server (a `SET`'s, a `GET`'s miss) walks the subscribers, about
+//! 1.5% of a pipelined `GET` or `SET` (bench/findings.md). The subscriber keeps its own cost
+//! low while it does not care (a flag it checks first: the event's name, key and database are
+//! read only when asked for).
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
@@ -19,7 +21,6 @@ pub struct KeyspaceEvent {
 }
 
 impl KeyspaceEvent {
-    /// The event's name (`set`, `del`, `expired`, ...); empty if the server gave none.
     /// Whether the event ends the key in its database (`del`, `expired`, `evicted`,
     /// `rename_from`, `move_from`): nothing of it is left there.
     pub fn ends_key(&self) -> bool {
@@ -27,6 +28,7 @@ impl KeyspaceEvent {
         ENDS.contains(&self.name())
     }
 
+    /// The event's name (`set`, `del`, `expired`, ...); empty if the server gave none.
     pub fn name(&self) -> &[u8] {
         if self.event.is_null() {
             return b"";
@@ -48,130 +50,99 @@ impl KeyspaceEvent {
     }
 }
 
-/// The subscriber of each subscription, set once.
-type Slot = OnceLock<fn(&KeyspaceEvent)>;
-
-static WRITES: Slot = OnceLock::new();
-static LIFECYCLE: Slot = OnceLock::new();
-static EXPIRY: Slot = OnceLock::new();
-
-/// Calls `subscriber` on each key the server ends by itself, from then on: the `expired` and
-/// `evicted` classes only (a `SET` dispatches to no subscriber of these). Once per module.
-pub fn subscribe_to_expiry(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
-    extern "C" fn callback(
-        ctx: *mut raw::RedisModuleCtx,
-        _type: c_int,
-        event: *const c_char,
-        key: *mut raw::RedisModuleString,
-    ) -> c_int {
-        deliver(&EXPIRY, ctx, event, key)
-    }
-    let types = raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED;
-    subscribe(
-        ctx,
-        &EXPIRY,
-        subscriber,
-        types,
-        Some(callback),
-        "expiry and eviction events",
-    )
+/// A subscription: the event classes it asks for, and what it is called in messages (one
+/// callback and one subscriber slot each, from the one registration below).
+#[derive(Clone, Copy)]
+enum Subscription {
+    Writes = 0,
+    Lifecycle = 1,
 }
+
+impl Subscription {
+    fn types(self) -> c_int {
+        match self {
+            // (And `new`: a key made by a module's own type, or by a module that tells no
+            // event of its own, still says it was added.)
+            Subscription::Writes => {
+                (raw::NotifyEvent::GENERIC
+                    | raw::NotifyEvent::STRING
+                    | raw::NotifyEvent::LIST
+                    | raw::NotifyEvent::SET
+                    | raw::NotifyEvent::HASH
+                    | raw::NotifyEvent::ZSET
+                    | raw::NotifyEvent::STREAM
+                    | raw::NotifyEvent::MODULE)
+                    .bits()
+                    | raw::REDISMODULE_NOTIFY_NEW
+            }
+            Subscription::Lifecycle => {
+                raw::REDISMODULE_NOTIFY_NEW
+                    | raw::REDISMODULE_NOTIFY_GENERIC
+                    | raw::REDISMODULE_NOTIFY_EXPIRED
+                    | raw::REDISMODULE_NOTIFY_EVICTED
+            }
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Subscription::Writes => "keyspace events",
+            Subscription::Lifecycle => "key lifecycle events",
+        }
+    }
+}
+
+/// The subscriptions, by index (`Subscription as usize`).
+const SUBSCRIPTIONS: [Subscription; 2] = [Subscription::Writes, Subscription::Lifecycle];
+
+/// The subscriber of each subscription (by the same index), set once.
+static SUBSCRIBERS: [OnceLock<fn(&KeyspaceEvent)>; 2] = [OnceLock::new(), OnceLock::new()];
 
 /// Calls `subscriber` on each event that makes a key or ends one, from then on: `new` (a key
 /// added to a database, by any command, a `RESTORE`, a module), and the generic, expired and
 /// evicted classes (`del`, `rename_from`, `move_from`, `expired`, `evicted`, and the others of
 /// those classes, which the subscriber tells apart by name). Once per module.
 pub fn subscribe_to_lifecycle(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
-    extern "C" fn callback(
-        ctx: *mut raw::RedisModuleCtx,
-        _type: c_int,
-        event: *const c_char,
-        key: *mut raw::RedisModuleString,
-    ) -> c_int {
-        deliver(&LIFECYCLE, ctx, event, key)
-    }
-    let types = raw::REDISMODULE_NOTIFY_NEW
-        | raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED;
-    subscribe(
-        ctx,
-        &LIFECYCLE,
-        subscriber,
-        types,
-        Some(callback),
-        "key lifecycle events",
-    )
+    subscribe::<{ Subscription::Lifecycle as usize }>(ctx, subscriber)
 }
 
 /// Calls `subscriber` on each keyspace event of a write (the generic, string, list, set, hash,
 /// sorted set, stream and module classes, and `new`), from then on. Once per module: a second
 /// subscription is refused.
 pub fn subscribe_to_writes(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
-    extern "C" fn callback(
-        ctx: *mut raw::RedisModuleCtx,
-        _type: c_int,
-        event: *const c_char,
-        key: *mut raw::RedisModuleString,
-    ) -> c_int {
-        deliver(&WRITES, ctx, event, key)
-    }
-    // (And `new`: a key made by a module's own type, or by a module that tells no event of
-    // its own, still says it was added.)
-    let types = (raw::NotifyEvent::GENERIC
-        | raw::NotifyEvent::STRING
-        | raw::NotifyEvent::LIST
-        | raw::NotifyEvent::SET
-        | raw::NotifyEvent::HASH
-        | raw::NotifyEvent::ZSET
-        | raw::NotifyEvent::STREAM
-        | raw::NotifyEvent::MODULE)
-        .bits()
-        | raw::REDISMODULE_NOTIFY_NEW;
-    subscribe(
-        ctx,
-        &WRITES,
-        subscriber,
-        types,
-        Some(callback),
-        "keyspace events",
-    )
+    subscribe::<{ Subscription::Writes as usize }>(ctx, subscriber)
 }
 
-/// Hands one event to the subscriber in `slot`; a panic in it stops there.
-fn deliver(
-    slot: &Slot,
+/// The server's callback of subscription `S`: hands the event to its subscriber; a panic in
+/// it stops there.
+extern "C" fn deliver<const S: usize>(
     ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    if let Some(subscriber) = slot.get() {
+    if let Some(subscriber) = SUBSCRIBERS[S].get() {
         let _ = std::panic::catch_unwind(|| subscriber(&KeyspaceEvent { ctx, event, key }));
     }
     0
 }
 
-/// Subscribes `callback` to the event classes `types` and puts `subscriber` in `slot` (which
-/// `callback` delivers from); refused when `slot` is taken.
-fn subscribe(
-    ctx: &Context,
-    slot: &Slot,
-    subscriber: fn(&KeyspaceEvent),
-    types: c_int,
-    callback: raw::RedisModuleNotificationFunc,
-    what: &str,
-) -> Result<(), String> {
+/// Subscribes `deliver::<S>` to the event classes of subscription `S` and sets `subscriber` as
+/// its subscriber; refused when it has one.
+fn subscribe<const S: usize>(ctx: &Context, subscriber: fn(&KeyspaceEvent)) -> Result<(), String> {
+    let which = SUBSCRIPTIONS[S];
+    let slot = &SUBSCRIBERS[S];
     if slot.get().is_some() {
-        return Err(format!("{what} are subscribed already"));
+        return Err(format!("{} are subscribed already", which.what()));
     }
     // SAFETY: the API table is filled at load; the callback lives as long as the module.
     let done = unsafe {
         let subscribe = raw::RedisModule_SubscribeToKeyspaceEvents
             .ok_or("RedisModule_SubscribeToKeyspaceEvents is missing")?;
-        subscribe(ctx.ctx, types, callback)
+        subscribe(ctx.ctx, which.types(), Some(deliver::<S>))
     };
     if done != raw::REDISMODULE_OK as c_int {
-        return Err(format!("cannot subscribe to {what}"));
+        return Err(format!("cannot subscribe to {}", which.what()));
     }
     let _ = slot.set(subscriber);
     Ok(())

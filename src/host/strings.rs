@@ -1,7 +1,8 @@
 //! Writing many string keys in one command (`SHARD.APPLY`, the copy's way in at its
 //! destination): each key is opened, written and given its absolute expiry through the module
 //! API, with the keyspace events `SET` fires, and the command is propagated to replicas and the AOF
-//! with the keys it wrote (every node of a fleet loads the module, replicas included).
+//! with the keys it wrote (every node of a fleet loads the module, replicas included); the keys
+//! written are told to the module's own-writes hook (`host::writes`: a watch of one fails).
 //!
 //! Why not `SET` through `RedisModule_Call`: that pays the server's dispatch for every key
 //! (a fake client, its argument copies, `call()`, the reply parsed back), which is what a
@@ -145,6 +146,17 @@ unsafe fn write_strings(
                     );
                 }
             }
+        }
+        // Writes of the module's own, which no command filter sees: told as the `MSET` of the
+        // keys written (a transaction's watch of one counts it written).
+        if written > 0 && crate::host::writes::following() {
+            let told: Vec<*mut raw::RedisModuleString> = writes
+                .iter()
+                .zip(&done)
+                .filter(|(_, d)| **d)
+                .flat_map(|(w, _)| [w.name, w.value])
+                .collect();
+            crate::host::writes::tell_strings(ctx.ctx, b"MSET", &told);
         }
         if written as usize == writes.len() {
             if let Some(verbatim) = raw::RedisModule_ReplicateVerbatim {

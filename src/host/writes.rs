@@ -37,9 +37,11 @@ impl OwnCommand<'_> {
         unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(self.ctx)) }
     }
 
-    /// The key positions the server gives for these arguments (`None`: none found).
-    pub fn key_positions(&self) -> Option<Vec<usize>> {
-        crate::host::command_keys::of_bytes(self.args)
+    /// The key positions the server gives for the command these arguments carry from argument
+    /// `from` on (0: the command itself), counted from that command's name (`None`: none
+    /// found).
+    pub fn key_positions(&self, from: usize) -> Option<Vec<usize>> {
+        crate::host::command_keys::of_bytes(self.args.get(from..)?)
     }
 }
 

@@ -5,8 +5,9 @@
 //! connection. Requests are queued on it and written back to back: everything queued during
 //! one turn of the event loop leaves in one `write`, just before the server sleeps (the
 //! `BEFORE_SLEEP` event); a request queued after that point (a client unblocked in the same
-//! turn sends its next call) asks for the socket's writable event, so it leaves at the next
-//! turn without a wake-up pipe. Replies are matched to requests in order; each waiter is told
+//! turn sends its next call; a transaction's `COMMIT`s, held past the AOF write,
+//! `txn::coord::turn`) leaves with the next turn's, and the loop is woken once for that turn
+//! (`wake_next_turn`). Replies are matched to requests in order; each waiter is told
 //! as soon as its reply is whole, so nothing waits for a batch.
 //!
 //! Why the event loop and not threads: the main thread decides every call anyway (ring, ACL,
@@ -97,8 +98,10 @@ pub(super) struct Net {
     /// Connections with requests to write at the next flush.
     pub(super) dirty: Vec<ConnId>,
     /// The server has passed its `BEFORE_SLEEP` in this turn of the loop: requests queued now
-    /// ask for the writable event instead.
+    /// wait for the next turn's flush.
     pub(super) after_flush: bool,
+    /// The loop was asked to wake at once for the next turn (`wake_next_turn`).
+    pub(super) wake_asked: bool,
     /// The earliest deadline of any request in flight.
     pub(super) next_deadline: Option<Instant>,
     /// When the event loop last woke up: deadlines count from there (one clock read per turn
@@ -174,6 +177,23 @@ pub fn request(at: &Endpoint, link: &Link, args: &[impl AsRef<[u8]>], waiter: Wa
     (hooks().deliver)(failed);
 }
 
+thread_local! {
+    /// A test's kill (`kill_after_writing`): the waiter of the request whose write ends the
+    /// process.
+    static KILL_AFTER: std::cell::Cell<Option<Waiter>> = const { std::cell::Cell::new(None) };
+}
+
+/// For a test (`SHARD.DEBUG TXN-HOLD kill-after-commit`): this process kills itself (SIGKILL,
+/// as `kill -9`) right after the bytes of the request of `waiter` are written to its socket
+/// (the first request so marked: a later one does not move the kill).
+pub fn kill_after_writing(waiter: Waiter) {
+    KILL_AFTER.with(|k| {
+        if k.get().is_none() {
+            k.set(Some(waiter));
+        }
+    });
+}
+
 /// Writes what every connection has queued: at `BEFORE_SLEEP`, once per turn of the loop.
 pub fn before_sleep() {
     let mut failed: Deliveries = Vec::new();
@@ -196,6 +216,7 @@ pub fn after_sleep() {
     NET.with(|net| {
         let mut net = net.borrow_mut();
         net.after_flush = false;
+        net.wake_asked = false;
         net.woke = Some(Instant::now());
     });
 }
@@ -343,15 +364,31 @@ impl Net {
             });
         }
         let ready = conn.state == State::Ready;
-        if ready && after_flush {
-            conn.want_writable();
-        }
+        // After this turn's flush, the request waits for the next one, and the loop is asked
+        // once per turn to wake at once (a one-shot on the server's module pipe): the next
+        // turn's flush then writes it with everything else queued for that node, where a
+        // writable event per connection cost two `epoll_ctl` and a write of its own. Without
+        // the one-shot API, the socket's writable event.
         if let Some(d) = earliest {
             self.next_deadline = Some(self.next_deadline.map_or(d, |n| n.min(d)));
         }
-        if ready && !after_flush && was_empty {
+        if ready && was_empty {
             self.dirty.push(id);
+            if after_flush && !self.wake_next_turn() {
+                if let Some(conn) = self.conns.get_mut(&id) {
+                    conn.want_writable();
+                }
+            }
         }
+    }
+
+    /// Asks the event loop to start its next turn at once (once per turn); false if it
+    /// cannot.
+    fn wake_next_turn(&mut self) -> bool {
+        if !self.wake_asked {
+            self.wake_asked = crate::host::event_loop::on_main_thread(|()| {}, ());
+        }
+        self.wake_asked
     }
 
     /// The connection to `at` for `link`'s RESP version and database in `lane`, opened if
@@ -408,14 +445,24 @@ impl Net {
             conn.was_idle = conn.used;
             conn.reply_bytes_since_idle = 0;
         }
+        let kill = KILL_AFTER.with(std::cell::Cell::get);
+        let mut killing = false;
         while let Some(p) = conn.unsent.pop_front() {
             conn.out.extend_from_slice(&p.request);
+            killing |= kill.is_some() && p.waiter == kill;
             conn.in_flight.push_back(p);
             conn.used = true;
         }
-        if let Err(e) = conn.write_out() {
-            let e = conn.io_error("cannot send", &e);
-            self.fail(id, &e, failed);
+        match conn.write_out() {
+            Err(e) => {
+                let e = conn.io_error("cannot send", &e);
+                self.fail(id, &e, failed);
+            }
+            Ok(()) if killing && conn.out_pos >= conn.out.len() => {
+                // SAFETY: a signal to this very process; nothing is handed to it.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            Ok(()) => {}
         }
     }
 

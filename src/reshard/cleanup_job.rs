@@ -374,13 +374,15 @@ fn unlink(ctx: &Context, names: &[DbKey]) -> Vec<(i32, u64)> {
 
 impl Runner {
     /// How many keys a cleanup step may delete now, or how long until it may again (paused,
-    /// or ahead of the rate).
+    /// the server's writes paused, or ahead of the rate). While the server's writes are paused
+    /// (`CLIENT PAUSE WRITE`, a `FAILOVER` under way) nothing may be replicated: Redis 7.0 and
+    /// Valkey fail an assertion when a timer's deletes are propagated then.
     fn allowed(&mut self) -> Result<usize, Duration> {
         let (paused, rate) = {
             let st = crate::reshard::current::lock();
             (st.job.paused, st.job.max_rate)
         };
-        if paused {
+        if paused || crate::host::context::writes_paused() {
             self.pace.restart();
             return Err(IDLE_INTERVAL);
         }

@@ -412,6 +412,13 @@ impl NetSteps {
         })
     }
 
+    /// A step of this call that something other than a request answers: its waiter, which
+    /// `deliver_all` is later given with the outcome, and the future that resolves with it.
+    pub fn expect(&self) -> (Waiter, StepReply) {
+        let waiter = self.waiter();
+        (waiter, self.reply(waiter))
+    }
+
     fn reply(&self, waiter: Waiter) -> StepReply {
         StepReply {
             waiter,
@@ -441,6 +448,15 @@ impl NetSteps {
     ) -> StepReply {
         let waiter = self.waiter();
         lanes::request_control(at, &self.link, args, waiter, extra);
+        self.reply(waiter)
+    }
+
+    /// `send_control`, and this process kills itself once the request is written (a test's
+    /// step, `net::pool::kill_after_writing`).
+    pub fn send_control_then_kill(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
+        let waiter = self.waiter();
+        crate::net::pool::kill_after_writing(waiter);
+        lanes::request_control(at, &self.link, args, waiter, std::time::Duration::ZERO);
         self.reply(waiter)
     }
 

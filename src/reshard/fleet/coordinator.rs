@@ -228,19 +228,34 @@ async fn enter(steps: &NetSteps, reach: &Reach, phase: Phase) -> Result<(), Stri
 }
 
 /// Sends the plan to this node itself as `SHARD.RESHARD PLAN`, which replicates it (refused,
-/// and the lease lost, once this node follows a newer term than the plan's).
+/// and the lease lost, once this node follows a newer term than the plan's), and waits for
+/// this node's replica to acknowledge it (`durable`, as a step at any node): a plan only the
+/// primary held would be lost with it if Sentinel promoted the replica, which would then hold
+/// an older phase than the nodes were driven to. A replica that does not acknowledge it is
+/// waited for again (`PERSIST_TRIES` times in all) before the coordinator stops.
 pub async fn persist(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
-    lease::fresh(steps, reach).await?;
-    let bytes = current_plan()?.encode();
-    let args = vec![b"SHARD.RESHARD".to_vec(), b"PLAN".to_vec(), bytes];
-    let reply = steps.send(&reach.me, &args).await;
-    lease::note_refusals([(reach.me.name.as_str(), &reply)])?;
-    match reply {
-        Ok(Resp::Simple(_)) => Ok(()),
-        Ok(other) => Err(format!("cannot save the plan here: {}", reply_text(&other))),
-        Err(e) => Err(format!("cannot save the plan here: {e}")),
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        lease::fresh(steps, reach).await?;
+        let bytes = current_plan()?.encode();
+        let args = vec![b"SHARD.RESHARD".to_vec(), b"PLAN".to_vec(), bytes];
+        let reply = durable::send(steps, &reach.me, &args).await;
+        lease::note_refusals([(reach.me.name.as_str(), &reply)])?;
+        match reply {
+            Ok(Resp::Simple(_)) => return Ok(()),
+            Ok(other) => return Err(format!("cannot save the plan here: {}", reply_text(&other))),
+            Err(e) if tries < PERSIST_TRIES => {
+                journal::note(&format!("the plan is not yet durable here, again: {e}"));
+            }
+            Err(e) => return Err(format!("cannot save the plan here: {e}")),
+        }
     }
 }
+
+/// How many times the plan is sent (each waiting up to `durable::REPLICA_WAIT_MS` for the
+/// replica) before the coordinator gives up and stops (RESUME drives it again).
+const PERSIST_TRIES: u32 = 5;
 
 /// Which rings `install_everywhere` installs.
 #[derive(Clone, Copy, PartialEq, Eq)]

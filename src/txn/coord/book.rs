@@ -2,8 +2,8 @@
 //! prepared everywhere, `commit` with every owner's part, kept until every owner confirmed;
 //! for each transaction an owner in doubt asked about and that was not decided, `abort`
 //! (presumed abort), so that the answer never changes. Both are durable: replicated and in
-//! the AOF as `SHARD.TXN DECIDE` / `SHARD.TXN FORGET` (this node's own commands, sent to
-//! itself, `exec`), in the RDB aux field (`encode`, `decode`). What `SHARD.TXN STATUS` answers
+//! the AOF as `SHARD.TXN DECIDE` / `SHARD.TXN FORGET` (recorded at the end of the event
+//! loop's turn, `turn`, or sent by this node to itself, `fleet`), in the RDB aux field (`encode`, `decode`). What `SHARD.TXN STATUS` answers
 //! comes from here: the record; `pending` while the transaction is being prepared here and
 //! its deadline has not passed (kept in memory only: after a restart or on a promoted
 //! replica no prepare of the old process goes on); else `abort`, recorded.

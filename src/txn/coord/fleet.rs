@@ -1,14 +1,16 @@
 //! The phases' `Fleet` over the module's connections (`route::forward::NetSteps`): control
-//! requests on each owner's control connection (`net::lanes::CONTROL`); the decision sent to this node itself as
-//! `SHARD.TXN DECIDE` (a command, so that it is replicated and written to the AOF as it is)
-//! followed, when this node has a replica connected, by `WAIT 1` on the same connection of its
-//! own (as a fleet step is, `reshard/fleet/durable.rs`), and forgotten as `SHARD.TXN FORGET`
-//! (sent, not waited for: the client's reply does not wait on it; one lost leaves the decision
-//! to be carried out again, which the owners answer `DONE`). Whether this node has a replica
-//! is `host::context::connected_replicas`, kept from the server's replica events (not read
-//! from `INFO` per decision). The phases run in the background, with no command's context:
-//! this node's own parts of several owners go over the network too (`local` runs one
-//! owner's block inside the client's `SHARD.EXEC`).
+//! requests on each owner's control connection (`net::lanes::CONTROL`). The decision is
+//! recorded in this process at the end of the event loop's turn (`turn`: in the AOF before any
+//! `COMMIT` leaves, which go at the next turn); while this node has a replica connected (or
+//! writes are paused) it is sent to this node itself as `SHARD.TXN DECIDE` (a command,
+//! replicated and written to the AOF as it is) followed by `WAIT 1` on the same connection of
+//! its own (as a fleet step is, `reshard/fleet/durable.rs`). A decision is forgotten at the end
+//! of the turn too (`turn::forget`: not waited for; one lost leaves the decision to be carried
+//! out again, which the owners answer `DONE`). Whether this node has a replica is
+//! `host::context::connected_replicas`, kept from the server's replica events (not read from
+//! `INFO` per decision). The phases run in the background, with no command's context: this
+//! node's own parts of several owners go over the network too (`local` runs one owner's block
+//! inside the client's `SHARD.EXEC`).
 
 use std::cell::Cell;
 use std::future::{ready, Future};
@@ -24,6 +26,7 @@ use crate::txn::coord::book::{self, Record};
 use crate::txn::coord::hold::{self, Step};
 use crate::txn::coord::phases::{Decided, Fleet};
 use crate::txn::coord::plan::Txn;
+use crate::txn::coord::turn;
 use crate::txn::coord::wire::{self, Decision};
 
 /// How long the decision waits for this node's replica to acknowledge it (as long as an
@@ -59,10 +62,22 @@ impl NetFleet {
         }
     }
 
-    async fn record(&self, txid: &str, args: Vec<Vec<u8>>) -> Result<Resp, String> {
+    async fn record(&self, txid: &str, decision: Decision) -> Result<Resp, String> {
         let me = crate::txn::coord::queue::this_node().ok_or_else(|| {
             "ERR this node is not in the ring: it cannot record a decision".to_string()
         })?;
+        let replicas = crate::host::context::connected_replicas();
+        if replicas == 0 && !crate::host::context::writes_paused() {
+            // At the end of this turn, in this process (`turn`); nil: over the connection.
+            let (waiter, told) = self.steps.expect();
+            turn::decide(txid, decision.clone(), waiter);
+            match told.await {
+                Ok(Resp::Null) => {}
+                Ok(reply) => return Ok(reply),
+                Err(e) => return Err(format!("ERR shard.txn: {e}")),
+            }
+        }
+        let args = wire::decide_commit(txid, &decision);
         let replicas = crate::host::context::connected_replicas();
         if replicas == 0 {
             return self
@@ -87,17 +102,6 @@ impl NetFleet {
             )),
         }
     }
-}
-
-/// Forgets the decision of `txid` here, replicated and in the AOF as `SHARD.TXN FORGET`.
-fn forget_here(ctx: &redis_module::Context, txid: String) {
-    if crate::host::context::writes_paused() {
-        // (Replicating from a timer while writes are paused fails an assertion of Redis 7.0.)
-        crate::host::context::after(Duration::from_millis(100), forget_here, txid);
-        return;
-    }
-    book::with(|b| b.forget(&txid));
-    crate::host::replicate::replicate_args(ctx, c"SHARD.TXN", &[b"FORGET", txid.as_bytes()]);
 }
 
 /// Whether a control request is a `COMMIT`.
@@ -138,6 +142,9 @@ impl Fleet for NetFleet {
                     self.wait_at(Step::CommittedOne).await;
                 }
                 let now = crate::txn::coord::queue::node_named(&at.name).unwrap_or(at);
+                if hold::holds(Step::KillAfterCommit) {
+                    return self.steps.send_control_then_kill(&now, &args).await;
+                }
                 self.steps
                     .send_control_for(&now, &args, extra_for(&args))
                     .await
@@ -147,11 +154,11 @@ impl Fleet for NetFleet {
     }
 
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {
-        let args = wire::decide_commit(&txn.txid, &decision(txn, self.steps.link().db));
+        let decided = decision(txn, self.steps.link().db);
         let txid = txn.txid.clone();
         async move {
             self.wait_at(Step::Prepared).await;
-            match self.record(&txid, args).await {
+            match self.record(&txid, decided).await {
                 Ok(Resp::Error(line)) => {
                     Decided::Refused(String::from_utf8_lossy(&line).into_owned())
                 }
@@ -174,15 +181,8 @@ impl Fleet for NetFleet {
     }
 
     fn forget(&self, txid: &str) -> impl Future<Output = ()> {
-        // Sent now (the pool queues it at once); its reply is not waited for.
-        match crate::txn::coord::queue::this_node() {
-            Some(me) => drop(self.steps.send_control(&me, &wire::forget(txid))),
-            // This node left the ring (a shrink) since it decided: no address of its own to
-            // send FORGET to; forgotten here, replicated from a timer, else it stayed held.
-            None => {
-                crate::host::context::after(Duration::ZERO, forget_here, txid.to_string());
-            }
-        }
+        // At the end of this turn, in this process; not waited for.
+        turn::forget(txid);
         ready(())
     }
 

@@ -6,7 +6,10 @@
 //! - `prepared`: every owner replied `PREPARED`, the decision is not recorded yet;
 //! - `decided`: the decision to commit is recorded (and acknowledged by a replica), no
 //!   `COMMIT` sent yet;
-//! - `committed-one`: one owner's `COMMIT` was sent, the others' wait.
+//! - `committed-one`: one owner's `COMMIT` was sent, the others' wait;
+//! - `kill-after-commit`: not a hold: the node kills itself (SIGKILL) the moment the bytes of a
+//!   transaction's first `COMMIT` are written to its owner's socket (`net::pool`), so that a
+//!   test sees that the decision was in the AOF before any `COMMIT` left (`turn`).
 //!
 //! Kept in memory only (a restart lifts it); the transactions waiting at it are counted
 //! (`SHARD.DEBUG TXN-HOLD HELD`). A held transaction waits on the event loop, never blocking
@@ -20,6 +23,7 @@ pub enum Step {
     Prepared,
     Decided,
     CommittedOne,
+    KillAfterCommit,
 }
 
 impl Step {
@@ -28,6 +32,7 @@ impl Step {
             "prepared" => Some(Step::Prepared),
             "decided" => Some(Step::Decided),
             "committed-one" => Some(Step::CommittedOne),
+            "kill-after-commit" => Some(Step::KillAfterCommit),
             _ => None,
         }
     }

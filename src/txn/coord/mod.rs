@@ -16,6 +16,8 @@
 //! - `exec`: the glue: `SHARD.WATCH` and `SHARD.EXEC` over the module's connections
 //!   (`route::forward`), the decisions sent to this node itself, and the commits carried out
 //!   again after a restart or a promotion.
+//! - `turn`: the decisions and forgets recorded in this process at the end of the event
+//!   loop's turn, before the server writes its AOF, and the `COMMIT`s sent at the next.
 //! - `hold`: a test's hold at a named step of the two-phase commit (`SHARD.DEBUG TXN-HOLD`).
 //!
 //! May import: `host`, `net`, `state`, `topology`, `route` and the pure rooms; never
@@ -30,6 +32,7 @@ pub mod local;
 pub mod phases;
 pub mod plan;
 pub mod queue;
+pub mod turn;
 pub mod wire;
 
 pub use book::Status;

@@ -1,6 +1,7 @@
 //! A prepared part in doubt (past its lock's deadline, its `COMMIT` or `ABORT` not come): the
 //! owner asks the coordinator named in the txid `SHARD.TXN STATUS txid` over the module's
-//! connections (from the event loop, never blocking the main thread), again at each tick
+//! control connection to it (`net::lanes::CONTROL`, from the event loop, never blocking the
+//! main thread: not the shared connection, where a routed command may wait for a lock), again at each tick
 //! (100 ms) while no answer is in flight, and commits or aborts the part by the answer, on a
 //! timer of its own (`run::commit_alone`, `run::abort_alone`). `pending`, an error, or a
 //! coordinator that cannot be reached (down with all its replicas, or named by no ring here)
@@ -64,7 +65,9 @@ pub fn ask(_ctx: &Context, now: u64) {
                 b"STATUS".to_vec(),
                 txid.clone().into_bytes(),
             ];
-            let answer = steps.send(&at, &args).await;
+            // On the control connection: the shared one may hold a routed command waiting at
+            // the coordinator for a lock, and the question would wait behind it.
+            let answer = steps.send_control(&at, &args).await;
             ASKING.with(|a| a.borrow_mut().remove(&txid));
             let decision = match answer {
                 Ok(Resp::Simple(t) | Resp::Bulk(t)) => Decision::parse(&t),

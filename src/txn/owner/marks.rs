@@ -8,23 +8,44 @@
 //!   (Valkey, Redis 7.2+), an unknown command named after the refusal (`TRYAGAIN ...`), which
 //!   the server refuses when it is queued so that `EXEC` aborts;
 //! - the module's own `RedisModule_Call` writes (`host::writes`), in their database;
-//! - expiries and evictions (`host::keyspace_events::subscribe_to_expiry`);
+//! - (expiries and evictions follow no event, whose subscription would cost every command of
+//!   the server a walk of the module's subscribers: a key that was there when watched and is
+//!   gone at the check counts as written, `table::Tables::watched_clean`);
 //! - flushes, `SWAPDB` and loads (`owner::on_keyspace_change`).
 //!
-//! What a command pays while no key is watched or locked: one load of a flag. Otherwise, the
-//! command's key positions (the command table) and one probe of the tables' bit filter per
-//! key; only a key that may be watched or locked reaches the tables.
+//! What a command pays while no key is watched or locked: one load of a flag. Otherwise, first
+//! one probe of the tables' filter per argument (a length check, then a hash for an argument
+//! as long as some watched or locked name): a command none of whose arguments may be a
+//! watched or locked name, the usual case, stops there, without looking its name up. Only
+//! then the command's key positions (the command table the module learnt at load, else the
+//! server's key specs for these arguments) and the tables themselves.
+//!
+//! Marks are made in the database the command runs in: the module's own commands and expiries
+//! say it; the filter asks the server for the client's (Valkey, Redis 7.2+). Where the filter
+//! cannot tell (Redis 7.0, a script's command), the write is marked in every database (a
+//! watch failed for nothing is retried; a write missed would break isolation). It is not
+//! turned into `SHARD.LOCKED` to learn the database: every write of a watched name would run
+//! through the module, and be refused to a user whose ACL does not allow that command.
 
 use crate::host::filter::FilterArgs;
-use crate::host::keyspace_events::KeyspaceEvent;
 use crate::host::writes::OwnCommand;
-use crate::route::command_table;
-use crate::txn::owner::{active, read, with};
+use crate::route::command_table::{self, KeyRange};
+use crate::txn::owner::{active, mark, may_hold, read};
 
 /// What the keys of a command are to the tables.
 #[derive(Default)]
 struct Seen {
+    /// A key is locked (in the command's database, or in some database when it is not known).
     locked: bool,
+    /// A key it writes is watched in some database, and the command's database is not known:
+    /// not marked yet.
+    unplaced: bool,
+}
+
+/// The positions of a command's keys.
+enum Positions {
+    Range(KeyRange),
+    List(Vec<usize>),
 }
 
 /// Where the command a call carries begins among its arguments: after `SHARD.CALL` or
@@ -48,62 +69,106 @@ pub fn carried_start<'a>(arg: impl Fn(usize) -> Option<&'a [u8]>) -> usize {
     }
 }
 
-/// Marks the keys of a command (read through `arg`) written unless it only reads, and says
-/// whether one is locked (in some database). `movable` gives the key positions of a command
-/// whose keys move with its arguments (not asked for a carried command: its positions would
-/// be the call's). No allocation for a command whose key positions the table fixes.
+/// Whether any argument after the first may be a watched or locked name: the filter's first
+/// look, before anything else (no allocation, no lookup of the command).
+fn any_may_hold<'a>(argc: usize, arg: impl Fn(usize) -> Option<&'a [u8]>) -> bool {
+    (1..argc).any(|i| arg(i).is_some_and(may_hold))
+}
+
+/// Marks the keys of a command (read through `arg`) written unless it only reads, in database
+/// `db` (`None`: not known: in every database when `everywhere`, else left to the caller,
+/// `Seen::unplaced`), and says whether one is locked. `filtered`: the command filter's look (a
+/// client's command), not the module's own command. `keys_from`
+/// gives the server's key positions of the command carried from an argument on (counted from
+/// that command's name), for a command whose keys move with its arguments, or that is not in
+/// the command table the module learnt (a command added after load, a renamed one: its keys
+/// counted as written).
 fn look<'a>(
     argc: usize,
     arg: impl Fn(usize) -> Option<&'a [u8]> + Copy,
-    movable: impl FnOnce() -> Option<Vec<usize>>,
+    keys_from: impl FnOnce(usize) -> Option<Vec<usize>>,
     db: Option<i32>,
+    everywhere: bool,
+    filtered: bool,
 ) -> Seen {
     let mut seen = Seen::default();
     let start = carried_start(arg);
     let Some(name) = arg(start) else {
         return seen;
     };
-    let Some(meta) = command_table::known(name) else {
-        return seen;
+    let inner_argc = argc.saturating_sub(start);
+    let (readonly, blocking, positions) = match command_table::known(name) {
+        Some(meta) => match meta.fixed_keys(inner_argc) {
+            Some(range) => (meta.readonly, meta.blocking, Positions::Range(range)),
+            None if meta.movable => (
+                meta.readonly,
+                meta.blocking,
+                Positions::List(keys_from(start).unwrap_or_default()),
+            ),
+            None => return seen,
+        },
+        None => (
+            false,
+            false,
+            Positions::List(keys_from(start).unwrap_or_default()),
+        ),
     };
     // A routed call while a client of this node is inside SHARD.MULTI may only be queued there
     // (the filter cannot tell whose it is on every server): it marks nothing now; a write it
     // makes when it runs is marked where the module runs it (`host::writes`).
-    let queued_maybe = start > 0 && db.is_none() && crate::route::filter::any_queueing();
+    let queued_maybe = start > 0 && filtered && crate::route::filter::any_queueing();
     let mut one = |pos: usize| {
-        let Some(key) = arg(pos) else {
+        let Some(key) = arg(pos + start) else {
             return;
         };
-        if !read(|t| t.may_hold(key)) {
+        if !may_hold(key) {
             return;
         }
-        if !meta.readonly && !queued_maybe {
-            with(|t| t.mark(db, key));
+        if !readonly && !queued_maybe {
+            match db {
+                Some(_) => mark(db, key),
+                // A blocking command cannot run through the module: marked everywhere.
+                None if blocking || everywhere => mark(None, key),
+                None => seen.unplaced |= read(|t| t.watched_in_any(key)),
+            }
         }
-        if read(|t| t.locked_in_any(key)) {
-            seen.locked = true;
-        }
+        seen.locked |= read(|t| match db {
+            Some(db) => t.locked_by(db, key).is_some(),
+            None => t.locked_in_any(key),
+        });
     };
-    match meta.fixed_keys(argc.saturating_sub(start)) {
-        Some(range) => range.for_each(|pos| one(pos + start)),
-        None if meta.movable && start == 0 => {
-            movable().unwrap_or_default().into_iter().for_each(one)
-        }
-        None => {}
+    match positions {
+        Positions::Range(range) => range.for_each(&mut one),
+        Positions::List(list) => list.into_iter().for_each(&mut one),
     }
     seen
 }
 
 /// The transactions' part of the module's command filter.
 pub fn on_command(args: &mut FilterArgs) {
-    if !active() {
+    if !active() || !any_may_hold(args.len(), |i| args.arg(i)) {
         return;
     }
-    let seen = look(args.len(), |i| args.arg(i), || args.command_keys(), None);
-    if !seen.locked || crate::topology::nodes::is_replica() {
+    let client = args.client();
+    let db = client.map(|c| c.db);
+    // The database not known (Redis 7.0's filter does not see the client; on Valkey and Redis
+    // 7.2+ a script's or a module's client): the write is marked in every database. Turning it
+    // into `SHARD.LOCKED` to learn the database would put every write of a watched name through
+    // the module, refused (`NOPERM`) for a user whose ACL does not allow that command; a watch
+    // failed for nothing is only retried.
+    let everywhere = db.is_none();
+    let seen = look(
+        args.len(),
+        |i| args.arg(i),
+        |from| args.command_keys(from),
+        db,
+        everywhere,
+        true,
+    );
+    if !(seen.locked || seen.unplaced) || crate::topology::nodes::is_replica() {
         return;
     }
-    if args.client_in_multi() {
+    if client.is_some_and(|c| c.in_multi) {
         let refusal = "TRYAGAIN a transaction holds a key of this command";
         for pos in (1..args.len()).rev() {
             args.delete(pos);
@@ -123,19 +188,9 @@ pub fn on_own_command(command: &OwnCommand) {
     look(
         command.len(),
         |i| command.arg(i),
-        || command.key_positions(),
+        |from| command.key_positions(from),
         Some(db),
+        false,
+        false,
     );
-}
-
-/// A key expired or evicted.
-pub fn on_expiry(event: &KeyspaceEvent) {
-    if !active() {
-        return;
-    }
-    let key = event.key();
-    if read(|t| t.may_hold(key)) {
-        let db = event.db();
-        with(|t| t.mark(Some(db), key));
-    }
 }

@@ -19,7 +19,7 @@
 //! look, whether any key is watched or locked.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::host::events::KeyspaceChange;
 use crate::txn::Decision;
@@ -43,6 +43,13 @@ thread_local! {
 /// Whether any key is watched or locked.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
+/// The tables' filter of the watched and locked names, copied out at each change (`with`) for
+/// the command filter's probe: statics, which a shared library reads without the
+/// `__tls_get_addr` call and the borrow a thread-local costs. The main thread's only.
+static LENGTHS: AtomicU64 = AtomicU64::new(0);
+static FILTER: [AtomicU64; table::FILTER_SLOTS / 64] =
+    [const { AtomicU64::new(0) }; table::FILTER_SLOTS / 64];
+
 /// Whether any key is watched or locked (one load; the filter's first look).
 pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
@@ -53,6 +60,11 @@ pub fn with<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
     let (out, idle, timed) = TABLES.with(|t| {
         let mut t = t.borrow_mut();
         let out = f(&mut t);
+        let (lengths, filter) = t.filter_bits();
+        LENGTHS.store(lengths, Ordering::Relaxed);
+        for (i, word) in FILTER.iter().enumerate() {
+            word.store(filter.get(i).copied().unwrap_or(0), Ordering::Relaxed);
+        }
         (out, t.is_idle(), t.has_timed())
     });
     ACTIVE.store(!idle, Ordering::Relaxed);
@@ -61,6 +73,23 @@ pub fn with<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
         waiters::keep_ticking();
     }
     out
+}
+
+/// Whether a key of this name may be watched or locked, in some database (the tables' bit
+/// filter: false means surely not).
+pub fn may_hold(name: &[u8]) -> bool {
+    if LENGTHS.load(Ordering::Relaxed) & (1 << table::length_bit(name)) == 0 {
+        return false;
+    }
+    let slot = table::slot_of(name);
+    FILTER[slot / 64].load(Ordering::Relaxed) & (1 << (slot % 64)) != 0
+}
+
+/// Marks the key `name` written in database `db` (`None`: every database). A mark adds and
+/// drops no key, so unlike `with` it leaves the flags (`active`, the own writes' switch) as
+/// they are.
+pub fn mark(db: Option<i32>, name: &[u8]) {
+    TABLES.with(|t| t.borrow_mut().mark(db, name));
 }
 
 /// Reads the tables, changing nothing (a forked child's save reads them too).

@@ -118,7 +118,19 @@ pub fn watch(call: &Call) -> CmdResult {
 /// it from its client's `SHARD.WATCH`: `txn::coord::local`).
 pub fn watch_here(call: &Call, txid: &str, ttl_ms: u64, keys: &[Vec<u8>]) {
     let db = caller::selected_db(call) as i32;
-    with(|t| t.watch(txid, db, keys, ttl_ms, now()));
+    let there = there(call, keys);
+    with(|t| t.watch(txid, db, keys, ttl_ms, now(), there));
+}
+
+/// Which of `keys` are in the caller's database now (read before the tables are: a lookup may
+/// expire a key, whose events must not find the tables borrowed).
+fn there<'k>(call: &Call, keys: &'k [Vec<u8>]) -> impl Fn(&[u8]) -> bool + 'k {
+    let found: Vec<&'k [u8]> = keys
+        .iter()
+        .filter(|k| crate::host::keyspace::look_up(call.ctx, k).is_some())
+        .map(Vec::as_slice)
+        .collect();
+    move |k| found.contains(&k)
 }
 
 /// `SHARD.TXN UNWATCH txid`.
@@ -176,8 +188,9 @@ pub fn apply_here(
     let keys = keys_of(cmds)?;
     owned::check_keys(&keys)?;
     refuse_locked(db, &keys, txid)?;
+    let there = there(call, watched);
     let clean = with(|t| {
-        let clean = t.watched_clean(txid, db, watched, now());
+        let clean = t.watched_clean(txid, db, watched, now(), there);
         t.unwatch(txid);
         clean
     });
@@ -221,7 +234,8 @@ pub fn prepare(call: &Call) -> CmdResult {
         return Ok(());
     }
     owned::check_keys(&part.keys)?;
-    if !with(|t| t.watched_clean(&txid, db, &watched, now())) {
+    let there = there(call, &watched);
+    if !with(|t| t.watched_clean(&txid, db, &watched, now(), there)) {
         return Err(CmdError::code(
             "WATCHED",
             "a watched key was written (or its watch timed out)",

@@ -18,13 +18,16 @@ pub type DbKey = (i32, Vec<u8>);
 pub const DONE_KEPT: usize = 10_000;
 
 /// Slots of the names' filter.
-const FILTER_SLOTS: usize = 4096;
+pub const FILTER_SLOTS: usize = 4096;
 
 /// One txid's watches.
 #[derive(Debug, Clone, Default)]
 struct Watch {
     keys: FxHashSet<DbKey>,
     written: FxHashSet<DbKey>,
+    /// The keys that were there when watched: one gone at the check, which no write marked,
+    /// expired or was evicted (no keyspace event is followed for those).
+    existed: FxHashSet<DbKey>,
     last_used_ms: u64,
     ttl_ms: u64,
 }
@@ -67,6 +70,15 @@ pub struct Tables {
     /// A bit per slot, set while its count is not 0: what the probe reads (512 bytes, where
     /// the counts take 16 KB).
     filter: Vec<u64>,
+    /// A bit per name length (63: that long or longer), set while a name of that length is in
+    /// the filter: the probe's first look, before it hashes (a value of another length than
+    /// every watched or locked name costs no hash).
+    lengths: u64,
+    /// How many names of the filter have each length (as `lengths`' bits).
+    length_counts: Vec<u32>,
+    /// The locked key names, counted over databases (whether a name is locked in some
+    /// database, without a walk of `locks`).
+    locked_names: FxHashMap<Vec<u8>, u32>,
 }
 
 /// A txid's coordinator and number (`<node name>/<hex>`, as coordinators make them).
@@ -75,7 +87,13 @@ fn numbered(txid: &str) -> Option<(&str, u64)> {
     Some((coordinator, u64::from_str_radix(hex, 16).ok()?))
 }
 
-fn slot_of(name: &[u8]) -> usize {
+/// The bit of `Tables::lengths` of a name.
+pub fn length_bit(name: &[u8]) -> usize {
+    name.len().min(63)
+}
+
+/// The slot of a name in the filter.
+pub fn slot_of(name: &[u8]) -> usize {
     let mut h = FxBuildHasher.build_hasher();
     h.write(name);
     (h.finish() as usize) % FILTER_SLOTS
@@ -90,24 +108,34 @@ impl Tables {
     /// False when no key of this name is watched or locked, in any database (one probe);
     /// true when one may be.
     pub fn may_hold(&self, name: &[u8]) -> bool {
+        if self.lengths & (1 << length_bit(name)) == 0 {
+            return false;
+        }
         let slot = slot_of(name);
         self.filter
             .get(slot / 64)
             .is_some_and(|w| w & (1 << (slot % 64)) != 0)
     }
 
-    /// A name came into `watchers`, or a key into `locks`.
-    fn add_to_filter(&mut self, name: &[u8]) {
-        self.add_slot(slot_of(name));
+    /// The filter as the probe reads it: the bit per name length, and the bit per slot (empty
+    /// until the first name).
+    pub fn filter_bits(&self) -> (u64, &[u64]) {
+        (self.lengths, &self.filter)
     }
 
-    fn add_slot(&mut self, slot: usize) {
+    /// A name came into `watchers`, or a key into `locks`.
+    fn add_to_filter(&mut self, name: &[u8]) {
         if self.counts.is_empty() {
             self.counts = vec![0; FILTER_SLOTS];
             self.filter = vec![0; FILTER_SLOTS / 64];
+            self.length_counts = vec![0; 64];
         }
+        let slot = slot_of(name);
         self.counts[slot] = self.counts[slot].saturating_add(1);
         self.filter[slot / 64] |= 1 << (slot % 64);
+        let bit = length_bit(name);
+        self.length_counts[bit] = self.length_counts[bit].saturating_add(1);
+        self.lengths |= 1 << bit;
     }
 
     /// A name left `watchers`, or a key left `locks`.
@@ -119,32 +147,51 @@ impl Tables {
                 self.filter[slot / 64] &= !(1 << (slot % 64));
             }
         }
+        let bit = length_bit(name);
+        if let Some(n) = self.length_counts.get_mut(bit) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.lengths &= !(1 << bit);
+            }
+        }
     }
 
     // --- watches ---
 
     /// Adds `keys` of database `db` to `txid`'s watches (idempotent), which live `ttl_ms`
-    /// without use.
-    pub fn watch(&mut self, txid: &str, db: i32, keys: &[Vec<u8>], ttl_ms: u64, now: u64) {
+    /// without use; `exists` says whether a key is there now (a key watched again that was
+    /// there and is gone counts as written).
+    pub fn watch(
+        &mut self,
+        txid: &str,
+        db: i32,
+        keys: &[Vec<u8>],
+        ttl_ms: u64,
+        now: u64,
+        exists: impl Fn(&[u8]) -> bool,
+    ) {
         let w = self.watches.entry(txid.to_string()).or_default();
         w.ttl_ms = ttl_ms;
         w.last_used_ms = now;
         let mut added = Vec::new();
         for k in keys {
-            if w.keys.insert((db, k.clone())) {
+            let dk = (db, k.clone());
+            let there = exists(k);
+            if w.keys.insert(dk.clone()) {
                 added.push(k.clone());
+                if there {
+                    w.existed.insert(dk);
+                }
+            } else if !there && w.existed.remove(&dk) {
+                w.written.insert(dk);
             }
         }
         for k in added {
-            match self.watchers.entry(k) {
-                std::collections::hash_map::Entry::Occupied(mut e) => {
-                    e.get_mut().push((db, txid.to_string()))
-                }
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    let slot = slot_of(e.key());
-                    e.insert(vec![(db, txid.to_string())]);
-                    self.add_slot(slot);
-                }
+            if let Some(list) = self.watchers.get_mut(&k) {
+                list.push((db, txid.to_string()));
+            } else {
+                self.add_to_filter(&k);
+                self.watchers.insert(k, vec![(db, txid.to_string())]);
             }
         }
     }
@@ -178,9 +225,17 @@ impl Tables {
         }
     }
 
-    /// Whether every key of `keys` (database `db`) is watched by `txid`, unwritten since, and
-    /// the entry alive (a gone or timed-out entry counts as written). Uses the entry.
-    pub fn watched_clean(&mut self, txid: &str, db: i32, keys: &[Vec<u8>], now: u64) -> bool {
+    /// Whether every key of `keys` (database `db`) is watched by `txid`, unwritten since, still
+    /// there if it was there when watched (`exists`: whether a key is there now), and the entry
+    /// alive (a gone or timed-out entry counts as written). Uses the entry.
+    pub fn watched_clean(
+        &mut self,
+        txid: &str,
+        db: i32,
+        keys: &[Vec<u8>],
+        now: u64,
+        exists: impl Fn(&[u8]) -> bool,
+    ) -> bool {
         if keys.is_empty() {
             return true;
         }
@@ -193,7 +248,9 @@ impl Tables {
         w.last_used_ms = now;
         keys.iter().all(|k| {
             let dk = (db, k.clone());
-            w.keys.contains(&dk) && !w.written.contains(&dk)
+            w.keys.contains(&dk)
+                && !w.written.contains(&dk)
+                && (!w.existed.contains(&dk) || exists(k))
         })
     }
 
@@ -238,7 +295,12 @@ impl Tables {
 
     /// Whether a key of this name is locked in some database.
     pub fn locked_in_any(&self, name: &[u8]) -> bool {
-        !self.locks.is_empty() && self.locks.keys().any(|(_, k)| k == name)
+        !self.locked_names.is_empty() && self.locked_names.contains_key(name)
+    }
+
+    /// Whether a key of this name is watched in some database.
+    pub fn watched_in_any(&self, name: &[u8]) -> bool {
+        self.watchers.contains_key(name)
     }
 
     /// Every locked key.
@@ -266,6 +328,7 @@ impl Tables {
                 .is_none()
             {
                 self.add_to_filter(k);
+                *self.locked_names.entry(k.clone()).or_insert(0) += 1;
             }
         }
         self.prepared.insert(txid.to_string(), part);
@@ -279,6 +342,12 @@ impl Tables {
             if self.locks.get(&key).is_some_and(|t| t == txid) {
                 self.locks.remove(&key);
                 self.remove_from_filter(k);
+                if let Some(n) = self.locked_names.get_mut(k) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.locked_names.remove(k);
+                    }
+                }
             }
         }
         Some(part)
@@ -404,35 +473,63 @@ mod tests {
     fn a_watch_is_clean_until_written_and_gone_when_expired() {
         let mut t = Tables::default();
         assert!(t.is_idle() && !t.may_hold(b"a"));
-        t.watch("n0/1", 0, &[k("a"), k("b")], 50, 0);
+        t.watch("n0/1", 0, &[k("a"), k("b")], 50, 0, |_| false);
         assert!(t.may_hold(b"a") && !t.is_idle());
-        assert!(t.watched_clean("n0/1", 0, &[k("a")], 10));
-        assert!(!t.watched_clean("n0/1", 0, &[k("c")], 10), "not watched");
+        assert!(t.watched_clean("n0/1", 0, &[k("a")], 10, |_| true));
         assert!(
-            !t.watched_clean("n0/1", 1, &[k("a")], 10),
+            !t.watched_clean("n0/1", 0, &[k("c")], 10, |_| true),
+            "not watched"
+        );
+        assert!(
+            !t.watched_clean("n0/1", 1, &[k("a")], 10, |_| true),
             "another database"
         );
         t.mark(Some(1), b"a");
-        assert!(t.watched_clean("n0/1", 0, &[k("a")], 20));
+        assert!(t.watched_clean("n0/1", 0, &[k("a")], 20, |_| true));
         t.mark(None, b"a");
-        assert!(!t.watched_clean("n0/1", 0, &[k("a")], 20));
-        assert!(t.watched_clean("n0/1", 0, &[k("b")], 20));
-        assert!(!t.watched_clean("n0/1", 0, &[k("b")], 71), "timed out");
-        assert!(!t.watched_clean("n0/2", 0, &[k("b")], 20), "no entry");
+        assert!(!t.watched_clean("n0/1", 0, &[k("a")], 20, |_| true));
+        assert!(t.watched_clean("n0/1", 0, &[k("b")], 20, |_| true));
+        assert!(
+            !t.watched_clean("n0/1", 0, &[k("b")], 71, |_| true),
+            "timed out"
+        );
+        assert!(
+            !t.watched_clean("n0/2", 0, &[k("b")], 20, |_| true),
+            "no entry"
+        );
         t.expire_watches(200);
         assert!(t.is_idle() && !t.may_hold(b"a"));
     }
 
     #[test]
+    fn a_key_there_when_watched_and_gone_at_the_check_counts_as_written() {
+        let mut t = Tables::default();
+        let there = |k: &[u8]| k == b"a" || k == b"b";
+        t.watch("x/1", 0, &[k("a"), k("b"), k("c")], 1000, 0, there);
+        assert!(t.watched_clean("x/1", 0, &[k("a"), k("c")], 1, there));
+        assert!(
+            t.watched_clean("x/1", 0, &[k("c")], 1, |_| false),
+            "never there"
+        );
+        assert!(
+            !t.watched_clean("x/1", 0, &[k("a")], 1, |k| k == b"b"),
+            "expired"
+        );
+        // Watched again once gone: written.
+        t.watch("x/1", 0, &[k("b")], 1000, 2, |_| false);
+        assert!(!t.watched_clean("x/1", 0, &[k("b")], 3, there));
+    }
+
+    #[test]
     fn a_flush_marks_its_database() {
         let mut t = Tables::default();
-        t.watch("x/1", 0, &[k("a")], 1000, 0);
-        t.watch("x/2", 3, &[k("a")], 1000, 0);
+        t.watch("x/1", 0, &[k("a")], 1000, 0, |_| false);
+        t.watch("x/2", 3, &[k("a")], 1000, 0, |_| false);
         t.mark_db(Some(3));
-        assert!(t.watched_clean("x/1", 0, &[k("a")], 1));
-        assert!(!t.watched_clean("x/2", 3, &[k("a")], 1));
+        assert!(t.watched_clean("x/1", 0, &[k("a")], 1, |_| true));
+        assert!(!t.watched_clean("x/2", 3, &[k("a")], 1, |_| true));
         t.mark_db(None);
-        assert!(!t.watched_clean("x/1", 0, &[k("a")], 1));
+        assert!(!t.watched_clean("x/1", 0, &[k("a")], 1, |_| true));
     }
 
     #[test]
@@ -465,8 +562,8 @@ mod tests {
         let names: Vec<Vec<u8>> = (0..300).map(|i| k(&format!("n{i}"))).collect();
         for i in 0..100usize {
             let keys = [names[i].clone(), names[(i * 7) % 300].clone()];
-            t.watch(&format!("w/{i}"), (i % 3) as i32, &keys, 1000, 0);
-            t.watch(&format!("w/{i}"), (i % 3) as i32, &keys, 1000, 0);
+            t.watch(&format!("w/{i}"), (i % 3) as i32, &keys, 1000, 0, |_| false);
+            t.watch(&format!("w/{i}"), (i % 3) as i32, &keys, 1000, 0, |_| false);
             let a = format!("n{}", (i * 5) % 300);
             let b = format!("n{}", (i * 11) % 300);
             t.prepare(&format!("p/{i}"), part(&[a.as_str(), b.as_str()]));

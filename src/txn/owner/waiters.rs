@@ -26,6 +26,8 @@ struct Waiter {
 thread_local! {
     static WAITERS: RefCell<Vec<Waiter>> = const { RefCell::new(Vec::new()) };
     static TICKING: Cell<bool> = const { Cell::new(false) };
+    /// A release was put off while the server's writes were paused.
+    static RELEASE_LATER: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Blocks the client of `call` until the keys are free (or `shard.txn-lock-ms` passed).
@@ -54,10 +56,18 @@ pub fn count() -> usize {
 }
 
 /// Lets go every client whose keys are all free now (a lock ended): each runs its command.
+/// While the server's writes are paused nobody is let go (its command could not run: see
+/// `host::blocked::block_then_run`): the tick lets them go once the pause is over.
 pub fn release() {
     if count() == 0 {
         return;
     }
+    if crate::host::context::writes_paused() {
+        RELEASE_LATER.with(|r| r.set(true));
+        keep_ticking();
+        return;
+    }
+    RELEASE_LATER.with(|r| r.set(false));
     let free: Vec<Waiter> = WAITERS.with(|w| {
         let mut w = w.borrow_mut();
         let (go, stay): (Vec<Waiter>, Vec<Waiter>) = w.drain(..).partition(|waiter| {
@@ -119,6 +129,9 @@ pub fn keep_ticking() {
 fn tick(ctx: &redis_module::Context, (): ()) {
     TICKING.with(|t| t.set(false));
     let now = crate::clock::monotonic_ms();
+    if RELEASE_LATER.with(Cell::get) {
+        release();
+    }
     expire(now);
     with(|t| t.expire_watches(now));
     doubt::ask(ctx, now);
