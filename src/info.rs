@@ -142,6 +142,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     section.int("txn_locks_held", int(locks_held));
     section.int("txn_longest_lock_ms", int(longest_lock_ms));
     section.int("txn_in_doubt", int(in_doubt));
+    section.int("txn_unacked", int(crate::txn::owner::acked::unacked()));
     let calls = forward::stats();
     section.int("call_local", int(calls.local));
     section.int("call_forwarded", int(calls.forwarded));

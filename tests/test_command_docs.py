@@ -33,7 +33,7 @@ SUBCOMMANDS = {
     "shard.txn": {"watch": (-5, {"fast"}), "unwatch": (3, {"fast"}), "apply": (-5, {"write"}),
                   "prepare": (-6, {"write"}), "commit": (-3, {"write"}), "abort": (3, {"write"}),
                   "status": (3, {"write", "fast"}), "decide": (-4, {"write"}),
-                  "forget": (3, {"write"})},
+                  "forget": (3, {"write"}), "sync": (2, {"fast"})},
 }
 
 

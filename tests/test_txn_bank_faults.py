@@ -36,7 +36,8 @@ from collections import Counter
 import pytest
 import redis
 
-from helpers.nemesis import SHARDS, Fleet, History, finish_resharding, fleet_report
+from helpers.nemesis import (SHARDS, Clients, Fleet, History, finish_resharding,
+                             fleet_report)
 from helpers.server import info_shard, until
 
 SCALE = int(os.environ.get("TXN_CHAOS_SCALE", "1"))
@@ -58,48 +59,34 @@ def log_of(acct):
     return f"{acct}:log"
 
 
-class Bank:
+class Bank(Clients):
     """The clients: writers and readers, each a thread on a random node, switching node on an
     error; every transfer's outcome recorded."""
 
+    join_timeout = 60
+    socket_timeout = 10
+
     def __init__(self, fleet, history, rng):
-        self.fleet, self.history = fleet, history
+        super().__init__(fleet, history)
         self.accounts = [account(i) for i in range(ACCOUNTS)]
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
         self.transfers = {}  # id -> (from, to, amount)
         self.outcome = {}  # id -> "ok" (acknowledged), "info" (unknown), "fail" (refused)
         self.reads = []  # the total of each read
         self.acked_at = {}  # id -> seconds since the start, when its EXEC replied
+        self.sent = {}  # id -> (seconds since the start when its EXEC was sent, the port)
         self.problems = []
         self.seeds = [rng.randrange(1 << 30) for _ in range(WRITERS + READERS)]
-        self.threads = [threading.Thread(target=self._guard, args=(self._writer, w), daemon=True)
-                        for w in range(WRITERS)]
-        self.threads += [threading.Thread(target=self._guard, args=(self._reader, r),
-                                          daemon=True) for r in range(READERS)]
+        for w in range(WRITERS):
+            self.spawn(self._writer, w)
+        for r in range(READERS):
+            self.spawn(self._reader, r)
 
     def acknowledged(self):
         with self.lock:
             return sum(1 for o in self.outcome.values() if o == "ok")
 
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def finish(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=60)
-
-    def _guard(self, body, i):
-        try:
-            body(i)
-        except Exception as e:  # a bug of the harness: reported by the checks
-            self.problems.append(f"{body.__name__} {i} crashed: {e!r}")
-
-    def _client(self, rng):
-        live = self.fleet.live() or self.fleet.servers()
-        return rng.choice(live).client(socket_timeout=10, socket_connect_timeout=1)
+    def on_crash(self, body, i, e):
+        self.problems.append(f"{body.__name__} {i} crashed: {e!r}")
 
     def _writer(self, w):
         rng = random.Random(self.seeds[w])
@@ -133,6 +120,8 @@ class Bank:
             return None
         with self.lock:
             self.transfers[tid] = (a, b, amount)
+            self.sent[tid] = (round(time.monotonic() - self.history.started, 3),
+                              c.connection_pool.connection_kwargs.get("port"))
         try:
             got = c.execute_command("SHARD.EXEC")
             outcome = "fail" if got is None else "ok"
@@ -312,6 +301,21 @@ class Faults:
         self.progress()
 
 
+def story(bank, tid, history):
+    """A transfer's own history, for a problem with it: its accounts and amount, the node that
+    coordinated it, when its EXEC was sent and replied, what it replied, each owner now, and
+    the faults from 5 s before it was sent to 5 s after it replied."""
+    sent, port = bank.sent.get(tid, (None, None))
+    acked = bank.acked_at.get(tid)
+    lines = [f"    {tid}: {bank.transfers.get(tid)} through :{port}, sent at {sent}, "
+             f"{bank.outcome.get(tid)} at {acked}"]
+    if sent is not None and acked is not None:
+        with history.lock:
+            lines += [f"      {t:9.3f} {what}" for t, who, what, _, _ in history.events
+                      if who == "faults" and sent - 5 <= t <= acked + 5]
+    return "\n".join(lines)
+
+
 def check(fleet, bank):
     """What the healed fleet must hold; the list of what is wrong."""
     problems = list(bank.problems)
@@ -327,8 +331,9 @@ def check(fleet, bank):
     ids = {tid for tid, _ in seen}
     for (tid, a), count in seen.items():
         if count > 1:
-            problems.append(f"{tid} applied {count} times at {a} ({bank.transfers.get(tid)}, "
-                            f"{bank.outcome.get(tid)} at {bank.acked_at.get(tid)})")
+            owner = via.execute_command("SHARD.WHEREIS", a).decode()
+            problems.append(f"{tid} applied {count} times at {a} (owned by {owner} now)\n"
+                            + story(bank, tid, bank.history))
     for tid in ids:
         if tid not in bank.transfers:
             problems.append(f"{tid} in a log but never sent")
@@ -339,7 +344,7 @@ def check(fleet, bank):
             owner = via.execute_command("SHARD.WHEREIS", missing).decode()
             problems.append(f"{tid} applied at one account only ({src} {seen[(tid, src)]}, "
                             f"{dst} {seen[(tid, dst)]}): {bank.outcome.get(tid)}; missing at "
-                            f"{owner}, acknowledged at {bank.acked_at.get(tid)}")
+                            f"{owner}\n" + story(bank, tid, bank.history))
         if bank.outcome.get(tid) == "fail":
             problems.append(f"{tid} applied, but its EXEC said it was not")
     for tid, outcome in bank.outcome.items():

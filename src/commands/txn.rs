@@ -1,4 +1,4 @@
-//! `SHARD.TXN WATCH|UNWATCH|APPLY|PREPARE|COMMIT|ABORT|STATUS`: the owner protocol of
+//! `SHARD.TXN WATCH|UNWATCH|APPLY|PREPARE|COMMIT|ABORT|SYNC|STATUS`: the owner protocol of
 //! transactions across nodes (internal, node to node: docs/transactions.md), carried out by
 //! `txn::owner::run`; STATUS, DECIDE and FORGET are the coordinator's (`commands::txn_coord`). And `SHARD.LOCKED command ...`: what
 //! the command filter makes of a client's command of a key a transaction locks
@@ -13,7 +13,7 @@ pub static TXN: CommandSpec = command! {
     name: "shard.txn",
     container,
     summary: "Internal, node to node: the owner's side of transactions across nodes",
-    subcommands: &[&TXN_WATCH, &TXN_UNWATCH, &TXN_APPLY, &TXN_PREPARE, &TXN_COMMIT, &TXN_ABORT, &txn_coord::STATUS, &txn_coord::DECIDE, &txn_coord::FORGET],
+    subcommands: &[&TXN_WATCH, &TXN_UNWATCH, &TXN_APPLY, &TXN_PREPARE, &TXN_COMMIT, &TXN_ABORT, &TXN_SYNC, &txn_coord::STATUS, &txn_coord::DECIDE, &txn_coord::FORGET],
 };
 
 pub static TXN_WATCH: CommandSpec = command! {
@@ -79,6 +79,17 @@ pub static TXN_ABORT: CommandSpec = command! {
     summary: "Internal: drops a prepared part and its watches, unlocking its keys",
     complexity: "O(N) with N the keys",
     args: TXID_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static TXN_SYNC: CommandSpec = command! {
+    name: "shard.txn|sync",
+    handler: crate::txn::owner::acked::sync,
+    flags: "may-replicate fast",
+    arity: 2,
+    summary: "Internal: replicates a PING, so that a WAIT after it on the same connection waits for everything this server replicated before it",
+    complexity: "O(1)",
+    args: &[],
     acl: "admin dangerous slow",
 };
 

@@ -30,9 +30,16 @@ pub const LANES: Lane = 32;
 /// routed command waiting for a transaction's lock on the shared one (`txn::coord`).
 pub const CONTROL: Lane = LANES + 1;
 
-/// Queues `args` for `at` on its control connection (`CONTROL`); the reply, or the error,
-/// goes to `waiter` as `pool::request`'s do.
-pub fn request_control(at: &Endpoint, link: &Link, args: &[Vec<u8>], waiter: Waiter) {
+/// Queues `args` for `at` on its control connection (`CONTROL`), given `extra` beyond the call
+/// timeout (a transaction's block, whose reply waits for the owner's replica); the reply, or
+/// the error, goes to `waiter` as `pool::request`'s do.
+pub fn request_control(
+    at: &Endpoint,
+    link: &Link,
+    args: &[Vec<u8>],
+    waiter: Waiter,
+    extra: Duration,
+) {
     let mut failed: Deliveries = Vec::new();
     NET.with(|net| {
         let mut net = net.borrow_mut();
@@ -40,7 +47,7 @@ pub fn request_control(at: &Endpoint, link: &Link, args: &[Vec<u8>], waiter: Wai
             Ok(id) => net.enqueue(
                 id,
                 link.timeout,
-                vec![(encode_command(args), waiter, Some(Duration::ZERO))],
+                vec![(encode_command(args), waiter, Some(extra))],
             ),
             Err(e) => failed.push((waiter, Err(e))),
         }

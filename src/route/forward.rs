@@ -436,8 +436,18 @@ impl NetSteps {
     /// Sends a transaction's control request (`SHARD.TXN ...`) to `at` on the connection of
     /// such requests (`net::lanes::CONTROL`); the future resolves with the reply.
     pub fn send_control(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
+        self.send_control_for(at, args, std::time::Duration::ZERO)
+    }
+
+    /// `send_control`, the request given `extra` beyond the call timeout.
+    pub fn send_control_for(
+        &self,
+        at: &Endpoint,
+        args: &[Vec<u8>],
+        extra: std::time::Duration,
+    ) -> StepReply {
         let waiter = self.waiter();
-        lanes::request_control(at, &self.link, args, waiter);
+        lanes::request_control(at, &self.link, args, waiter, extra);
         self.reply(waiter)
     }
 
@@ -446,7 +456,7 @@ impl NetSteps {
     pub fn send_control_then_kill(&self, at: &Endpoint, args: &[Vec<u8>]) -> StepReply {
         let waiter = self.waiter();
         crate::net::pool::kill_after_writing(waiter);
-        lanes::request_control(at, &self.link, args, waiter);
+        lanes::request_control(at, &self.link, args, waiter, std::time::Duration::ZERO);
         self.reply(waiter)
     }
 

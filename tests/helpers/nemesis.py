@@ -54,6 +54,52 @@ REFUSALS = ("TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN", "NOREPLICAS_NOT_SENT", "L
             "MASTERDOWN", "READONLY", "NORING", "ERR unknown")
 
 
+class Clients:
+    """Client threads over the fleet until `stop`: each runs `body(i)`; a crash (a bug of the
+    harness) is recorded by `on_crash`, for the checks to report. `Workload` and the bank under
+    faults (tests/test_txn_bank_faults.py) are built on it."""
+
+    join_timeout = 30  # seconds `finish` waits for each thread
+    socket_timeout = 2  # of the clients `_client` opens
+
+    def __init__(self, fleet, history):
+        self.fleet, self.history = fleet, history
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = []
+
+    def spawn(self, body, i):
+        """A thread that runs `body(i)` (started by `start`)."""
+        self.threads.append(threading.Thread(target=self._guard, args=(body, i), daemon=True))
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=self.join_timeout)
+
+    def on_crash(self, body, i, e):
+        raise NotImplementedError
+
+    def _guard(self, body, i):
+        try:
+            body(i)
+        except Exception as e:  # a bug of the harness: reported by the checks
+            self.on_crash(body, i, e)
+
+    def _server(self, rng):
+        """A random live server (any server when none is)."""
+        return rng.choice(self.fleet.live() or self.fleet.servers())
+
+    def _client(self, rng):
+        """A client of a random live server (any server when none is)."""
+        return self._server(rng).client(socket_timeout=self.socket_timeout,
+                                        socket_connect_timeout=1)
+
+
 class History:
     """Every operation and every nemesis event, in order, with the time since the start."""
 
@@ -259,16 +305,14 @@ class Fleet:
         return next(s for s in (self.primaries[n], self.replicas[n]) if s.port == port)
 
 
-class Workload:
+class Workload(Clients):
     """The clients: list writers (SHARD.CALL WAIT and a cluster client), register writers,
     readers and an ID drawer, each a thread, until `stop`."""
 
     def __init__(self, fleet, history, rng, lists=12, registers=16, call_writers=3):
-        self.fleet, self.history = fleet, history
+        super().__init__(fleet, history)
         self.lists = [f"list:{i}" for i in range(lists)]
         self.registers = [f"reg:{i}" for i in range(registers)]
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
         # element -> (key, outcome); per writer, its elements in order
         self.appends = {}
         # element -> (sent at, answered at, the path: "CALL via n1:port" or "cluster n3:port"),
@@ -281,37 +325,14 @@ class Workload:
         self.read_errors = []
         self.crashed = []
         self.seeds = [rng.randrange(1 << 30) for _ in range(call_writers + 4)]
-        self.threads = [threading.Thread(target=self._guard, args=(self._call_writer, w),
-                                         daemon=True) for w in range(call_writers)]
-        self.threads += [
-            threading.Thread(target=self._guard, args=(self._cluster_writer, call_writers),
-                             daemon=True),
-            threading.Thread(target=self._guard, args=(self._register_writer, 0), daemon=True),
-            threading.Thread(target=self._guard, args=(self._reader, 0), daemon=True),
-            threading.Thread(target=self._guard, args=(self._genkey, 0), daemon=True),
-        ]
+        for w in range(call_writers):
+            self.spawn(self._call_writer, w)
+        self.spawn(self._cluster_writer, call_writers)
+        for body in (self._register_writer, self._reader, self._genkey):
+            self.spawn(body, 0)
 
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def finish(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=30)
-
-    def _guard(self, body, w):
-        try:
-            body(w)
-        except Exception as e:  # a bug of the harness: reported by the checks
-            self.crashed.append(f"{body.__name__}: {e!r}")
-
-    def _server(self, rng):
-        live = [s for s in self.fleet.live()]
-        return rng.choice(live or self.fleet.servers())
-
-    def _client(self, rng):
-        return self._server(rng).client(socket_timeout=2, socket_connect_timeout=1)
+    def on_crash(self, body, _i, e):
+        self.crashed.append(f"{body.__name__}: {e!r}")
 
     def _now(self):
         return round(time.monotonic() - self.history.started, 3)

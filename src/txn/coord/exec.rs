@@ -21,6 +21,7 @@ use crate::txn::coord::phases::{self, Fleet, Outcome};
 use crate::txn::coord::plan::{Part, Txn};
 use crate::txn::coord::wire::Prepared;
 use crate::txn::coord::{book, local, queue, wire};
+use crate::txn::owner::acked;
 
 /// How long an owner keeps a watch that is not used (then it counts as written).
 pub const WATCH_TTL_MS: u64 = 60_000;
@@ -264,7 +265,7 @@ pub fn exec(call: &Call) -> CmdResult {
         txn.txid = new_txid(call)?;
     }
     if let Some(outcome) = run_here(call, &txn) {
-        crate::host::blocked::BlockedReply::write(&reply(outcome), &call.reply);
+        reply_here(call, &txn, outcome);
         return Ok(());
     }
     let lock_ms = lock_ms();
@@ -324,6 +325,29 @@ fn run_here(call: &Call, txn: &Txn) -> Option<Outcome> {
             _ => Outcome::Failed(e.message().to_string()),
         },
     })
+}
+
+/// The client's reply to a block run here (`run_here`): once a replica of this server has it,
+/// when it wrote and the server has one (`txn::owner::acked`, as `APPLY`'s reply at another
+/// owner waits), else at once.
+fn reply_here(call: &Call, txn: &Txn, outcome: Outcome) {
+    let me = match (&outcome, txn.parts.as_slice()) {
+        (Outcome::Committed(Ok(_)), [one]) => acked::needed(call, &one.commands),
+        _ => None,
+    };
+    let Some(me) = me else {
+        crate::host::blocked::BlockedReply::write(&reply(outcome), &call.reply);
+        return;
+    };
+    let at_once = outcome.clone();
+    let blocked = forward::run(call, acked::link(), move |steps| async move {
+        acked::replica_has_it(&steps, &me).await;
+        reply(outcome)
+    });
+    if blocked.is_err() {
+        // Not blocked, nothing sent: the block is applied; its reply at once.
+        crate::host::blocked::BlockedReply::write(&reply(at_once), &call.reply);
+    }
 }
 
 /// How long a transaction waits out other transactions' locks (`shard.txn-lock-ms`).
@@ -402,6 +426,14 @@ pub fn resume() {
             RESUMING.with(|r| r.borrow_mut().retain(|t| *t != txid));
             continue;
         }
+        redis_module::logging::log_notice(format!(
+            "shard: transaction {txid}: its commit is sent again to {}",
+            owners
+                .iter()
+                .map(|p| p.owner.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
         let txn = Txn {
             txid,
             parts: owners,

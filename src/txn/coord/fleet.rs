@@ -29,8 +29,9 @@ use crate::txn::coord::plan::Txn;
 use crate::txn::coord::turn;
 use crate::txn::coord::wire::{self, Decision};
 
-/// How long the decision waits for this node's replica to acknowledge it.
-pub const REPLICA_WAIT_MS: i64 = 2000;
+/// How long the decision waits for this node's replica to acknowledge it (as long as an
+/// owner's block waits for the owner's, `txn::owner::acked`).
+pub const REPLICA_WAIT_MS: i64 = crate::txn::owner::acked::REPLICA_WAIT_MS;
 
 /// The fleet of one transaction (or of a commit carried out again).
 pub struct NetFleet {
@@ -109,6 +110,19 @@ fn is_commit(args: &[Vec<u8>]) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case(b"COMMIT"))
 }
 
+/// How long beyond the call timeout a control request may take: an owner's reply to `COMMIT`
+/// and `APPLY` waits for its replica (`txn::owner::acked`) up to `REPLICA_WAIT_MS`.
+fn extra_for(args: &[Vec<u8>]) -> Duration {
+    let block = args
+        .get(1)
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"COMMIT") || v.eq_ignore_ascii_case(b"APPLY"));
+    if block {
+        Duration::from_millis(crate::txn::owner::acked::REPLICA_WAIT_MS.unsigned_abs())
+    } else {
+        Duration::ZERO
+    }
+}
+
 thread_local! {
     static SEED: Cell<u64> = Cell::new(crate::clock::monotonic_ms() | 1);
 }
@@ -131,10 +145,12 @@ impl Fleet for NetFleet {
                 if hold::holds(Step::KillAfterCommit) {
                     return self.steps.send_control_then_kill(&now, &args).await;
                 }
-                self.steps.send_control(&now, &args).await
+                self.steps
+                    .send_control_for(&now, &args, extra_for(&args))
+                    .await
             });
         }
-        Either::Right(self.steps.send_control(at, &args))
+        Either::Right(self.steps.send_control_for(at, &args, extra_for(&args)))
     }
 
     fn decide(&self, txn: &Txn) -> impl Future<Output = Decided> {

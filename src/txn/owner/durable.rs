@@ -1,5 +1,7 @@
 //! The owner's durable records as bytes (its section of `txn::durable`, in the RDB aux
-//! field): the prepared parts (txid, database, lock length, commands) and the done list. A lock
+//! field): the prepared parts (txid, database, lock length, commands), the done list, and each
+//! coordinator's mark of the txids dropped from it (a section after the done list, absent in
+//! the bytes of a build before it: no marks). A lock
 //! loaded starts again from the load (`since_ms` is this process's clock). Decoding checks
 //! every length and never panics.
 
@@ -11,6 +13,8 @@ use crate::txn::owner::table::Prepared;
 pub struct Records {
     pub prepared: Vec<(String, Prepared)>,
     pub done: Vec<String>,
+    /// Each coordinator's mark: the highest number of its txids dropped from the done list.
+    pub forgotten: Vec<(String, u64)>,
 }
 
 fn put(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -20,7 +24,7 @@ fn put(out: &mut Vec<u8>, bytes: &[u8]) {
 
 impl Records {
     pub fn is_empty(&self) -> bool {
-        self.prepared.is_empty() && self.done.is_empty()
+        self.prepared.is_empty() && self.done.is_empty() && self.forgotten.is_empty()
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -40,6 +44,11 @@ impl Records {
         }
         out.extend_from_slice(&(self.done.len() as u64).to_le_bytes());
         self.done.iter().for_each(|t| put(&mut out, t.as_bytes()));
+        out.extend_from_slice(&(self.forgotten.len() as u64).to_le_bytes());
+        for (coordinator, mark) in &self.forgotten {
+            put(&mut out, coordinator.as_bytes());
+            out.extend_from_slice(&mark.to_le_bytes());
+        }
         out
     }
 
@@ -73,6 +82,15 @@ impl Records {
         let done = count(&mut r, "done list")?;
         for _ in 0..done {
             records.done.push(r.string("done txid")?);
+        }
+        if r.pos != bytes.len() {
+            let marks = count(&mut r, "coordinators' marks")?;
+            for _ in 0..marks {
+                let coordinator = r.string("coordinator's name")?;
+                records
+                    .forgotten
+                    .push((coordinator, r.u64("coordinator's mark")?));
+            }
         }
         if r.pos != bytes.len() {
             return Err(format!(
@@ -119,10 +137,15 @@ mod tests {
                 },
             )],
             done: vec!["n1/2".into(), "n1/3".into()],
+            forgotten: vec![("n1".into(), 1)],
         };
         let bytes = records.encode();
         assert_eq!(Records::decode(&bytes, 7).unwrap(), records);
-        for cut in 0..bytes.len() {
+        // The bytes of a build without marks: the same records, no marks.
+        let without = bytes.len() - (8 + 8 + 2 + 8);
+        let old = Records::decode(&bytes[..without], 7).unwrap();
+        assert!(old.forgotten.is_empty() && old.done == records.done);
+        for cut in (0..bytes.len()).filter(|c| *c != without) {
             assert!(Records::decode(&bytes[..cut], 7).is_err(), "{cut}");
         }
         let mut long = bytes.clone();

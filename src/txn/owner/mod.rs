@@ -11,6 +11,7 @@
 //! - `waiters`: clients blocked on a lock, run or refused when it ends or after
 //!   `shard.txn-lock-ms`; and the owner's 100 ms tick;
 //! - `doubt`: a prepared part past its deadline asks its coordinator `SHARD.TXN STATUS`;
+//! - `acked`: the reply to a block applied here waits for a replica of this server;
 //! - `owned`: whether the keys of a part are this node's and not moving, and whether a
 //!   resharding step would move a locked key.
 //!
@@ -23,6 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::host::events::KeyspaceChange;
 use crate::txn::Decision;
 
+pub mod acked;
 pub mod doubt;
 pub mod durable;
 pub mod marks;
@@ -113,12 +115,16 @@ pub fn durable_records() -> durable::Records {
             .map(|(txid, p)| (txid.to_string(), p.clone()))
             .collect(),
         done: t.done_list().map(str::to_string).collect(),
+        forgotten: t
+            .forgotten_marks()
+            .map(|(c, n)| (c.to_string(), n))
+            .collect(),
     })
 }
 
 /// Takes the records of a load (an RDB, a primary's at a full sync) in place of the tables'.
 pub fn restore_records(records: durable::Records) {
-    with(|t| t.replace_durable(records.prepared, records.done));
+    with(|t| t.replace_durable(records.prepared, records.done, records.forgotten));
 }
 
 /// A change of the keyspace as a whole: a flush marks its database's watched keys written,

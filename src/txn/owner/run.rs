@@ -7,7 +7,10 @@
 //! replicas and the AOF as one `MULTI`/`EXEC`; `COMMIT` ends that block with `SHARD.TXN
 //! COMMIT txid` (no parts), which removes the record and remembers the txid as done where it is
 //! replayed. `PREPARE` and `ABORT` are replicated as they came. A replica, or a server loading
-//! its AOF, runs the same commands and only records: it checks nothing and runs no part.
+//! its AOF, runs the same commands and only records: it checks nothing and runs no part; a
+//! replica passes each record on to its own AOF (`relay`).
+//! The replies to `APPLY` and `COMMIT` wait for a replica of this server when it has one
+//! (`acked`).
 
 use redis_module::{Context, ContextFlags};
 
@@ -19,7 +22,7 @@ use crate::net::resp::{read_reply, ReplyResp, Resp};
 use crate::txn::owner::owned::{self, held};
 use crate::txn::owner::parse::{self, Command};
 use crate::txn::owner::table::Prepared;
-use crate::txn::owner::{waiters, with};
+use crate::txn::owner::{acked, waiters, with};
 
 /// The longest watch ttl and lock a coordinator may ask for (ms).
 const MAX_MS: i64 = 86_400_000;
@@ -33,6 +36,19 @@ fn now() -> u64 {
 fn replayed(ctx: &Context) -> bool {
     let flags = ctx.get_flags();
     flags.contains(ContextFlags::REPLICATED) || flags.contains(ContextFlags::LOADING)
+}
+
+/// A record replayed from the primary's stream, passed on to this replica's own AOF: a module
+/// command run from the stream is not written there unless it replicates itself (a replica's
+/// own replicas get the primary's stream as it came), so a replica restarted from its AOF (or
+/// promoted, then restarted) rebuilt its tables
+/// without them, and a part its primary had committed came back prepared, to be applied a
+/// second time. (Nothing is passed on while loading: the server propagates nothing then.)
+fn relay(ctx: &Context) {
+    let flags = ctx.get_flags();
+    if flags.contains(ContextFlags::REPLICATED) && !flags.contains(ContextFlags::LOADING) {
+        ctx.replicate_verbatim();
+    }
 }
 
 fn args_of<'a>(call: &Call<'a>) -> Vec<&'a [u8]> {
@@ -149,9 +165,13 @@ pub fn apply(call: &Call) -> CmdResult {
     let args = args_of(call);
     let (watched, next) = parse::watched(&args, 3).map_err(syntax)?;
     let cmds = parse::commands(&args, next).map_err(syntax)?;
-    let reply = apply_here(call, &txid, &watched, &cmds)?;
-    call.reply.resp(&reply);
-    Ok(())
+    match apply_here(call, &txid, &watched, &cmds)? {
+        ran @ Resp::Array(_) => acked::reply(call, &cmds, ran),
+        watched => {
+            call.reply.resp(&watched);
+            Ok(())
+        }
+    }
 }
 
 /// `SHARD.TXN APPLY`'s work in the database of `call`, its commands run as its client (a
@@ -201,10 +221,11 @@ pub fn prepare(call: &Call) -> CmdResult {
     };
     if replayed(call.ctx) {
         with(|t| t.prepare(&txid, part));
+        relay(call.ctx);
         call.reply.simple(b"PREPARED");
         return Ok(());
     }
-    if with(|t| t.is_done(&txid)) {
+    if with(|t| t.is_done(&txid) || t.forgot(&txid)) {
         return Err(CmdError::err(format!("{txid} was applied here already")));
     }
     if with(|t| t.prepared(&txid).is_some()) {
@@ -242,6 +263,7 @@ pub fn commit(call: &Call) -> CmdResult {
     if replayed(call.ctx) {
         // The record's end, in the block that applied it (its commands came before).
         finish(&txid);
+        relay(call.ctx);
         call.reply.ok();
         return Ok(());
     }
@@ -250,9 +272,25 @@ pub fn commit(call: &Call) -> CmdResult {
         return Ok(());
     }
     let record = with(|t| t.prepared(&txid).cloned());
+    if record.is_none() && with(|t| t.forgot(&txid)) {
+        // Its coordinator sends it again (an owner that had not confirmed its part, or a
+        // restart) after this owner applied it and dropped it from the done list: not again.
+        redis_module::logging::log_warning(format!(
+            "shard: transaction {txid}: a COMMIT came for a transaction older than the last one of its coordinator this node forgot (it keeps the last {}): answered DONE, not applied again",
+            crate::txn::owner::table::DONE_KEPT
+        ));
+        call.reply.simple(b"DONE");
+        return Ok(());
+    }
     let (db, cmds) = match (record, given) {
         (Some(p), _) => (p.db, p.cmds),
-        (None, Some(cmds)) => (caller::selected_db(call) as i32, cmds),
+        (None, Some(cmds)) => {
+            redis_module::logging::log_warning(format!(
+                "shard: transaction {txid}: no prepared part here, its part applied from the COMMIT ({})",
+                printable_commands(&cmds)
+            ));
+            (caller::selected_db(call) as i32, cmds)
+        }
         (None, None) => {
             return Err(CmdError::code(
                 "NOPREPARED",
@@ -270,8 +308,21 @@ pub fn commit(call: &Call) -> CmdResult {
         crate::host::keyspace::select_db(call.ctx, selected);
     }
     finish(&txid);
-    call.reply.resp(&Resp::Array(replies?));
-    Ok(())
+    acked::reply(call, &cmds, Resp::Array(replies?))
+}
+
+/// The commands of a part as text, for the log (each at most 60 characters).
+fn printable_commands(cmds: &[Command]) -> String {
+    cmds.iter()
+        .map(|c| {
+            let text: Vec<String> = c
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into())
+                .collect();
+            text.join(" ").chars().take(60).collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The record of `txid` removed, its locks ended, its watches dropped, the txid done; the
@@ -297,6 +348,8 @@ pub fn abort(call: &Call) -> CmdResult {
     });
     if had && !replayed(call.ctx) {
         call.ctx.replicate_verbatim();
+    } else if had {
+        relay(call.ctx);
     }
     waiters::release();
     call.reply.ok();
@@ -309,6 +362,10 @@ pub fn commit_alone(ctx: &Context, txid: &str) {
     let Some(part) = with(|t| t.prepared(txid).cloned()) else {
         return;
     };
+    redis_module::logging::log_warning(format!(
+        "shard: transaction {txid}: its coordinator answered commit, the part applied here ({})",
+        printable_commands(&part.cmds)
+    ));
     let selected = crate::host::keyspace::selected_db(ctx);
     crate::host::keyspace::select_db(ctx, part.db);
     for cmd in &part.cmds {

@@ -60,6 +60,10 @@ pub struct Tables {
     locks: FxHashMap<DbKey, String>,
     done: VecDeque<String>,
     done_set: FxHashSet<String>,
+    /// For each coordinator (the txid's node name), the highest number of its txids dropped
+    /// from the done list: a txid of that coordinator at or below it, not in the list, may have
+    /// been applied here (`forgot`).
+    forgotten: FxHashMap<String, u64>,
     /// For each slot, how many names of `watchers` and keys of `locks` hash to it (empty until
     /// the first).
     counts: Vec<u32>,
@@ -75,6 +79,12 @@ pub struct Tables {
     /// The locked key names, counted over databases (whether a name is locked in some
     /// database, without a walk of `locks`).
     locked_names: FxHashMap<Vec<u8>, u32>,
+}
+
+/// A txid's coordinator and number (`<node name>/<hex>`, as coordinators make them).
+fn numbered(txid: &str) -> Option<(&str, u64)> {
+    let (coordinator, hex) = txid.split_once('/')?;
+    Some((coordinator, u64::from_str_radix(hex, 16).ok()?))
 }
 
 /// The bit of `Tables::lengths` of a name.
@@ -349,7 +359,8 @@ impl Tables {
         self.done_set.contains(txid)
     }
 
-    /// Remembers `txid` as applied here (the oldest forgotten past `DONE_KEPT`).
+    /// Remembers `txid` as applied here (the oldest forgotten past `DONE_KEPT`, its number
+    /// kept as its coordinator's mark).
     pub fn add_done(&mut self, txid: &str) {
         if !self.done_set.insert(txid.to_string()) {
             return;
@@ -358,8 +369,29 @@ impl Tables {
         while self.done.len() > DONE_KEPT {
             if let Some(old) = self.done.pop_front() {
                 self.done_set.remove(&old);
+                if let Some((coordinator, number)) = numbered(&old) {
+                    let mark = self.forgotten.entry(coordinator.to_string()).or_default();
+                    *mark = (*mark).max(number);
+                }
             }
         }
+    }
+
+    /// Whether `txid`, not in the done list, may have been applied here all the same: a txid
+    /// of its coordinator as high or higher was dropped from the list. (A txid above its
+    /// coordinator's mark was never dropped: not in the list, it was never applied here.)
+    pub fn forgot(&self, txid: &str) -> bool {
+        !self.is_done(txid)
+            && numbered(txid).is_some_and(|(coordinator, number)| {
+                self.forgotten
+                    .get(coordinator)
+                    .is_some_and(|mark| number <= *mark)
+            })
+    }
+
+    /// Each coordinator's mark of `forgot`.
+    pub fn forgotten_marks(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.forgotten.iter().map(|(c, n)| (c.as_str(), *n))
     }
 
     /// The txids applied here, oldest first.
@@ -367,13 +399,20 @@ impl Tables {
         self.done.iter().map(String::as_str)
     }
 
-    /// Replaces the prepared parts and the done list (a load), locking again from `now`.
-    pub fn replace_durable(&mut self, prepared: Vec<(String, Prepared)>, done: Vec<String>) {
+    /// Replaces the prepared parts, the done list and its coordinators' marks (a load),
+    /// locking again from `now`.
+    pub fn replace_durable(
+        &mut self,
+        prepared: Vec<(String, Prepared)>,
+        done: Vec<String>,
+        forgotten: Vec<(String, u64)>,
+    ) {
         for t in self.prepared.keys().cloned().collect::<Vec<_>>() {
             self.take_prepared(&t);
         }
         self.done.clear();
         self.done_set.clear();
+        self.forgotten = forgotten.into_iter().collect();
         for (t, p) in prepared {
             self.prepare(&t, p);
         }
@@ -557,5 +596,35 @@ mod tests {
         assert!(!t.is_done("x/0") && !t.is_done("x/4"));
         assert!(t.is_done("x/5") && t.is_done(&format!("x/{}", DONE_KEPT + 4)));
         assert_eq!(t.done_list().count(), DONE_KEPT);
+    }
+
+    /// A txid dropped from the done list is known as possibly applied (its coordinator's mark
+    /// covers it, and every lower number of that coordinator); a higher one, or another
+    /// coordinator's, is not.
+    #[test]
+    fn a_txid_dropped_from_the_done_list_is_known_as_forgotten() {
+        let mut t = Tables::default();
+        t.add_done("n0/30");
+        for i in 0..DONE_KEPT - 1 {
+            t.add_done(&format!("n1/{:x}", 0x1000 + i));
+        }
+        assert!(!t.forgot("n0/30") && t.is_done("n0/30"));
+        t.add_done("n1/ffffff");
+        assert!(!t.is_done("n0/30") && t.forgot("n0/30") && t.forgot("n0/2f"));
+        assert!(!t.forgot("n0/31"), "above the mark: never applied here");
+        assert!(
+            !t.forgot("n2/1") && !t.forgot("n1/1001"),
+            "in the list, or no mark"
+        );
+        t.add_done("n1/ffffff0");
+        assert!(t.forgot("n1/1000") && t.forgot("n1/fff") && !t.forgot("n1/1001"));
+        assert!(!t.forgot("plain") && !t.forgot("n0/zz"), "no number");
+        let marks: Vec<(String, u64)> = t
+            .forgotten_marks()
+            .map(|(c, n)| (c.to_string(), n))
+            .collect();
+        let mut loaded = Tables::default();
+        loaded.replace_durable(Vec::new(), Vec::new(), marks);
+        assert!(loaded.forgot("n0/30") && !loaded.forgot("n0/31"));
     }
 }

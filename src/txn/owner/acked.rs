@@ -1,0 +1,130 @@
+//! An owner's block acknowledged by a replica (docs/transactions.md, "Durable at the owner"):
+//! the reply to `SHARD.TXN COMMIT` and `SHARD.TXN APPLY`, and to a client's `SHARD.EXEC` whose
+//! only part ran here (`txn::coord::local`), waits until one replica of this server has the
+//! block, when the server has a replica online; a failover right after the reply then keeps
+//! it. The same mechanism as the coordinator's decision (`txn::coord::fleet`): the replicas
+//! online are `host::context::connected_replicas` (kept from the server's replica events, not
+//! read per block), and the wait is `WAIT 1` on a connection of its own to this server's own
+//! address (`route::forward::NetSteps::send_waited`), behind `SHARD.TXN SYNC` (`sync`), which
+//! replicates a `PING`: `WAIT` waits for the replication offset of its own client's last
+//! command that replicated something (Valkey moves a client's offset only then; Redis 7.0 at
+//! every command), and `SYNC`, run after the block, puts it past the block (a module cannot run
+//! `WAIT` itself). The client is blocked meanwhile, never the main thread.
+//!
+//! A block of read-only commands wrote nothing to wait for (as `WAIT` after a read returns at
+//! once). A client that cannot be blocked (inside `MULTI`, a script), or a server that is not
+//! its node's primary now, is answered at once. No replica within `REPLICA_WAIT_MS`: the block
+//! stays applied (as with `WAIT`), the reply is the same, and `INFO shard` counts it
+//! (`txn_unacked`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::ContextFlags;
+
+use crate::host::command::Call;
+use crate::host::error::CmdResult;
+use crate::net::endpoint::Endpoint;
+use crate::net::pool::{link_timeout, Link};
+use crate::net::resp::{ReplyResp, Resp};
+use crate::route::forward::{self, CallReply, NetSteps};
+use crate::route::wait::Wait;
+use crate::txn::owner::parse::Command;
+
+/// How long a block waits for a replica (the coordinator's decision waits as long).
+pub const REPLICA_WAIT_MS: i64 = 2000;
+
+/// Blocks replied without a replica's acknowledgement within `REPLICA_WAIT_MS`.
+static UNACKED: AtomicU64 = AtomicU64::new(0);
+
+/// `INFO shard`'s `txn_unacked`.
+pub fn unacked() -> u64 {
+    UNACKED.load(Ordering::Relaxed)
+}
+
+/// Whether `cmds` may write (a command the table does not know counts as a write).
+fn writes(cmds: &[Command]) -> bool {
+    cmds.iter().any(|cmd| {
+        cmd.first()
+            .and_then(|name| crate::route::command_table::known(name))
+            .is_none_or(|meta| !meta.readonly)
+    })
+}
+
+/// Where to wait for a replica of this server after a block of `cmds` ran in the command of
+/// `call`: this server's own address when the block may have written, the server has a
+/// replica online and acts as its node, and the client can be blocked; else `None` (reply at
+/// once).
+pub fn needed(call: &Call, cmds: &[Command]) -> Option<Endpoint> {
+    if !writes(cmds) || crate::host::context::connected_replicas() == 0 {
+        return None;
+    }
+    let flags = call.ctx.get_flags();
+    if flags.contains(ContextFlags::MULTI)
+        || flags.contains(ContextFlags::LUA)
+        || flags.contains(ContextFlags::DENY_BLOCKING)
+    {
+        return None;
+    }
+    // This server as its node (Sentinel's address, `acts_as`): a server no longer its node's
+    // primary would count another server's replicas.
+    crate::txn::coord::queue::this_node().filter(|me| me.is_self)
+}
+
+/// The link of the wait (its own connection to this server, database 0).
+pub fn link() -> Link {
+    let st = crate::state::lock();
+    Link {
+        timeout: link_timeout(st.config.call_timeout_ms),
+        auth: st.config.auth(),
+        resp3: false,
+        db: 0,
+    }
+}
+
+/// Waits until one replica of this server acknowledged everything replicated so far, at most
+/// `REPLICA_WAIT_MS`; false (and counted) when none did.
+pub async fn replica_has_it(steps: &NetSteps, me: &Endpoint) -> bool {
+    let wait = Wait {
+        replicas: 1,
+        timeout_ms: REPLICA_WAIT_MS,
+    };
+    let sync = [b"SHARD.TXN".to_vec(), b"SYNC".to_vec()];
+    let (synced, waited) = steps.send_waited(me, &sync, wait);
+    let _ = synced.await;
+    let acked = matches!(waited.await, Ok(Resp::Int(n)) if n >= 1);
+    if !acked {
+        UNACKED.fetch_add(1, Ordering::Relaxed);
+    }
+    acked
+}
+
+/// Replies `reply` to the client of `call` once a replica has the block of `cmds` just run
+/// (at once when there is nothing to wait for).
+pub fn reply(call: &Call, cmds: &[Command], reply: Resp) -> CmdResult {
+    let Some(me) = needed(call, cmds) else {
+        call.reply.resp(&reply);
+        return Ok(());
+    };
+    let at_once = reply.clone();
+    let blocked = forward::run(call, link(), move |steps| async move {
+        replica_has_it(&steps, &me).await;
+        CallReply::Reply(reply)
+    });
+    if blocked.is_err() {
+        // Not blocked (nothing was sent): the block is applied, so its reply, at once.
+        UNACKED.fetch_add(1, Ordering::Relaxed);
+        call.reply.resp(&at_once);
+    }
+    Ok(())
+}
+
+/// `SHARD.TXN SYNC`: replicates a `PING` (nothing else), so that a `WAIT` after it on the same
+/// connection waits for everything this server replicated before it.
+pub fn sync(call: &Call) -> CmdResult {
+    if call.args.len() != 2 {
+        return Err(crate::host::error::CmdError::wrong_arity("shard.txn|sync"));
+    }
+    crate::host::replicate::replicate_args(call.ctx, c"PING", &[]);
+    call.reply.ok();
+    Ok(())
+}

@@ -1,0 +1,108 @@
+"""An owner's block acknowledged by its replica (issue 35, docs/transactions.md, "Durable at
+the owner"): when the owner has a replica online, its reply to COMMIT (two owners), to APPLY
+(one owner, another node) and the client's reply to a block run inside SHARD.EXEC at the
+owner itself wait until one replica has the block (`WAIT 1` at the owner), so that the
+replica promoted right after the reply holds the transaction's writes. A replica that does not
+acknowledge within the bound (stopped): the reply comes after the bound, the block applied,
+counted in `INFO shard`'s `txn_unacked`.
+
+n1 has a replica; n0 and n2 have none.
+"""
+
+import signal
+import time
+
+import pytest
+
+from helpers.fleet import make_fleet
+from helpers.server import command_calls, info_shard, until, wait_in_sync
+
+# The owner's bound on the wait (txn::owner::acked::REPLICA_WAIT_MS).
+BOUND_S = 2.0
+
+
+def call(c, *args):
+    return c.execute_command("SHARD.CALL", *args)
+
+
+def run_queued(c, commands):
+    assert c.execute_command("SHARD.MULTI") == b"OK"
+    for command in commands:
+        assert call(c, *command) == b"QUEUED", command
+    return c.execute_command("SHARD.EXEC")
+
+
+@pytest.fixture
+def fleet(server_factory):
+    f = make_fleet(server_factory, timeout_ms=1000)
+    primary = f["n1"]
+    replica = server_factory(module_args=["self", "n1", "call-timeout-ms", 1000],
+                             config=[("replicaof", "127.0.0.1", primary.port)])
+    c = primary.client()
+    wait_in_sync(c, replica.client())
+    until(lambda: (c.info("replication").get("slave0") or {}).get("state") == "online",
+          "n1's replica online")
+    f.replica = replica
+    return f
+
+
+# The three ways a block reaches n1: (the node the client is connected to, the owners).
+PATHS = {
+    "commit": ("n0", ("n1", "n2")),  # two owners: PREPARE, then COMMIT at n1
+    "apply": ("n0", ("n1",)),  # one owner, another node: SHARD.TXN APPLY at n1
+    "local": ("n1", ("n1",)),  # one owner, the node itself: run inside SHARD.EXEC
+}
+
+
+def transfer_keys(fleet, owners):
+    keys = [fleet.key_of(owners[0], prefix="from"), fleet.key_of(owners[-1], prefix="to")]
+    fleet.client("n0").execute_command("SHARD.CALL", "MSET", keys[0], 100, keys[1], 100)
+    return keys
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_the_promoted_replica_holds_a_block_the_owner_acknowledged(fleet, path):
+    via, owners = PATHS[path]
+    a, b = transfer_keys(fleet, owners)
+    n1 = fleet["n1"]
+    waits = command_calls(n1, "wait")
+    c = fleet.client(via)
+    assert run_queued(c, [("DECRBY", a, 30), ("INCRBY", b, 30)]) == [70, 130]
+    # n1 waited for its replica before it answered (the previous build: no WAIT at n1).
+    assert command_calls(n1, "wait") == waits + 1
+    assert info_shard(n1.client())["txn_unacked"] == "0"
+    # A read-only block writes nothing to wait for.
+    assert run_queued(c, [("GET", a)]) == [b"70"]
+    assert command_calls(n1, "wait") == waits + 1
+    # The owner's primary killed right after the reply, its replica promoted: the block is
+    # there.
+    assert run_queued(c, [("DECRBY", a, 5), ("INCRBY", b, 5)]) == [65, 135]
+    n1.stop(signal.SIGKILL)
+    r = fleet.replica.client()
+    assert r.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    assert r.get(a) == b"65"
+    if owners == ("n1",):
+        assert r.get(b) == b"135"
+
+
+def test_a_replica_that_does_not_acknowledge_delays_the_reply_by_the_bound(fleet):
+    a, b = transfer_keys(fleet, ("n1", "n2"))
+    n1 = fleet["n1"].client()
+    c = fleet.client("n0")
+    fleet.replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        assert run_queued(c, [("DECRBY", a, 30), ("INCRBY", b, 30)]) == [70, 130]
+        waited = time.monotonic() - start
+    finally:
+        fleet.replica.proc.send_signal(signal.SIGCONT)
+    # The reply came once the bound passed (no replica could acknowledge), the block applied
+    # at the primary and counted.
+    assert waited >= BOUND_S, waited
+    assert n1.get(a) == b"70"
+    assert info_shard(n1)["txn_unacked"] == "1"
+    # The replica back: acknowledged again, nothing more counted.
+    wait_in_sync(n1, fleet.replica.client())
+    assert run_queued(c, [("DECRBY", a, 1), ("INCRBY", b, 1)]) == [69, 131]
+    assert info_shard(n1)["txn_unacked"] == "1"
+    assert fleet.replica.client().get(a) == b"69"
