@@ -468,6 +468,34 @@ def test_rings_reach_a_replica(server_factory):
     assert ring_state(r) == ring_state(m) == (5, state[1], None)
 
 
+def test_a_replica_restarted_from_its_own_aof_keeps_the_mark_and_the_rings(server_factory):
+    """A replica replays its primary's SHARD.ADVANCE and ring commands from the stream; they
+    reach the replica's own AOF only if they replicate themselves there (a module command that
+    changes no key is not written to the AOF otherwise). Restarted from that AOF alone, the
+    replica holds its primary's high-water mark and rings as they were."""
+    master, replica = server_factory(config=PRIMARY), server_factory(config=AOF)
+    m, r = master.client(), replica.client()
+    ring(m, "SET", *RING1)
+    r.replicaof("127.0.0.1", master.port)
+    wait_replicated(m, r)
+    # The AOF's base: the state of the full sync (a replica rewrites its AOF after one).
+    until(lambda: r.info("persistence")["aof_rewrite_in_progress"] == 0
+          and r.info("persistence")["aof_rewrite_scheduled"] == 0, "the replica's AOF rewrite")
+    rewrite_aof(r)
+    genkeys(m, 2000)  # each burst replicated as SHARD.ADVANCE
+    time.sleep(0.01)
+    genkeys(m, 2000)
+    ring(m, "BEGIN", *RING3)
+    wait_replicated(m, r)
+    mark, state = info_int(r, "high_water_ms"), ring_state(r)
+    assert mark == info_int(m, "high_water_ms") and state == ring_state(m)
+    restart(replica, sig=signal.SIGKILL)  # no `replicaof` in its config: a primary of its own
+    r = replica.client()
+    assert r.info("replication")["role"] == "master"
+    assert info_int(r, "high_water_ms") == mark, "the replica's AOF lacked SHARD.ADVANCE"
+    assert ring_state(r) == state
+
+
 # ---------------------------------------------------------------------------------------------
 # 6. Bad persisted state, and SHARD.ADVANCE from a client
 # ---------------------------------------------------------------------------------------------

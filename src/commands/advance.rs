@@ -25,6 +25,12 @@ pub fn advance(call: &Call) -> CmdResult {
     let mut st = state::lock();
     let st = &mut *st;
     st.generator.advance_past_ms(&st.keys.layout, ms);
+    // On a replica, replayed from its primary's stream: passed on to its own AOF, which a
+    // module command that changes no key reaches only by replicating itself (a restart of
+    // the replica from its AOF then keeps the mark).
+    if !flags.contains(ContextFlags::LOADING) {
+        call.ctx.replicate_verbatim();
+    }
     call.reply.ok();
     Ok(())
 }
