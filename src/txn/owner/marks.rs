@@ -30,7 +30,7 @@
 use crate::host::filter::FilterArgs;
 use crate::host::writes::OwnCommand;
 use crate::route::command_table::{self, KeyRange};
-use crate::txn::owner::{active, mark, may_hold, read};
+use crate::txn::owner::{active, mark, may_hold, name_lengths, read};
 
 /// What the keys of a command are to the tables.
 #[derive(Default)]
@@ -69,8 +69,8 @@ pub fn carried_start<'a>(arg: impl Fn(usize) -> Option<&'a [u8]>) -> usize {
     }
 }
 
-/// Whether any argument after the first may be a watched or locked name: the filter's first
-/// look, before anything else (no allocation, no lookup of the command).
+/// Whether any argument after the first may be a watched or locked name (a hash and a probe of
+/// the tables' filter for each argument as long as some name).
 fn any_may_hold<'a>(argc: usize, arg: impl Fn(usize) -> Option<&'a [u8]>) -> bool {
     (1..argc).any(|i| arg(i).is_some_and(may_hold))
 }
@@ -144,9 +144,25 @@ fn look<'a>(
     seen
 }
 
+/// The first look at a command: whether a key is watched or locked, and an argument after the
+/// first is as long as one of their names (`table::length_bit`: a length check per argument,
+/// no hash). What every other command pays.
+#[inline(always)]
+pub fn may_matter(args: &FilterArgs) -> bool {
+    active() && args.any_length_in(name_lengths())
+}
+
 /// The transactions' part of the module's command filter.
 pub fn on_command(args: &mut FilterArgs) {
-    if !active() || !any_may_hold(args.len(), |i| args.arg(i)) {
+    if may_matter(args) {
+        on_candidate(args);
+    }
+}
+
+/// A command an argument of which may be a watched or locked name.
+#[inline(never)]
+fn on_candidate(args: &mut FilterArgs) {
+    if !any_may_hold(args.len(), |i| args.arg(i)) {
         return;
     }
     let client = args.client();

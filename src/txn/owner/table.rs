@@ -77,7 +77,8 @@ pub struct Tables {
     locked_names: FxHashMap<Vec<u8>, u32>,
 }
 
-/// The bit of `Tables::lengths` of a name.
+/// The bit of `Tables::lengths` of a name (as `FilterArgs::any_length_in` reads it).
+#[inline(always)]
 pub fn length_bit(name: &[u8]) -> usize {
     name.len().min(63)
 }
