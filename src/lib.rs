@@ -198,14 +198,15 @@ struct Filter;
 
 impl host::filter::Handler for Filter {
     #[inline(always)]
-    fn on_command(args: &mut host::filter::FilterArgs) {
+    fn retains(args: &host::filter::FilterArgs) -> bool {
         route::filter::new_command();
-        if cluster::protocol::enabled()
+        cluster::protocol::enabled()
             || route::filter::may_be_local_call(args)
             || txn::owner::marks::may_matter(args)
-        {
-            filter_all(args);
-        }
+    }
+
+    fn on_command(args: &mut host::filter::FilterArgs) {
+        filter_all(args);
     }
 }
 

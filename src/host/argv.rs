@@ -102,6 +102,29 @@ unsafe fn strings_read_alike() -> bool {
     }
 }
 
+/// Whether arguments are read directly (the filter context's layout checked too).
+#[inline(always)]
+pub fn on() -> bool {
+    MODE.load(Ordering::Relaxed) == ON
+}
+
+/// The filtered command's argument count and array read from the filter context, where `on`.
+///
+/// # Safety
+/// `fctx` must be the live context of the filter callback running now, and `on()` true.
+#[inline(always)]
+pub unsafe fn read(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+) -> (usize, *const *mut raw::RedisModuleString) {
+    // SAFETY: the context's layout was checked: the argument array, its allocated length,
+    // then the argument count.
+    unsafe {
+        let array = *fctx.cast::<*const *mut raw::RedisModuleString>();
+        let argc = *fctx.cast::<u8>().add(12).cast::<c_int>();
+        (usize::try_from(argc).unwrap_or(0), array)
+    }
+}
+
 /// The filtered command's argument count and array read from the filter context `fctx`, or
 /// `None` while arguments are read through the API. The first call with arguments checks the
 /// context's layout against `CommandFilterArgsCount` and `CommandFilterArgGet`.
@@ -112,17 +135,23 @@ unsafe fn strings_read_alike() -> bool {
 pub unsafe fn command(
     fctx: *mut raw::RedisModuleCommandFilterCtx,
 ) -> Option<(usize, *const *mut raw::RedisModuleString)> {
-    match MODE.load(Ordering::Relaxed) {
-        // SAFETY: the context's layout was checked: the argument array, its allocated length,
-        // then the argument count.
-        ON => unsafe {
-            let array = *fctx.cast::<*const *mut raw::RedisModuleString>();
-            let argc = *fctx.cast::<u8>().add(12).cast::<c_int>();
-            Some((usize::try_from(argc).unwrap_or(0), array))
-        },
-        OFF => None,
+    if on() {
+        // SAFETY: as the caller promises; `on`.
+        Some(unsafe { read(fctx) })
+    } else {
         // SAFETY: as the caller promises.
-        _ => unsafe { check_context(fctx) },
+        unsafe { command_unchecked(fctx) }
+    }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn command_unchecked(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+) -> Option<(usize, *const *mut raw::RedisModuleString)> {
+    match MODE.load(Ordering::Relaxed) {
+        UNCHECKED => unsafe { check_context(fctx) },
+        _ => None,
     }
 }
 
@@ -165,7 +194,7 @@ unsafe fn check_context(
             && *array == get(fctx, 0)
             && *array.add(last as usize) == get(fctx, last);
         MODE.store(if same { ON } else { OFF }, Ordering::Relaxed);
-        same.then(|| (argc as usize, array))
+        same.then_some((argc as usize, array))
     }
 }
 
@@ -176,9 +205,39 @@ unsafe fn check_context(
 /// `s` must be a live string object of a server whose layout `enable` checked.
 #[inline(always)]
 pub unsafe fn bytes(s: *mut raw::RedisModuleString) -> Option<(*const u8, usize)> {
+    // SAFETY: as the caller promises.
+    unsafe {
+        match bytes_quick(s) {
+            Some(read) => Some(read),
+            None => bytes_other(s),
+        }
+    }
+}
+
+/// The bytes of a string argument whose sds header is 8 bits (every embedded string's: an
+/// argument of up to 44 bytes), read without a call; `None` for any other.
+///
+/// # Safety
+/// As for `bytes`.
+#[inline(always)]
+pub unsafe fn bytes_quick(s: *mut raw::RedisModuleString) -> Option<(*const u8, usize)> {
     // SAFETY: as the caller promises: the layout described at the top of this file.
     unsafe {
         // Type 0 (a string), encoding 0 (raw) or 8 (embedded).
+        if *s.cast::<u8>() & 0x7f != 0 {
+            return None;
+        }
+        let p = *s.cast::<u8>().add(8).cast::<*const u8>();
+        (!p.is_null() && *p.sub(1) & 7 == 1).then(|| (p, usize::from(*p.sub(3))))
+    }
+}
+
+/// `bytes` of a string whose sds header is not 8 bits (a long argument).
+#[cold]
+#[inline(never)]
+unsafe fn bytes_other(s: *mut raw::RedisModuleString) -> Option<(*const u8, usize)> {
+    // SAFETY: as for `bytes`.
+    unsafe {
         if *s.cast::<u8>() & 0x7f != 0 {
             return None;
         }
@@ -187,27 +246,36 @@ pub unsafe fn bytes(s: *mut raw::RedisModuleString) -> Option<(*const u8, usize)
             return None;
         }
         let flags = *p.sub(1);
-        // An 8-bit header: every embedded string's (an argument of up to 44 bytes).
-        if flags & 7 == 1 {
-            return Some((p, usize::from(*p.sub(3))));
-        }
-        other_header(p, flags)
-    }
-}
-
-/// The length of an sds string whose header is not 8 bits (a long argument).
-#[cold]
-#[inline(never)]
-unsafe fn other_header(p: *const u8, flags: u8) -> Option<(*const u8, usize)> {
-    // SAFETY: `p` is an sds string's bytes, `flags` its header's last byte (see `bytes`).
-    let len = unsafe {
-        match flags & 7 {
+        let len = match flags & 7 {
             0 => usize::from(flags >> 3),
+            1 => usize::from(*p.sub(3)),
             2 => usize::from(p.sub(5).cast::<u16>().read_unaligned()),
             3 => p.sub(9).cast::<u32>().read_unaligned() as usize,
             4 => usize::try_from(p.sub(17).cast::<u64>().read_unaligned()).ok()?,
             _ => return None,
+        };
+        Some((p, len))
+    }
+}
+
+/// The length of a string argument when it is read without a call: an embedded string's (its
+/// 8-bit sds header right after the object), or a raw one's with an 8-bit header; `None` for
+/// anything else (the caller then takes the slower way).
+///
+/// # Safety
+/// As for `bytes`.
+#[inline(always)]
+pub unsafe fn quick_len(s: *mut raw::RedisModuleString) -> Option<usize> {
+    // SAFETY: as the caller promises: the layout described at the top of this file (an embedded
+    // string's header follows its 16-byte object, as `strings_read_alike` checked).
+    unsafe {
+        match *s.cast::<u8>() {
+            0x80 => Some(usize::from(*s.cast::<u8>().add(16))),
+            0 => {
+                let p = *s.cast::<u8>().add(8).cast::<*const u8>();
+                (!p.is_null() && *p.sub(1) & 7 == 1).then(|| usize::from(*p.sub(3)))
+            }
+            _ => None,
         }
-    };
-    Some((p, len))
+    }
 }

@@ -65,17 +65,47 @@ impl FilterArgs {
         self.arg_through_api(i)
     }
 
-    /// Whether an argument after the name has a length whose bit (`min(len, 63)`) is set in
-    /// `lengths`: the command filter's first look at every argument while keys are watched or
-    /// locked (inlined, no call, no hash).
+    /// The bytes of argument `i` if they can be read without a call (`None`: not known). The
+    /// handler's quick look (`Handler::retains`) reads with this only.
+    #[inline(always)]
+    pub fn quick_arg(&self, i: usize) -> Option<&[u8]> {
+        if i >= self.argc || self.array.is_null() {
+            return None;
+        }
+        // SAFETY: the array of the live context and its arguments, of a server whose layout
+        // `host::argv` checked; i < argc.
+        unsafe {
+            let s = *self.array.add(i);
+            if s.is_null() {
+                return None;
+            }
+            let (p, len) = argv::bytes_quick(s)?;
+            Some(std::slice::from_raw_parts(p, len))
+        }
+    }
+
+    /// Whether an argument after the name may have a length whose bit (`min(len, 63)`) is set
+    /// in `lengths` (true too for an argument whose length is not read without a call): the
+    /// command filter's first look at every argument while keys are watched or locked.
     #[inline(always)]
     pub fn any_length_in(&self, lengths: u64) -> bool {
+        if self.array.is_null() {
+            return self.argc > 1;
+        }
         let mut i = 1;
         while i < self.argc {
-            if let Some(a) = self.arg(i) {
-                if lengths & (1 << a.len().min(63)) != 0 {
+            // SAFETY: the array of the live context and its arguments, of a server whose
+            // layout `host::argv` checked; i < argc.
+            let len = unsafe {
+                let s = *self.array.add(i);
+                if s.is_null() {
                     return true;
                 }
+                argv::quick_len(s)
+            };
+            match len {
+                Some(len) if lengths & (1 << len.min(63)) == 0 => {}
+                _ => return true,
             }
             i += 1;
         }
@@ -252,6 +282,12 @@ pub struct FilterClient {
 
 /// The module's command filter: one handler, called for every command (`register`).
 pub trait Handler {
+    /// The quick look at every command, where arguments are read directly (`host::argv`):
+    /// whether `on_command` must see it. Reads arguments with `quick_arg` and `any_length_in`
+    /// only, calls nothing (no register to save on the path of every command) and must not
+    /// panic (it runs outside the callback's `catch_unwind`): true when it cannot tell.
+    fn retains(args: &FilterArgs) -> bool;
+    /// The command, in full (through the API where arguments are not read directly).
     fn on_command(args: &mut FilterArgs);
 }
 
@@ -281,9 +317,38 @@ pub unsafe fn register<H: Handler>(ctx: *mut raw::RedisModuleCtx) -> Result<(), 
 }
 
 extern "C" fn on_command<H: Handler>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    // A panic here would reach Redis: on one, the command passes as the handler left it.
+    // The quick look calls nothing and cannot panic (no unwinding to catch on the path of
+    // every command, which then needs no stack frame); the rest catches any panic, which would
+    // reach Redis: on one, the command passes as the handler left it.
+    if argv::on() {
+        // SAFETY: Redis passes a live filter context for the duration of this callback;
+        // arguments are read directly.
+        let (argc, array) = unsafe { argv::read(fctx) };
+        if H::retains(&FilterArgs { fctx, argc, array }) {
+            retained::<H>(fctx, argc, array);
+        }
+    } else {
+        not_direct::<H>(fctx);
+    }
+}
+
+/// A command the quick look retained (its context's parts in registers: a tail call).
+#[inline(never)]
+fn retained<H: Handler>(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    argc: usize,
+    array: *const *mut raw::RedisModuleString,
+) {
+    let mut args = FilterArgs { fctx, argc, array };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| H::on_command(&mut args)));
+}
+
+/// A command whose arguments are not read directly (yet: the first command checks the
+/// context's layout).
+#[inline(never)]
+fn not_direct<H: Handler>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: Redis passes a live filter context for the duration of this callback.
+        // SAFETY: the live filter context of this callback.
         let (argc, array) = match unsafe { argv::command(fctx) } {
             Some(read) => read,
             None => {

@@ -74,10 +74,19 @@ pub fn new_command() {
 }
 
 /// The first look at a command: whether it may be a `SHARD.CALL` to rewrite (enough arguments,
-/// no `SHARD.MULTI` open here, a name of its length and first letter). What every other command
-/// pays.
+/// no `SHARD.MULTI` open here, a name of its length and first letter, or a name not read
+/// without a call). What every other command pays.
 #[inline(always)]
 pub fn may_be_local_call(args: &FilterArgs) -> bool {
+    args.len() >= 3
+        && QUEUEING.load(Ordering::Relaxed) == 0
+        && args
+            .quick_arg(0)
+            .is_none_or(|first| first.len() == 10 && first[0] | 0x20 == b's')
+}
+
+/// Whether the command is a `SHARD.CALL` to rewrite, at a first look.
+fn may_be_call(args: &FilterArgs) -> bool {
     args.len() >= 3
         && QUEUEING.load(Ordering::Relaxed) == 0
         && args
@@ -89,7 +98,7 @@ pub fn may_be_local_call(args: &FilterArgs) -> bool {
 /// here, with no resharding step pending, loses its `SHARD.CALL` (true when it did).
 pub fn rewrite_local_call(args: &mut FilterArgs) -> bool {
     new_command();
-    if may_be_local_call(args) && local_call(args) && args.delete(0) {
+    if may_be_call(args) && local_call(args) && args.delete(0) {
         REWRITTEN.fetch_add(1, Ordering::Relaxed);
         return true;
     }

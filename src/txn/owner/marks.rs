@@ -14,11 +14,12 @@
 //! - flushes, `SWAPDB` and loads (`owner::on_keyspace_change`).
 //!
 //! What a command pays while no key is watched or locked: one load of a flag. Otherwise, first
-//! one probe of the tables' filter per argument (a length check, then a hash for an argument
-//! as long as some watched or locked name): a command none of whose arguments may be a
-//! watched or locked name, the usual case, stops there, without looking its name up. Only
-//! then the command's key positions (the command table the module learnt at load, else the
-//! server's key specs for these arguments) and the tables themselves.
+//! a length check per argument, in the filter's quick look (`may_matter`: no call, no hash); a
+//! command none of whose arguments is as long as some watched or locked name, the usual case,
+//! stops there, without looking its name up. Then a hash and a probe of the tables' filter for
+//! each argument of such a length, and only then the command's key positions (the command
+//! table the module learnt at load, else the server's key specs for these arguments) and the
+//! tables themselves.
 //!
 //! Marks are made in the database the command runs in: the module's own commands and expiries
 //! say it; the filter asks the server for the client's (Valkey, Redis 7.2+). Where the filter
@@ -145,8 +146,8 @@ fn look<'a>(
 }
 
 /// The first look at a command: whether a key is watched or locked, and an argument after the
-/// first is as long as one of their names (`table::length_bit`: a length check per argument,
-/// no hash). What every other command pays.
+/// first may be as long as one of their names (`table::length_bit`: a length check per
+/// argument, no hash, no call). What every other command pays.
 #[inline(always)]
 pub fn may_matter(args: &FilterArgs) -> bool {
     active() && args.any_length_in(name_lengths())
@@ -154,13 +155,12 @@ pub fn may_matter(args: &FilterArgs) -> bool {
 
 /// The transactions' part of the module's command filter.
 pub fn on_command(args: &mut FilterArgs) {
-    if may_matter(args) {
+    if active() {
         on_candidate(args);
     }
 }
 
 /// A command an argument of which may be a watched or locked name.
-#[inline(never)]
 fn on_candidate(args: &mut FilterArgs) {
     if !any_may_hold(args.len(), |i| args.arg(i)) {
         return;
