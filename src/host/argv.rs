@@ -95,7 +95,10 @@ unsafe fn strings_read_alike() -> bool {
             }
             let mut len = 0usize;
             let p = ptr_len(s, &mut len);
-            let same = bytes(s).is_some_and(|(q, l)| q == p.cast::<u8>() && l == len);
+            // Every way of reading: `bytes` (which `bytes_quick` is the first part of) and the
+            // length alone (`quick_len`, an embedded string's header found after its object).
+            let same = bytes(s).is_some_and(|(q, l)| q == p.cast::<u8>() && l == len)
+                && quick_len(s).is_none_or(|l| l == len);
             free(std::ptr::null_mut(), s);
             same
         })
