@@ -92,7 +92,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         },
     });
     // SAFETY: OnLoad's own context.
-    if let Err(e) = unsafe { host::filter::register(ctx.ctx, on_command) } {
+    if let Err(e) = unsafe { host::filter::register::<Filter>(ctx.ctx) } {
         ctx.log_warning(&e);
         return Status::Err;
     }
@@ -188,9 +188,32 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
 
 /// The module's command filter, run on every command a client sends: the cluster protocol's
 /// rewrites when it is on, then SHARD.CALL's rewrite of a call whose keys are all here, then
-/// the transactions' marks of watched keys and wait for locked ones (one flag check while no
-/// key is watched or locked).
-fn on_command(args: &mut host::filter::FilterArgs) {
+/// the transactions' marks of watched keys and wait for locked ones. One registration with the
+/// server for all three (each filter registered costs every command the server's walk to it).
+/// What a plain command pays (bench/findings.md, "Plain GET/SET while transactions run"): the
+/// first checks of each part, inlined here, without a call: the protocol's flag, the argument
+/// count and the name's length and first letter (`SHARD.CALL`), and while keys are watched or
+/// locked a length check per argument; only a command one of them retains goes further.
+struct Filter;
+
+impl host::filter::Handler for Filter {
+    #[inline(always)]
+    fn retains(args: &host::filter::FilterArgs) -> bool {
+        route::filter::new_command();
+        cluster::protocol::enabled()
+            || route::filter::may_be_local_call(args)
+            || txn::owner::marks::may_matter(args)
+    }
+
+    fn on_command(args: &mut host::filter::FilterArgs) {
+        filter_all(args);
+    }
+}
+
+/// The parts of the filter, in order, for a command one of their first checks retained (each
+/// checks again: the protocol's rewrite changes the command the others see).
+#[inline(never)]
+fn filter_all(args: &mut host::filter::FilterArgs) {
     if cluster::protocol::enabled() {
         cluster::filter::rewrite(args);
     }

@@ -4,6 +4,7 @@ real servers:
 
 - a watch is per database: a write of the same name in another database leaves it clean, a
   write in its own marks it (a plain command, one queued in MULTI);
+- a write marks a watched name of any length (the filter's direct reads of every string size);
 - the module's own write path (`SHARD.APPLY`, a resharding copy's way in) marks a watch;
 - a command the module's filter never learnt (renamed with `rename-command`, so not under its
   name in `COMMAND INFO`) marks a watch and waits for a lock as a known one does;
@@ -86,6 +87,28 @@ def test_a_user_allowed_only_plain_commands_writes_a_watched_key(node):
     assert app.set("w", "2") is True
     assert app.get("w") == b"2"
     assert apply(admin, "n0/1", ["w"], ["SET", "out", "a"]) is None
+
+
+@pytest.mark.parametrize("length", [1, 44, 45, 255, 256, 65535, 65536, 70000])
+def test_a_write_marks_a_watched_name_of_any_length(node, length):
+    """The filter reads every argument's length and bytes (on Redis 7 from the server's own
+    string objects: embedded up to 44 bytes, then raw with 8-, 16- and 32-bit length headers,
+    bench/findings.md "Plain GET/SET while transactions run"): a write of another name of the
+    same length leaves a watch clean; a plain write and a script's write of the watched name
+    mark it."""
+    c = node.client()
+    name = "k" * length
+    c.set(name, "1")
+    watch(c, "n0/1", name)
+    c.set("k" * (length - 1) + "j", "2")
+    assert apply(c, "n0/1", [name], ["SET", "out", "a"]) == [b"OK"]
+    watch(c, "n0/2", name)
+    c.set(name, "3")
+    assert apply(c, "n0/2", [name], ["SET", "out", "b"]) is None
+    watch(c, "n0/3", name)
+    c.eval("return redis.call('SET', KEYS[1], ARGV[1])", 1, name, "4")
+    assert apply(c, "n0/3", [name], ["SET", "out", "c"]) is None
+    assert c.get("out") == b"a" and c.get(name) == b"4"
 
 
 @pytest.mark.parametrize("flag", ["REPLACE", "NX"])

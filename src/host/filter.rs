@@ -5,36 +5,116 @@
 //! allocates unless it rewrites.
 
 use std::os::raw::c_int;
-use std::sync::OnceLock;
 
 use redis_module::raw;
+
+use crate::host::argv;
 
 /// The command being filtered, valid for the length of one filter callback.
 pub struct FilterArgs {
     fctx: *mut raw::RedisModuleCommandFilterCtx,
-    argc: c_int,
+    argc: usize,
+    /// The server's argument array, where arguments are read from it directly (`host::argv`,
+    /// read again after each rewrite, which may move it); null: through the API.
+    array: *const *mut raw::RedisModuleString,
 }
 
 impl FilterArgs {
     /// How many arguments the command has now (the name included).
+    #[inline(always)]
     pub fn len(&self) -> usize {
-        usize::try_from(self.argc).unwrap_or(0)
+        self.argc
     }
 
     pub fn is_empty(&self) -> bool {
-        self.argc <= 0
+        self.argc == 0
     }
 
     fn string(&self, i: usize) -> Option<*mut raw::RedisModuleString> {
-        let pos = c_int::try_from(i).ok().filter(|p| *p < self.argc)?;
-        // SAFETY: the filter context is live for the callback that made `self`; pos < argc.
-        let s = unsafe { raw::RedisModule_CommandFilterArgGet?(self.fctx, pos) };
+        if i >= self.argc {
+            return None;
+        }
+        let s = if self.array.is_null() {
+            let pos = c_int::try_from(i).ok()?;
+            // SAFETY: the filter context is live for the callback that made `self`; pos < argc.
+            unsafe { raw::RedisModule_CommandFilterArgGet?(self.fctx, pos) }
+        } else {
+            // SAFETY: the array of the live context, as `host::argv` checked; i < argc.
+            unsafe { *self.array.add(i) }
+        };
         (!s.is_null()).then_some(s)
     }
 
     /// The bytes of argument `i` (0 is the command's name), borrowed from the arguments: no
-    /// rewrite can run while they are held.
+    /// rewrite can run while they are held. (Inlined: the command filter reads the name and,
+    /// while keys are watched, every argument's length, of every command.)
+    #[inline(always)]
     pub fn arg(&self, i: usize) -> Option<&[u8]> {
+        if i < self.argc && !self.array.is_null() {
+            // SAFETY: the array of the live context and its arguments, of a server whose
+            // layout `host::argv` checked; i < argc.
+            unsafe {
+                let s = *self.array.add(i);
+                if !s.is_null() {
+                    if let Some((p, len)) = argv::bytes(s) {
+                        return Some(std::slice::from_raw_parts(p, len));
+                    }
+                }
+            }
+        }
+        self.arg_through_api(i)
+    }
+
+    /// The bytes of argument `i` if they can be read without a call (`None`: not known). The
+    /// handler's quick look (`Handler::retains`) reads with this only.
+    #[inline(always)]
+    pub fn quick_arg(&self, i: usize) -> Option<&[u8]> {
+        if i >= self.argc || self.array.is_null() {
+            return None;
+        }
+        // SAFETY: the array of the live context and its arguments, of a server whose layout
+        // `host::argv` checked; i < argc.
+        unsafe {
+            let s = *self.array.add(i);
+            if s.is_null() {
+                return None;
+            }
+            let (p, len) = argv::bytes_quick(s)?;
+            Some(std::slice::from_raw_parts(p, len))
+        }
+    }
+
+    /// Whether an argument after the name may have a length whose bit (`min(len, 63)`) is set
+    /// in `lengths` (true too for an argument whose length is not read without a call): the
+    /// command filter's first look at every argument while keys are watched or locked.
+    #[inline(always)]
+    pub fn any_length_in(&self, lengths: u64) -> bool {
+        if self.array.is_null() {
+            return self.argc > 1;
+        }
+        let mut i = 1;
+        while i < self.argc {
+            // SAFETY: the array of the live context and its arguments, of a server whose
+            // layout `host::argv` checked; i < argc.
+            let len = unsafe {
+                let s = *self.array.add(i);
+                if s.is_null() {
+                    return true;
+                }
+                argv::quick_len(s)
+            };
+            match len {
+                Some(len) if lengths & (1 << len.min(63)) == 0 => {}
+                _ => return true,
+            }
+            i += 1;
+        }
+        false
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn arg_through_api(&self, i: usize) -> Option<&[u8]> {
         let s = self.string(i)?;
         let mut len = 0usize;
         // SAFETY: `s` is a live argument of the filtered command.
@@ -47,12 +127,20 @@ impl FilterArgs {
         }
     }
 
+    /// After a rewrite: the server may have moved the argument array.
+    fn rewritten(&mut self) {
+        if !self.array.is_null() {
+            // SAFETY: the live filter context, of a server whose layout `host::argv` checked.
+            self.array = unsafe { argv::array(self.fctx) };
+        }
+    }
+
     /// Deletes argument `i`; true when the server did.
     pub fn delete(&mut self, i: usize) -> bool {
         let Ok(pos) = c_int::try_from(i) else {
             return false;
         };
-        if pos >= self.argc {
+        if i >= self.argc {
             return false;
         }
         // SAFETY: the filter context is live; pos < argc.
@@ -62,6 +150,7 @@ impl FilterArgs {
         };
         if done {
             self.argc -= 1;
+            self.rewritten();
         }
         done
     }
@@ -71,7 +160,7 @@ impl FilterArgs {
         let Ok(pos) = c_int::try_from(i) else {
             return;
         };
-        if pos >= self.argc {
+        if i >= self.argc {
             return;
         }
         // SAFETY: the filter context is live; pos < argc; the filter takes ownership of the
@@ -88,6 +177,7 @@ impl FilterArgs {
                 );
             }
         }
+        self.rewritten();
     }
 
     /// Inserts `bytes` as argument `i`, moving the ones from `i` on.
@@ -95,7 +185,7 @@ impl FilterArgs {
         let Ok(pos) = c_int::try_from(i) else {
             return;
         };
-        if pos > self.argc {
+        if i > self.argc {
             return;
         }
         // SAFETY: the filter context is live; pos <= argc; the filter takes ownership of the
@@ -114,6 +204,7 @@ impl FilterArgs {
         };
         if done {
             self.argc += 1;
+            self.rewritten();
         }
     }
 
@@ -189,27 +280,33 @@ pub struct FilterClient {
     pub in_multi: bool,
 }
 
-/// The handler, set once at load.
-type Handler = fn(&mut FilterArgs);
+/// The module's command filter: one handler, called for every command (`register`).
+pub trait Handler {
+    /// The quick look at every command, where arguments are read directly (`host::argv`):
+    /// whether `on_command` must see it. Reads arguments with `quick_arg` and `any_length_in`
+    /// only, calls nothing (no register to save on the path of every command) and must not
+    /// panic (it runs outside the callback's `catch_unwind`): true when it cannot tell.
+    fn retains(args: &FilterArgs) -> bool;
+    /// The command, in full (through the API where arguments are not read directly).
+    fn on_command(args: &mut FilterArgs);
+}
 
-/// (A static, not a thread-local: a thread-local of a shared library costs each command a
-/// `__tls_get_addr` call.)
-static HANDLER: OnceLock<Handler> = OnceLock::new();
-
-/// Registers `handler` as the module's command filter (not run for the module's own calls:
-/// `NOSELF`).
+/// Registers `H` as the module's command filter (not run for the module's own calls:
+/// `NOSELF`). The callback the server calls is made for `H`, so the handler is inlined into
+/// it: no further indirect call on the path of every command.
 ///
 /// # Safety
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
-pub unsafe fn register(ctx: *mut raw::RedisModuleCtx, handler: Handler) -> Result<(), String> {
-    let _ = HANDLER.set(handler);
+pub unsafe fn register<H: Handler>(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    // SAFETY: called from OnLoad with its context.
+    unsafe { argv::enable(ctx) };
     // SAFETY: called from OnLoad with its context.
     let filter = unsafe {
         let register = raw::RedisModule_RegisterCommandFilter
             .ok_or("RedisModule_RegisterCommandFilter is missing")?;
         register(
             ctx,
-            Some(on_command),
+            Some(on_command::<H>),
             raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
         )
     };
@@ -219,14 +316,48 @@ pub unsafe fn register(ctx: *mut raw::RedisModuleCtx, handler: Handler) -> Resul
     Ok(())
 }
 
-extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    // A panic here would reach Redis: on one, the command passes as the handler left it.
+extern "C" fn on_command<H: Handler>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    // The quick look calls nothing and cannot panic (no unwinding to catch on the path of
+    // every command, which then needs no stack frame); the rest catches any panic, which would
+    // reach Redis: on one, the command passes as the handler left it.
+    if argv::on() {
+        // SAFETY: Redis passes a live filter context for the duration of this callback;
+        // arguments are read directly.
+        let (argc, array) = unsafe { argv::read(fctx) };
+        if H::retains(&FilterArgs { fctx, argc, array }) {
+            retained::<H>(fctx, argc, array);
+        }
+    } else {
+        not_direct::<H>(fctx);
+    }
+}
+
+/// A command the quick look retained (its context's parts in registers: a tail call).
+#[inline(never)]
+fn retained<H: Handler>(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    argc: usize,
+    array: *const *mut raw::RedisModuleString,
+) {
+    let mut args = FilterArgs { fctx, argc, array };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| H::on_command(&mut args)));
+}
+
+/// A command whose arguments are not read directly (yet: the first command checks the
+/// context's layout).
+#[inline(never)]
+fn not_direct<H: Handler>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let Some(handler) = HANDLER.get() else {
-            return;
+        // SAFETY: the live filter context of this callback.
+        let (argc, array) = match unsafe { argv::command(fctx) } {
+            Some(read) => read,
+            None => {
+                // SAFETY: as above.
+                let argc =
+                    unsafe { raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(fctx)) };
+                (usize::try_from(argc).unwrap_or(0), std::ptr::null())
+            }
         };
-        // SAFETY: Redis passes a live filter context for the duration of this callback.
-        let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(fctx)) };
-        handler(&mut FilterArgs { fctx, argc });
+        H::on_command(&mut FilterArgs { fctx, argc, array });
     }));
 }

@@ -9,6 +9,7 @@
 
 pub mod acl;
 pub mod args;
+pub mod argv;
 pub mod aux;
 pub mod blocked;
 pub mod caller;

@@ -11,11 +11,10 @@
 //! replica receives from its primary or a server loads from its AOF are plain commands already
 //! (a rewritten call is replicated as the plain command), so nothing of theirs is rewritten.
 //!
-//! What it costs other commands: one length and one case-insensitive comparison of the first
-//! argument (`bench/results.md`, "plain GET with the filter").
+//! What it costs other commands: a count of arguments, then the first argument's length and
+//! first letter (`bench/findings.md`, "Plain GET/SET while transactions run").
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::host::filter::FilterArgs;
 use crate::ring::placement::Placement;
@@ -46,36 +45,60 @@ pub fn hold_rewrites(on: bool) {
 
 /// What the filter found for the first key of the `SHARD.CALL` it let through: the command
 /// handler, which runs right after it for the same arguments, need not hash the key again.
-#[derive(Clone, Copy)]
-struct Verdict {
-    /// The key's bytes (the argument object the handler gets too) and the ring they were
-    /// placed on.
-    key: *const u8,
-    len: usize,
-    ring: *const Placement,
-    owner: usize,
-}
-
-thread_local! {
-    /// Valid for the command just filtered only: every command through the filter resets it.
-    static LAST: Cell<Option<Verdict>> = const { Cell::new(None) };
-}
+/// Valid for the command just filtered only: every command through the filter clears it (one
+/// store: statics, not a thread-local, which a shared library reaches through a
+/// `__tls_get_addr` call). Only the main thread, which runs the filter and the handler, uses it.
+///
+/// The key's bytes (the argument object the handler gets too; null: no verdict) and their
+/// length, the ring they were placed on, and the owner found (an index in that ring).
+static LAST_KEY: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+static LAST_LEN: AtomicUsize = AtomicUsize::new(0);
+static LAST_RING: AtomicPtr<Placement> = AtomicPtr::new(std::ptr::null_mut());
+static LAST_OWNER: AtomicUsize = AtomicUsize::new(0);
 
 /// The owner (index in `ring`) the filter computed for `key`, if it just did, for this very
 /// argument and ring.
 pub fn owner_found(key: &[u8], ring: &Placement) -> Option<usize> {
-    LAST.with(|last| {
-        last.get()
-            .filter(|v| v.key == key.as_ptr() && v.len == key.len() && std::ptr::eq(v.ring, ring))
-    })
-    .map(|v| v.owner)
+    let found = LAST_KEY.load(Ordering::Relaxed);
+    (!found.is_null()
+        && std::ptr::eq(found, key.as_ptr())
+        && LAST_LEN.load(Ordering::Relaxed) == key.len()
+        && std::ptr::eq(LAST_RING.load(Ordering::Relaxed), ring))
+    .then(|| LAST_OWNER.load(Ordering::Relaxed))
+}
+
+/// A new command reaches the filter: the last verdict no longer holds (one store).
+#[inline(always)]
+pub fn new_command() {
+    LAST_KEY.store(std::ptr::null_mut(), Ordering::Relaxed);
+}
+
+/// The first look at a command: whether it may be a `SHARD.CALL` to rewrite (enough arguments,
+/// no `SHARD.MULTI` open here, a name of its length and first letter, or a name not read
+/// without a call). What every other command pays.
+#[inline(always)]
+pub fn may_be_local_call(args: &FilterArgs) -> bool {
+    args.len() >= 3
+        && QUEUEING.load(Ordering::Relaxed) == 0
+        && args
+            .quick_arg(0)
+            .is_none_or(|first| first.len() == 10 && first[0] | 0x20 == b's')
+}
+
+/// Whether the command is a `SHARD.CALL` to rewrite, at a first look.
+fn may_be_call(args: &FilterArgs) -> bool {
+    args.len() >= 3
+        && QUEUEING.load(Ordering::Relaxed) == 0
+        && args
+            .arg(0)
+            .is_some_and(|first| first.len() == 10 && first[0] | 0x20 == b's')
 }
 
 /// The part of the module's command filter that is SHARD.CALL's: a call whose keys are all
 /// here, with no resharding step pending, loses its `SHARD.CALL` (true when it did).
 pub fn rewrite_local_call(args: &mut FilterArgs) -> bool {
-    LAST.with(|last| last.set(None));
-    if QUEUEING.load(Ordering::Relaxed) == 0 && local_call(args) && args.delete(0) {
+    new_command();
+    if may_be_call(args) && local_call(args) && args.delete(0) {
         REWRITTEN.fetch_add(1, Ordering::Relaxed);
         return true;
     }
@@ -149,14 +172,13 @@ fn local_call(args: &FilterArgs) -> bool {
             .is_some_and(|n| crate::topology::nodes::acts_as(n, self_name))
         {
             if !any {
-                LAST.with(|last| {
-                    last.set(Some(Verdict {
-                        key: key.as_ptr(),
-                        len: key.len(),
-                        ring: std::sync::Arc::as_ptr(placement),
-                        owner,
-                    }))
-                });
+                LAST_LEN.store(key.len(), Ordering::Relaxed);
+                LAST_RING.store(
+                    std::sync::Arc::as_ptr(placement).cast_mut(),
+                    Ordering::Relaxed,
+                );
+                LAST_OWNER.store(owner, Ordering::Relaxed);
+                LAST_KEY.store(key.as_ptr().cast_mut(), Ordering::Relaxed);
             }
             return false;
         }

@@ -14,11 +14,12 @@
 //! - flushes, `SWAPDB` and loads (`owner::on_keyspace_change`).
 //!
 //! What a command pays while no key is watched or locked: one load of a flag. Otherwise, first
-//! one probe of the tables' filter per argument (a length check, then a hash for an argument
-//! as long as some watched or locked name): a command none of whose arguments may be a
-//! watched or locked name, the usual case, stops there, without looking its name up. Only
-//! then the command's key positions (the command table the module learnt at load, else the
-//! server's key specs for these arguments) and the tables themselves.
+//! a length check per argument, in the filter's quick look (`may_matter`: no call, no hash); a
+//! command none of whose arguments is as long as some watched or locked name, the usual case,
+//! stops there, without looking its name up. Then a hash and a probe of the tables' filter for
+//! each argument of such a length, and only then the command's key positions (the command
+//! table the module learnt at load, else the server's key specs for these arguments) and the
+//! tables themselves.
 //!
 //! Marks are made in the database the command runs in: the module's own commands and expiries
 //! say it; the filter asks the server for the client's (Valkey, Redis 7.2+). Where the filter
@@ -30,7 +31,7 @@
 use crate::host::filter::FilterArgs;
 use crate::host::writes::OwnCommand;
 use crate::route::command_table::{self, KeyRange};
-use crate::txn::owner::{active, mark, may_hold, read};
+use crate::txn::owner::{active, mark, may_hold, name_lengths, read};
 
 /// What the keys of a command are to the tables.
 #[derive(Default)]
@@ -69,8 +70,8 @@ pub fn carried_start<'a>(arg: impl Fn(usize) -> Option<&'a [u8]>) -> usize {
     }
 }
 
-/// Whether any argument after the first may be a watched or locked name: the filter's first
-/// look, before anything else (no allocation, no lookup of the command).
+/// Whether any argument after the first may be a watched or locked name (a hash and a probe of
+/// the tables' filter for each argument as long as some name).
 fn any_may_hold<'a>(argc: usize, arg: impl Fn(usize) -> Option<&'a [u8]>) -> bool {
     (1..argc).any(|i| arg(i).is_some_and(may_hold))
 }
@@ -144,9 +145,24 @@ fn look<'a>(
     seen
 }
 
+/// The first look at a command: whether a key is watched or locked, and an argument after the
+/// first may be as long as one of their names (`table::length_bit`: a length check per
+/// argument, no hash, no call). What every other command pays.
+#[inline(always)]
+pub fn may_matter(args: &FilterArgs) -> bool {
+    active() && args.any_length_in(name_lengths())
+}
+
 /// The transactions' part of the module's command filter.
 pub fn on_command(args: &mut FilterArgs) {
-    if !active() || !any_may_hold(args.len(), |i| args.arg(i)) {
+    if active() {
+        on_candidate(args);
+    }
+}
+
+/// A command an argument of which may be a watched or locked name.
+fn on_candidate(args: &mut FilterArgs) {
+    if !any_may_hold(args.len(), |i| args.arg(i)) {
         return;
     }
     let client = args.client();

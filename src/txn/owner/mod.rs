@@ -51,6 +51,7 @@ static FILTER: [AtomicU64; table::FILTER_SLOTS / 64] =
     [const { AtomicU64::new(0) }; table::FILTER_SLOTS / 64];
 
 /// Whether any key is watched or locked (one load; the filter's first look).
+#[inline]
 pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
 }
@@ -75,8 +76,16 @@ pub fn with<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
     out
 }
 
+/// The bit per name length of the watched and locked names (`table::length_bit`): the
+/// filter's first look at each argument.
+#[inline(always)]
+pub fn name_lengths() -> u64 {
+    LENGTHS.load(Ordering::Relaxed)
+}
+
 /// Whether a key of this name may be watched or locked, in some database (the tables' bit
 /// filter: false means surely not).
+#[inline]
 pub fn may_hold(name: &[u8]) -> bool {
     if LENGTHS.load(Ordering::Relaxed) & (1 << table::length_bit(name)) == 0 {
         return false;

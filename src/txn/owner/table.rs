@@ -87,7 +87,8 @@ fn numbered(txid: &str) -> Option<(&str, u64)> {
     Some((coordinator, u64::from_str_radix(hex, 16).ok()?))
 }
 
-/// The bit of `Tables::lengths` of a name.
+/// The bit of `Tables::lengths` of a name (as `FilterArgs::any_length_in` reads it).
+#[inline(always)]
 pub fn length_bit(name: &[u8]) -> usize {
     name.len().min(63)
 }
