@@ -18,7 +18,7 @@ import redis
 
 from helpers.fleet import owners
 from helpers.nemesis import SHARDS, Fleet
-from helpers.reshard import fleet_status, status, wait_fleet, wait_job
+from helpers.reshard import fleet_status, resume_until_over, status, wait_fleet, wait_job
 from helpers.server import as_map, saved_aof, until
 
 KEYS = [f"k:{i}" for i in range(300)]
@@ -88,15 +88,7 @@ def test_a_ring_step_lost_in_a_failover_is_sent_again(server_factory, sentinel_f
           and fleet.role(replica) == "master", "Sentinel promoted n3's replica", timeout=60)
 
     # The coordinator may have given up while n3 had no primary: RESUME goes on.
-    def over():
-        st = fleet_status(coordinator)
-        if st["phase"] in (b"done", b"cancelled"):
-            return True
-        if st["running"] == b"no":
-            coordinator.execute_command("SHARD.RESHARD", "RESUME")
-        return False
-    until(over, "the operation ends", timeout=120)
-    st = wait_fleet(coordinator, "done")
+    st = resume_until_over(coordinator, "the operation ends")
 
     # Every node, the promoted replica too, holds the new ring alone.
     primaries = {n: fleet.primaries[n] for n in ("n0", "n1", "n2")}
@@ -199,22 +191,6 @@ def big(key):
     return f"v:{key}:" + "x" * 20_000
 
 
-def fail_over_to(fleet, n, server):
-    """`SENTINEL FAILOVER n` (asked again while Sentinel refuses: a failover in progress, no
-    replica it counts as good yet) until Sentinel names `server`, it is a primary, and every
-    shard's other server is its replica, in sync."""
-    def done():
-        if fleet.master_address(n) == server.port and fleet.role(server) == "master":
-            return True
-        try:
-            fleet.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", n)
-        except redis.ResponseError:
-            pass
-        return False
-    until(done, f"Sentinel fails {n} over to {server.port}", timeout=60, every=0.5)
-    until(fleet.settled, "every shard's replica linked to its primary", timeout=60, every=0.2)
-
-
 def test_a_copy_counts_done_only_at_the_server_that_ran_it(
         server_factory, sentinel_factory, clockshim, tmp_path):
     """A shrink's source fails over mid-copy, back to a server that holds a finished copy of an
@@ -243,7 +219,7 @@ def test_a_copy_counts_done_only_at_the_server_that_ran_it(
     assert c.execute_command("SHARD.RESHARD", "COPY") == b"OK"
     assert wait_job(c)["state"] == b"done"
 
-    fail_over_to(fleet, "n3", second)
+    fleet.fail_over_to("n3", second)
     ring3 = ["slots", *[x for n in SHARDS[:3] for x in (n, "sentinel", 1)]]
     assert coordinator.execute_command("SHARD.RESHARD", "START", *ring3, "MAXRATE", 10) == b"OK"
     r = second.client()
@@ -260,17 +236,9 @@ def test_a_copy_counts_done_only_at_the_server_that_ran_it(
     until(lambda: status(r)["in_flight"] == 0, "the paused copy has nothing in flight")
     assert arrived() < len(moving), "the copy was over before its pause"
     # Back to the first server mid-copy: it holds the older job's copy, done.
-    fail_over_to(fleet, "n3", first)
+    fleet.fail_over_to("n3", first)
 
-    def over():
-        st = fleet_status(coordinator)
-        if st["phase"] in (b"done", b"cancelled"):
-            return True
-        if st["running"] == b"no":
-            coordinator.execute_command("SHARD.RESHARD", "RESUME")
-        return False
-    until(over, "the shrink ends", timeout=120)
-    wait_fleet(coordinator, "done")
+    resume_until_over(coordinator, "the shrink ends")
     # Every key at its owner, with its value; n3 left with nothing.
     expected = dict(zip(KEYS, owners(coordinator, KEYS)))
     assert "n3" not in expected.values()

@@ -12,11 +12,10 @@ cleaned the keys up at their sources, and after the failover every moved key was
 coordinator waits, before the fleet settles, for each destination's replica to acknowledge the
 copies (`reshard/fleet/landed.rs`), and a destination that failed over since gets them again.
 """
-import redis
 
 from helpers.fleet import owners
 from helpers.nemesis import SHARDS, Fleet
-from helpers.reshard import fleet_status, wait_fleet
+from helpers.reshard import fleet_status, resume_until_over
 from helpers.server import until
 
 KEYS = [f"k:{i}" for i in range(300)]
@@ -46,26 +45,9 @@ def test_a_grow_waits_for_its_copies_to_reach_the_destinations_replica(
     assert second.client().dbsize() == 0
     assert fleet.role(second) == "master"
 
-    def failed_over():
-        if fleet.master_address("n3") == second.port:
-            return True
-        try:
-            fleet.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "n3")
-        except redis.ResponseError:
-            pass
-        return False
-    until(failed_over, "Sentinel fails n3 over to its second server", timeout=60, every=0.5)
-    until(fleet.settled, "every shard's replica linked to its primary", timeout=60, every=0.2)
+    fleet.fail_over_to("n3", second)
 
-    def over():
-        st = fleet_status(coordinator)
-        if st["phase"] in (b"done", b"cancelled"):
-            return True
-        if st["running"] == b"no":
-            coordinator.execute_command("SHARD.RESHARD", "RESUME")
-        return False
-    until(over, "the grow ends", timeout=120, every=0.5)
-    wait_fleet(coordinator, "done")
+    resume_until_over(coordinator, "the grow ends")
     # Every key at its owner with its value: the moved ones too.
     expected = dict(zip(KEYS, owners(coordinator, KEYS)))
     for n in SHARDS:

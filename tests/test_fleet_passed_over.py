@@ -37,16 +37,7 @@ def test_an_old_primary_passed_over_by_sentinel_routes_no_write_by_its_old_rings
     old, new = fleet.primaries["n2"], fleet.replicas["n2"]
     old_aof = saved_aof(old, tmp_path / "n2-aof-before-the-grow")
 
-    def failed_over():
-        if fleet.master_address("n2") == new.port:
-            return True
-        try:
-            fleet.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "n2")
-        except redis.ResponseError:
-            pass
-        return False
-    until(failed_over, "Sentinel fails n2 over to its replica", timeout=60, every=0.5)
-    until(fleet.settled, "every shard's replica linked to its primary", timeout=60, every=0.2)
+    fleet.fail_over_to("n2", new)
     ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
     assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
     wait_fleet(coordinator, "done")

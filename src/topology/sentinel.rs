@@ -83,6 +83,16 @@ fn fields(entry: &Resp) -> Vec<(&[u8], &[u8])> {
     }
 }
 
+/// Whether a replica's `flags` (from `SENTINEL replicas`) say Sentinel holds it down or
+/// disconnected.
+fn is_down(flags: Option<&[u8]>) -> bool {
+    flags.is_some_and(|flags| {
+        flags
+            .split(|&b| b == b',')
+            .any(|w| matches!(w, b"s_down" | b"o_down" | b"disconnected"))
+    })
+}
+
 /// The replicas of a master that can serve reads, from `SENTINEL replicas <name>`.
 pub fn sentinel_replicas(reply: &Resp) -> Result<Vec<String>, String> {
     let entries = match reply {
@@ -94,11 +104,7 @@ pub fn sentinel_replicas(reply: &Resp) -> Result<Vec<String>, String> {
     for entry in entries {
         let f = fields(entry);
         let get = |name: &str| f.iter().find(|(k, _)| *k == name.as_bytes()).map(|kv| kv.1);
-        let down = get("flags").is_some_and(|flags| {
-            flags
-                .split(|&b| b == b',')
-                .any(|w| matches!(w, b"s_down" | b"o_down" | b"disconnected"))
-        });
+        let down = is_down(get("flags"));
         let linked = get("master-link-status").is_none_or(|s| s == b"ok");
         if down || !linked {
             continue;
@@ -125,11 +131,7 @@ pub fn promotable_replicas(reply: &Resp) -> usize {
         .filter(|entry| {
             let f = fields(entry);
             let get = |name: &str| f.iter().find(|(k, _)| *k == name.as_bytes()).map(|kv| kv.1);
-            let down = get("flags").is_some_and(|flags| {
-                flags
-                    .split(|&b| b == b',')
-                    .any(|w| matches!(w, b"s_down" | b"o_down" | b"disconnected"))
-            });
+            let down = is_down(get("flags"));
             let never = get("slave-priority").or_else(|| get("replica-priority")) == Some(b"0");
             !down && !never
         })

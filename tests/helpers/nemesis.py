@@ -299,6 +299,21 @@ class Fleet:
                 return False
         return True
 
+    def fail_over_to(self, n, server):
+        """`SENTINEL FAILOVER n` (asked again while Sentinel refuses: a failover in progress, no
+        replica it counts as good yet) until Sentinel names `server`, it is a primary, and every
+        shard's other server is its replica, in sync."""
+        def done():
+            if self.master_address(n) == server.port and self.role(server) == "master":
+                return True
+            try:
+                self.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", n)
+            except redis.ResponseError:
+                pass
+            return False
+        until(done, f"Sentinel fails {n} over to {server.port}", timeout=60, every=0.5)
+        until(self.settled, "every shard's replica linked to its primary", timeout=60, every=0.2)
+
     def primary(self, n):
         """The server Sentinel names as shard `n`'s primary."""
         port = self.master_address(n)

@@ -7,7 +7,7 @@ resharding left open).
 import time
 
 from helpers.fleet import ring_args, ring_of
-from helpers.server import as_map
+from helpers.server import as_map, until
 
 FINAL = ("done", "cancelled")
 
@@ -82,6 +82,21 @@ def wait_fleet(client, phase="done", timeout=60):
         if time.monotonic() > deadline:
             raise AssertionError(f"fleet phase still {now} after {timeout:.0f} s: {st}")
         time.sleep(0.05)
+
+
+def resume_until_over(client, what="the operation ends", timeout=120):
+    """Waits until the coordinator's fleet operation is done or cancelled, sending RESUME
+    whenever the coordinator stopped driving (it may give up while a node has no primary), then
+    checks that it ended done."""
+    def over():
+        st = fleet_status(client)
+        if st["phase"] in (b"done", b"cancelled"):
+            return True
+        if st["running"] == b"no":
+            client.execute_command("SHARD.RESHARD", "RESUME")
+        return False
+    until(over, what, timeout=timeout, every=0.5)
+    return wait_fleet(client, "done")
 
 
 def wait_copying(client, timeout=30):
