@@ -8,9 +8,10 @@ runs to its end meanwhile; then n0 is let go, or killed and restarted from its A
 names it any more):
 
 - held at `prepared`, let go: n0 cannot record a decision outside the ring; it aborts both parts;
-- held at `prepared`, killed: the owners, in doubt, ask n0 at the address its PREPARE gave
-  (no ring names it); restarted, n0 presumes the abort. Before the PREPARE carried the address,
-  the parts stayed locked for ever;
+- held at `prepared`, the owners' rings without n0 (as a shrink that ends within the lock leaves
+  them: `SHARD.RING SET`, so that no owner is in doubt before), n0 killed: the owners, in doubt,
+  stay locked while n0 is down, then ask it at the address its PREPARE gave once it is back,
+  and abort (presumed). Before the PREPARE carried the address, locked for ever;
 - held at `decided`, let go or killed: n0 carries the commit out (after the restart, from its
   book) though no ring names it: both parts applied once.
 
@@ -83,20 +84,27 @@ def no_lock_left(fleet, names):
     return True
 
 
-def held_then_shrunk(fleet, step):
-    """n0 coordinates 30 from a (at n1) to b (at n2), held at `step`; a shrink to n1 and n2
-    (coordinated by n1) runs to its end. Returns (a, b, the Exec, the txid)."""
+def transfer_held(fleet, step):
+    """n0 coordinates 30 from a (at n1) to b (at n2), held at `step`; returns (a, b, the Exec)
+    once both parts are prepared and n0 waits at the hold."""
     n0 = fleet.client("n0")
-    if step == "decided":
-        # The parts lock for a minute: the commits are n0's to send (its reply, its resends),
-        # not the owners' to fetch past the lock (which they would: n0 answers `commit`).
-        n0.config_set("shard.txn-lock-ms", 60_000)
     a, b = fleet.key_of("n1", prefix="acct"), fleet.key_of("n2", prefix="acct")
     call(n0, "MSET", a, 100, b, 100)
     assert n0.execute_command("SHARD.DEBUG", "TXN-HOLD", step) == b"OK"
     ex = Exec(fleet["n0"], [("DECRBY", a, 30), ("INCRBY", b, 30)])
     until(lambda: held(n0) == 1, "the transaction waits at the hold")
     assert [int(info_shard(fleet.client(n))["txn_locks_held"]) for n in ("n1", "n2")] == [1, 1]
+    return a, b, ex
+
+
+def held_then_shrunk(fleet, step):
+    """`transfer_held`, with n0's locks of a minute, then a shrink to n1 and n2 (coordinated by
+    n1) runs to its end. Returns (a, b, the Exec, the txid)."""
+    n0 = fleet.client("n0")
+    # The parts lock for a minute: no owner is in doubt during the shrink (n0, still in the
+    # previous ring, would answer it), what ends them is n0's doing.
+    n0.config_set("shard.txn-lock-ms", 60_000)
+    a, b, ex = transfer_held(fleet, step)
     n1 = fleet.client("n1")
     assert start_resharding(n1, fleet, ["n1", "n2"]) is not None
     wait_fleet(n1)
@@ -121,13 +129,32 @@ def values(fleet, a, b):
     return [fleet.client("n1").get(a), fleet.client("n2").get(b)]
 
 
-@pytest.mark.parametrize("how", ["let go", "killed"])
-def test_held_after_prepare_then_shrunk_out_the_parts_abort(fleet, how):
+def test_held_after_prepare_then_shrunk_out_and_let_go_the_parts_abort(fleet):
     a, b, ex = held_then_shrunk(fleet, "prepared")
-    reply = end(fleet, ex, how)
-    if how == "let go":
-        assert isinstance(reply, redis.ResponseError) and "not in the ring" in str(reply), reply
-    until(lambda: no_lock_left(fleet, ("n0", "n1", "n2")), "both parts ended, their locks gone",
+    reply = end(fleet, ex, "let go")
+    # Outside the ring n0 cannot record a decision: it aborts both parts.
+    assert isinstance(reply, redis.ResponseError) and "not in the ring" in str(reply), reply
+    until(lambda: no_lock_left(fleet, ("n0", "n1", "n2")), "both parts aborted, their locks gone",
+          timeout=ENDS_WITHIN_S)
+    assert values(fleet, a, b) == [b"100", b"100"], "nothing applied"
+    assert call(fleet.client("n1"), "INCR", a) == 101, "the key is free"
+
+
+def test_killed_after_prepare_out_of_every_ring_the_owners_ask_it_where_it_prepared(fleet):
+    """n0 held after both PREPAREs; the owners' rings lose n0 (as a shrink that ends within the
+    lock leaves them: no previous ring); n0 killed. Past the lock the parts are in doubt and
+    stay locked while n0 is down (deciding alone could undo a commit); once n0 is back at the
+    address its PREPARE gave, the owners ask it there and abort (presumed). Before PREPARE
+    carried the address, no owner could find n0: locked for ever."""
+    a, b, ex = transfer_held(fleet, "prepared")
+    fleet.ring(["n1", "n2"])
+    fleet["n0"].stop(signal.SIGKILL)
+    assert isinstance(ex.join(), redis.ConnectionError)
+    for n in ("n1", "n2"):
+        until(lambda: info_shard(fleet.client(n))["txn_in_doubt"] == "1", f"{n}'s part in doubt")
+        assert info_shard(fleet.client(n))["txn_locks_held"] == "1"
+    fleet["n0"].start()
+    until(lambda: no_lock_left(fleet, ("n0", "n1", "n2")), "both parts aborted, their locks gone",
           timeout=ENDS_WITHIN_S)
     assert values(fleet, a, b) == [b"100", b"100"], "nothing applied"
     assert call(fleet.client("n1"), "INCR", a) == 101, "the key is free"
