@@ -113,7 +113,9 @@ impl Records {
                 let part = usize::try_from(i)
                     .ok()
                     .and_then(|i| records.prepared.get_mut(i))
-                    .ok_or_else(|| format!("a coordinator's address for prepared part {i}, which is not there"))?;
+                    .ok_or_else(|| {
+                        format!("a coordinator's address for prepared part {i}, which is not there")
+                    })?;
                 part.1.coordinator_at = Some(address);
             }
         }
@@ -176,9 +178,7 @@ mod tests {
         }
         let mut long = bytes.clone();
         long.push(0);
-        assert!(Records::decode(&long, 7)
-            .unwrap_err()
-            .contains("unexpected"));
+        assert!(Records::decode(&long, 7).is_err());
         assert!(Records::decode(&u64::MAX.to_le_bytes(), 0).is_err());
     }
 
@@ -205,6 +205,11 @@ mod tests {
         assert_eq!(Records::decode(&bytes, 7).unwrap(), records);
         let old = Records::decode(&without, 7).unwrap();
         assert!(old.prepared.iter().all(|(_, p)| p.coordinator_at.is_none()));
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(Records::decode(&long, 7)
+            .unwrap_err()
+            .contains("unexpected"));
         for cut in without.len() + 1..bytes.len() {
             assert!(Records::decode(&bytes[..cut], 7).is_err(), "{cut}");
         }

@@ -44,17 +44,16 @@ pub fn commands(args: &[&[u8]], at: usize) -> Result<Vec<Command>, String> {
 
 /// `ncmds (argc arg ...) ...` at `at`, then `[FROM host:port]` to the end of the arguments
 /// exactly (`PREPARE`'s: the coordinator's address as it gives it).
-pub fn commands_from(
-    args: &[&[u8]],
-    at: usize,
-) -> Result<(Vec<Command>, Option<String>), String> {
+pub fn commands_from(args: &[&[u8]], at: usize) -> Result<(Vec<Command>, Option<String>), String> {
     let (cmds, pos) = commands_then(args, at)?;
     match &args[pos..] {
         [] => Ok((cmds, None)),
         [from, address] if from.eq_ignore_ascii_case(b"FROM") => {
             let address = std::str::from_utf8(address)
                 .ok()
-                .filter(|a| crate::net::endpoint::split_address(a).is_some_and(|(h, _)| !h.is_empty()))
+                .filter(|a| {
+                    crate::net::endpoint::split_address(a).is_some_and(|(h, _)| !h.is_empty())
+                })
                 .ok_or("FROM takes the coordinator's address as host:port")?;
             Ok((cmds, Some(address.to_string())))
         }
@@ -131,8 +130,13 @@ mod tests {
         assert_eq!((cmds.len(), from), (1, None));
         let (_, from) = commands_from(&v("1 2 GET a from 127.0.0.1:7001"), 0).unwrap();
         assert_eq!(from.as_deref(), Some("127.0.0.1:7001"));
-        for text in ["1 2 GET a FROM", "1 2 GET a FROM nope", "1 2 GET a FROM :1",
-                     "1 2 GET a FROM h:1 x", "1 2 GET a TO h:1"] {
+        for text in [
+            "1 2 GET a FROM",
+            "1 2 GET a FROM nope",
+            "1 2 GET a FROM :1",
+            "1 2 GET a FROM h:1 x",
+            "1 2 GET a TO h:1",
+        ] {
             assert!(commands_from(&v(text), 0).is_err(), "{text}");
         }
     }
