@@ -145,6 +145,11 @@ static PREPARE_ARGS: &[Arg] = &[
     many(c"watched-key", Kind::Str, true),
     arg(c"ncmds", Kind::Int),
     many(c"command", Kind::Str, true),
+    Arg {
+        token: Some(c"FROM"),
+        optional: true,
+        ..arg(c"coordinator-address", Kind::Str)
+    },
 ];
 
 static COMMIT_ARGS: &[Arg] = &[

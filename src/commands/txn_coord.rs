@@ -4,7 +4,8 @@
 //! the coordinator to itself, replicated and written to the AOF as it is), `SHARD.TXN FORGET
 //! txid` (a commit carried out everywhere), and `SHARD.TXN STATUS txid` (an owner in doubt
 //! asks: `commit`, `abort` or `pending`; an abort presumed here is recorded and replicated as
-//! `SHARD.TXN DECIDE txid ABORT`, so that the answer never changes). `txn::coord::book`
+//! `SHARD.TXN DECIDE txid ABORT`, so that the answer never changes; refused with `WRONGNODE`
+//! at a node whose name is not the txid's). `txn::coord::book`
 //! keeps the decisions.
 
 use crate::command;
@@ -40,6 +41,17 @@ pub fn forget(call: &Call) -> CmdResult {
 
 pub fn status(call: &Call) -> CmdResult {
     let txid = txid_of(call)?;
+    // Only the coordinator named in the txid answers (an owner may ask at an address its
+    // PREPARE gave, which another server may hold now): another node's "abort" presumed here
+    // could be wrong.
+    let self_name = crate::state::lock().config.ring.self_name.clone();
+    let named = txid.split_once('/').map_or("", |(name, _)| name);
+    if named != self_name {
+        return Err(CmdError::code(
+            "WRONGNODE",
+            format!("{txid} is coordinated by node '{named}', and this node is '{self_name}'"),
+        ));
+    }
     let (status, recorded) = coord::status(&txid);
     if recorded {
         call.ctx.replicate(
@@ -86,7 +98,7 @@ pub static STATUS: CommandSpec = command! {
     handler: status,
     flags: "write fast",
     arity: 3,
-    summary: "What the coordinator decided for a transaction: commit, abort (presumed once its prepare deadline passed, and recorded) or pending",
+    summary: "What the coordinator decided for a transaction: commit, abort (presumed once its prepare deadline passed, and recorded) or pending; WRONGNODE at a node not named in the txid",
     complexity: "O(1)",
     args: TXID_ARGS,
     acl: "admin dangerous slow",

@@ -209,4 +209,13 @@ impl Fleet for NetFleet {
             x % n.max(1)
         })
     }
+
+    fn own_address(&self) -> Option<String> {
+        // By the current (or previous: a shrink under way) ring, Sentinel's address for a
+        // `sentinel` node; none when no ring names this node (the owners then find it by
+        // name only).
+        let name = crate::state::lock().config.ring.self_name.clone();
+        let me = crate::txn::coord::queue::node_named(&name)?;
+        (me.port != 0).then_some(me.address)
+    }
 }

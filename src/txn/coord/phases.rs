@@ -48,6 +48,11 @@ pub trait Fleet {
     fn now_ms(&self) -> u64;
     /// A random number below `n` (at least 1).
     fn random(&self, n: u64) -> u64;
+    /// This coordinator's address, given with each `PREPARE` (`FROM`): an owner in doubt asks
+    /// it there once no ring it holds names this node (a shrink removed it).
+    fn own_address(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What recording the decision came to.
@@ -161,8 +166,9 @@ async fn abort_all<F: Fleet>(txn: &Txn, fleet: &F) {
 
 async fn two_phase<F: Fleet>(txn: &Txn, fleet: &F, lock_ms: u64) -> Attempt {
     fleet.preparing(&txn.txid, fleet.now_ms() + lock_ms);
+    let from = fleet.own_address();
     let prepares = txn.parts.iter().map(|p| {
-        let request = wire::prepare(&txn.txid, lock_ms, &p.watched, &p.commands);
+        let request = wire::prepare(&txn.txid, lock_ms, &p.watched, &p.commands, from.as_deref());
         fleet.control(&p.owner, request)
     });
     let replies = join_all(prepares).await;

@@ -57,17 +57,24 @@ pub fn apply(txid: &str, watched: &[Vec<u8>], commands: &[Command]) -> Vec<Vec<u
     out
 }
 
-/// `SHARD.TXN PREPARE txid lock-ms nwatched key... ncmds (argc arg...)...`.
+/// `SHARD.TXN PREPARE txid lock-ms nwatched key... ncmds (argc arg...)... [FROM host:port]`:
+/// `from` is this coordinator's address, which the owner keeps with the part to ask about it
+/// when no ring there names this node any more.
 pub fn prepare(
     txid: &str,
     lock_ms: u64,
     watched: &[Vec<u8>],
     commands: &[Command],
+    from: Option<&str>,
 ) -> Vec<Vec<u8>> {
     let mut out = txn("PREPARE", txid);
     out.push(lock_ms.to_string().into_bytes());
     push_keys(&mut out, watched);
     push_commands(&mut out, commands);
+    if let Some(at) = from {
+        out.push(b"FROM".to_vec());
+        out.push(at.as_bytes().to_vec());
+    }
     out
 }
 
@@ -246,7 +253,7 @@ mod tests {
     fn requests() {
         let cmds = vec![s(&["SET", "a", "1"]), s(&["INCR", "b"])];
         assert_eq!(
-            prepare("n1/1f", 500, &s(&["w"]), &cmds),
+            prepare("n1/1f", 500, &s(&["w"]), &cmds, None),
             s(&[
                 "SHARD.TXN",
                 "PREPARE",

@@ -3,9 +3,11 @@
 //! control connection to it (`net::lanes::CONTROL`, from the event loop, never blocking the
 //! main thread: not the shared connection, where a routed command may wait for a lock), again at each tick
 //! (100 ms) while no answer is in flight, and commits or aborts the part by the answer, on a
-//! timer of its own (`run::commit_alone`, `run::abort_alone`). `pending`, an error, or a
-//! coordinator that cannot be reached (down with all its replicas, or named by no ring here)
-//! leaves the part locked and counted in `INFO shard` (`txn_in_doubt`). Only a primary asks.
+//! timer of its own (`run::commit_alone`, `run::abort_alone`). A coordinator no ring here
+//! names any more (a shrink removed it) is asked at the address its `PREPARE` gave (`FROM`).
+//! `pending`, an error, or a coordinator that cannot be reached (down with all its replicas,
+//! or named by no ring here and given no address) leaves the part locked and counted in
+//! `INFO shard` (`txn_in_doubt`): deciding alone could undo a commit. Only a primary asks.
 
 use std::cell::RefCell;
 use std::time::Duration;
@@ -13,7 +15,7 @@ use std::time::Duration;
 use redis_module::Context;
 use rustc_hash::FxHashSet;
 
-use crate::net::endpoint::Endpoint;
+use crate::net::endpoint::{split_address, Endpoint};
 use crate::net::pool::{link_timeout, Link};
 use crate::net::resp::Resp;
 use crate::route::forward::{self, CallReply};
@@ -55,7 +57,8 @@ pub fn ask(_ctx: &Context, now: u64) {
             decided(txid.clone(), crate::txn::status(&txid));
             continue;
         }
-        let Some(at) = endpoint_of(coordinator, &self_name) else {
+        let recorded = read(|t| t.prepared(&txid).and_then(|p| p.coordinator_at.clone()));
+        let Some(at) = endpoint_of(coordinator, &self_name, recorded.as_deref()) else {
             continue;
         };
         ASKING.with(|a| a.borrow_mut().insert(txid.clone()));
@@ -81,8 +84,13 @@ pub fn ask(_ctx: &Context, now: u64) {
     }
 }
 
-/// The coordinator's node by name, in the rings this node holds.
-fn endpoint_of(name: &str, self_name: &str) -> Option<Endpoint> {
+/// Where to ask the coordinator called `name`: its node in the rings this node holds (at
+/// Sentinel's address for a `sentinel` node); else, once no ring here names it (a shrink
+/// removed it), the address Sentinel last gave for that name, else `recorded`, the address
+/// its `PREPARE` gave (`FROM`). Whoever answers there answers only for its own name
+/// (`SHARD.TXN STATUS` refuses a txid of another node), so an address that is someone else's
+/// now leaves the part in doubt, never decided by a stranger.
+fn endpoint_of(name: &str, self_name: &str, recorded: Option<&str>) -> Option<Endpoint> {
     let st = state::lock();
     let node = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
         .into_iter()
@@ -91,7 +99,18 @@ fn endpoint_of(name: &str, self_name: &str) -> Option<Endpoint> {
         .find(|n| n.name == name)
         .cloned();
     drop(st);
-    node.map(|n| crate::topology::nodes::endpoint_of(&n, self_name))
+    if let Some(n) = node {
+        return Some(crate::topology::nodes::endpoint_of(&n, self_name));
+    }
+    let address = crate::topology::nodes::address_of(name).or(recorded.map(str::to_string))?;
+    let (host, port) = split_address(&address)?;
+    Some(Endpoint {
+        name: name.to_string(),
+        host,
+        port,
+        address,
+        is_self: false,
+    })
 }
 
 /// Acts on an answer, on a timer (a context of its own: its writes are one replicated block).

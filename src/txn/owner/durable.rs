@@ -1,7 +1,9 @@
 //! The owner's durable records as bytes (its section of `txn::durable`, in the RDB aux
 //! field): the prepared parts (txid, database, lock length, commands), the done list, and each
 //! coordinator's mark of the txids dropped from it (a section after the done list, absent in
-//! the bytes of a build before it: no marks). A lock
+//! the bytes of a build before it: no marks), then the prepared parts' coordinators'
+//! addresses (`PREPARE ... FROM`: a section after the marks, written only when some part has
+//! one, so that an older build still reads the rest; absent: no addresses). A lock
 //! loaded starts again from the load (`since_ms` is this process's clock). Decoding checks
 //! every length and never panics.
 
@@ -49,6 +51,16 @@ impl Records {
             put(&mut out, coordinator.as_bytes());
             out.extend_from_slice(&mark.to_le_bytes());
         }
+        let addresses: Vec<(usize, &str)> = (self.prepared.iter().enumerate())
+            .filter_map(|(i, (_, p))| Some((i, p.coordinator_at.as_deref()?)))
+            .collect();
+        if !addresses.is_empty() {
+            out.extend_from_slice(&(addresses.len() as u64).to_le_bytes());
+            for (i, address) in addresses {
+                out.extend_from_slice(&(i as u64).to_le_bytes());
+                put(&mut out, address.as_bytes());
+            }
+        }
         out
     }
 
@@ -76,6 +88,7 @@ impl Records {
                     keys,
                     lock_ms,
                     since_ms: now,
+                    coordinator_at: None,
                 },
             ));
         }
@@ -90,6 +103,20 @@ impl Records {
                 records
                     .forgotten
                     .push((coordinator, r.u64("coordinator's mark")?));
+            }
+        }
+        if r.pos != bytes.len() {
+            let addresses = count(&mut r, "coordinators' addresses")?;
+            for _ in 0..addresses {
+                let i = r.u64("prepared part's index")?;
+                let address = r.string("coordinator's address")?;
+                let part = usize::try_from(i)
+                    .ok()
+                    .and_then(|i| records.prepared.get_mut(i))
+                    .ok_or_else(|| {
+                        format!("a coordinator's address for prepared part {i}, which is not there")
+                    })?;
+                part.1.coordinator_at = Some(address);
             }
         }
         if r.pos != bytes.len() {
@@ -134,6 +161,7 @@ mod tests {
                     keys: vec![b"a".to_vec()],
                     lock_ms: 5000,
                     since_ms: 7,
+                    coordinator_at: None,
                 },
             )],
             done: vec!["n1/2".into(), "n1/3".into()],
@@ -150,9 +178,47 @@ mod tests {
         }
         let mut long = bytes.clone();
         long.push(0);
+        assert!(Records::decode(&long, 7).is_err());
+        assert!(Records::decode(&u64::MAX.to_le_bytes(), 0).is_err());
+    }
+
+    #[test]
+    fn the_coordinators_addresses_follow_and_the_bytes_before_them_still_load() {
+        let part = |at: Option<&str>| Prepared {
+            db: 0,
+            cmds: vec![vec![b"SET".to_vec(), b"a".to_vec(), b"1".to_vec()]],
+            keys: vec![b"a".to_vec()],
+            lock_ms: 5000,
+            since_ms: 7,
+            coordinator_at: at.map(str::to_string),
+        };
+        let mut records = Records {
+            prepared: vec![("n0/1".into(), part(None)), ("n0/2".into(), part(None))],
+            done: vec!["n1/2".into()],
+            forgotten: vec![],
+        };
+        // No address: the bytes an older build writes and reads.
+        let without = records.encode();
+        records.prepared[1].1.coordinator_at = Some("127.0.0.1:7001".into());
+        let bytes = records.encode();
+        assert_eq!(&bytes[..without.len()], &without[..]);
+        assert_eq!(Records::decode(&bytes, 7).unwrap(), records);
+        let old = Records::decode(&without, 7).unwrap();
+        assert!(old.prepared.iter().all(|(_, p)| p.coordinator_at.is_none()));
+        let mut long = bytes.clone();
+        long.push(0);
         assert!(Records::decode(&long, 7)
             .unwrap_err()
             .contains("unexpected"));
-        assert!(Records::decode(&u64::MAX.to_le_bytes(), 0).is_err());
+        for cut in without.len() + 1..bytes.len() {
+            assert!(Records::decode(&bytes[..cut], 7).is_err(), "{cut}");
+        }
+        // An address for a part that is not there.
+        let mut bad = without.clone();
+        bad.extend_from_slice(&1u64.to_le_bytes());
+        bad.extend_from_slice(&9u64.to_le_bytes());
+        bad.extend_from_slice(&1u64.to_le_bytes());
+        bad.push(b'x');
+        assert!(Records::decode(&bad, 7).unwrap_err().contains("not there"));
     }
 }

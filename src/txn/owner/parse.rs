@@ -32,6 +32,40 @@ pub fn watched(args: &[&[u8]], at: usize) -> Result<(Vec<Vec<u8>>, usize), Strin
 
 /// `ncmds (argc arg ...) ...` at `at`, up to the end of the arguments exactly.
 pub fn commands(args: &[&[u8]], at: usize) -> Result<Vec<Command>, String> {
+    let (cmds, pos) = commands_then(args, at)?;
+    if pos != args.len() {
+        return Err(format!(
+            "{} arguments after the last command",
+            args.len() - pos
+        ));
+    }
+    Ok(cmds)
+}
+
+/// `ncmds (argc arg ...) ...` at `at`, then `[FROM host:port]` to the end of the arguments
+/// exactly (`PREPARE`'s: the coordinator's address as it gives it).
+pub fn commands_from(args: &[&[u8]], at: usize) -> Result<(Vec<Command>, Option<String>), String> {
+    let (cmds, pos) = commands_then(args, at)?;
+    match &args[pos..] {
+        [] => Ok((cmds, None)),
+        [from, address] if from.eq_ignore_ascii_case(b"FROM") => {
+            let address = std::str::from_utf8(address)
+                .ok()
+                .filter(|a| {
+                    crate::net::endpoint::split_address(a).is_some_and(|(h, _)| !h.is_empty())
+                })
+                .ok_or("FROM takes the coordinator's address as host:port")?;
+            Ok((cmds, Some(address.to_string())))
+        }
+        rest => Err(format!(
+            "{} arguments after the last command (only FROM host:port may follow)",
+            rest.len()
+        )),
+    }
+}
+
+/// `ncmds (argc arg ...) ...` at `at`: the commands, and where the next argument is.
+fn commands_then(args: &[&[u8]], at: usize) -> Result<(Vec<Command>, usize), String> {
     let n = count(args, at, "ncmds")?;
     let mut pos = at + 1;
     let mut cmds = Vec::with_capacity(n);
@@ -48,13 +82,7 @@ pub fn commands(args: &[&[u8]], at: usize) -> Result<Vec<Command>, String> {
         );
         pos += 1 + argc;
     }
-    if pos != args.len() {
-        return Err(format!(
-            "{} arguments after the last command",
-            args.len() - pos
-        ));
-    }
-    Ok(cmds)
+    Ok((cmds, pos))
 }
 
 #[cfg(test)]
@@ -94,5 +122,22 @@ mod tests {
             assert!(commands(&v(text), 0).unwrap_err().contains(error), "{text}");
         }
         assert!(watched(&[], 0).unwrap_err().contains("missing"));
+    }
+
+    #[test]
+    fn prepare_may_end_with_the_coordinator_s_address() {
+        let (cmds, from) = commands_from(&v("1 2 GET a"), 0).unwrap();
+        assert_eq!((cmds.len(), from), (1, None));
+        let (_, from) = commands_from(&v("1 2 GET a from 127.0.0.1:7001"), 0).unwrap();
+        assert_eq!(from.as_deref(), Some("127.0.0.1:7001"));
+        for text in [
+            "1 2 GET a FROM",
+            "1 2 GET a FROM nope",
+            "1 2 GET a FROM :1",
+            "1 2 GET a FROM h:1 x",
+            "1 2 GET a TO h:1",
+        ] {
+            assert!(commands_from(&v(text), 0).is_err(), "{text}");
+        }
     }
 }

@@ -200,7 +200,7 @@ pub fn apply_here(
     Ok(Resp::Array(run_all(call, cmds)?))
 }
 
-/// `SHARD.TXN PREPARE txid lock-ms nwatched key... ncmds (argc arg...)...`.
+/// `SHARD.TXN PREPARE txid lock-ms nwatched key... ncmds (argc arg...)... [FROM host:port]`.
 pub fn prepare(call: &Call) -> CmdResult {
     if call.args.len() < 6 {
         return Err(CmdError::wrong_arity("shard.txn|prepare"));
@@ -209,7 +209,7 @@ pub fn prepare(call: &Call) -> CmdResult {
     let lock_ms = ms_arg(call, 3, "lock-ms")?;
     let args = args_of(call);
     let (watched, next) = parse::watched(&args, 4).map_err(syntax)?;
-    let cmds = parse::commands(&args, next).map_err(syntax)?;
+    let (cmds, coordinator_at) = parse::commands_from(&args, next).map_err(syntax)?;
     let db = caller::selected_db(call) as i32;
     let keys = keys_of(&cmds)?;
     let part = Prepared {
@@ -218,6 +218,7 @@ pub fn prepare(call: &Call) -> CmdResult {
         keys,
         lock_ms,
         since_ms: now(),
+        coordinator_at,
     };
     if replayed(call.ctx) {
         with(|t| t.prepare(&txid, part));

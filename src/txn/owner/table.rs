@@ -32,8 +32,8 @@ struct Watch {
     ttl_ms: u64,
 }
 
-/// A prepared part: its database, its commands (each the name first), the keys it locks, and
-/// its lock's length and deadline.
+/// A prepared part: its database, its commands (each the name first), the keys it locks, its
+/// lock's length and deadline, and its coordinator's address as `PREPARE` gave it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
     pub db: i32,
@@ -42,6 +42,10 @@ pub struct Prepared {
     pub lock_ms: u64,
     /// When it was locked (monotonic ms, this process's: a restart or a replica starts again).
     pub since_ms: u64,
+    /// Where the coordinator said it was (`PREPARE ... FROM host:port`): asked when no ring
+    /// here names the coordinator any more (`doubt`). `None` from a coordinator that did not
+    /// say, or a record of a build before it.
+    pub coordinator_at: Option<String>,
 }
 
 impl Prepared {
@@ -467,6 +471,7 @@ mod tests {
             keys: keys.iter().map(|s| k(s)).collect(),
             lock_ms: 100,
             since_ms: 1000,
+            coordinator_at: None,
         }
     }
 

@@ -1,0 +1,179 @@
+"""A transaction whose coordinator leaves the ring (a shrink, `SHARD.RESHARD START` to a ring
+without it) while it is held at a step of the two-phase commit (issue 35,
+docs/transactions.md, "A shrink"): the owners' parts must still end, and their locks go.
+
+On a fleet of three with AOF on, n0 coordinates a transfer between n1 and n2 and is held by
+`SHARD.DEBUG TXN-HOLD` after both owners prepared, or after its decision; a shrink to n1 and n2
+runs to its end meanwhile; then n0 is let go, or killed and restarted from its AOF (no ring
+names it any more):
+
+- held at `prepared`, let go: n0 cannot record a decision outside the ring; it aborts both parts;
+- held at `prepared`, the owners' rings without n0 (as a shrink that ends within the lock leaves
+  them: `SHARD.RING SET`, so that no owner is in doubt before), n0 killed: the owners, in doubt,
+  stay locked while n0 is down, then ask it at the address its PREPARE gave once it is back,
+  and abort (presumed). Before the PREPARE carried the address, locked for ever;
+- held at `decided`, let go or killed: n0 carries the commit out (after the restart, from its
+  book) though no ring names it: both parts applied once.
+
+The parts' locks end within a few times `shard.txn-lock-ms`. A STATUS asked of a node that is
+not the txid's is refused (`WRONGNODE`): an address may be another server's by then.
+"""
+
+import signal
+import threading
+
+import pytest
+import redis
+
+from helpers.fleet import make_fleet, ring_get
+from helpers.reshard import start_resharding, wait_fleet
+from helpers.server import AOF, info_shard, until
+
+LOCK_MS = 2000
+# How long the parts may take to end once the coordinator is back: past the lock, the owners
+# ask every 100 ms.
+ENDS_WITHIN_S = 4 * LOCK_MS / 1000
+
+
+def call(c, *args):
+    return c.execute_command("SHARD.CALL", *args)
+
+
+@pytest.fixture
+def fleet(server_factory):
+    f = make_fleet(server_factory, timeout_ms=1000,
+                   config=[("enable-debug-command", "yes"), *AOF])
+    for n in f:
+        f.client(n).config_set("shard.txn-lock-ms", LOCK_MS)
+    return f
+
+
+def held(client):
+    return client.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD")
+
+
+class Exec:
+    """SHARD.MULTI, the commands queued, then SHARD.EXEC in a thread (it waits at the hold)."""
+
+    def __init__(self, server, commands):
+        self.result = None
+        c = server.client(socket_timeout=60)
+        assert c.execute_command("SHARD.MULTI") == b"OK"
+        for command in commands:
+            assert call(c, *command) == b"QUEUED"
+
+        def run():
+            try:
+                self.result = c.execute_command("SHARD.EXEC")
+            except (redis.RedisError, OSError) as e:
+                self.result = e
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join(self):
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        return self.result
+
+
+def no_lock_left(fleet, names):
+    for n in names:
+        i = info_shard(fleet.client(n))
+        if (i["txn_locks_held"], i["txn_in_doubt"], i["txn_decisions_held"]) != ("0", "0", "0"):
+            return False
+    return True
+
+
+def transfer_held(fleet, step):
+    """n0 coordinates 30 from a (at n1) to b (at n2), held at `step`; returns (a, b, the Exec)
+    once both parts are prepared and n0 waits at the hold."""
+    n0 = fleet.client("n0")
+    a, b = fleet.key_of("n1", prefix="acct"), fleet.key_of("n2", prefix="acct")
+    call(n0, "MSET", a, 100, b, 100)
+    assert n0.execute_command("SHARD.DEBUG", "TXN-HOLD", step) == b"OK"
+    ex = Exec(fleet["n0"], [("DECRBY", a, 30), ("INCRBY", b, 30)])
+    until(lambda: held(n0) == 1, "the transaction waits at the hold")
+    assert [int(info_shard(fleet.client(n))["txn_locks_held"]) for n in ("n1", "n2")] == [1, 1]
+    return a, b, ex
+
+
+def held_then_shrunk(fleet, step):
+    """`transfer_held`, with n0's locks of a minute, then a shrink to n1 and n2 (coordinated by
+    n1) runs to its end. Returns (a, b, the Exec, the txid)."""
+    n0 = fleet.client("n0")
+    # The parts lock for a minute: no owner is in doubt during the shrink (n0, still in the
+    # previous ring, would answer it), what ends them is n0's doing.
+    n0.config_set("shard.txn-lock-ms", 60_000)
+    a, b, ex = transfer_held(fleet, step)
+    n1 = fleet.client("n1")
+    assert start_resharding(n1, fleet, ["n1", "n2"]) is not None
+    wait_fleet(n1)
+    for n in ("n1", "n2"):
+        ring = ring_get(fleet.client(n))
+        assert ring.get("previous") is None, (n, ring)
+        assert sorted(node["name"] for node in ring["nodes"]) == [b"n1", b"n2"], (n, ring)
+    return a, b, ex
+
+
+def end(fleet, ex, how):
+    if how == "let go":
+        assert fleet.client("n0").execute_command("SHARD.DEBUG", "TXN-HOLD", "OFF") == b"OK"
+        return ex.join()
+    fleet["n0"].stop(signal.SIGKILL)
+    assert isinstance(ex.join(), redis.ConnectionError)
+    fleet["n0"].start()
+    return None
+
+
+def values(fleet, a, b):
+    return [fleet.client("n1").get(a), fleet.client("n2").get(b)]
+
+
+def test_held_after_prepare_then_shrunk_out_and_let_go_the_parts_abort(fleet):
+    a, b, ex = held_then_shrunk(fleet, "prepared")
+    reply = end(fleet, ex, "let go")
+    # Outside the ring n0 cannot record a decision: it aborts both parts.
+    assert isinstance(reply, redis.ResponseError) and "not in the ring" in str(reply), reply
+    until(lambda: no_lock_left(fleet, ("n0", "n1", "n2")), "both parts aborted, their locks gone",
+          timeout=ENDS_WITHIN_S)
+    assert values(fleet, a, b) == [b"100", b"100"], "nothing applied"
+    assert call(fleet.client("n1"), "INCR", a) == 101, "the key is free"
+
+
+def test_killed_after_prepare_out_of_every_ring_the_owners_ask_it_where_it_prepared(fleet):
+    """n0 held after both PREPAREs; the owners' rings lose n0 (as a shrink that ends within the
+    lock leaves them: no previous ring); n0 killed. Past the lock the parts are in doubt and
+    stay locked while n0 is down (deciding alone could undo a commit); once n0 is back at the
+    address its PREPARE gave, the owners ask it there and abort (presumed). Before PREPARE
+    carried the address, no owner could find n0: locked for ever."""
+    a, b, ex = transfer_held(fleet, "prepared")
+    fleet.ring(["n1", "n2"])
+    fleet["n0"].stop(signal.SIGKILL)
+    assert isinstance(ex.join(), redis.ConnectionError)
+    for n in ("n1", "n2"):
+        until(lambda: info_shard(fleet.client(n))["txn_in_doubt"] == "1", f"{n}'s part in doubt")
+        assert info_shard(fleet.client(n))["txn_locks_held"] == "1"
+    fleet["n0"].start()
+    until(lambda: no_lock_left(fleet, ("n0", "n1", "n2")), "both parts aborted, their locks gone",
+          timeout=ENDS_WITHIN_S)
+    assert values(fleet, a, b) == [b"100", b"100"], "nothing applied"
+    assert call(fleet.client("n1"), "INCR", a) == 101, "the key is free"
+
+
+@pytest.mark.parametrize("how", ["let go", "killed"])
+def test_held_after_the_decision_then_shrunk_out_the_commit_is_carried_out(fleet, how):
+    a, b, ex = held_then_shrunk(fleet, "decided")
+    reply = end(fleet, ex, how)
+    if how == "let go":
+        assert reply == [70, 130]
+    until(lambda: no_lock_left(fleet, ("n0", "n1", "n2")),
+          "both parts applied, the decision forgotten", timeout=ENDS_WITHIN_S)
+    assert values(fleet, a, b) == [b"70", b"130"], "each part applied exactly once"
+
+
+def test_status_is_answered_only_by_the_node_named_in_the_txid(fleet):
+    n1 = fleet.client("n1")
+    with pytest.raises(redis.ResponseError, match="^WRONGNODE"):
+        n1.execute_command("SHARD.TXN", "STATUS", "n0/ff")
+    # Nothing was presumed there: n0 itself still answers for it.
+    assert fleet.client("n0").execute_command("SHARD.TXN", "STATUS", "n0/ff") == b"abort"
