@@ -24,16 +24,16 @@ use futures_util::future::join_all;
 use crate::net::endpoint::Endpoint;
 use crate::net::pool::Link;
 use crate::net::resp::Resp;
-use crate::reshard::fleet::checks::{job_verdict, not_holding, JobVerdict};
+use crate::reshard::fleet::checks::not_holding;
 use crate::reshard::fleet::landed::{self, Landed};
 use crate::reshard::fleet::lease::{self, Term};
 use crate::reshard::fleet::node_state::NodeState;
-use crate::reshard::fleet::plan::{FleetPlan, NodeProgress, Phase, MAX_ATTEMPTS};
-use crate::reshard::fleet::{durable, journal};
+use crate::reshard::fleet::plan::{FleetPlan, Phase, MAX_ATTEMPTS};
+use crate::reshard::fleet::{durable, jobs_phase, journal};
 use crate::route::forward::{self, CallReply, NetSteps};
 
 /// How often the coordinator looks at the nodes' jobs.
-const POLL: Duration = Duration::from_millis(100);
+pub(super) const POLL: Duration = Duration::from_millis(100);
 /// The coordinator's requests are small and answered at once; a node slower than this is
 /// counted as not answering.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -185,7 +185,7 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
             }
         }
         let sent = landed::addresses(&current_plan()?, &reach.me.name);
-        if !run_jobs(steps, reach).await? {
+        if !jobs_phase::run_jobs(steps, reach).await? {
             continue; // cancelled: the loop turns to the cancel's phases
         }
         if !copies_landed(steps, reach, &sent).await? {
@@ -398,175 +398,12 @@ async fn give_up_or_wait(
     ))
 }
 
-/// Runs the phase's job on every node that has one and waits for all; a node whose job fails
-/// is started again, a bounded number of times. `Ok(false)`: a CANCEL interrupted the phase.
-async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, String> {
-    let state_args = vec![b"SHARD.RING".to_vec(), b"STATE".to_vec()];
-    // Nodes whose job this run has started (a resumed run starts every unfinished one again:
-    // a repeated copy or cleanup only does what is left).
-    let plan0 = current_plan()?;
-    let mut started = vec![false; plan0.nodes.len()];
-    let mut retry_at: Vec<Option<u32>> = vec![None; plan0.nodes.len()];
-    let mut tick: u32 = 0;
-    loop {
-        lease::fresh(steps, reach).await?;
-        // The term the jobs are started under, which a job must carry to count.
-        let term = lease::held_term();
-        let plan = current_plan()?;
-        if plan.cancel && plan.phase.cancellable() {
-            return Ok(false);
-        }
-        let workers: Vec<usize> = (0..plan.nodes.len())
-            .filter(|&i| plan.work(i).is_some() && !plan.nodes[i].done)
-            .collect();
-        if workers.is_empty() {
-            return Ok(true);
-        }
-        // Start (or start again) the jobs due.
-        let due: Vec<usize> = workers
-            .iter()
-            .copied()
-            .filter(|&i| !started[i] || retry_at[i].is_some_and(|t| t <= tick))
-            .collect();
-        if !due.is_empty() {
-            let sends = due.iter().filter_map(|&i| {
-                let args = lease::stamped(plan.work(i)?.command(plan.max_rate));
-                let at = endpoint_of(&plan, &plan.nodes[i].name, &reach.me.name)?;
-                Some(async move { (i, durable::send(steps, &at, &args).await) })
-            });
-            let replies = join_all(sends).await;
-            let names: Vec<&str> = replies
-                .iter()
-                .map(|(i, _)| plan.nodes[*i].name.as_str())
-                .collect();
-            lease::note_refusals(names.into_iter().zip(replies.iter().map(|(_, r)| r)))?;
-            let mut gave_up = None;
-            with_plan(|p| {
-                for (i, reply) in replies {
-                    started[i] = true;
-                    retry_at[i] = None;
-                    let node = &mut p.nodes[i];
-                    node.attempts += 1;
-                    let refused = match reply {
-                        Ok(Resp::Simple(_)) => None,
-                        // A job of a run before a restart of the coordinator, still going; or
-                        // a STOP where nothing runs.
-                        Ok(Resp::Error(e))
-                            if contains(&e, b"already running")
-                                || contains(&e, b"no resharding job is running") =>
-                        {
-                            None
-                        }
-                        Ok(other) => Some(reply_text(&other)),
-                        Err(e) => Some(e.to_string()),
-                    };
-                    if let Some(why) = refused {
-                        if let Some(e) = retry_later(p.phase, node, why, &mut retry_at[i], tick) {
-                            gave_up.get_or_insert(e);
-                        }
-                    }
-                }
-            });
-            if let Some(e) = gave_up {
-                return Err(e);
-            }
-        }
-        steps.sleep(POLL).await;
-        tick += 1;
-        // Look at every worker's job.
-        let plan = current_plan()?;
-        let looks = workers.iter().filter_map(|&i| {
-            let at = endpoint_of(&plan, &plan.nodes[i].name, &reach.me.name)?;
-            let args = &state_args;
-            Some(async move { (i, steps.send(&at, args).await) })
-        });
-        let answers = join_all(looks).await;
-        let mut finished_one = false;
-        let mut gave_up = None;
-        with_plan(|p| {
-            for (i, answer) in answers {
-                let Some(work) = p.work(i) else { continue };
-                let node = &mut p.nodes[i];
-                let st = match answer
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| NodeState::from_resp(&r))
-                {
-                    Ok(st) => st,
-                    Err(e) => {
-                        node.state = "unreachable".into();
-                        node.last_error = e;
-                        continue;
-                    }
-                };
-                node.state = if st.paused {
-                    format!("{} (paused)", st.job_state)
-                } else {
-                    st.job_state.clone()
-                };
-                node.copied = st.copied;
-                node.percent = st.percent;
-                if retry_at[i].is_some() {
-                    continue;
-                }
-                match job_verdict(work, &st, term) {
-                    JobVerdict::Running => {}
-                    JobVerdict::Done => {
-                        node.done = true;
-                        node.last_error.clear();
-                        finished_one = true;
-                    }
-                    JobVerdict::Retry(why) => {
-                        if let Some(e) = retry_later(p.phase, node, why, &mut retry_at[i], tick) {
-                            gave_up.get_or_insert(e);
-                        }
-                    }
-                }
-            }
-        });
-        if let Some(e) = gave_up {
-            return Err(e);
-        }
-        if finished_one {
-            persist(steps, reach).await?;
-        }
-    }
-}
-
-/// A node's step failed (`why`): it is tried again after a backoff (`retry_at`, in looks), or,
-/// once it has had its tries, the coordinator gives up with this error.
-fn retry_later(
-    phase: Phase,
-    node: &mut NodeProgress,
-    why: String,
-    retry_at: &mut Option<u32>,
-    tick: u32,
-) -> Option<String> {
-    node.last_error = why;
-    if node.attempts >= MAX_ATTEMPTS {
-        return Some(format!(
-            "phase {phase}: node {} failed {} times, last: {}; SHARD.RESHARD RESUME to try again, or CANCEL",
-            node.name, node.attempts, node.last_error
-        ));
-    }
-    *retry_at = Some(tick + ticks(backoff(node.attempts)));
-    None
-}
-
-/// `wait` in looks at the jobs.
-fn ticks(wait: Duration) -> u32 {
-    u32::try_from(wait.as_millis() / POLL.as_millis()).unwrap_or(u32::MAX)
-}
-
 /// The wait before try `n + 1`: 0.5 s, 1 s, 2 s, ... up to 8 s.
-fn backoff(n: u32) -> Duration {
+pub(super) fn backoff(n: u32) -> Duration {
     Duration::from_millis(500u64 << n.saturating_sub(1).min(4))
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-fn reply_text(reply: &Resp) -> String {
+pub(super) fn reply_text(reply: &Resp) -> String {
     match reply {
         Resp::Error(e) | Resp::Simple(e) | Resp::Bulk(e) => String::from_utf8_lossy(e).into_owned(),
         other => format!("{other:?}"),

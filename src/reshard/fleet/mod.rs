@@ -11,7 +11,8 @@
 //!   RESUME's checks), pure.
 //! - `adopt`: the plan whose rings the fleet holds, which RESUME drives when the plan here is
 //!   gone or older than the fleet (pure).
-//! - `coordinator`: drives the plan in the background on the event loop.
+//! - `coordinator`: drives the plan in the background on the event loop; `jobs_phase` its
+//!   phases' jobs (each node's COPY or CLEANUP sent, looked at, retried).
 //! - `landed`: a phase's copies counted done only once each destination's replica has them,
 //!   at the primary they went to (else they run again).
 //! - `durable`: a step counted done at a node only once that node's replica has it (the step
@@ -40,6 +41,7 @@ pub mod checks;
 pub mod coordinator;
 pub mod durable;
 pub mod fencing;
+pub mod jobs_phase;
 pub mod journal;
 pub mod landed;
 pub mod lease;
