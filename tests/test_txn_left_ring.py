@@ -20,7 +20,6 @@ not the txid's is refused (`WRONGNODE`): an address may be another server's by t
 """
 
 import signal
-import threading
 
 import pytest
 import redis
@@ -28,15 +27,12 @@ import redis
 from helpers.fleet import make_fleet, ring_get
 from helpers.reshard import start_resharding, wait_fleet
 from helpers.server import AOF, info_shard, until
+from test_txn_faults import Exec, call, held
 
 LOCK_MS = 2000
 # How long the parts may take to end once the coordinator is back: past the lock, the owners
 # ask every 100 ms.
 ENDS_WITHIN_S = 4 * LOCK_MS / 1000
-
-
-def call(c, *args):
-    return c.execute_command("SHARD.CALL", *args)
 
 
 @pytest.fixture
@@ -46,34 +42,6 @@ def fleet(server_factory):
     for n in f:
         f.client(n).config_set("shard.txn-lock-ms", LOCK_MS)
     return f
-
-
-def held(client):
-    return client.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD")
-
-
-class Exec:
-    """SHARD.MULTI, the commands queued, then SHARD.EXEC in a thread (it waits at the hold)."""
-
-    def __init__(self, server, commands):
-        self.result = None
-        c = server.client(socket_timeout=60)
-        assert c.execute_command("SHARD.MULTI") == b"OK"
-        for command in commands:
-            assert call(c, *command) == b"QUEUED"
-
-        def run():
-            try:
-                self.result = c.execute_command("SHARD.EXEC")
-            except (redis.RedisError, OSError) as e:
-                self.result = e
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-
-    def join(self):
-        self.thread.join(60)
-        assert not self.thread.is_alive()
-        return self.result
 
 
 def no_lock_left(fleet, names):
