@@ -33,6 +33,30 @@ use crate::route::{filter, replica};
 use crate::state;
 use crate::topology::nodes::ReadFrom;
 
+/// A write routed by a server Sentinel has passed over (`topology::nodes::passed_over`) to
+/// another node than its own is refused: the fleet's steps go to the primary Sentinel names, so
+/// this server's rings may be older than the fleet's, and a write they send to a key's old
+/// owner would be run there (the module's connections are obeyed) after the key's copy left,
+/// then deleted by the cleanup (the nemesis test lost acknowledged writes this way). Its own
+/// node's keys still go to the primary Sentinel names.
+fn refuse_passed_over(keys: &[crate::route::decide::Placed]) -> Result<(), CmdError> {
+    let st = state::lock();
+    let me = st.config.ring.self_name.as_str();
+    if me.is_empty() || !crate::topology::nodes::passed_over(me) {
+        return Ok(());
+    }
+    let elsewhere = keys
+        .iter()
+        .any(|p| p.current.name != me || p.previous.as_ref().is_some_and(|e| e.name != me));
+    if elsewhere {
+        return Err(CmdError::code(
+            "TRYAGAIN",
+            format!("this server is no longer the primary Sentinel names for {me}: its rings may be older than the fleet's, so it routes no write to another node; send it to the node's primary"),
+        ));
+    }
+    Ok(())
+}
+
 /// Routes the command `call` carries (`SHARD.CALL [WAIT n t] command key ...`, read into
 /// `command`) and replies, now or once the client is unblocked; `wait` is what its writes
 /// wait for.
@@ -53,6 +77,9 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
     // Rings unchecked after a load or a promotion (`gate`): no write is placed by them.
     if kind != CommandKind::Read && crate::route::gate::closed() {
         return Err(crate::route::gate::refusal());
+    }
+    if kind != CommandKind::Read {
+        refuse_passed_over(&keys)?;
     }
     // A read writes nothing to wait for: it runs as without WAIT.
     let wait = wait.filter(|_| kind != CommandKind::Read);

@@ -131,6 +131,15 @@ pub fn names_me(name: &str) -> bool {
     read_node(name, |n| Some(n.me)).unwrap_or(false)
 }
 
+/// Whether this server is a primary that Sentinel positively names another server for, as
+/// the node called `name` (its own): an old primary failed over away from, or restarted, that
+/// Sentinel has not turned into a replica yet. Fleet steps go to the primary Sentinel names, so
+/// its rings may be older than the fleet's. False while Sentinel's answer is not known, for a
+/// node not behind Sentinel, and on a replica.
+pub fn passed_over(name: &str) -> bool {
+    !is_replica() && read_node(name, |n| Some(n.address.is_some() && !n.me)).unwrap_or(false)
+}
+
 /// Whether this server acts as the ring's node `node`, whose `self` is `self_name`: the node
 /// is its own, the server is a primary, and for a `sentinel` node Sentinel names this server
 /// as its primary. Cheap: an atomic load and, for a `sentinel` node, one look in the table.
