@@ -63,7 +63,10 @@ def test_cleanup_waits_while_writes_are_paused(server_factory):
     assert alive(servers["a"]), "the server died while its writes were paused"
     # Nothing deleted while paused (a step already under way may have ended: a batch at most).
     assert status(a)["deleted"] - during <= 128, status(a)
-    a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
+    try:  # the rest at full speed (unless the cleanup has ended meanwhile, on a slow machine)
+        a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
+    except redis.ResponseError as e:
+        assert "no resharding job is running" in str(e), e
     st = wait_job(a)
     assert st["state"] == b"done" and st["failed"] == 0, st
     assert alive(servers["a"])
