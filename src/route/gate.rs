@@ -6,7 +6,8 @@
 //! promotion, a server whose rings name other nodes closes the gate until it has checked them
 //! against its peers (`reshard::fleet::repair`); meanwhile `SHARD.CALL` refuses every write and
 //! delete (the filter lets none through as a plain command) and the cluster protocol's writes
-//! are refused with `TRYAGAIN`. Reads are served. One atomic load on the hot path.
+//! are refused with `TRYAGAIN`; a read is served when its keys are this node's, refused when its
+//! rings would send it to another node (`route::call`). One atomic load on the hot path.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
