@@ -43,13 +43,18 @@ def call(c, *args):
     return c.execute_command("SHARD.CALL", *args)
 
 
-@pytest.fixture
-def fleet(server_factory):
+def txn_fleet(server_factory, lock_ms=LOCK_MS):
+    """Three nodes with AOF and SHARD.DEBUG on, a 1 s call timeout and `lock_ms` locks."""
     f = make_fleet(server_factory, timeout_ms=1000,
                    config=[("enable-debug-command", "yes"), *AOF])
     for n in f:
-        f.client(n).config_set("shard.txn-lock-ms", LOCK_MS)
+        f.client(n).config_set("shard.txn-lock-ms", lock_ms)
     return f
+
+
+@pytest.fixture
+def fleet(server_factory):
+    return txn_fleet(server_factory)
 
 
 def counter(client, name):

@@ -24,10 +24,10 @@ import signal
 import pytest
 import redis
 
-from helpers.fleet import make_fleet, ring_get
+from helpers.fleet import ring_get
 from helpers.reshard import start_resharding, wait_fleet
-from helpers.server import AOF, info_shard, until
-from test_txn_faults import Exec, call, held
+from helpers.server import info_shard, until
+from test_txn_faults import Exec, call, held, txn_fleet
 
 LOCK_MS = 2000
 # How long the parts may take to end once the coordinator is back: past the lock, the owners
@@ -37,11 +37,7 @@ ENDS_WITHIN_S = 4 * LOCK_MS / 1000
 
 @pytest.fixture
 def fleet(server_factory):
-    f = make_fleet(server_factory, timeout_ms=1000,
-                   config=[("enable-debug-command", "yes"), *AOF])
-    for n in f:
-        f.client(n).config_set("shard.txn-lock-ms", LOCK_MS)
-    return f
+    return txn_fleet(server_factory, LOCK_MS)
 
 
 def no_lock_left(fleet, names):
