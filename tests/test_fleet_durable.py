@@ -43,6 +43,22 @@ def restart_from_aof(fleet, server, aof):
             s.proc.send_signal(signal.SIGCONT)
 
 
+def grown_after_saving(fleet, name, tmp_path):
+    """`name`'s AOF saved, then the fleet grown from three nodes to four by the coordinator
+    (n0). Returns the saved AOF, the new rings' digest, and the keys the grow moved from `name`
+    (to n3; for n3, those the grow gave it)."""
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    before = dict(zip(KEYS, owners(coordinator, KEYS)))
+    old_aof = saved_aof(fleet.primaries[name], tmp_path / f"{name}-aof-before-the-grow")
+    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
+    new = wait_fleet(coordinator, "done")["new_digest"]
+    after = dict(zip(KEYS, owners(coordinator, KEYS)))
+    moved = [k for k in KEYS if after[k] == "n3" and (before[k] == name) != (name == "n3")]
+    assert len(moved) >= 10
+    return old_aof, new, moved
+
+
 def test_a_ring_step_lost_in_a_failover_is_sent_again(server_factory, sentinel_factory,
                                                       clockshim, tmp_path):
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
@@ -122,13 +138,9 @@ def test_a_node_back_on_rings_older_than_the_fleets_is_brought_up_to_date(
     it the rings. Before, it stayed on the old ring for good."""
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
     n3 = fleet.primaries["n3"]
-    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
-    # n3's AOF as it is before the grow (its old ring, no fleet term).
-    old_aof = saved_aof(n3, tmp_path / "n3-aof-before-the-grow")
     old = as_map(n3.client().execute_command("SHARD.RING", "GET"))["digest"]
-    ring = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
-    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring) == b"OK"
-    new = wait_fleet(coordinator, "done")["new_digest"]
+    # n3's AOF as it is before the grow (its old ring, no fleet term).
+    old_aof, new, _ = grown_after_saving(fleet, "n3", tmp_path)
     assert new != old
     # The sentinels paused, so that the restart is no failover: n3's primary comes back from
     # the old AOF as the primary Sentinel names.
@@ -151,14 +163,8 @@ def test_a_node_brought_up_to_date_drops_the_copies_the_fleet_moved_away(
     for k in KEYS:
         pipe.execute_command("SHARD.CALL", "SET", k, f"v:{k}")
     assert all(r == b"OK" for r in pipe.execute())
-    before = dict(zip(KEYS, owners(coordinator, KEYS)))
     n1 = fleet.primaries["n1"]
-    old_aof = saved_aof(n1, tmp_path / "n1-aof-before-the-grow")
-    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
-    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
-    new = wait_fleet(coordinator, "done")["new_digest"]
-    moved = [k for k, o in zip(KEYS, owners(coordinator, KEYS)) if o == "n3" and before[k] == "n1"]
-    assert len(moved) >= 10
+    old_aof, new, moved = grown_after_saving(fleet, "n1", tmp_path)
     pipe = coordinator.pipeline(transaction=False)
     for k in moved:
         pipe.execute_command("SHARD.CALL", "SET", k, f"w:{k}")
@@ -269,15 +275,9 @@ def test_a_node_back_on_older_rings_refuses_writes_until_they_are_checked(
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
                   config=[("enable-debug-command", "yes")])
     coordinator = fleet.primaries["n0"].client(socket_timeout=20)
-    before = dict(zip(KEYS, owners(coordinator, KEYS)))
     n3 = fleet.primaries["n3"]
-    old_aof = saved_aof(n3, tmp_path / "n3-aof-before-the-grow")
-    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
-    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
-    new = wait_fleet(coordinator, "done")["new_digest"]
     # Keys the grow gave n3: the old ring routes them elsewhere.
-    moved = [k for k, o in zip(KEYS, owners(coordinator, KEYS)) if o == "n3" and before[k] != "n3"]
-    assert len(moved) >= 10
+    old_aof, new, moved = grown_after_saving(fleet, "n3", tmp_path)
 
     n3.env = dict(n3.env or {}, SHARD_DEBUG_HOLD_RING_CHECK="yes")
     restart_from_aof(fleet, n3, old_aof)
@@ -296,13 +296,15 @@ def test_a_node_back_on_older_rings_refuses_writes_until_they_are_checked(
         refused.append(str(e))
     else:
         acked.append(None)
-    # A read the old ring sends to another node is refused too (it could miss newer writes).
-    try:
-        c3.execute_command("SHARD.CALL", "GET", moved[0])
-    except redis.ResponseError as e:
-        refused.append(str(e))
-    else:
-        acked.append("read")
+    # A read the old ring sends to another node is refused too (it could miss newer writes),
+    # through SHARD.CALL and the cluster protocol (before: MOVED to the old owner).
+    for read in (("SHARD.CALL", "GET", moved[0]), ("GET", moved[0])):
+        try:
+            c3.execute_command(*read)
+        except redis.ResponseError as e:
+            refused.append(str(e))
+        else:
+            acked.append("read")
     assert c3.execute_command("SHARD.DEBUG", "RING-CHECK", "GO") == b"OK"
     until(lambda: as_map(c3.execute_command("SHARD.RING", "GET"))["digest"] == new,
           "n3 brought back to the fleet's ring", timeout=30)
@@ -328,6 +330,59 @@ def test_a_node_back_on_older_rings_refuses_writes_until_they_are_checked(
     assert not acked, f"{len(acked)} writes acknowledged by the old ring: {acked[:5]}"
     assert all(r.startswith("TRYAGAIN this node's rings are being checked") for r in refused), \
         refused[:3]
+
+
+def test_a_node_back_on_older_rings_reads_nothing_until_they_are_checked(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """A node back from an AOF older than a grow holds the keys the grow moved away from it, and
+    its old rings call them its own: a read of one there, while its rings are being checked,
+    answered the old value, missing the write the new owner acknowledged since (the nemesis
+    test's bad reads, Redis seed 7, through a replica promoted with older rings). Now every
+    keyed read is refused with TRYAGAIN while the gate is closed, through `SHARD.CALL` (before,
+    the filter ran it as a plain local read) and the cluster protocol (before, served here),
+    and answers the new value once the rings are checked. The check is held as above."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
+                  config=[("enable-debug-command", "yes")])
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    pipe = coordinator.pipeline(transaction=False)
+    for k in KEYS:
+        pipe.execute_command("SHARD.CALL", "SET", k, f"v:{k}")
+    assert all(r == b"OK" for r in pipe.execute())
+    n1 = fleet.primaries["n1"]
+    old_aof, new, moved = grown_after_saving(fleet, "n1", tmp_path)
+    pipe = coordinator.pipeline(transaction=False)
+    for k in moved:
+        pipe.execute_command("SHARD.CALL", "SET", k, f"w:{k}")
+    assert all(r == b"OK" for r in pipe.execute())
+
+    n1.env = dict(n1.env or {}, SHARD_DEBUG_HOLD_RING_CHECK="yes")
+    restart_from_aof(fleet, n1, old_aof)
+    c1 = n1.client(socket_timeout=20)
+    assert c1.get(moved[0]) == f"v:{moved[0]}".encode()  # the old copy is here
+    c1.config_set("shard.cluster-protocol", "yes")
+    answered, refused = {}, []
+    for read in [("SHARD.CALL", "GET", k) for k in moved[:5]] + [("GET", k) for k in moved[:5]]:
+        try:
+            answered[read] = c1.execute_command(*read)
+        except redis.ResponseError as e:
+            refused.append(str(e))
+    assert not answered, f"{len(answered)} reads answered by the unchecked rings: " \
+                         f"{list(answered.items())[:4]}"
+    assert all(r.startswith("TRYAGAIN this node's rings are being checked") for r in refused), \
+        refused[:3]
+    assert c1.execute_command("SHARD.DEBUG", "RING-CHECK", "GO") == b"OK"
+    until(lambda: as_map(c1.execute_command("SHARD.RING", "GET"))["digest"] == new,
+          "n1 brought back to the fleet's ring", timeout=30)
+
+    def read_new():
+        try:
+            return all(c1.execute_command("SHARD.CALL", "GET", k) == f"w:{k}".encode()
+                       for k in moved[:5])
+        except redis.ResponseError as e:
+            if not str(e).startswith("TRYAGAIN"):
+                raise
+            return False
+    until(read_new, "n1 reads the new owner's values", timeout=30)
 
 
 def test_start_replies_once_the_coordinators_replica_has_the_plan(

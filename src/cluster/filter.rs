@@ -77,7 +77,7 @@ pub enum Leave {
     /// Its slot is this server's own `sentinel` node's, and Sentinel does not name this server
     /// as that node's primary (`protocol::not_named`).
     NotNamed { slot: u16, node: NodeOf },
-    /// A write while this node's rings are unchecked (`route::gate`).
+    /// A keyed command while this node's rings are unchecked (`route::gate`).
     Unchecked,
 }
 
@@ -188,8 +188,10 @@ fn verdict<'a>(
         return on_replica(positions, kind == CommandKind::Read, env);
     }
     // Rings unchecked after a load or a promotion (`route::gate`): the redirect handler
-    // refuses the write.
-    if kind != CommandKind::Read && crate::route::gate::closed() {
+    // refuses the command, a read as a write (its slot's owner by them may be out of date).
+    if crate::route::gate::closed()
+        && (kind != CommandKind::Read || positions.clone().next().is_some())
+    {
         return Rewrite::Redirect(Leave::Unchecked);
     }
     match runs_here(positions, env, Some(kind)) {

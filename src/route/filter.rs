@@ -130,8 +130,8 @@ fn local_call(args: &FilterArgs) -> bool {
         return false;
     }
     let inner_argc = argc - 1;
-    // While this node's rings are unchecked, writes go to SHARD.CALL, which refuses them.
-    if meta.blocking || (!meta.readonly && crate::route::gate::closed()) {
+    // While this node's rings are unchecked, every call goes to SHARD.CALL, which refuses it.
+    if meta.blocking || crate::route::gate::closed() {
         return false;
     }
     // A replica runs no routed call itself (its primary does), and reads that go to replicas
