@@ -272,6 +272,9 @@ class Fleet:
             if role[0] == b"slave":
                 s.config.append(("replicaof", role[1].decode(), int(role[2])))
         s.stop(signal.SIGKILL)
+        # A paused server killed is no longer paused (nothing to continue: NEMESIS_SEED=1185022197
+        # killed the paused coordinator, then sent SIGCONT to a process gone).
+        self.paused.difference_update([(kind, o) for kind, o in self.paused if o is s])
 
     def restart(self, s):
         """Starts a killed server again from its AOF, and turns the cluster protocol on as an
@@ -542,9 +545,6 @@ class Nemesis:
         if len(self.fleet.down) >= 2 or not up:
             return self.restore()
         s = self.rng.choice(up)
-        for kind, o in list(self.fleet.paused):
-            if o is s:
-                self.fleet.paused.discard((kind, o))
         self.fleet.kill(s)
         self.fleet.down.add(s.port)
         self.ends[("down", s.port)] = time.monotonic() + self.rng.uniform(0.5, 6)
