@@ -50,14 +50,16 @@ def no_lock_left(fleet, names):
 
 def transfer_held(fleet, step):
     """n0 coordinates 30 from a (at n1) to b (at n2), held at `step`; returns (a, b, the Exec)
-    once both parts are prepared and n0 waits at the hold."""
+    once both parts are prepared and n0 waits at the hold (n1's applied past `committed-one`)."""
     n0 = fleet.client("n0")
     a, b = fleet.key_of("n1", prefix="acct"), fleet.key_of("n2", prefix="acct")
     call(n0, "MSET", a, 100, b, 100)
     assert n0.execute_command("SHARD.DEBUG", "TXN-HOLD", step) == b"OK"
     ex = Exec(fleet["n0"], [("DECRBY", a, 30), ("INCRBY", b, 30)])
     until(lambda: held(n0) == 1, "the transaction waits at the hold")
-    assert [int(info_shard(fleet.client(n))["txn_locks_held"]) for n in ("n1", "n2")] == [1, 1]
+    locked = [0 if step == "committed-one" else 1, 1]
+    until(lambda: [int(info_shard(fleet.client(n))["txn_locks_held"])
+                   for n in ("n1", "n2")] == locked, f"locks held at n1, n2: {locked}")
     return a, b, ex
 
 
@@ -141,3 +143,31 @@ def test_status_is_answered_only_by_the_node_named_in_the_txid(fleet):
         n1.execute_command("SHARD.TXN", "STATUS", "n0/ff")
     # Nothing was presumed there: n0 itself still answers for it.
     assert fleet.client("n0").execute_command("SHARD.TXN", "STATUS", "n0/ff") == b"abort"
+
+
+def test_an_owner_shrunk_out_before_its_confirmation_is_asked_where_it_was(fleet):
+    """An owner that leaves the ring after it applied its part, before its confirmation reached
+    the coordinator: n0 coordinates 30 from a (at n1) to b (at n2), held once n1's COMMIT went
+    out (`committed-one`: n1 applies its part, n2's stays locked); a shrink to n0 and n2
+    (coordinated by n0) takes n1 out; n0 is killed and restarted from its AOF, holding the
+    decision. It sends the commit again to every owner: n1, which no ring names now, at the
+    address it had when the commit was decided (it applies nothing twice), and n2. Before, n0
+    logged `... which no ring names now: it waits` and sent it to no owner: the decision was
+    held for ever (`txn_decisions_held`), and n2's part stayed locked until its lock ran out."""
+    n0 = fleet.client("n0")
+    n0.config_set("shard.txn-lock-ms", 60_000)
+    a, b, ex = transfer_held(fleet, "committed-one")
+    until(lambda: fleet.client("n1").get(a) == b"70", "n1 applied its part")
+    assert info_shard(fleet.client("n2"))["txn_locks_held"] == "1"
+    assert start_resharding(n0, fleet, ["n0", "n2"]) is not None
+    wait_fleet(n0)
+    fleet["n0"].stop(signal.SIGKILL)
+    assert isinstance(ex.join(), redis.ConnectionError)
+    fleet["n0"].start()
+    until(lambda: no_lock_left(fleet, ("n0", "n1", "n2")),
+          "the commit carried out at both owners, the decision forgotten", timeout=ENDS_WITHIN_S)
+    n0 = fleet.client("n0")
+    assert [call(n0, "GET", a), call(n0, "GET", b)] == [b"70", b"130"], \
+        "each part applied exactly once"
+    # n1 applied nothing again: the shrink's cleanup left it no key, and it has none now.
+    assert fleet.client("n1").dbsize() == 0

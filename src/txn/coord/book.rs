@@ -259,6 +259,7 @@ mod tests {
                 "n1".into(),
                 vec![vec![b"SET".to_vec(), b"a".to_vec(), b"1".to_vec()]],
             )],
+            addresses: vec!["127.0.0.1:7001".into()],
         }
     }
 

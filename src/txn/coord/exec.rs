@@ -407,8 +407,15 @@ pub fn resume() {
         }
         let (wanted, db) = (decision.parts.len(), decision.db);
         let mut owners = Vec::with_capacity(wanted);
-        for (name, commands) in decision.parts {
-            match queue::node_named(&name) {
+        for (i, (name, commands)) in decision.parts.into_iter().enumerate() {
+            // An owner no ring names now (a shrink took it out before its confirmation came)
+            // is asked where it was when the commit was decided: it still answers there, and
+            // applies nothing twice (its done list, or its dropped-txid mark).
+            let recorded = decision
+                .addresses
+                .get(i)
+                .and_then(|a| queue::endpoint_at(&name, a));
+            match queue::node_named(&name).or(recorded) {
                 Some(owner) => owners.push(Part {
                     owner,
                     watched: Vec::new(),
@@ -416,7 +423,7 @@ pub fn resume() {
                 }),
                 None => {
                     redis_module::logging::log_warning(format!(
-                        "shard: transaction {txid} commits at node {name}, which no ring names now: it waits"
+                        "shard: transaction {txid} commits at node {name}, which no ring names now and whose address was not recorded (a decision of an older build): it waits"
                     ));
                     break;
                 }

@@ -47,6 +47,7 @@ pub fn decision(txn: &Txn, db: u32) -> Decision {
             .iter()
             .map(|p| (p.owner.name.clone(), p.commands.clone()))
             .collect(),
+        addresses: txn.parts.iter().map(|p| p.owner.address.clone()).collect(),
     }
 }
 

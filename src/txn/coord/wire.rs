@@ -99,14 +99,20 @@ pub fn forget(txid: &str) -> Vec<Vec<u8>> {
 /// One owner's part of a decision: the owner's node name and its commands.
 pub type DecidedPart = (String, Vec<Command>);
 
-/// A decision to commit: the database the commands run in, and every owner's part.
+/// A decision to commit: the database the commands run in, every owner's part, and each
+/// owner's address when it was decided (in the parts' order; empty in a record of a build
+/// before them). The commit is sent again to an owner at its address in the rings; an owner no
+/// ring names any more (a shrink took it out before its confirmation came) is found at the
+/// address recorded here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     pub db: u32,
     pub parts: Vec<DecidedPart>,
+    pub addresses: Vec<String>,
 }
 
-/// `SHARD.TXN DECIDE txid COMMIT db nparts (owner ncmds (argc arg...)...)...`.
+/// `SHARD.TXN DECIDE txid COMMIT db nparts (owner ncmds (argc arg...)...)... [AT address...]`
+/// (one address per part).
 pub fn decide_commit(txid: &str, decision: &Decision) -> Vec<Vec<u8>> {
     let mut out = txn("DECIDE", txid);
     out.push(b"COMMIT".to_vec());
@@ -115,6 +121,10 @@ pub fn decide_commit(txid: &str, decision: &Decision) -> Vec<Vec<u8>> {
     for (owner, commands) in &decision.parts {
         out.push(owner.as_bytes().to_vec());
         push_commands(&mut out, commands);
+    }
+    if decision.addresses.len() == decision.parts.len() && !decision.addresses.is_empty() {
+        out.push(b"AT".to_vec());
+        out.extend(decision.addresses.iter().map(|a| a.as_bytes().to_vec()));
     }
     out
 }
@@ -177,33 +187,61 @@ pub fn read_commands(args: &[&[u8]], at: &mut usize) -> Result<Vec<Command>, Str
     })
 }
 
-/// Reads `db nparts (owner ncmds (argc arg...)...)...`, the whole of `args` from `at`.
+/// Reads `db nparts (owner ncmds (argc arg...)...)... [AT address...]`, the whole of `args`
+/// from `at`.
 pub fn read_decision(args: &[&[u8]], at: usize) -> Result<Decision, String> {
     let db = args
         .get(at)
         .and_then(|a| std::str::from_utf8(a).ok())
         .and_then(|a| a.parse().ok())
         .ok_or("a decision's database must be a number")?;
+    let mut at = at + 1;
+    let parts = parts_at(args, &mut at)?;
+    let mut addresses = Vec::new();
+    if args.get(at).is_some_and(|a| a.eq_ignore_ascii_case(b"AT")) {
+        let rest = &args[at + 1..];
+        if rest.len() != parts.len() {
+            return Err(format!(
+                "a decision of {} parts gives {} addresses",
+                parts.len(),
+                rest.len()
+            ));
+        }
+        addresses = rest
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        at = args.len();
+    }
+    if at != args.len() {
+        return Err(format!("{} arguments after the parts", args.len() - at));
+    }
     Ok(Decision {
         db,
-        parts: read_parts(args, at + 1)?,
+        parts,
+        addresses,
     })
 }
 
 /// Reads `nparts (owner ncmds (argc arg...)...)...`, the whole of `args` from `at`.
 pub fn read_parts(args: &[&[u8]], mut at: usize) -> Result<Vec<DecidedPart>, String> {
-    let parts = counted(args, &mut at, "part", |args, at| {
+    let parts = parts_at(args, &mut at)?;
+    if at != args.len() {
+        return Err(format!("{} arguments after the parts", args.len() - at));
+    }
+    Ok(parts)
+}
+
+/// Reads `nparts (owner ncmds (argc arg...)...)...` from `args` at `*at`.
+fn parts_at(args: &[&[u8]], at: &mut usize) -> Result<Vec<DecidedPart>, String> {
+    counted(args, at, "part", |args, at| {
         let owner = args
             .get(*at)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .ok_or("a part's owner is missing")?;
         *at += 1;
         Ok((owner, read_commands(args, at)?))
-    })?;
-    if at != args.len() {
-        return Err(format!("{} arguments after the parts", args.len() - at));
-    }
-    Ok(parts)
+    })
 }
 
 /// What an owner answered a `PREPARE` (or an `APPLY`'s refusal).
@@ -288,17 +326,31 @@ mod tests {
             ("n1".into(), vec![s(&["SET", "a", "1"])]),
             ("n2".into(), vec![s(&["DEL", "b"]), s(&["INCR", "c"])]),
         ];
-        let decision = Decision { db: 3, parts };
-        let args = decide_commit("t", &decision);
-        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-        assert_eq!(read_decision(&refs, 4), Ok(decision));
-        // Cut short, or too long: an error, never a panic.
-        for end in 4..refs.len() {
-            assert!(read_decision(&refs[..end], 4).is_err(), "{end}");
+        let addresses = vec!["127.0.0.1:1".to_string(), "[::1]:2".to_string()];
+        for addresses in [Vec::new(), addresses] {
+            let decision = Decision {
+                db: 3,
+                parts: parts.clone(),
+                addresses,
+            };
+            let args = decide_commit("t", &decision);
+            let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            assert_eq!(read_decision(&refs, 4), Ok(decision));
+            // Cut short (an address short of the parts' count too), or too long: an error,
+            // never a panic.
+            let whole = refs.len()
+                - if args.iter().any(|a| a == b"AT") {
+                    3
+                } else {
+                    0
+                };
+            for end in (4..refs.len()).filter(|e| *e != whole) {
+                assert!(read_decision(&refs[..end], 4).is_err(), "{end}");
+            }
+            let mut longer = refs.clone();
+            longer.push(b"x");
+            assert!(read_decision(&longer, 4).is_err());
         }
-        let mut longer = refs.clone();
-        longer.push(b"x");
-        assert!(read_decision(&longer, 4).is_err());
         let huge: Vec<&[u8]> = vec![b"99999999999", b"n1"];
         assert!(read_parts(&huge, 0).is_err());
         let zero: Vec<&[u8]> = vec![b"1", b"n1", b"1", b"0"];
