@@ -203,6 +203,7 @@ impl host::filter::Handler for Filter {
         cluster::protocol::enabled()
             || route::filter::may_be_local_call(args)
             || txn::owner::marks::may_matter(args)
+            || state::outside()
     }
 
     fn on_command(args: &mut host::filter::FilterArgs) {
@@ -219,6 +220,7 @@ fn filter_all(args: &mut host::filter::FilterArgs) {
     }
     route::filter::rewrite_local_call(args);
     txn::owner::marks::on_command(args);
+    route::outside::rewrite(args, cluster::clients::is_internal);
 }
 
 /// Redis's allocator in the module; the system's in `cargo test` and wherever the crate runs

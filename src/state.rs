@@ -6,6 +6,8 @@
 //! imports no capability: `config` checks a change against every capability and applies it to
 //! them; the resharding job and the fleet plan live in `reshard::current`.
 
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use lazy_static::lazy_static;
@@ -152,6 +154,63 @@ pub struct ModuleState {
     /// False while Redis applies the configuration at load time: values are only stored then,
     /// and checked together once all are in.
     pub loaded: bool,
+    /// What `OUTSIDE` was last computed from (`outside_of`).
+    outside_from: OutsideFrom,
+}
+
+/// The rings and the name `OUTSIDE` was computed from: the rings by address (an `Arc` is
+/// replaced, never changed in place), the name by value.
+#[derive(Default, PartialEq, Eq)]
+struct OutsideFrom {
+    current: usize,
+    previous: usize,
+    self_name: String,
+}
+
+/// Whether this server is outside its rings: `shard.self` is set, a ring of shard's own is, and
+/// neither the current ring nor the previous one names this node (a node that left the ring in
+/// a shrink, or has not joined it yet). Kept up to date each time the state is released after
+/// a change (`StateGuard`), so that the command filter reads it with one atomic load.
+static OUTSIDE: AtomicBool = AtomicBool::new(false);
+
+/// Whether this server's rings name it in neither ring (`OUTSIDE`).
+#[inline(always)]
+pub fn outside() -> bool {
+    OUTSIDE.load(Ordering::Relaxed)
+}
+
+impl ModuleState {
+    /// Computes `OUTSIDE` again when the rings or the name changed since the last time.
+    fn update_outside(&mut self) {
+        let ptr = |p: Option<&Arc<Placement>>| p.map_or(0, |p| Arc::as_ptr(p) as usize);
+        let from = OutsideFrom {
+            current: ptr(self.rings.current.as_ref()),
+            previous: ptr(self.rings.previous.as_ref()),
+            self_name: String::new(),
+        };
+        if from.current == self.outside_from.current
+            && from.previous == self.outside_from.previous
+            && self.config.ring.self_name == self.outside_from.self_name
+        {
+            return;
+        }
+        let me = self.config.ring.self_name.as_str();
+        let names_me =
+            |p: Option<&Arc<Placement>>| p.is_some_and(|p| p.spec.node_index(me).is_some());
+        let outside = !me.is_empty()
+            && self
+                .rings
+                .current
+                .as_ref()
+                .is_some_and(|p| p.ring.is_some())
+            && !names_me(self.rings.current.as_ref())
+            && !names_me(self.rings.previous.as_ref());
+        OUTSIDE.store(outside, Ordering::Relaxed);
+        self.outside_from = OutsideFrom {
+            self_name: me.to_string(),
+            ..from
+        };
+    }
 }
 
 lazy_static! {
@@ -159,8 +218,41 @@ lazy_static! {
 }
 
 /// The state, for the length of one callback.
-pub fn lock() -> MutexGuard<'static, ModuleState> {
-    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+pub fn lock() -> StateGuard {
+    StateGuard {
+        guard: STATE.lock().unwrap_or_else(PoisonError::into_inner),
+        changed: false,
+    }
+}
+
+/// The state held: what `lock` gives. Released after a change (a mutable borrow), it brings
+/// `OUTSIDE` up to date, whichever command, step or load changed the rings or the name.
+pub struct StateGuard {
+    guard: MutexGuard<'static, ModuleState>,
+    changed: bool,
+}
+
+impl Deref for StateGuard {
+    type Target = ModuleState;
+
+    fn deref(&self) -> &ModuleState {
+        &self.guard
+    }
+}
+
+impl DerefMut for StateGuard {
+    fn deref_mut(&mut self) -> &mut ModuleState {
+        self.changed = true;
+        &mut self.guard
+    }
+}
+
+impl Drop for StateGuard {
+    fn drop(&mut self) {
+        if self.changed {
+            self.guard.update_outside();
+        }
+    }
 }
 
 impl ModuleState {

@@ -52,6 +52,11 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
         return crate::cluster::replica::verdict(call, id);
     }
     if clients::is_internal(id) {
+        // A node outside its rings owns no key: a write routed here by older rings is refused
+        // (`route::outside`).
+        if crate::route::outside::refuses(args.get(1)) {
+            return Err(crate::route::outside::refusal());
+        }
         return Ok(Redirect::RunHere);
     }
     let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);

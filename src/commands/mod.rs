@@ -14,6 +14,7 @@ pub mod dump;
 pub mod encode;
 pub mod genkey;
 pub mod multi;
+pub mod outside;
 #[cfg(test)]
 mod parse_tests;
 pub mod registry;

@@ -15,6 +15,8 @@
 //!   `replica`: reads at replicas.
 //! - `filter`: the command filter's part that turns a call whose keys are all here into the
 //!   plain command.
+//! - `outside`: a node outside its rings refuses the writes routed to it (the filter's part
+//!   and the refusal; the handler is `commands::outside`).
 //! - `wait`: `SHARD.CALL WAIT numreplicas timeout-ms ...`: its prefix, and the call's reply
 //!   (the command's, or `NOREPLICAS`) from how many replicas acknowledged each write.
 //!
@@ -30,6 +32,7 @@ pub mod fields;
 pub mod filter;
 pub mod forward;
 pub mod gate;
+pub mod outside;
 pub mod replica;
 pub mod split;
 pub mod steps;
