@@ -522,14 +522,17 @@ class Nemesis:
         self.grown = False
         self.counts = Counter()
 
-    def run(self, seconds):
+    def run(self, seconds, opening=()):
+        """Faults for `seconds`: the `opening` actions first (a short schedule begins with a
+        grow, so that every run moves keys), then random ones."""
         end = time.monotonic() + seconds
         actions = [self.kill, self.kill, self.pause, self.pause, self.failover, self.reshard,
                    self.cancel, self.kill_coordinator, self.resume_elsewhere, self.clock_step,
                    self.restore]
+        first = list(opening)
         while time.monotonic() < end:
             self.heal_due()
-            action = self.rng.choice(actions)
+            action = first.pop(0) if first else self.rng.choice(actions)
             try:
                 action()
             except (redis.RedisError, OSError) as e:
