@@ -213,7 +213,9 @@ pub fn adopt(call: &Call) -> Result<(), CmdError> {
 }
 
 /// The term to drive the unfinished plan under (RESUME, START again, CANCEL of a plan not
-/// driven): every node asked; refused while another coordinator's lease runs. When a node holds
+/// driven): every node asked; refused while another coordinator's lease runs. A plan recorded
+/// behind the fleet (in a phase before `commit` while a node holds its new ring alone under its
+/// term or a newer one: `checks::resume_phase`) goes on from `commit`. When a node holds
 /// rings that do not fit the plan's phase (`check_resume`: the plan is older than the fleet,
 /// restored from an older copy), the plan whose rings the fleet holds is adopted instead
 /// (`adopt`), when it is of this plan's term or a newer one; else RESUME is refused, naming the
@@ -222,6 +224,7 @@ async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
     let mut plan = coordinator::current_plan()?;
     let mut nodes = coordinator::endpoints(&plan, &reach.me.name);
     let mut answers = lease::ask(steps, &nodes, reach).await?;
+    let recorded = plan.phase;
     plan.phase = resume_phase(&plan, &answers);
     let problems = check_resume(&plan, &answers);
     let mut adopted_plan = false;
@@ -246,6 +249,16 @@ async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
         answers = lease::ask(steps, &nodes, reach).await?;
         plan.phase = resume_phase(&plan, &answers);
     }
+    let past = !adopted_plan && recorded.cancellable() && !plan.phase.cancellable();
+    if past {
+        // Recorded behind the fleet, which committed (`checks::resume_phase`): past the
+        // copies, where a cancel no longer applies.
+        journal::note(&format!(
+            "RESUME: the plan here is in phase {recorded}, but a node holds its new ring alone: the fleet committed, the plan goes on from {}{}",
+            plan.phase,
+            if plan.cancel { " (the cancel asked for no longer applies)" } else { "" }
+        ));
+    }
     let term = lease::take(plan.term, &nodes, &answers, reach)?;
     journal::note(&format!(
         "RESUME: {} now under term {}",
@@ -261,6 +274,9 @@ async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
         coordinator::with_plan(|p| {
             if p.phase != phase {
                 p.enter(phase);
+            }
+            if past {
+                p.cancel = false;
             }
             p.term = term.claim.term;
             p.error.clear();
