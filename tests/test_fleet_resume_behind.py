@@ -18,7 +18,8 @@ no replica to wait for; writes acknowledged by their owner's replica (`SHARD.CAL
 n0's primary killed and its replica started again from its AOF, which Sentinel promotes. RESUME,
 on the promoted server or on another node, now goes on from `commit` (back to `settle` while n0
 is only begun) and ends on the new ring, every key at its owner only, no acknowledged write
-lost.
+lost; a CANCEL there is refused, as it is from `settle` on (before, it was driven as RESUME and
+refused the same way as RESUME).
 """
 
 import pytest
@@ -36,17 +37,27 @@ def state(server):
     return as_map(server.client(socket_timeout=5).execute_command("SHARD.RING", "STATE"))
 
 
-def resume(client):
-    """RESUME, sent again while the lease the promoted server restored from its AOF (the old
-    primary's term) still runs there (`LEASEHELD`); any other refusal fails the test."""
-    def resumed():
+def past_lease(client, verb):
+    """`SHARD.RESHARD verb`, sent again while the lease the promoted server restored from its
+    AOF (the old primary's term) still runs there (`LEASEHELD`): its reply, or its error."""
+    got = []
+
+    def answered():
         try:
-            return client.execute_command("SHARD.RESHARD", "RESUME") == b"OK"
+            got.append(client.execute_command("SHARD.RESHARD", verb))
         except redis.ResponseError as e:
             if str(e).startswith("LEASEHELD"):
                 return False
-            raise AssertionError(f"RESUME refused: {e}") from e
-    until(resumed, "RESUME taken once the restored lease has run out", timeout=30, every=0.5)
+            got.append(e)
+        return True
+    until(answered, f"{verb} answered once the restored lease has run out", timeout=30,
+          every=0.5)
+    return got[-1]
+
+
+def resume(client):
+    got = past_lease(client, "RESUME")
+    assert got == b"OK", f"RESUME refused: {got}"
 
 
 @pytest.mark.parametrize("where", ["the promoted replica", "another node"])
@@ -124,6 +135,12 @@ def test_resume_goes_on_from_what_the_nodes_committed(server_factory, sentinel_f
     # RESUME goes on from what the nodes committed (before: refused, the plan "does not fit
     # phase copy", or "nothing to resume" on another node).
     via = promoted if where == "the promoted replica" else c1
+    if where == "the promoted replica":
+        # A CANCEL there is refused, as from settle on: the fleet committed.
+        got = past_lease(promoted, "CANCEL")
+        assert isinstance(got, redis.ResponseError), got
+        assert "can no longer be cancelled" in str(got), got
+        assert fleet_status(promoted)["phase"] == b"copy"
     resume(via)
     st = wait_fleet(via, "done", timeout=90)
     assert st["error"] == b"", st
