@@ -25,12 +25,14 @@ acknowledging writes routed by its old rings once the ring check's bound passed
 (`test_fleet_passed_over`); a primary passed over by Sentinel without a restart (an old primary
 after `SENTINEL FAILOVER`, until Sentinel makes it a replica), which missed a grow's steps and
 routed writes and reads by its old rings to a key's old owner (Valkey seed 519702395: refused
-now, `test_sentinel_windows`). Still seen: reads served by a node whose rings are being checked
-after a load or a promotion (the gate refuses writes only) miss acknowledged elements for a
-second or two (Redis seed 7: bad reads, no element lost at the end); a plan left in `copy` at n0
-after a failover while the other nodes committed, which RESUME refuses ("does not fit phase
-copy"), so the heal cannot finish the resharding (seed 7 on Valkey); writes of unknown outcome
-left as stray keys at a node that left the ring (seed 1234 on Redis).
+now, `test_sentinel_windows`); a plan left in `copy` at n0 after a failover to a replica that
+had stopped following it, while the other nodes committed, which RESUME refused ("does not fit
+phase copy"), so the heal could not finish the resharding (seed 7 on Valkey: RESUME now goes on
+from `commit`, `test_fleet_resume_behind`). Still seen: reads served by a node whose rings are
+being checked after a load or a promotion miss acknowledged elements for a second or two (Redis
+seed 7; Valkey seed 7 too, through n0 just after its check's bound passed: bad reads, no
+element lost at the end); writes of unknown outcome left as stray keys at a node that left the
+ring (seed 1234 on Redis).
 """
 
 import os

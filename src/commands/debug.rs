@@ -2,7 +2,7 @@
 //! every name the key index holds for database `db`, with its bucket (the tests compare it with
 //! a full scan); `SHARD.DEBUG FLEET-HOLD phase n | OFF`: holds this node's fleet coordinator in
 //! `phase` once the plan's first `n` nodes have that phase's rings (the tests act between two
-//! nodes of a phase); `SHARD.DEBUG TXN-HOLD prepared|decided|committed-one|kill-after-commit|OFF|HELD`: holds this
+//! nodes of a phase), or, in a phase that installs no rings (`copy`), once its jobs are done; `SHARD.DEBUG TXN-HOLD prepared|decided|committed-one|kill-after-commit|OFF|HELD`: holds this
 //! node's transactions at that step of the two-phase commit (`txn::coord::hold`; `HELD`: how
 //! many wait there), so that a test kills or fails over a node at that exact step;
 //! `SHARD.DEBUG RING-CHECK HOLD | GO`: holds the check of this node's rings after a load or a
@@ -83,7 +83,8 @@ pub fn debug(call: &Call) -> CmdResult {
 }
 
 /// `FLEET-HOLD phase n`: this node's coordinator installs `phase`'s rings on the plan's first
-/// `n` nodes only, then waits; `FLEET-HOLD OFF` lets it go on.
+/// `n` nodes only, then waits (in a phase that installs no rings, `copy`: once its jobs are
+/// done); `FLEET-HOLD OFF` lets it go on.
 fn fleet_hold(call: &Call) -> CmdResult {
     use crate::reshard::fleet::{coordinator, plan::Phase};
     if call.args.len() == 3 && is(call.args.get(2), "OFF") {
@@ -178,7 +179,7 @@ pub static COMMAND: CommandSpec = command! {
     handler: debug,
     flags: "admin",
     arity: -2,
-    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes; TXN-HOLD step holds transactions at a step of the two-phase commit; RING-CHECK HOLD|GO holds the check of rings after a load or a promotion (needs enable-debug-command)",
+    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes (copy: after its jobs); TXN-HOLD step holds transactions at a step of the two-phase commit; RING-CHECK HOLD|GO holds the check of rings after a load or a promotion (needs enable-debug-command)",
     complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",

@@ -355,7 +355,8 @@ fn moving_fewest_slots(new: RingSpec) -> Result<RingSpec, CmdError> {
 
 /// `SHARD.RESHARD CANCEL`: returns the fleet to the old ring, in the background. The request is
 /// replicated (as the plan with its cancel flag) before the reply, so a coordinator restarted
-/// at once still cancels on RESUME. A plan not being driven is driven again (as RESUME does).
+/// at once still cancels on RESUME. A plan not being driven is driven again (as RESUME does),
+/// unless the fleet turns out to have committed past it (refused: RESUME finishes it).
 pub fn cancel(call: &Call) -> CmdResult {
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.reshard|cancel"));
@@ -363,7 +364,7 @@ pub fn cancel(call: &Call) -> CmdResult {
     let (reach, bytes) = operation::request_cancel()?;
     call.ctx
         .replicate("SHARD.RESHARD", &[&b"PLAN"[..], &bytes[..]][..]);
-    operation::resume(call, reach)
+    operation::resume_cancel(call, reach)
 }
 
 /// `SHARD.RESHARD HANDOVER`: the coordinator stops driving at its next step and releases its

@@ -17,6 +17,9 @@
 //! node, and each phase's install is idempotent, so driving it again is harmless).
 //! A cancel whose revert may have begun (a node holds the old ring alone) is not adopted: the
 //! copy back with REPLACE, run again, would overwrite writes made at a reverted node.
+//! When no node of the newest term holds two rings but those nodes hold, alone, the new ring of
+//! a node left behind on the open rings under an older term, the operation was committed
+//! without that node (`committed_behind`): it is adopted from `commit`.
 
 use crate::persist::parse_canonical;
 use crate::reshard::fleet::node_state::NodeState;
@@ -34,12 +37,14 @@ pub fn adopted(
     let newest = states.iter().map(|st| st.term).max().unwrap_or(0);
     let Some(top) = states
         .iter()
+        .copied()
         .filter(|st| !st.previous_ring.is_empty() && st.term == newest)
         .max_by_key(|st| (st.returning && !st.fence, st.returning, st.settled))
+        .or_else(|| committed_behind(&states, newest))
     else {
         return Ok(None);
     };
-    if top.term < above || (top.term == above && !or_equal) {
+    if newest < above || (newest == above && !or_equal) {
         return Ok(None);
     }
     let ring = |text: &str| {
@@ -54,7 +59,7 @@ pub fn adopted(
         (previous, current)
     };
     let mut plan = FleetPlan::new(old, new, 0);
-    plan.term = top.term;
+    plan.term = newest;
     let (old_d, new_d) = (plan.old.digest(), plan.new.digest());
     let holds = |d: &str, p: &str, settled: bool| {
         states
@@ -80,6 +85,27 @@ pub fn adopted(
     };
     plan.enter(phase);
     Ok(Some(plan))
+}
+
+/// A node that holds an operation's open rings (the new ring over the old one) under an older
+/// term than the newest, whose new ring the nodes of the newest term hold alone: the operation
+/// was committed under the newest term (that coordinator's plan is gone) while this node was
+/// left behind (a replica promoted with the rings it had before it stopped following its
+/// primary: the nemesis test, Valkey seed 7). No node of the newest term holds two rings, so
+/// without it nothing would be adopted and that node would stay on two rings for good; adopted,
+/// the operation goes on from `commit` (back to `settle` while that node is not settled) and
+/// ends on the ring the fleet committed to. The newest such node names it.
+fn committed_behind<'a>(states: &[&'a NodeState], newest: u64) -> Option<&'a NodeState> {
+    let committed = |digest: &str| {
+        states
+            .iter()
+            .any(|st| st.term == newest && st.digest == digest && st.previous_digest.is_empty())
+    };
+    states
+        .iter()
+        .copied()
+        .filter(|st| !st.previous_ring.is_empty() && !st.returning && committed(&st.digest))
+        .max_by_key(|st| (st.term, st.settled))
 }
 
 #[cfg(test)]
@@ -174,6 +200,43 @@ mod tests {
         let mut reverted = back.clone();
         reverted[0] = node("a", (Some(&old), None), OPEN, 4);
         assert!(adopted(&reverted, 0, false).is_err());
+    }
+
+    #[test]
+    fn a_node_left_behind_a_commit_of_a_newer_term_names_the_operation() {
+        let (old, new) = (
+            test_spec(&["a", "b", "c"]),
+            test_spec(&["a", "b", "c", "d"]),
+        );
+        // Node a, a replica promoted with its rings of the copy (term 2); the others committed
+        // under term 3 (the plan that drove them is gone): no node of term 3 holds two rings.
+        let answers = vec![
+            node("a", (Some(&new), Some(&old)), OPEN, 2),
+            node("b", (Some(&new), None), OPEN, 3),
+            node("c", (Some(&new), None), OPEN, 3),
+            node("d", (Some(&new), None), OPEN, 3),
+        ];
+        let plan = adopted(&answers, 0, false).unwrap().unwrap();
+        assert_eq!((&plan.old, &plan.new), (&old, &new));
+        assert_eq!(
+            (plan.phase, plan.term, plan.cancel),
+            (Phase::Commit, 3, false)
+        );
+        assert!(adopted(&answers, 3, false).unwrap().is_none());
+        assert!(adopted(&answers, 3, true).unwrap().is_some());
+        // The newest term on another ring alone (the old one: a cancel, a reverse operation):
+        // node a's rings are an older operation's, nothing to adopt.
+        let moved_on = vec![
+            node("a", (Some(&new), Some(&old)), OPEN, 2),
+            node("b", (Some(&old), None), OPEN, 3),
+        ];
+        assert!(adopted(&moved_on, 0, false).unwrap().is_none());
+        // A cancel's return left behind is not taken for the operation either.
+        let back = vec![
+            node("a", (Some(&old), Some(&new)), RETURNING, 2),
+            node("b", (Some(&old), None), OPEN, 3),
+        ];
+        assert!(adopted(&back, 0, false).unwrap().is_none());
     }
 
     #[test]

@@ -142,12 +142,16 @@ fn rings_of(plan: &FleetPlan, st: &NodeState) -> Rings {
     }
 }
 
-/// The phase RESUME drives a plan from: its own, except a `commit` in which a node holds the
-/// new ring over the old one no longer settled (its primary failed over, or restarted from an
-/// AOF, before the settle reached a replica or the disk), or rings from before (an adopted
-/// plan, `adopt`, whose node came back from an older file): the plan goes back to `settle`, so
-/// that every node is settled again before any other commits (a committed node settled again
-/// only reads and writes as it did; nothing is cleaned up before `cleanup`).
+/// The phase RESUME drives a plan from: its own, except
+/// - a plan recorded behind the fleet: in `fence`, `begin` or `copy` while a node holds the
+///   plan's new ring alone under the plan's term or a newer one (`committed`): the plan goes on
+///   from `commit`;
+/// - a `commit` in which a node holds the new ring over the old one no longer settled (its
+///   primary failed over, or restarted from an AOF, before the settle reached a replica or the
+///   disk), or rings from before (an adopted plan, `adopt`, whose node came back from an older
+///   file): the plan goes back to `settle`, so that every node is settled again before any
+///   other commits (a committed node settled again only reads and writes as it did; nothing is
+///   cleaned up before `cleanup`).
 pub fn resume_phase(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> Phase {
     let unsettled = answers.iter().flatten().any(|st| {
         matches!(
@@ -155,10 +159,42 @@ pub fn resume_phase(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> 
             Rings::Begun | Rings::Fenced | Rings::Old | Rings::Empty
         )
     });
-    match plan.phase {
+    let phase = match plan.phase {
+        Phase::Fence | Phase::Begin | Phase::Copy if committed(plan, answers) => Phase::Commit,
+        phase => phase,
+    };
+    match phase {
         Phase::Commit if unsettled => Phase::Settle,
         phase => phase,
     }
+}
+
+/// Whether a node holds the plan's new ring alone under the plan's term or a newer one: a
+/// coordinator drove this operation past its copies, though the plan here says otherwise.
+///
+/// Why (issue 33, the nemesis test, Valkey seed 7): the plan here can be recorded behind what
+/// the nodes hold. A coordinator's step counts durable once its server's replica acknowledged
+/// it (`durable`), but a primary with no replica linked at that moment (one killed, or not yet
+/// synced after a restart) waits for none: that coordinator (or one that RESUMEd the plan
+/// elsewhere under a newer term) drove the fleet through settle and commit while the replica
+/// kept the plan in `copy` and this node's rings begun; then Sentinel promoted that replica. Its
+/// plan, and its rings, were behind every other node's: RESUME refused them as "older than
+/// the fleet", no node held the operation's open rings under the newest term for RESUME to
+/// adopt (`adopt`), and the fleet stayed split for good.
+///
+/// The commit rings are installed only once the copies landed at every destination's replica
+/// (`landed`) and every node was settled, so the copies are done: driving this plan back
+/// through `copy` would only copy again, and a CANCEL can no longer apply (a node that committed
+/// may have deleted a key at its new owner alone). So the plan goes on from `commit` (back to
+/// `settle` while a node is not settled yet, as above), which ends the fleet on the ring the
+/// committed nodes hold. A node that holds the new ring alone under an older term than the
+/// plan's does not count: those are rings from before this plan (a node back from an older file,
+/// an earlier operation to the same ring), which say nothing of its copies.
+fn committed(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> bool {
+    answers
+        .iter()
+        .flatten()
+        .any(|st| st.term >= plan.term && rings_of(plan, st) == Rings::New)
 }
 
 /// RESUME's check: each node that answers must hold rings the plan's phase can be in (those of

@@ -41,12 +41,14 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 thread_local! {
     static RUNNING: Cell<bool> = const { Cell::new(false) };
     /// A test's hold (`SHARD.DEBUG FLEET-HOLD phase n`): in `phase`, the rings go to the plan's
-    /// first `n` nodes only, then the coordinator waits until the hold is lifted.
+    /// first `n` nodes only, then the coordinator waits until the hold is lifted; in a phase that
+    /// installs no rings (`copy`, `cancel-stop`), it waits once the phase's jobs are done.
     static HOLD: Cell<Option<(Phase, usize)>> = const { Cell::new(None) };
 }
 
 /// Holds the coordinator in `phase` after it has installed the rings on the plan's first `n`
-/// nodes (`None`: lifts the hold). For tests, which drive the step between two nodes of a phase
+/// nodes, or, in a phase that installs no rings, once its jobs are done (`None`: lifts the
+/// hold). For tests, which drive the step between two nodes of a phase
 /// (`SHARD.DEBUG FLEET-HOLD`); kept in memory only, so a restart lifts it.
 pub fn set_hold(hold: Option<(Phase, usize)>) {
     HOLD.with(|h| h.set(hold));
@@ -192,12 +194,29 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
             persist(steps, reach).await?;
             continue; // a destination failed over: the copies run again
         }
+        held_after_jobs(steps, reach, &plan).await?;
         if plan.final_install().is_some() {
             with_plan(FleetPlan::reset_steps);
             install_everywhere(steps, reach, Rings::Final).await?;
         }
         enter(steps, reach, plan.phase.next()).await?;
     }
+}
+
+/// A test's hold of a phase that installs no rings (`copy`, `cancel-stop`: `set_hold`, whatever
+/// its `n`): the coordinator waits, its jobs done and the plan made durable, until the hold is
+/// lifted (or its lease is lost or handed over).
+async fn held_after_jobs(steps: &NetSteps, reach: &Reach, plan: &FleetPlan) -> Result<(), String> {
+    let no_rings = plan.install().is_none() && plan.final_install().is_none();
+    while no_rings
+        && HOLD
+            .with(Cell::get)
+            .is_some_and(|(held, _)| held == plan.phase)
+    {
+        lease::fresh(steps, reach).await?;
+        steps.sleep(POLL).await;
+    }
+    Ok(())
 }
 
 /// Waits until the phase's copies have reached each destination's replica (`landed`);

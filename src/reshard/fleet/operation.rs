@@ -132,13 +132,23 @@ pub async fn begin(steps: NetSteps, mut plan: FleetPlan, reach: Reach) -> CallRe
 /// refused while another coordinator's lease runs, naming it and how long it still runs), then
 /// the plan driven. The reply: `OK` once it is driven (at once when it is already), or why not.
 pub fn resume(call: &Call, reach: Reach) -> Result<(), CmdError> {
+    resume_as(call, reach, false)
+}
+
+/// CANCEL of a plan not being driven: driven back as RESUME drives it (`resume`), but refused,
+/// and not driven, when the plan turns out to be past its copies (`acquire`).
+pub fn resume_cancel(call: &Call, reach: Reach) -> Result<(), CmdError> {
+    resume_as(call, reach, true)
+}
+
+fn resume_as(call: &Call, reach: Reach, cancelling: bool) -> Result<(), CmdError> {
     if !coordinator::begin_driving() {
         call.reply.ok();
         return Ok(());
     }
     let link = reach.link.clone();
     let started = crate::route::forward::run(call, link, move |steps| async move {
-        acquire_and_drive(&steps, reach).await
+        acquire_and_drive(&steps, reach, cancelling).await
     });
     started.map_err(|e| {
         coordinator::not_driven(&e);
@@ -204,7 +214,7 @@ pub fn adopt(call: &Call) -> Result<(), CmdError> {
             journal::plan_text(&plan)
         ));
         crate::reshard::current::lock().fleet = Some(plan);
-        acquire_and_drive(&steps, reach).await
+        acquire_and_drive(&steps, reach, false).await
     });
     started.map_err(|e| {
         coordinator::not_driven(&e);
@@ -213,15 +223,20 @@ pub fn adopt(call: &Call) -> Result<(), CmdError> {
 }
 
 /// The term to drive the unfinished plan under (RESUME, START again, CANCEL of a plan not
-/// driven): every node asked; refused while another coordinator's lease runs. When a node holds
+/// driven): every node asked; refused while another coordinator's lease runs. A plan recorded
+/// behind the fleet (in a phase before `commit` while a node holds its new ring alone under its
+/// term or a newer one: `checks::resume_phase`) goes on from `commit`. When a node holds
 /// rings that do not fit the plan's phase (`check_resume`: the plan is older than the fleet,
 /// restored from an older copy), the plan whose rings the fleet holds is adopted instead
 /// (`adopt`), when it is of this plan's term or a newer one; else RESUME is refused, naming the
-/// nodes. The new term is made durable in the plan before any step carries it.
-async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
+/// nodes. The new term is made durable in the plan before any step carries it. A CANCEL
+/// (`cancelling`) of a plan past its copies is refused, the plan left as it is, as CANCEL is
+/// refused from `settle` on: RESUME finishes it.
+async fn acquire(steps: &NetSteps, reach: &Reach, cancelling: bool) -> Result<Term, String> {
     let mut plan = coordinator::current_plan()?;
     let mut nodes = coordinator::endpoints(&plan, &reach.me.name);
     let mut answers = lease::ask(steps, &nodes, reach).await?;
+    let recorded = plan.phase;
     plan.phase = resume_phase(&plan, &answers);
     let problems = check_resume(&plan, &answers);
     let mut adopted_plan = false;
@@ -246,6 +261,21 @@ async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
         answers = lease::ask(steps, &nodes, reach).await?;
         plan.phase = resume_phase(&plan, &answers);
     }
+    let past = !adopted_plan && recorded.cancellable() && !plan.phase.cancellable();
+    if past && cancelling {
+        return Err(format!(
+            "ERR the resharding can no longer be cancelled: the plan here is in phase {recorded}, but a node holds its new ring alone (the fleet committed to it); SHARD.RESHARD RESUME finishes it, or START the reverse resharding once it is done"
+        ));
+    }
+    if past {
+        // Recorded behind the fleet, which committed (`checks::resume_phase`): past the
+        // copies, where a cancel no longer applies.
+        journal::note(&format!(
+            "RESUME: the plan here is in phase {recorded}, but a node holds its new ring alone: the fleet committed, the plan goes on from {}{}",
+            plan.phase,
+            if plan.cancel { " (the cancel asked for no longer applies)" } else { "" }
+        ));
+    }
     let term = lease::take(plan.term, &nodes, &answers, reach)?;
     journal::note(&format!(
         "RESUME: {} now under term {}",
@@ -261,6 +291,9 @@ async fn acquire(steps: &NetSteps, reach: &Reach) -> Result<Term, String> {
         coordinator::with_plan(|p| {
             if p.phase != phase {
                 p.enter(phase);
+            }
+            if past {
+                p.cancel = false;
             }
             p.term = term.claim.term;
             p.error.clear();
@@ -346,8 +379,8 @@ pub fn save_plan(ctx: &Context, bytes: &[u8]) -> Result<(), CmdError> {
 
 /// The term for this node's plan (`acquire`), then the plan driven under it: the reply of
 /// RESUME (and of START again, CANCEL of a plan not driven).
-async fn acquire_and_drive(steps: &NetSteps, reach: Reach) -> CallReply {
-    match acquire(steps, &reach).await {
+async fn acquire_and_drive(steps: &NetSteps, reach: Reach, cancelling: bool) -> CallReply {
+    match acquire(steps, &reach, cancelling).await {
         Ok(term) => {
             coordinator::drive(reach, term);
             CallReply::Reply(Resp::Simple(b"OK".to_vec()))

@@ -245,6 +245,42 @@ fn resume_refuses_a_plan_older_than_the_fleet() {
 }
 
 #[test]
+fn resume_goes_on_from_commit_when_the_fleet_committed_past_the_plan() {
+    let mut p = grow();
+    let (old, new) = (p.old.digest(), p.new.digest());
+    p.enter(Phase::Copy);
+    p.term = 4;
+    let at = |name: &str, digest: &str, previous: &str, term: u64| {
+        state(name, digest, previous, 5).map(|st| NodeState { term, ..st })
+    };
+    // The plan here was left in copy (its server's replica, promoted, had it so), as were this
+    // node's rings; the others committed under a newer term.
+    let mut answers = vec![
+        at("a", &new, &old, 4),
+        at("b", &new, "", 6),
+        at("c", &new, "", 6),
+        at("d", &new, "", 6),
+    ];
+    assert!(!check_resume(&p, &answers).is_empty(), "copy does not fit");
+    // Past the copies: settle first, node a being only begun, then commit.
+    assert_eq!(resume_phase(&p, &answers), Phase::Settle);
+    p.enter(Phase::Settle);
+    assert!(check_resume(&p, &answers).is_empty());
+    // Every node committed under the plan's own term: commit (then cleanup).
+    p.enter(Phase::Begin);
+    for (i, n) in ["a", "b", "c", "d"].iter().enumerate() {
+        answers[i] = at(n, &new, "", 4);
+    }
+    assert_eq!(resume_phase(&p, &answers), Phase::Commit);
+    // The new ring alone under an older term than the plan's is from before it (a node back
+    // from an older file): it says nothing of the copies, and the plan stays in its phase.
+    p.enter(Phase::Copy);
+    answers = vec![at("a", &new, &old, 4), at("b", &new, "", 3)];
+    assert_eq!(resume_phase(&p, &answers), Phase::Copy);
+    assert!(!check_resume(&p, &answers).is_empty());
+}
+
+#[test]
 fn a_node_that_lost_its_settle_does_not_hold_the_settle_rings() {
     let mut p = grow();
     p.enter(Phase::Settle);
