@@ -2,42 +2,63 @@
 they were sent to (issue 33, found by the nemesis test: `list:3` and `list:7` lost everything
 written before a grow).
 
-The joining node n3 is behind Sentinel; its second server stops following its primary
-(`REPLICAOF NO ONE`: as an old primary that Sentinel has not turned into a replica yet, which
-is where the nemesis found it). The grow copies n0's, n1's and n2's moving keys to n3's
-primary, which has no replica following it; then Sentinel fails n3 over to that second server,
-which never got them, and the first server becomes its replica (its data replaced). Before,
-the copy counted done at the primary's acknowledgement: the grow settled, committed and
-cleaned the keys up at their sources, and after the failover every moved key was gone. Now the
-coordinator waits, before the fleet settles, for each destination's replica to acknowledge the
-copies (`reshard/fleet/landed.rs`), and a destination that failed over since gets them again.
+The joining node n3 is behind Sentinel; once every node has the grow's `begin` rings (the
+coordinator held there), its second server stops following its primary (`REPLICAOF NO ONE`: as
+an old primary that Sentinel has not turned into a replica yet, which is where the nemesis
+found it). The grow copies n0's, n1's and n2's moving keys to n3's primary, which has no
+replica following it; then Sentinel fails n3 over to that second server, which never got them,
+and the first server becomes its replica (its data replaced). Before, the copy counted done at
+the primary's acknowledgement: the grow settled, committed and cleaned the keys up at their
+sources, and after the failover every moved key was gone. Now the coordinator waits, before the
+fleet settles, for each destination's replica to acknowledge the copies
+(`reshard/fleet/landed.rs`), and a destination that failed over since gets them again.
+
+The same holds for every step of a fleet operation (`reshard/fleet/durable.rs`): a ring step
+at a primary that no replica follows, while Sentinel lists one it could promote, is not
+counted done (Valkey seed 7: settle and commit counted done at n0's primary while its replica
+was syncing, then Sentinel promoted that replica); the second test.
 """
 
 from helpers.fleet import owners
 from helpers.nemesis import SHARDS, Fleet
 from helpers.reshard import fleet_status, resume_until_over
-from helpers.server import until
+from helpers.server import as_map, until
 
 KEYS = [f"k:{i}" for i in range(300)]
 
 
+def detach(first, second):
+    """`second` stops following `first` (Sentinel still counts it as a replica it could
+    promote)."""
+    assert second.client().execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    until(lambda: first.client().execute_command("ROLE")[2] == [], "a primary without a replica")
+
+
+def on_ring(server, digest):
+    """Whether `server`'s current ring is the one of `digest`."""
+    return as_map(server.client().execute_command("SHARD.RING", "STATE"))["digest"] == digest
+
+
 def test_a_grow_waits_for_its_copies_to_reach_the_destinations_replica(
         server_factory, sentinel_factory, clockshim, tmp_path):
-    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
+                  config=[("enable-debug-command", "yes")])
     coordinator = fleet.primaries["n0"].client(socket_timeout=20)
     pipe = coordinator.pipeline(transaction=False)
     for k in KEYS:
         pipe.execute_command("SHARD.CALL", "WAIT", 1, 1000, "SET", k, f"v:{k}")
     assert all(r == b"OK" for r in pipe.execute())
     first, second = fleet.primaries["n3"], fleet.replicas["n3"]
-    # n3's second server leaves its primary: Sentinel still counts it as n3's replica.
-    assert second.client().execute_command("REPLICAOF", "NO", "ONE") == b"OK"
-    until(lambda: first.client().execute_command("ROLE")[2] == [], "n3's primary without a replica")
-
+    # The coordinator held once every node has the grow's begin rings, before the copies.
+    assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "begin", 4) == b"OK"
     ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
     assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
-    until(lambda: fleet_status(coordinator)["phase"] not in (b"fence", b"begin"),
-          "the grow past its fence: the new ring current")
+    new = fleet_status(coordinator)["new_digest"]
+    until(lambda: all(on_ring(fleet.primaries[n], new) for n in SHARDS),
+          "every node has the grow's begin rings (the new ring current)")
+    # n3's second server leaves its primary: Sentinel still counts it as n3's replica.
+    detach(first, second)
+    assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "OFF") == b"OK"
     moving = [k for k, o in zip(KEYS, owners(coordinator, KEYS)) if o == "n3"]
     assert len(moving) >= 30
     until(lambda: first.client().dbsize() >= len(moving), "the moving keys copied to n3's primary")
@@ -48,7 +69,11 @@ def test_a_grow_waits_for_its_copies_to_reach_the_destinations_replica(
     fleet.fail_over_to("n3", second)
 
     resume_until_over(coordinator, "the grow ends")
-    # Every key at its owner with its value: the moved ones too.
+    every_key_at_its_owner(fleet, coordinator)
+
+
+def every_key_at_its_owner(fleet, coordinator):
+    """Every key at its owner with its value: the moved ones too."""
     expected = dict(zip(KEYS, owners(coordinator, KEYS)))
     for n in SHARDS:
         s = fleet.primary(n).client()
@@ -59,3 +84,31 @@ def test_a_grow_waits_for_its_copies_to_reach_the_destinations_replica(
         missing = [k for k, v in zip(mine, pipe.execute()) if not v]
         assert not missing, f"{n} lacks {len(missing)} of its {len(mine)} keys: {missing[:10]}"
     assert set(expected.values()) == set(SHARDS)
+
+
+def test_a_ring_step_waits_for_a_replica_sentinel_could_promote(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """n3's second server stops following its primary before the grow (Sentinel still counts it
+    as a replica it could promote): the grow's first step at n3 (its fence rings) is not counted
+    done at a primary no replica follows; the coordinator says why and sends it again. Before,
+    it counted done at once (`ROLE` listed no replica: none was waited for), and so did every
+    later ring step: a promotion of that second server would have lost them all. Once Sentinel
+    fails n3 over to the second server, the steps reach it and the grow ends with every key at
+    its owner."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    pipe = coordinator.pipeline(transaction=False)
+    for k in KEYS:
+        pipe.execute_command("SHARD.CALL", "WAIT", 1, 1000, "SET", k, f"v:{k}")
+    assert all(r == b"OK" for r in pipe.execute())
+    first, second = fleet.primaries["n3"], fleet.replicas["n3"]
+    detach(first, second)
+    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
+    until(lambda: b"replicas acknowledged" in fleet_status(coordinator)["error"],
+          "the coordinator waits for n3's replica", timeout=30)
+    assert b"n3" in fleet_status(coordinator)["error"], fleet_status(coordinator)["error"]
+    assert fleet_status(coordinator)["phase"] == b"fence"
+    fleet.fail_over_to("n3", second)
+    resume_until_over(coordinator, "the grow ends")
+    every_key_at_its_owner(fleet, coordinator)

@@ -47,11 +47,18 @@ thread_local! {
 }
 
 /// Holds the coordinator in `phase` after it has installed the rings on the plan's first `n`
-/// nodes, or, in a phase that installs no rings, once its jobs are done (`None`: lifts the
+/// nodes (every node, when `n` is their count or more), or, in a phase that installs no rings, once its jobs are done (`None`: lifts the
 /// hold). For tests, which drive the step between two nodes of a phase
 /// (`SHARD.DEBUG FLEET-HOLD`); kept in memory only, so a restart lifts it.
 pub fn set_hold(hold: Option<(Phase, usize)>) {
     HOLD.with(|h| h.set(hold));
+}
+
+/// Whether a test holds the coordinator once every one of the `nodes` has the rings of
+/// `phase` (`FLEET-HOLD phase n` with `n` the plan's node count or more).
+fn held_after_all(phase: Phase, nodes: usize) -> bool {
+    HOLD.with(Cell::get)
+        .is_some_and(|(held, n)| held == phase && n >= nodes)
 }
 
 /// Whether node `i` may get the rings of `phase` now.
@@ -338,7 +345,7 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach, rings: Rings) -> Re
             .filter_map(|(_, n)| endpoint_of(&plan, &n.name, &reach.me.name))
             .collect();
         if pending.is_empty() {
-            if plan.nodes.iter().all(|n| n.done) {
+            if plan.nodes.iter().all(|n| n.done) && !held_after_all(plan.phase, plan.nodes.len()) {
                 let nodes = endpoints(&plan, &reach.me.name);
                 let missing = not_holding(&nodes, ask_states(steps, &nodes).await, &install);
                 if missing.is_empty() {

@@ -9,7 +9,14 @@
 //! connected to that primary now (its `ROLE`, asked first; at most one), and a `WAIT` that
 //! comes back short is a failure of the step: the coordinator sends it again later (steps are
 //! idempotent), by then to the new primary if Sentinel promoted one (the endpoint is resolved
-//! through Sentinel at every send). A node that has no replica connected waits for none.
+//! through Sentinel at every send). A node that has no replica connected waits for none, unless
+//! it is a `sentinel` node of which Sentinel lists a replica it could promote (linked to the
+//! primary now or not: an old primary Sentinel has not turned into a replica yet, a replica
+//! still syncing or whose link broke): that one may be promoted without the step, so the step
+//! waits for a replica and is sent again until one has it or Sentinel has promoted (the nemesis
+//! test, Valkey seed 7: a grow's settle and commit steps counted done at n0's primary while its
+//! replica was syncing; Sentinel promoted that replica, which held the plan in `copy` and open
+//! rings while the other nodes had committed).
 
 use crate::net::endpoint::{Endpoint, StepError};
 use crate::net::resp::Resp;
@@ -22,7 +29,28 @@ pub const REPLICA_WAIT_MS: i64 = 2000;
 /// Sends the step `args` to `at` and waits for its replica (see the module's doc): the step's
 /// reply (an error reply as it came), or an error when the replica did not acknowledge it.
 pub async fn send(steps: &NetSteps, at: &Endpoint, args: &[Vec<u8>]) -> Result<Resp, StepError> {
-    send_at_least(steps, at, args, 0).await
+    send_at_least(steps, at, args, least_for(&at.name)).await
+}
+
+/// The replicas a step at the node called `name` waits for even when its primary's `ROLE`
+/// lists none: one for a `sentinel` node whose replicas Sentinel could promote (or whose
+/// replicas are not looked up yet), none for another node.
+pub fn least_for(name: &str) -> i64 {
+    let sentinel = {
+        let st = crate::state::lock();
+        let found = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p.spec.nodes.iter())
+            .find(|n| n.name == name)
+            .is_some_and(|n| n.via_sentinel());
+        found
+    };
+    i64::from(
+        sentinel
+            && (crate::topology::nodes::replicas_pending(name)
+                || crate::topology::nodes::promotable_replicas(name) > 0),
+    )
 }
 
 /// `send`, waiting for at least `least` replicas (at most one) even when `ROLE` lists none
