@@ -46,10 +46,19 @@ thread_local! {
 }
 
 /// Holds the coordinator in `phase` after it has installed the rings on the plan's first `n`
-/// nodes (`None`: lifts the hold). For tests, which drive the step between two nodes of a phase
+/// nodes (`None`: lifts the hold); `n` at least the plan's nodes: after the rings are on every
+/// node, before the phase's jobs. For tests, which drive the step between two nodes of a phase
 /// (`SHARD.DEBUG FLEET-HOLD`); kept in memory only, so a restart lifts it.
 pub fn set_hold(hold: Option<(Phase, usize)>) {
     HOLD.with(|h| h.set(hold));
+}
+
+/// Whether a hold of `phase` on every one of the plan's `nodes` keeps the coordinator after the
+/// phase's rings are installed, before its jobs (a hold of `n` at least the plan's nodes: the
+/// tests act between a phase's install and its jobs).
+fn held_before_jobs(phase: Phase, nodes: usize) -> bool {
+    HOLD.with(Cell::get)
+        .is_some_and(|(held, n)| held == phase && n >= nodes)
 }
 
 /// Whether node `i` may get the rings of `phase` now.
@@ -183,6 +192,10 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
             if plan.phase.waits_for_calls() {
                 wait_for_calls(steps, reach).await?;
             }
+        }
+        while held_before_jobs(plan.phase, plan.nodes.len()) {
+            lease::fresh(steps, reach).await?;
+            steps.sleep(POLL).await;
         }
         let sent = landed::addresses(&current_plan()?, &reach.me.name);
         if !jobs_phase::run_jobs(steps, reach).await? {
