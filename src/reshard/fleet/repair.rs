@@ -158,17 +158,17 @@ fn expire(_ctx: &Context, n: u64) {
         crate::host::context::after(bound(), expire, n);
         return;
     }
-    if CHECK.load(Ordering::Relaxed) == n && STALE.load(Ordering::Relaxed) == n && gate::closed() {
-        // Older rings than a peer's of a newer term: kept closed until they are installed.
-        crate::host::context::after(bound(), expire, n);
-        return;
-    }
     if CHECK.load(Ordering::Relaxed) == n && passed_over() {
         if PASSED_OVER.swap(n, Ordering::Relaxed) != n {
             redis_module::logging::log_notice(
                 "shard: Sentinel names another server for this node: its writes stay refused until its rings are brought up to date, it becomes a replica, or Sentinel names it",
             );
         }
+        crate::host::context::after(bound(), expire, n);
+        return;
+    }
+    if CHECK.load(Ordering::Relaxed) == n && STALE.load(Ordering::Relaxed) == n && gate::closed() {
+        // Older rings than a peer's of a newer term: kept closed until they are installed.
         crate::host::context::after(bound(), expire, n);
         return;
     }
