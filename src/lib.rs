@@ -183,6 +183,8 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
             .flat_map(|f| [f.old.clone(), f.new.clone()])
             .collect()
     });
+    // A primary Sentinel fails its node over to checks its rings, as a promoted replica does.
+    topology::watcher::set_on_named(reshard::fleet::repair::check_soon);
     topology::watcher::start()
 }
 

@@ -83,8 +83,9 @@ pub fn debug(call: &Call) -> CmdResult {
 }
 
 /// `FLEET-HOLD phase n`: this node's coordinator installs `phase`'s rings on the plan's first
-/// `n` nodes only, then waits (in a phase that installs no rings, `copy`: once its jobs are
-/// done); `FLEET-HOLD OFF` lets it go on.
+/// `n` nodes only, then waits (`n` at least the plan's nodes: on every node, then it waits
+/// before the phase's jobs; in a phase that installs no rings, `copy`: once its jobs are done);
+/// `FLEET-HOLD OFF` lets it go on.
 fn fleet_hold(call: &Call) -> CmdResult {
     use crate::reshard::fleet::{coordinator, plan::Phase};
     if call.args.len() == 3 && is(call.args.get(2), "OFF") {

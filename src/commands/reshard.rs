@@ -87,7 +87,7 @@ pub fn copy(call: &Call) -> CmdResult {
     // A copy that would move a key a transaction locks waits for the lock to end.
     crate::txn::owner::owned::refuse_copied_locks()?;
     fencing::accept_step(call.ctx, term.as_ref(), &[])?;
-    let (ring, self_name) = {
+    let (ring, self_name, rings) = {
         let st = state::lock();
         let (ring, self_name) = job_inputs(&st)?;
         let in_previous = st
@@ -108,10 +108,10 @@ pub fn copy(call: &Call) -> CmdResult {
             bytes: usize::try_from(st.config.big_key_bytes).unwrap_or(1 << 20),
             elements: usize::try_from(st.config.big_key_elements).unwrap_or(4096),
         };
-        (ring, self_name)
+        (ring, self_name, ring_digests(&st))
     };
     jobs::start(call.ctx, JobKind::Copy, ring, self_name, options).map_err(CmdError::err)?;
-    crate::reshard::current::lock().job.term = term.map_or(0, |t| t.term);
+    started(term.as_ref(), rings);
     call.reply.ok();
     Ok(())
 }
@@ -122,7 +122,7 @@ pub fn cleanup(call: &Call) -> CmdResult {
     let (args, term) = without_term(call)?;
     let (batch, left) = parse_cleanup(args.as_slice())?;
     fencing::accept_step(call.ctx, term.as_ref(), &[])?;
-    let (ring, self_name) = {
+    let (ring, self_name, rings) = {
         let st = state::lock();
         if st.rings.previous.is_some() {
             return Err(CmdError::err(
@@ -135,7 +135,7 @@ pub fn cleanup(call: &Call) -> CmdResult {
                 "self '{self_name}' names no node of the ring: cleanup would delete every key; set shard.self to this server's node name (or, on a node that has left the fleet, CLEANUP LEFT)"
             )));
         }
-        (ring, self_name)
+        (ring, self_name, ring_digests(&st))
     };
     let options = CopyOptions {
         batch,
@@ -147,9 +147,26 @@ pub fn cleanup(call: &Call) -> CmdResult {
         leaving: None,
     };
     jobs::start(call.ctx, JobKind::Cleanup, ring, self_name, options).map_err(CmdError::err)?;
-    crate::reshard::current::lock().job.term = term.map_or(0, |t| t.term);
+    started(term.as_ref(), rings);
     call.reply.ok();
     Ok(())
+}
+
+/// The digests of this node's current and previous rings ("" when none).
+fn ring_digests(st: &ModuleState) -> (String, String) {
+    let digest = |p: &Option<Arc<Placement>>| p.as_ref().map(|p| p.digest.clone());
+    (
+        digest(&st.rings.current).unwrap_or_default(),
+        digest(&st.rings.previous).unwrap_or_default(),
+    )
+}
+
+/// The job just started is marked with the fleet step's term and the rings it runs on, which
+/// the coordinator reads back (`fleet::checks::job_verdict`).
+fn started(term: Option<&Claim>, rings: (String, String)) {
+    let mut current = crate::reshard::current::lock();
+    current.job.term = term.map_or(0, |t| t.term);
+    current.job.rings = rings;
 }
 
 /// The ring and the `self` name a job needs, or why it cannot start.

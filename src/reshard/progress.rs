@@ -103,6 +103,14 @@ pub struct Job {
     /// step only when it carries the step's term, never one of an older step, or one run on
     /// the data a server had before it was demoted (`reshard::fleet::checks::job_verdict`).
     pub term: u64,
+    /// The digests of the rings it ran on, current and previous ("" when none), set with
+    /// `term`: a coordinator counts a job for its step only when it ran on the rings of the
+    /// step's phase (`reshard::fleet::checks::job_verdict`). A server promoted after the
+    /// phase's rings reached its old primary but not it runs the job on the rings before them:
+    /// a cancel's copy back, run on the copy phase's rings, copied nothing back and counted
+    /// done, and the cleanup then deleted what the new owners had been written meanwhile (the
+    /// nemesis test, issue 33, `NEMESIS_SEED=819126060` on Valkey).
+    pub rings: (String, String),
 }
 
 /// A copy stops after this many passes even if clients keep writing keys it must copy (they

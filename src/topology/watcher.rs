@@ -114,6 +114,15 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
     static MORE_RINGS: std::cell::Cell<fn() -> Vec<crate::ring::RingSpec>> =
         const { std::cell::Cell::new(Vec::new) };
+    static NAMED_ME: std::cell::Cell<fn()> = const { std::cell::Cell::new(|| {}) };
+}
+
+/// Registers what runs when Sentinel fails this server's own node over to this server (from
+/// `reshard`: its rings checked, as on a promotion), once at load. A server Sentinel names that
+/// was a primary already (an old primary restarted from its AOF, or one that left its primary,
+/// which Sentinel had not turned into a replica yet) changes no role: nothing else checks it.
+pub fn set_on_named(hook: fn()) {
+    NAMED_ME.with(|m| m.set(hook));
 }
 
 /// Registers where the watcher finds rings to watch beyond the node's own (a fleet operation's
@@ -216,7 +225,16 @@ pub fn wake() {
 pub(super) fn hand_over(updates: Vec<Update>) {
     fn on_main_thread(updates: Vec<Update>) {
         let is_me = crate::topology::me::is_own_address;
-        crate::net::pool::topology_changed(crate::topology::nodes::apply(updates, is_me));
+        let applied = crate::topology::nodes::apply(updates, is_me);
+        let me = crate::state::lock().config.ring.self_name.clone();
+        let named_me = applied
+            .moved
+            .iter()
+            .any(|(name, _, new)| *name == me && is_me(new));
+        crate::net::pool::topology_changed(applied);
+        if named_me && !crate::topology::nodes::is_replica() {
+            NAMED_ME.with(|m| m.get())();
+        }
     }
     event_loop::on_main_thread(on_main_thread, updates);
 }

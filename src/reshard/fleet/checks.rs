@@ -15,6 +15,9 @@ pub enum JobVerdict {
     Done,
     /// Ended without finishing (failed keys, stopped, or never started): try again.
     Retry(String),
+    /// Ran on other rings than its phase's (why): the phase's rings are installed there again,
+    /// then the job is started again.
+    OtherRings(String),
 }
 
 /// Reads a node's state after its step `work` was started under the fleet term `term`. Only
@@ -23,7 +26,19 @@ pub enum JobVerdict {
 /// record of the copy it made as a primary before, while the copy of this step ran at the
 /// primary that failed over: that copy never finished, and the keys it had not sent yet would
 /// be left behind); such a job is waited for while it runs, then the step is started again.
-pub fn job_verdict(work: Work, st: &NodeState, term: u64) -> JobVerdict {
+///
+/// A job of the term counts only when it ran on `rings`, the rings of the step's phase
+/// (`FleetPlan::job_rings`), when given: a server promoted after the phase's rings reached the
+/// primary it replaced, but not it, runs the step on the rings before them (a cancel's copy
+/// back run on the copy's rings copies nothing back). Such a job is waited for while it runs;
+/// then the rings are installed there again and the step started again (`OtherRings`). A node
+/// that does not report its job's rings (an older build) is not held to them.
+pub fn job_verdict(
+    work: Work,
+    st: &NodeState,
+    term: u64,
+    rings: Option<&Install<'_>>,
+) -> JobVerdict {
     if work == Work::Stop {
         return if st.job_running() {
             JobVerdict::Running
@@ -45,8 +60,26 @@ pub fn job_verdict(work: Work, st: &NodeState, term: u64) -> JobVerdict {
             if st.job_term == 0 { "none".to_string() } else { format!("term {}", st.job_term) }
         ));
     }
+    if st.job_running() {
+        return JobVerdict::Running;
+    }
+    if let Some(want) = rings {
+        let want_previous = want.previous.map(|p| p.digest()).unwrap_or_default();
+        let reported = !st.job_digest.is_empty();
+        if reported
+            && (st.job_digest != want.current.digest() || st.job_previous_digest != want_previous)
+        {
+            return JobVerdict::OtherRings(format!(
+                "its {} job ran on rings {} (previous {}), not the phase's {} (previous {}): the rings are installed there again, then the job",
+                st.job,
+                or_none(&st.job_digest),
+                or_none(&st.job_previous_digest),
+                want.current.digest(),
+                or_none(&want_previous)
+            ));
+        }
+    }
     match st.job_state.as_str() {
-        "copying" | "cleaning" => JobVerdict::Running,
         "done" if st.failed == 0 => JobVerdict::Done,
         "done" | "failed" => {
             JobVerdict::Retry(format!("{} keys failed: {}", st.failed, st.last_error))

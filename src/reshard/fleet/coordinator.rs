@@ -47,16 +47,18 @@ thread_local! {
 }
 
 /// Holds the coordinator in `phase` after it has installed the rings on the plan's first `n`
-/// nodes (every node, when `n` is their count or more), or, in a phase that installs no rings, once its jobs are done (`None`: lifts the
-/// hold). For tests, which drive the step between two nodes of a phase
+/// nodes (`None`: lifts the hold); `n` at least the plan's nodes: after the rings are on every
+/// node, before the phase's jobs; in a phase that installs no rings (`copy`, `cancel-stop`),
+/// once its jobs are done. For tests, which drive the step between two nodes of a phase
 /// (`SHARD.DEBUG FLEET-HOLD`); kept in memory only, so a restart lifts it.
 pub fn set_hold(hold: Option<(Phase, usize)>) {
     HOLD.with(|h| h.set(hold));
 }
 
-/// Whether a test holds the coordinator once every one of the `nodes` has the rings of
-/// `phase` (`FLEET-HOLD phase n` with `n` the plan's node count or more).
-fn held_after_all(phase: Phase, nodes: usize) -> bool {
+/// Whether a hold of `phase` on every one of the plan's `nodes` keeps the coordinator after the
+/// phase's rings are installed, before its jobs (a hold of `n` at least the plan's nodes: the
+/// tests act between a phase's install and its jobs).
+fn held_before_jobs(phase: Phase, nodes: usize) -> bool {
     HOLD.with(Cell::get)
         .is_some_and(|(held, n)| held == phase && n >= nodes)
 }
@@ -192,6 +194,10 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
             if plan.phase.waits_for_calls() {
                 wait_for_calls(steps, reach).await?;
             }
+        }
+        while held_before_jobs(plan.phase, plan.nodes.len()) {
+            lease::fresh(steps, reach).await?;
+            steps.sleep(POLL).await;
         }
         let sent = landed::addresses(&current_plan()?, &reach.me.name);
         if !jobs_phase::run_jobs(steps, reach).await? {
@@ -345,7 +351,7 @@ async fn install_everywhere(steps: &NetSteps, reach: &Reach, rings: Rings) -> Re
             .filter_map(|(_, n)| endpoint_of(&plan, &n.name, &reach.me.name))
             .collect();
         if pending.is_empty() {
-            if plan.nodes.iter().all(|n| n.done) && !held_after_all(plan.phase, plan.nodes.len()) {
+            if plan.nodes.iter().all(|n| n.done) {
                 let nodes = endpoints(&plan, &reach.me.name);
                 let missing = not_holding(&nodes, ask_states(steps, &nodes).await, &install);
                 if missing.is_empty() {

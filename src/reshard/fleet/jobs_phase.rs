@@ -28,6 +28,8 @@ pub(super) async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, St
     let plan0 = current_plan()?;
     let mut started = vec![false; plan0.nodes.len()];
     let mut retry_at: Vec<Option<u32>> = vec![None; plan0.nodes.len()];
+    // Nodes whose job ran on other rings than the phase's: the rings go there again first.
+    let mut reinstall = vec![false; plan0.nodes.len()];
     let mut tick: u32 = 0;
     loop {
         lease::fresh(steps, reach).await?;
@@ -50,22 +52,34 @@ pub(super) async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, St
             .filter(|&i| !started[i] || retry_at[i].is_some_and(|t| t <= tick))
             .collect();
         if !due.is_empty() {
+            let rings = plan.job_rings().map(|r| lease::stamped(r.command()));
             let sends = due.iter().filter_map(|&i| {
                 let args = lease::stamped(plan.work(i)?.command(plan.max_rate));
                 let at = endpoint_of(&plan, &plan.nodes[i].name, &reach.me.name)?;
-                Some(async move { (i, durable::send(steps, &at, &args).await) })
+                let install = rings.clone().filter(|_| reinstall[i]);
+                Some(async move {
+                    if let Some(install) = install {
+                        // Counted once the node's replica has the rings, as the phase's install.
+                        match durable::send(steps, &at, &install).await {
+                            Ok(Resp::Simple(_)) => {}
+                            other => return (i, other, true),
+                        }
+                    }
+                    (i, durable::send(steps, &at, &args).await, false)
+                })
             });
             let replies = join_all(sends).await;
             let names: Vec<&str> = replies
                 .iter()
-                .map(|(i, _)| plan.nodes[*i].name.as_str())
+                .map(|(i, _, _)| plan.nodes[*i].name.as_str())
                 .collect();
-            lease::note_refusals(names.into_iter().zip(replies.iter().map(|(_, r)| r)))?;
+            lease::note_refusals(names.into_iter().zip(replies.iter().map(|(_, r, _)| r)))?;
             let mut gave_up = None;
             with_plan(|p| {
-                for (i, reply) in replies {
+                for (i, reply, installing) in replies {
                     started[i] = true;
                     retry_at[i] = None;
+                    reinstall[i] = installing;
                     let node = &mut p.nodes[i];
                     node.attempts += 1;
                     let refused = match reply {
@@ -78,7 +92,12 @@ pub(super) async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, St
                         {
                             None
                         }
+                        Ok(other) if installing => Some(format!(
+                            "installing its rings again: {}",
+                            reply_text(&other)
+                        )),
                         Ok(other) => Some(reply_text(&other)),
+                        Err(e) if installing => Some(format!("installing its rings again: {e}")),
                         Err(e) => Some(e.to_string()),
                     };
                     if let Some(why) = refused {
@@ -105,6 +124,8 @@ pub(super) async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, St
         let mut finished_one = false;
         let mut gave_up = None;
         with_plan(|p| {
+            let plan = p.clone();
+            let rings = plan.job_rings();
             for (i, answer) in answers {
                 let Some(work) = p.work(i) else { continue };
                 let node = &mut p.nodes[i];
@@ -129,7 +150,7 @@ pub(super) async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, St
                 if retry_at[i].is_some() {
                     continue;
                 }
-                match job_verdict(work, &st, term) {
+                match job_verdict(work, &st, term, rings.as_ref()) {
                     JobVerdict::Running => {}
                     JobVerdict::Done => {
                         node.done = true;
@@ -137,6 +158,13 @@ pub(super) async fn run_jobs(steps: &NetSteps, reach: &Reach) -> Result<bool, St
                         finished_one = true;
                     }
                     JobVerdict::Retry(why) => {
+                        if let Some(e) = retry_later(p.phase, node, why, &mut retry_at[i], tick) {
+                            gave_up.get_or_insert(e);
+                        }
+                    }
+                    JobVerdict::OtherRings(why) => {
+                        crate::reshard::fleet::journal::note(&format!("node {}: {why}", node.name));
+                        reinstall[i] = true;
                         if let Some(e) = retry_later(p.phase, node, why, &mut retry_at[i], tick) {
                             gave_up.get_or_insert(e);
                         }

@@ -61,14 +61,7 @@ pub fn addresses(plan: &FleetPlan, self_name: &str) -> Sent {
 /// their replicas.
 fn rings(plan: &FleetPlan) -> Option<Install<'_>> {
     match plan.phase {
-        Phase::Copy => Some(Install {
-            current: &plan.new,
-            previous: Some(&plan.old),
-            returning: false,
-            fence: false,
-            settled: false,
-        }),
-        Phase::CancelReturn => plan.install(),
+        Phase::Copy | Phase::CancelReturn => plan.job_rings(),
         _ => None,
     }
 }

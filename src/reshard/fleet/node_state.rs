@@ -33,6 +33,10 @@ pub struct NodeState {
     /// The term of the fleet step that started the job (0: none, or its server has been a
     /// replica since).
     pub job_term: u64,
+    /// The digests of the rings the job ran on, current and previous ("" when none, or from a
+    /// build that does not report them).
+    pub job_digest: String,
+    pub job_previous_digest: String,
     pub copied: u64,
     pub failed: u64,
     pub percent: u64,
@@ -95,6 +99,8 @@ impl NodeState {
                 b"job" => st.job = text(),
                 b"job_state" => st.job_state = text(),
                 b"job_term" => st.job_term = int(),
+                b"job_digest" => st.job_digest = text(),
+                b"job_previous_digest" => st.job_previous_digest = text(),
                 b"copied" => st.copied = int(),
                 b"failed" => st.failed = int(),
                 b"percent" => st.percent = int(),
@@ -165,8 +171,9 @@ fn my_keys_by_share(current: &Option<Arc<Placement>>, self_name: &str) -> Option
 }
 
 /// This node's answer to `SHARD.RING STATE`: its rings, job, key count and memory, its run id
-/// and the fleet operation's term it follows (`ring::lease`), as a map of 27 fields (`settled`,
-/// `fence`, and the rings' canonical texts `ring` and `previous_ring` among them), and with a
+/// and the fleet operation's term it follows (`ring::lease`), as a map of 29 fields (`settled`,
+/// `fence`, the rings' canonical texts `ring` and `previous_ring`, and the digests of the rings
+/// its job ran on, `job_digest` and `job_previous_digest`, among them), and with a
 /// ready key index 3 more: `key_ranges` (`[first, last, keys]` for each range of buckets it
 /// owns wholly), `keys_in_part_buckets`, `keys_not_owned` (read back by
 /// `NodeState::from_resp`).
@@ -216,6 +223,8 @@ pub fn this_node(ctx: &Context) -> Resp {
         ("job", bulk(kind.as_bytes())),
         ("job_state", bulk(job.state.name().as_bytes())),
         ("job_term", int(job.term)),
+        ("job_digest", bulk(job.rings.0.as_bytes())),
+        ("job_previous_digest", bulk(job.rings.1.as_bytes())),
         ("copied", int(copied)),
         ("failed", int(job.failed())),
         ("percent", int(job.percent())),

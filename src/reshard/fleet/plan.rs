@@ -380,6 +380,25 @@ impl FleetPlan {
         })
     }
 
+    /// The rings the current phase's jobs run on, if its jobs depend on them: a copy's, its
+    /// direction and the keys it sends (`copy`: the new ring over the old one; `cancel-return`:
+    /// the old one over the new one, returning), a cleanup's, the keys it deletes (the ring the
+    /// operation ends on, alone). A job counts only when it ran on them (`checks::job_verdict`).
+    pub fn job_rings(&self) -> Option<Install<'_>> {
+        match self.phase {
+            Phase::Copy => Some(Install {
+                current: &self.new,
+                previous: Some(&self.old),
+                returning: false,
+                fence: false,
+                settled: false,
+            }),
+            Phase::CancelReturn => self.install(),
+            Phase::Cleanup | Phase::CancelCleanup => self.final_install(),
+            _ => None,
+        }
+    }
+
     /// What node `i` runs in the current phase's job step, if anything.
     pub fn work(&self, i: usize) -> Option<Work> {
         let role = self.nodes.get(i)?.role;

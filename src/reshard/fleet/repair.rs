@@ -60,6 +60,10 @@ static PASSED_OVER: AtomicU64 = AtomicU64::new(0);
 /// Each check's number: a check's end (or bound) lifts the gate only if no later check began.
 static CHECK: AtomicU64 = AtomicU64::new(0);
 
+/// The check that found a peer of a newer fleet term holding other rings: its bound does not
+/// lift the gate (this node knows its rings are older than the fleet's), only their install.
+static STALE: AtomicU64 = AtomicU64::new(0);
+
 /// `SHARD.DEBUG RING-CHECK HOLD`: a check begun waits for `SHARD.DEBUG RING-CHECK GO` (the tests
 /// act while the gate is closed); set at start by the environment variable
 /// `SHARD_DEBUG_HOLD_RING_CHECK=yes`, as the check of a load at start begins before any command.
@@ -146,7 +150,8 @@ fn passed_over() -> bool {
 }
 
 /// Check `n`'s bound: the gate is lifted whatever the check has found, unless Sentinel has
-/// passed this server over (`passed_over`): then the bound is counted again.
+/// passed this server over (`passed_over`), or the check found a peer of a newer fleet term
+/// holding other rings (`STALE`): then the bound is counted again.
 fn expire(_ctx: &Context, n: u64) {
     if HOLD.load(Ordering::Relaxed) {
         // Held by the tests: the bound counts once the check goes on.
@@ -159,6 +164,11 @@ fn expire(_ctx: &Context, n: u64) {
                 "shard: Sentinel names another server for this node: its writes stay refused until its rings are brought up to date, it becomes a replica, or Sentinel names it",
             );
         }
+        crate::host::context::after(bound(), expire, n);
+        return;
+    }
+    if CHECK.load(Ordering::Relaxed) == n && STALE.load(Ordering::Relaxed) == n && gate::closed() {
+        // Older rings than a peer's of a newer term: kept closed until they are installed.
         crate::host::context::after(bound(), expire, n);
         return;
     }
@@ -193,20 +203,19 @@ fn attempt_now(n: u64, deadline: Instant) {
             return;
         };
         fleet_nodes(&st, &current).ok().map(|nodes| {
-            let nodes: Vec<_> = nodes
-                .into_iter()
-                .map(|n| n.0)
-                .filter(|at| !at.is_self)
-                .collect();
+            let (mine, nodes): (Vec<_>, Vec<_>) =
+                nodes.into_iter().map(|n| n.0).partition(|at| at.is_self);
             (
                 nodes,
+                mine.into_iter().next(),
                 link(&st),
                 st.lease.record.term,
                 current.digest.clone(),
+                st.config.ring.self_name.clone(),
             )
         })
     };
-    let Some((nodes, link, my_term, my_digest)) = found else {
+    let Some((nodes, self_at, link, my_term, my_digest, me)) = found else {
         // Sentinel's nodes not located yet: again in a moment, until the bound.
         again(n, deadline);
         return;
@@ -229,13 +238,34 @@ fn attempt_now(n: u64, deadline: Instant) {
             .zip(&replies)
             .filter_map(|(at, reply)| {
                 let st = NodeState::from_resp(reply.as_ref().ok()?).ok()?;
-                (st.term > my_term && st.digest != my_digest).then_some((at, st.term, st.digest))
+                (st.term > my_term && st.digest != my_digest).then_some((at, st))
             })
-            .max_by_key(|(_, term, _)| *term);
-        let Some((at, term, digest)) = newer else {
+            .max_by_key(|(_, st)| st.term);
+        let Some((at, newer)) = newer else {
             lift(n);
             return CallReply::Reply(Resp::Simple(b"OK".to_vec()));
         };
+        let (term, digest) = (newer.term, newer.digest.clone());
+        // Known older than the fleet's now: the bound no longer lifts the gate.
+        STALE.store(n, Ordering::Relaxed);
+        if let Some(args) = install_here(&newer, &me) {
+            // The newer rings do not name this node: no push of theirs reaches it, so it
+            // installs them itself (issue 33, Valkey `NEMESIS_SEED=2028666081`: a server of a
+            // node a shrink removed, promoted with the rings from before the shrink, acted as
+            // the owner of keys the fleet had moved away once the bound lifted its gate).
+            if let Some(self_at) = &self_at {
+                let reply = steps.send(self_at, &args).await;
+                redis_module::logging::log_notice(format!(
+                    "shard: this node's rings (fleet term {my_term}) are older than node {}'s (term {term}), which do not name it: installed here: {}",
+                    at.name,
+                    match reply {
+                        Ok(Resp::Simple(_)) => "OK".to_string(),
+                        Ok(other) => format!("{other:?}"),
+                        Err(e) => e.to_string(),
+                    }
+                ));
+            }
+        }
         // Logged once per check (a push that missed this node is asked for again).
         if LOGGED.swap(n, Ordering::Relaxed) != n {
             redis_module::logging::log_notice(format!(
@@ -270,6 +300,37 @@ fn attempt_now(n: u64, deadline: Instant) {
         }
         CallReply::Reply(Resp::Simple(b"OK".to_vec()))
     });
+}
+
+/// `SHARD.RING INSTALL` of `newer`'s rings, as its `SHARD.RING STATE` gives them, when they
+/// do not name this node (`me`); `None` when they do (its push reaches this node) or cannot
+/// be read.
+fn install_here(newer: &NodeState, me: &str) -> Option<Vec<Vec<u8>>> {
+    let current = crate::persist::parse_canonical(newer.ring.as_bytes()).ok()?;
+    if current.node_index(me).is_some() {
+        return None;
+    }
+    let previous = if newer.previous_ring.is_empty() {
+        None
+    } else {
+        Some(crate::persist::parse_canonical(newer.previous_ring.as_bytes()).ok()?)
+    };
+    if previous
+        .as_ref()
+        .is_some_and(|p| p.node_index(me).is_some())
+    {
+        return None;
+    }
+    Some(
+        crate::reshard::fleet::plan::Install {
+            current: &current,
+            previous: previous.as_ref(),
+            returning: newer.returning,
+            fence: newer.fence,
+            settled: newer.settled,
+        }
+        .command(),
+    )
 }
 
 /// After a repair: this node's keys of buckets it does not own are removed (see the module's

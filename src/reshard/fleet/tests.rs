@@ -319,15 +319,17 @@ fn verdicts() {
         ..NodeState::default()
     };
     let copy = Work::Copy { replace: false };
-    assert_eq!(job_verdict(copy, &st, 7), JobVerdict::Running);
+    assert_eq!(job_verdict(copy, &st, 7, None), JobVerdict::Running);
     st.job_state = "done".into();
-    assert_eq!(job_verdict(copy, &st, 7), JobVerdict::Done);
+    assert_eq!(job_verdict(copy, &st, 7, None), JobVerdict::Done);
     st.failed = 3;
-    assert!(matches!(job_verdict(copy, &st, 7), JobVerdict::Retry(e) if e.contains("3 keys")));
+    assert!(
+        matches!(job_verdict(copy, &st, 7, None), JobVerdict::Retry(e) if e.contains("3 keys"))
+    );
     st.job_state = "idle".into();
-    assert_eq!(job_verdict(Work::Stop, &st, 7), JobVerdict::Done);
+    assert_eq!(job_verdict(Work::Stop, &st, 7, None), JobVerdict::Done);
     assert!(matches!(
-        job_verdict(Work::Cleanup { left: false }, &st, 7),
+        job_verdict(Work::Cleanup { left: false }, &st, 7, None),
         JobVerdict::Retry(_)
     ));
 }
@@ -342,15 +344,70 @@ fn a_job_of_another_term_never_counts_done() {
         ..NodeState::default()
     };
     let copy = Work::Copy { replace: false };
-    assert!(matches!(job_verdict(copy, &st, 4), JobVerdict::Retry(e) if e.contains("term 3")));
+    assert!(
+        matches!(job_verdict(copy, &st, 4, None), JobVerdict::Retry(e) if e.contains("term 3"))
+    );
     st.job_term = 0;
-    assert!(matches!(job_verdict(copy, &st, 4), JobVerdict::Retry(e) if e.contains("none")));
+    assert!(matches!(job_verdict(copy, &st, 4, None), JobVerdict::Retry(e) if e.contains("none")));
     // Still running: waited for, then started again.
     st.job_state = "copying".into();
-    assert_eq!(job_verdict(copy, &st, 4), JobVerdict::Running);
+    assert_eq!(job_verdict(copy, &st, 4, None), JobVerdict::Running);
     // A coordinator without a term counts the jobs started without one.
     st.job_state = "done".into();
-    assert_eq!(job_verdict(copy, &st, 0), JobVerdict::Done);
+    assert_eq!(job_verdict(copy, &st, 0, None), JobVerdict::Done);
+}
+
+#[test]
+fn a_job_run_on_other_rings_than_its_phases_never_counts_done() {
+    // A cancel's copy back run at a server promoted before the return's rings reached it.
+    let old = spec(&["a", "b"]);
+    let new = spec(&["a", "b", "c"]);
+    let mut plan = FleetPlan::new(old.clone(), new.clone(), 0);
+    plan.enter(Phase::CancelReturn);
+    let rings = plan.job_rings();
+    let copy = Work::Copy { replace: true };
+    let mut st = NodeState {
+        job: "copy".into(),
+        job_state: "done".into(),
+        job_term: 4,
+        job_digest: new.digest(),
+        job_previous_digest: old.digest(),
+        ..NodeState::default()
+    };
+    assert!(matches!(
+        job_verdict(copy, &st, 4, rings.as_ref()),
+        JobVerdict::OtherRings(e) if e.contains("not the phase's")
+    ));
+    // Still running: waited for first.
+    st.job_state = "copying".into();
+    assert_eq!(
+        job_verdict(copy, &st, 4, rings.as_ref()),
+        JobVerdict::Running
+    );
+    // On the return's rings it counts.
+    st.job_state = "done".into();
+    st.job_digest = old.digest();
+    st.job_previous_digest = new.digest();
+    assert_eq!(job_verdict(copy, &st, 4, rings.as_ref()), JobVerdict::Done);
+    // A node that does not report its job's rings is not held to them.
+    st.job_digest.clear();
+    st.job_previous_digest.clear();
+    assert_eq!(job_verdict(copy, &st, 4, rings.as_ref()), JobVerdict::Done);
+    // A cleanup runs on the ring the operation ends on, alone.
+    plan.enter(Phase::CancelCleanup);
+    let rings = plan.job_rings();
+    st.job = "cleanup".into();
+    st.job_digest = old.digest();
+    let cleanup = Work::Cleanup { left: false };
+    assert_eq!(
+        job_verdict(cleanup, &st, 4, rings.as_ref()),
+        JobVerdict::Done
+    );
+    st.job_previous_digest = new.digest();
+    assert!(matches!(
+        job_verdict(cleanup, &st, 4, rings.as_ref()),
+        JobVerdict::OtherRings(_)
+    ));
 }
 
 #[test]

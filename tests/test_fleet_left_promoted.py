@@ -1,0 +1,62 @@
+"""A server of a node a shrink removed, promoted with the rings from before the shrink, takes the
+fleet's rings, which do not name it, rather than own keys by its old ones (issue 33, found by the
+nemesis test: Valkey `NEMESIS_SEED=2028666081` lost 198 acknowledged list elements).
+
+n3 joins (a grow), then its second server stops following its primary (as an old primary back
+from its AOF that Sentinel has not turned into a replica yet, which is where the nemesis found
+it) and the fleet shrinks back: n3 leaves, under a newer fleet term, and its second server never
+hears of it. Then Sentinel fails n3 over to that server, a primary already (no role change). It
+held the grow's ring, by which n3 owns keys. Before, nothing checked its rings (no role change),
+and a check would have asked a peer of the newer term to push its rings, a push that goes to the
+nodes those rings name, not n3, then lifted the gate at its bound: the server took writes of
+keys the fleet had moved away, as their owner, and its replica acknowledged them. Now Sentinel's
+naming it starts the check, and rings of a newer term that do not name this node are installed
+here by the check itself (`reshard/fleet/repair.rs`); the gate stays closed until then.
+"""
+
+from helpers.fleet import owners
+from helpers.nemesis import RING, SHARDS, Fleet
+from helpers.reshard import wait_fleet
+from helpers.server import as_map, until
+
+KEYS = [f"k:{i}" for i in range(200)]
+OPEN = "its writes are accepted again"
+
+
+def digest(server):
+    return as_map(server.client().execute_command("SHARD.RING", "STATE"))["digest"]
+
+
+def test_a_server_of_a_node_that_left_takes_the_fleets_rings_when_sentinel_names_it(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
+    c = fleet.primaries["n0"].client(socket_timeout=20)
+    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    ring3 = ["slots", *[x for n in RING for x in (n, "sentinel", 1)]]
+    assert c.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
+    wait_fleet(c, "done", timeout=90)
+    grown = digest(c)
+    first, second = fleet.primaries["n3"], fleet.replicas["n3"]
+    until(lambda: digest(second) == grown, "n3's second server on the grown ring")
+    mine = [k for k, o in zip(KEYS, owners(c, KEYS)) if o == "n3"]
+    assert len(mine) >= 20
+
+    # n3's second server leaves its primary, then the fleet shrinks back without it.
+    assert second.client().execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    until(lambda: first.client().execute_command("ROLE")[2] == [], "n3's primary without a replica")
+    assert c.execute_command("SHARD.RESHARD", "START", *ring3) == b"OK"
+    wait_fleet(c, "done", timeout=90)
+    shrunk = digest(c)
+    assert shrunk != grown and digest(second) == grown
+
+    log_from = len(second.log())
+    fleet.fail_over_to("n3", second)
+    until(lambda: digest(second) == shrunk or OPEN in second.log()[log_from:],
+          "n3's new primary checked its rings", timeout=30)
+    assert digest(second) == shrunk, second.log()[log_from:][-3000:]
+    # A write of a key n3 owned sent to it goes to the key's owner in the fleet's rings.
+    s = second.client()
+    for k in mine[:20]:
+        assert s.execute_command("SHARD.CALL", "SET", k, "after") == b"OK"
+    got = [c.execute_command("SHARD.CALL", "GET", k) for k in mine[:20]]
+    assert got == [b"after"] * 20, got
