@@ -4,8 +4,9 @@ nemesis test: Valkey `NEMESIS_SEED=2028666081` lost 198 acknowledged list elemen
 
 n3 joins (a grow), then its second server stops following its primary (as an old primary back
 from its AOF that Sentinel has not turned into a replica yet, which is where the nemesis found
-it) and the fleet shrinks back: n3 leaves, under a newer fleet term, and its second server never
-hears of it. Then Sentinel fails n3 over to that server, a primary already (no role change). It
+it), stopped long enough for Sentinel to count it down (else the fleet's steps at n3 would wait
+for it, `reshard/fleet/durable.rs`), and the fleet shrinks back: n3 leaves, under a newer fleet
+term, and its second server never hears of it. Then Sentinel fails n3 over to that server, a primary already (no role change). It
 held the grow's ring, by which n3 owns keys. Before, nothing checked its rings (no role change),
 and a check would have asked a peer of the newer term to push its rings, a push that goes to the
 nodes those rings name, not n3, then lifted the gate at its bound: the server took writes of
@@ -14,6 +15,8 @@ naming it starts the check, and rings of a newer term that do not name this node
 here by the check itself (`reshard/fleet/repair.rs`); the gate stays closed until then.
 """
 
+import signal
+
 from helpers.fleet import owners
 from helpers.nemesis import RING, SHARDS, Fleet
 from helpers.reshard import wait_fleet
@@ -21,6 +24,15 @@ from helpers.server import as_map, until
 
 KEYS = [f"k:{i}" for i in range(200)]
 OPEN = "its writes are accepted again"
+
+
+def replica_down(fleet, server):
+    """Whether the sentinels count `server`, a replica of n3 to them, as down."""
+    for entry in fleet.sentinels[0].client().execute_command("SENTINEL", "REPLICAS", "n3"):
+        fields = dict(zip(entry[::2], entry[1::2]))
+        if fields.get(b"port") == str(server.port).encode():
+            return b"s_down" in fields.get(b"flags", b"")
+    return False
 
 
 def digest(server):
@@ -41,11 +53,18 @@ def test_a_server_of_a_node_that_left_takes_the_fleets_rings_when_sentinel_names
     mine = [k for k, o in zip(KEYS, owners(c, KEYS)) if o == "n3"]
     assert len(mine) >= 20
 
-    # n3's second server leaves its primary, then the fleet shrinks back without it.
+    # n3's second server leaves its primary and stops (Sentinel counts it as down, so the
+    # fleet's steps at n3 wait for no replica, `reshard/fleet/durable.rs`), then the fleet
+    # shrinks back without it.
     assert second.client().execute_command("REPLICAOF", "NO", "ONE") == b"OK"
     until(lambda: first.client().execute_command("ROLE")[2] == [], "n3's primary without a replica")
-    assert c.execute_command("SHARD.RESHARD", "START", *ring3) == b"OK"
-    wait_fleet(c, "done", timeout=90)
+    second.proc.send_signal(signal.SIGSTOP)
+    try:
+        until(lambda: replica_down(fleet, second), "Sentinel counts n3's second server down")
+        assert c.execute_command("SHARD.RESHARD", "START", *ring3) == b"OK"
+        wait_fleet(c, "done", timeout=90)
+    finally:
+        second.proc.send_signal(signal.SIGCONT)
     shrunk = digest(c)
     assert shrunk != grown and digest(second) == grown
 
