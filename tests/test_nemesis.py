@@ -17,22 +17,23 @@ the list (read with `SHARD.DUMP`, past the cluster protocol), and each server's 
 the bad reads and the elements out of order or stray likewise. Each server's log notes the fleet
 operation as it saw it (`shard: fleet: ...`).
 
-It runs only when `NEMESIS_SECONDS` is set (`make nemesis`), not in `make test`: issue 33 stays
-open until it passes reliably. Found and fixed with it so far: copies counted done at a
-destination whose primary had no replica following it, then lost when Sentinel promoted its
-partner (`test_fleet_landed`); an old primary passed over by Sentinel, back from an old AOF,
-acknowledging writes routed by its old rings once the ring check's bound passed
-(`test_fleet_passed_over`); a primary passed over by Sentinel without a restart (an old primary
-after `SENTINEL FAILOVER`, until Sentinel makes it a replica), which missed a grow's steps and
-routed writes and reads by its old rings to a key's old owner (Valkey seed 519702395: refused
-now, `test_sentinel_windows`); a plan left in `copy` at n0 after a failover to a replica that
-had stopped following it, while the other nodes committed, which RESUME refused ("does not fit
-phase copy"), so the heal could not finish the resharding (seed 7 on Valkey: RESUME now goes on
-from `commit`, `test_fleet_resume_behind`). Still seen: reads served by a node whose rings are
-being checked after a load or a promotion miss acknowledged elements for a second or two (Redis
-seed 7; Valkey seed 7 too, through n0 just after its check's bound passed: bad reads, no
-element lost at the end); writes of unknown outcome left as stray keys at a node that left the
-ring (seed 1234 on Redis).
+`make test` runs a short schedule (20 s, opening with a grow, a random seed: a failure prints
+it); `make nemesis` runs `NEMESIS_SECONDS` (600 by default) on both servers. Found and fixed
+with it: copies counted done at a destination whose primary had no replica following it, then
+lost when Sentinel promoted its partner (`test_fleet_landed`), and every fleet step likewise
+(`test_fleet_landed`'s ring-step test); an old primary passed over by Sentinel, back from an
+old AOF, acknowledging writes routed by its old rings once the ring check's bound passed
+(`test_fleet_passed_over`); a primary passed over by Sentinel without a restart, which missed a
+grow's steps and routed writes and reads by its old rings (Valkey seed 519702395), now refusing
+every keyed routed command (`test_sentinel_windows`); reads served by a node whose rings were
+being checked after a load or a promotion (Redis seed 7: every keyed routed command refused
+meanwhile, `test_fleet_durable`); a plan left in `copy` at a promoted coordinator while the
+other nodes committed (Valkey seed 7, `test_fleet_resume_behind`); a cancel's copy back run on
+the copy phase's rings at a primary just promoted, whose cleanup then deleted the writes made
+since (Valkey seed 819126060, `test_fleet_job_rings`); a server of a node a shrink removed,
+promoted by Sentinel while already a primary, owning keys by the grow's rings (Valkey seed
+2028666081, `test_fleet_left_promoted`); writes routed to a node that left the ring
+(`test_left_ring_writes`).
 """
 
 import os
