@@ -59,15 +59,29 @@ def grown_after_saving(fleet, name, tmp_path):
     return old_aof, new, moved
 
 
+def set_all(client, keys, value):
+    """`SHARD.CALL SET key value(key)` for every key, through `client`."""
+    pipe = client.pipeline(transaction=False)
+    for k in keys:
+        pipe.execute_command("SHARD.CALL", "SET", k, value(k))
+    assert all(r == b"OK" for r in pipe.execute())
+
+
+def grown_and_rewritten(fleet, coordinator, tmp_path):
+    """Every key written (`v:key`), n1's AOF saved, the grow (`grown_after_saving`), then the
+    keys it moved from n1 written again at their new owner (`w:key`)."""
+    set_all(coordinator, KEYS, lambda k: f"v:{k}")
+    old_aof, new, moved = grown_after_saving(fleet, "n1", tmp_path)
+    set_all(coordinator, moved, lambda k: f"w:{k}")
+    return old_aof, new, moved
+
+
 def test_a_ring_step_lost_in_a_failover_is_sent_again(server_factory, sentinel_factory,
                                                       clockshim, tmp_path):
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
                   config=[("enable-debug-command", "yes")])
     coordinator = fleet.primaries["n0"].client(socket_timeout=20)
-    pipe = coordinator.pipeline(transaction=False)
-    for k in KEYS:
-        pipe.execute_command("SHARD.CALL", "SET", k, f"v:{k}")
-    assert all(r == b"OK" for r in pipe.execute())
+    set_all(coordinator, KEYS, lambda k: f"v:{k}")
 
     assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "commit", 3) == b"OK"
     ring = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
@@ -159,16 +173,8 @@ def test_a_node_brought_up_to_date_drops_the_copies_the_fleet_moved_away(
     their owner: the writes made since the grow were lost (NEMESIS_SEED=32)."""
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
     coordinator = fleet.primaries["n0"].client(socket_timeout=20)
-    pipe = coordinator.pipeline(transaction=False)
-    for k in KEYS:
-        pipe.execute_command("SHARD.CALL", "SET", k, f"v:{k}")
-    assert all(r == b"OK" for r in pipe.execute())
     n1 = fleet.primaries["n1"]
-    old_aof, new, moved = grown_after_saving(fleet, "n1", tmp_path)
-    pipe = coordinator.pipeline(transaction=False)
-    for k in moved:
-        pipe.execute_command("SHARD.CALL", "SET", k, f"w:{k}")
-    assert all(r == b"OK" for r in pipe.execute())
+    old_aof, new, moved = grown_and_rewritten(fleet, coordinator, tmp_path)
     # n1 back from the AOF before the grow, as the primary Sentinel names (no failover).
     restart_from_aof(fleet, n1, old_aof)
     c1 = n1.client()
@@ -212,10 +218,7 @@ def test_a_copy_counts_done_only_at_the_server_that_ran_it(
     assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
     wait_fleet(coordinator, "done")
     # Values of 20 KB: the copy's shipper sends every few keys, not all at its end.
-    pipe = coordinator.pipeline(transaction=False)
-    for k in KEYS:
-        pipe.execute_command("SHARD.CALL", "SET", k, big(k))
-    assert all(r == b"OK" for r in pipe.execute())
+    set_all(coordinator, KEYS, big)
     moving = [k for k, o in zip(KEYS, owners(coordinator, KEYS)) if o == "n3"]
     assert len(moving) >= 30
     first, second = fleet.primaries["n3"], fleet.replicas["n3"]
@@ -344,16 +347,8 @@ def test_a_node_back_on_older_rings_reads_nothing_until_they_are_checked(
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
                   config=[("enable-debug-command", "yes")])
     coordinator = fleet.primaries["n0"].client(socket_timeout=20)
-    pipe = coordinator.pipeline(transaction=False)
-    for k in KEYS:
-        pipe.execute_command("SHARD.CALL", "SET", k, f"v:{k}")
-    assert all(r == b"OK" for r in pipe.execute())
     n1 = fleet.primaries["n1"]
-    old_aof, new, moved = grown_after_saving(fleet, "n1", tmp_path)
-    pipe = coordinator.pipeline(transaction=False)
-    for k in moved:
-        pipe.execute_command("SHARD.CALL", "SET", k, f"w:{k}")
-    assert all(r == b"OK" for r in pipe.execute())
+    old_aof, new, moved = grown_and_rewritten(fleet, coordinator, tmp_path)
 
     n1.env = dict(n1.env or {}, SHARD_DEBUG_HOLD_RING_CHECK="yes")
     restart_from_aof(fleet, n1, old_aof)

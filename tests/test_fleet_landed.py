@@ -27,6 +27,16 @@ from helpers.server import as_map, until
 KEYS = [f"k:{i}" for i in range(300)]
 
 
+def written(fleet):
+    """Every key written through n0 (`SHARD.CALL WAIT 1`); returns n0's client."""
+    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
+    pipe = coordinator.pipeline(transaction=False)
+    for k in KEYS:
+        pipe.execute_command("SHARD.CALL", "WAIT", 1, 1000, "SET", k, f"v:{k}")
+    assert all(r == b"OK" for r in pipe.execute())
+    return coordinator
+
+
 def detach(first, second):
     """`second` stops following `first` (Sentinel still counts it as a replica it could
     promote)."""
@@ -43,11 +53,7 @@ def test_a_grow_waits_for_its_copies_to_reach_the_destinations_replica(
         server_factory, sentinel_factory, clockshim, tmp_path):
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
                   config=[("enable-debug-command", "yes")])
-    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
-    pipe = coordinator.pipeline(transaction=False)
-    for k in KEYS:
-        pipe.execute_command("SHARD.CALL", "WAIT", 1, 1000, "SET", k, f"v:{k}")
-    assert all(r == b"OK" for r in pipe.execute())
+    coordinator = written(fleet)
     first, second = fleet.primaries["n3"], fleet.replicas["n3"]
     # The coordinator held once every node has the grow's begin rings, before the copies.
     assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "begin", 4) == b"OK"
@@ -96,11 +102,7 @@ def test_a_ring_step_waits_for_a_replica_sentinel_could_promote(
     fails n3 over to the second server, the steps reach it and the grow ends with every key at
     its owner."""
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
-    coordinator = fleet.primaries["n0"].client(socket_timeout=20)
-    pipe = coordinator.pipeline(transaction=False)
-    for k in KEYS:
-        pipe.execute_command("SHARD.CALL", "WAIT", 1, 1000, "SET", k, f"v:{k}")
-    assert all(r == b"OK" for r in pipe.execute())
+    coordinator = written(fleet)
     first, second = fleet.primaries["n3"], fleet.replicas["n3"]
     detach(first, second)
     ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
