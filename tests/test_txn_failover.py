@@ -18,8 +18,9 @@ import signal
 import pytest
 import redis
 
+from helpers.reshard import wait_fleet
 from helpers.sentinel import start_sentinel_fleet
-from helpers.server import info_shard, until, wait_in_sync
+from helpers.server import AOF, info_shard, until, wait_in_sync
 from test_txn_faults import LONG_MS, Exec, call, held, hold
 
 
@@ -99,3 +100,51 @@ def test_the_promoted_replica_gets_the_part_with_the_commit(ha):
     assert new.get(a) == b"70" and ha.primaries["n2"].client().get(b) == b"130"
     assert new.execute_command("SHARD.TXN", "COMMIT", txid) == b"DONE"
     until(lambda: info_shard(c)["txn_decisions_held"] == "0", "the decision forgotten")
+
+
+@pytest.mark.slow
+def test_a_coordinator_failed_over_then_shrunk_out_is_asked_at_the_primary_its_old_one_follows(
+        server_factory, sentinel_factory):
+    """n0's primary coordinates a transfer, held once both owners prepared; Sentinel fails n0
+    over (its old primary becomes a replica), a shrink takes n0 out of the ring, and n1's
+    primary restarts from its AOF (the sentinels paused: no failover; and it is given no
+    sentinels, as a server whose `shard.sentinels` is set at run time comes back): no ring
+    there names n0, nor does Sentinel's table, so once its lock is over its part in doubt asks
+    the address n0's PREPARE gave, now a replica, which refuses `STATUS` with `READONLY`. It
+    then asks the primary that replica follows (n0's promoted server), which answers for n0:
+    abort (presumed). Before, the part stayed in doubt and locked for ever. The parts lock for
+    25 s: long enough that none is in doubt before the restart (n1's lock counts again from its
+    load)."""
+    fleet = start_sentinel_fleet(server_factory, sentinel_factory,
+                                 extra=[("enable-debug-command", "yes"),
+                                        ("shard.txn-lock-ms", 25_000), *AOF])
+    c, a, b, ex = start_transfer(fleet, "prepared")
+    n1, n2 = fleet.primaries["n1"].client(), fleet.primaries["n2"].client()
+    assert [info_shard(x)["txn_locks_held"] for x in (n1, n2)] == ["1", "1"]
+    old, new = fleet.primaries["n0"], fleet.replicas["n0"]
+    wait_in_sync(old.client(), new.client())
+    assert fleet.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "n0") == b"OK"
+    new_address = f"127.0.0.1:{new.port}"
+    for x in (n1, n2):
+        until(lambda: info_shard(x)["node_n0_address"] == new_address, "n0's promotion followed",
+              timeout=30)
+    until(lambda: old.client().execute_command("ROLE")[0] == b"slave", "n0's old primary demoted",
+          timeout=30)
+    shrunk = ["ketama", *[x for m in ("n1", "n2") for x in (m, "sentinel", 1)]]
+    assert n1.execute_command("SHARD.RESHARD", "START", *shrunk) == b"OK"
+    wait_fleet(n1, "done", timeout=60)
+    assert info_shard(n1)["txn_locks_held"] == "1", "n1's part ended before the restart"
+    # n1's primary restarts from its AOF, holding the part with the address n0 had.
+    for s in fleet.sentinels:
+        s.proc.send_signal(signal.SIGSTOP)
+    try:
+        fleet.primaries["n1"].stop(signal.SIGKILL)
+        fleet.primaries["n1"].start()
+    finally:
+        for s in fleet.sentinels:
+            s.proc.send_signal(signal.SIGCONT)
+    n1 = fleet.primaries["n1"].client()
+    assert info_shard(n1)["txn_locks_held"] == "1"
+    until(lambda: info_shard(n1)["txn_locks_held"] == "0" and info_shard(n2)["txn_locks_held"]
+          == "0", "both parts ended", timeout=60)
+    assert n1.get(a) == b"100" and n2.get(b) == b"100", "aborted: nothing applied"

@@ -4,7 +4,9 @@
 //! main thread: not the shared connection, where a routed command may wait for a lock), again at each tick
 //! (100 ms) while no answer is in flight, and commits or aborts the part by the answer, on a
 //! timer of its own (`run::commit_alone`, `run::abort_alone`). A coordinator no ring here
-//! names any more (a shrink removed it) is asked at the address its `PREPARE` gave (`FROM`).
+//! names any more (a shrink removed it) is asked at the address its `PREPARE` gave (`FROM`);
+//! a replica there now (it failed over since) gives, in its `ROLE`, the primary it follows,
+//! which is asked in turn.
 //! `pending`, an error, or a coordinator that cannot be reached (down with all its replicas,
 //! or named by no ring here and given no address) leaves the part locked and counted in
 //! `INFO shard` (`txn_in_doubt`): deciding alone could undo a commit. Only a primary asks.
@@ -70,7 +72,18 @@ pub fn ask(_ctx: &Context, now: u64) {
             ];
             // On the control connection: the shared one may hold a routed command waiting at
             // the coordinator for a lock, and the question would wait behind it.
-            let answer = steps.send_control(&at, &args).await;
+            let mut answer = steps.send_control(&at, &args).await;
+            // A replica there now (a `sentinel` coordinator that failed over, then left the
+            // ring: no ring nor Sentinel's table here names it, so its `PREPARE`'s address is
+            // asked): the primary it follows is asked, which answers for the same name or
+            // refuses (`WRONGNODE`).
+            if matches!(&answer, Ok(Resp::Error(e)) if e.starts_with(b"READONLY")) {
+                if let Ok(role) = steps.send_control(&at, &[b"ROLE".to_vec()]).await {
+                    if let Some(primary) = followed_primary(&role, &at.name) {
+                        answer = steps.send_control(&primary, &args).await;
+                    }
+                }
+            }
             ASKING.with(|a| a.borrow_mut().remove(&txid));
             let decision = match answer {
                 Ok(Resp::Simple(t) | Resp::Bulk(t)) => Decision::parse(&t),
@@ -113,6 +126,39 @@ fn endpoint_of(name: &str, self_name: &str, recorded: Option<&str>) -> Option<En
     })
 }
 
+/// The primary a replica's `ROLE` reply names (`slave host port ...`), as the node `name`.
+fn followed_primary(role: &Resp, name: &str) -> Option<Endpoint> {
+    let Resp::Array(items) = role else {
+        return None;
+    };
+    let text = |r: &Resp| match r {
+        Resp::Bulk(b) | Resp::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Resp::Int(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let (role, host, port) = (
+        text(items.first()?)?,
+        text(items.get(1)?)?,
+        text(items.get(2)?)?,
+    );
+    if role != "slave" {
+        return None;
+    }
+    let port: u16 = port.parse().ok()?;
+    let address = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    Some(Endpoint {
+        name: name.to_string(),
+        host,
+        port,
+        address,
+        is_self: false,
+    })
+}
+
 /// Acts on an answer, on a timer (a context of its own: its writes are one replicated block).
 fn decided(txid: String, decision: Decision) {
     // (Writes paused since the question: the part stays in doubt and is asked about again.)
@@ -130,4 +176,32 @@ fn decided(txid: String, decision: Decision) {
         Decision::Pending => return,
     };
     crate::host::context::after(Duration::ZERO, act, txid);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replicas_role_names_its_primary() {
+        let bulk = |s: &str| Resp::Bulk(s.as_bytes().to_vec());
+        let role = Resp::Array(vec![
+            bulk("slave"),
+            bulk("127.0.0.1"),
+            Resp::Int(7001),
+            bulk("connected"),
+            Resp::Int(10),
+        ]);
+        let at = followed_primary(&role, "n0").map(|e| (e.name, e.address));
+        assert_eq!(at, Some(("n0".into(), "127.0.0.1:7001".into())));
+        let v6 = Resp::Array(vec![bulk("slave"), bulk("::1"), Resp::Int(7001)]);
+        assert_eq!(
+            followed_primary(&v6, "n0").map(|e| e.address),
+            Some("[::1]:7001".into())
+        );
+        let master = Resp::Array(vec![bulk("master"), Resp::Int(3), Resp::Array(vec![])]);
+        assert!(followed_primary(&master, "n0").is_none());
+        assert!(followed_primary(&Resp::Error(b"NOPERM".to_vec()), "n0").is_none());
+        assert!(followed_primary(&Resp::Array(vec![bulk("slave"), bulk("h")]), "n0").is_none());
+    }
 }
