@@ -12,7 +12,8 @@ and a check would have asked a peer of the newer term to push its rings, a push 
 nodes those rings name, not n3, then lifted the gate at its bound: the server took writes of
 keys the fleet had moved away, as their owner, and its replica acknowledged them. Now Sentinel's
 naming it starts the check, and rings of a newer term that do not name this node are installed
-here by the check itself (`reshard/fleet/repair.rs`); the gate stays closed until then.
+here by the check itself (`reshard/fleet/repair.rs`); the gate stays closed until then. Then
+the server, which its old rings named and the fleet's no longer do, empties itself.
 """
 
 import signal
@@ -43,6 +44,10 @@ def test_a_server_of_a_node_that_left_takes_the_fleets_rings_when_sentinel_names
         server_factory, sentinel_factory, clockshim, tmp_path):
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path)
     c = fleet.primaries["n0"].client(socket_timeout=20)
+    pipe = c.pipeline(transaction=False)
+    for k in KEYS:
+        pipe.execute_command("SHARD.CALL", "WAIT", 1, 1000, "SET", k, "before")
+    assert all(r == b"OK" for r in pipe.execute())
     ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
     ring3 = ["slots", *[x for n in RING for x in (n, "sentinel", 1)]]
     assert c.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
@@ -52,6 +57,7 @@ def test_a_server_of_a_node_that_left_takes_the_fleets_rings_when_sentinel_names
     until(lambda: digest(second) == grown, "n3's second server on the grown ring")
     mine = [k for k, o in zip(KEYS, owners(c, KEYS)) if o == "n3"]
     assert len(mine) >= 20
+    until(lambda: second.client().dbsize() == len(mine), "n3's second server holds its keys")
 
     # n3's second server leaves its primary and stops (Sentinel counts it as down, so the
     # fleet's steps at n3 wait for no replica, `reshard/fleet/durable.rs`), then the fleet
@@ -73,6 +79,10 @@ def test_a_server_of_a_node_that_left_takes_the_fleets_rings_when_sentinel_names
     until(lambda: digest(second) == shrunk or OPEN in second.log()[log_from:],
           "n3's new primary checked its rings", timeout=30)
     assert digest(second) == shrunk, second.log()[log_from:][-3000:]
+    # What it held of n3 are copies the fleet moved away: emptied (`CLEANUP LEFT`), so that
+    # no key lies where no ring names it, and a later grow may bring n3 back. Before, they
+    # stayed, and every later START was refused ("a joining node must be empty").
+    until(lambda: second.client().dbsize() == 0, "n3's new primary emptied", timeout=30)
     # A write of a key n3 owned sent to it goes to the key's owner in the fleet's rings.
     s = second.client()
     for k in mine[:20]:

@@ -255,15 +255,29 @@ fn attempt_now(n: u64, deadline: Instant) {
             // the owner of keys the fleet had moved away once the bound lifted its gate).
             if let Some(self_at) = &self_at {
                 let reply = steps.send(self_at, &args).await;
+                let installed = matches!(reply, Ok(Resp::Simple(_)));
                 redis_module::logging::log_notice(format!(
                     "shard: this node's rings (fleet term {my_term}) are older than node {}'s (term {term}), which do not name it: installed here: {}",
                     at.name,
-                    match reply {
-                        Ok(Resp::Simple(_)) => "OK".to_string(),
-                        Ok(other) => format!("{other:?}"),
-                        Err(e) => e.to_string(),
-                    }
+                    outcome(reply)
                 ));
+                // Its rings named it (`self_at`), the fleet's newer ones do not: it left the
+                // ring while this server was elsewhere, and what it holds are copies the fleet
+                // moved away (their owners hold them, and newer). Left there, they are keys no
+                // ring names, and a later grow that brings the node back is refused until it
+                // is emptied (the nemesis test, Redis `NEMESIS_SEED=1228672270`).
+                if installed {
+                    let left = [
+                        b"SHARD.RESHARD".to_vec(),
+                        b"CLEANUP".to_vec(),
+                        b"LEFT".to_vec(),
+                    ];
+                    let reply = steps.send(self_at, &left).await;
+                    redis_module::logging::log_notice(format!(
+                        "shard: this node has left the ring: SHARD.RESHARD CLEANUP LEFT empties it: {}",
+                        outcome(reply)
+                    ));
+                }
             }
         }
         // Logged once per check (a push that missed this node is asked for again).
@@ -300,6 +314,16 @@ fn attempt_now(n: u64, deadline: Instant) {
         }
         CallReply::Reply(Resp::Simple(b"OK".to_vec()))
     });
+}
+
+/// A step's outcome, for the log.
+fn outcome(reply: Result<Resp, crate::net::endpoint::StepError>) -> String {
+    match reply {
+        Ok(Resp::Simple(_)) => "OK".to_string(),
+        Ok(Resp::Error(e)) => format!("refused: {}", String::from_utf8_lossy(&e)),
+        Ok(other) => format!("{other:?}"),
+        Err(e) => e.to_string(),
+    }
 }
 
 /// `SHARD.RING INSTALL` of `newer`'s rings, as its `SHARD.RING STATE` gives them, when they
