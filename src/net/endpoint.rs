@@ -15,6 +15,21 @@ pub struct Endpoint {
     pub is_self: bool,
 }
 
+impl Endpoint {
+    /// Another server, the node `name`, at `address` (`host:port`, IPv6 in brackets); `None`
+    /// when the address does not parse.
+    pub fn remote(name: &str, address: &str) -> Option<Endpoint> {
+        let (host, port) = split_address(address)?;
+        Some(Endpoint {
+            name: name.to_string(),
+            host,
+            port,
+            address: address.to_string(),
+            is_self: false,
+        })
+    }
+}
+
 /// `host:port` (IPv6 in brackets) into its parts.
 pub fn split_address(address: &str) -> Option<(String, u16)> {
     let (host, port) = address.rsplit_once(':')?;

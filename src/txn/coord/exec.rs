@@ -414,7 +414,7 @@ pub fn resume() {
             let recorded = decision
                 .addresses
                 .get(i)
-                .and_then(|a| queue::endpoint_at(&name, a));
+                .and_then(|a| crate::net::endpoint::Endpoint::remote(&name, a));
             match queue::node_named(&name).or(recorded) {
                 Some(owner) => owners.push(Part {
                     owner,

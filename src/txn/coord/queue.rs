@@ -129,19 +129,6 @@ pub fn this_node() -> Option<Endpoint> {
     Some(crate::topology::nodes::endpoint_of(node, self_name))
 }
 
-/// The owner `name` at `address` (`host:port`), recorded with a decision: a node that no ring
-/// names any more. `None` when the address cannot be read.
-pub fn endpoint_at(name: &str, address: &str) -> Option<Endpoint> {
-    let (host, port) = crate::net::endpoint::split_address(address)?;
-    Some(Endpoint {
-        name: name.to_string(),
-        host,
-        port,
-        address: address.to_string(),
-        is_self: false,
-    })
-}
-
 /// The node called `name` in the current (or previous) ring.
 pub fn node_named(name: &str) -> Option<Endpoint> {
     let st = state::lock();

@@ -17,7 +17,7 @@ use std::time::Duration;
 use redis_module::Context;
 use rustc_hash::FxHashSet;
 
-use crate::net::endpoint::{split_address, Endpoint};
+use crate::net::endpoint::Endpoint;
 use crate::net::pool::{link_timeout, Link};
 use crate::net::resp::Resp;
 use crate::route::forward::{self, CallReply};
@@ -116,14 +116,7 @@ fn endpoint_of(name: &str, self_name: &str, recorded: Option<&str>) -> Option<En
         return Some(crate::topology::nodes::endpoint_of(&n, self_name));
     }
     let address = crate::topology::nodes::address_of(name).or(recorded.map(str::to_string))?;
-    let (host, port) = split_address(&address)?;
-    Some(Endpoint {
-        name: name.to_string(),
-        host,
-        port,
-        address,
-        is_self: false,
-    })
+    Endpoint::remote(name, &address)
 }
 
 /// The primary a replica's `ROLE` reply names (`slave host port ...`), as the node `name`.
@@ -145,18 +138,11 @@ fn followed_primary(role: &Resp, name: &str) -> Option<Endpoint> {
         return None;
     }
     let port: u16 = port.parse().ok()?;
-    let address = if host.contains(':') {
-        format!("[{host}]:{port}")
+    if host.contains(':') {
+        Endpoint::remote(name, &format!("[{host}]:{port}"))
     } else {
-        format!("{host}:{port}")
-    };
-    Some(Endpoint {
-        name: name.to_string(),
-        host,
-        port,
-        address,
-        is_self: false,
-    })
+        Endpoint::remote(name, &format!("{host}:{port}"))
+    }
 }
 
 /// Acts on an answer, on a timer (a context of its own: its writes are one replicated block).
