@@ -46,6 +46,11 @@ pub fn least_for(name: &str) -> i64 {
             .is_some_and(|n| n.via_sentinel());
         found
     };
+    least(name, sentinel)
+}
+
+/// `least_for` of a node whose being a `sentinel` node the caller knows (`sentinel`).
+pub fn least(name: &str, sentinel: bool) -> i64 {
     i64::from(
         sentinel
             && (crate::topology::nodes::replicas_pending(name)

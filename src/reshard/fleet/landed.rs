@@ -122,13 +122,7 @@ pub async fn confirm(steps: &NetSteps, reach: &Reach, sent: &Sent) -> Result<Lan
     let replies = join_all(targets.iter().map(|(at, sentinel)| {
         // A server Sentinel could promote for the node must have the copies, linked to the
         // primary now or not (while its replicas are not known yet, one is waited for).
-        let name = at.name.as_str();
-        let least = i64::from(
-            *sentinel
-                && (crate::topology::nodes::replicas_pending(name)
-                    || crate::topology::nodes::promotable_replicas(name) > 0),
-        );
-        durable::send_at_least(steps, at, &args, least)
+        durable::send_at_least(steps, at, &args, durable::least(&at.name, *sentinel))
     }))
     .await;
     lease::note_refusals(
