@@ -140,6 +140,8 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
     fn role_changed(replica: bool) {
         topology::nodes::set_replica(replica);
         topology::me::refresh();
+        // A replica's link comes up later (`master_link_changed`); until then it routes nothing.
+        route::gate::set_unlinked(replica);
         if replica {
             // A job counts for no fleet step once its server is demoted.
             reshard::jobs::demoted();
@@ -149,6 +151,10 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
             // A promoted replica carries out the commits its old primary decided.
             txn::coord::exec::resume();
         }
+    }
+    fn master_link_changed(up: bool) {
+        topology::me::refresh();
+        route::gate::set_unlinked(!up && topology::nodes::is_replica());
     }
     fn client_gone(id: u64) {
         cluster::clients::forget(id);
@@ -165,7 +171,7 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
     unsafe {
         host::events::on_event_loop(ctx, before_sleep, net::pool::after_sleep)?;
         host::events::on_role_change(ctx, role_changed);
-        host::events::on_master_link_change(ctx, topology::me::refresh);
+        host::events::on_master_link_change(ctx, master_link_changed);
         host::events::follow_replicas(ctx);
         host::events::on_client_gone(ctx, client_gone);
         host::events::on_keyspace_change(ctx, keyspace_changed);

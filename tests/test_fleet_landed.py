@@ -114,3 +114,54 @@ def test_a_ring_step_waits_for_a_replica_sentinel_could_promote(
     fleet.fail_over_to("n3", second)
     resume_until_over(coordinator, "the grow ends")
     every_key_at_its_owner(fleet, coordinator)
+
+
+def test_a_grow_waits_for_a_destinations_replica_that_is_down(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """n3's second server is killed before the grow copies to n3: Sentinel lists it as a replica
+    that is down, which it may promote once it is back, before it has synced (the nemesis test,
+    Valkey seed 1171234040: restarted from its AOF as a primary, promoted by a failover, it
+    served `list:7` without the 186 acknowledged elements the grow had copied to n3's other
+    server). So the grow waits in its copy phase, its sources untouched, saying why. Before,
+    the copies counted landed at once (no replica Sentinel could promote then): the grow
+    committed and cleaned its sources up, and the failover below lost every moved key. The
+    second server comes back from its AOF as a primary and Sentinel fails n3 over to it; the
+    copies are sent again, to it, and the grow ends with every key at its owner."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
+                  config=[("enable-debug-command", "yes")])
+    coordinator = written(fleet)
+    first, second = fleet.primaries["n3"], fleet.replicas["n3"]
+    assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "begin", 4) == b"OK"
+    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
+    new = fleet_status(coordinator)["new_digest"]
+    until(lambda: all(on_ring(fleet.primaries[n], new) for n in SHARDS),
+          "every node has the grow's begin rings (the new ring current)")
+    fleet.kill(second)
+    until(lambda: all(replica_down(s, "n3") for s in fleet.sentinels),
+          "every sentinel sees n3's second server down", timeout=30)
+    assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "OFF") == b"OK"
+    moving = [k for k, o in zip(KEYS, owners(coordinator, KEYS)) if o == "n3"]
+    assert len(moving) >= 30
+    until(lambda: first.client().dbsize() >= len(moving), "the moving keys copied to n3's primary")
+    until(lambda: b"replicas acknowledged" in fleet_status(coordinator)["error"],
+          "the coordinator waits for n3's replica", timeout=30)
+    status = fleet_status(coordinator)
+    assert status["phase"] == b"copy" and b"n3" in status["error"], status
+    assert sum(fleet.primaries[n].client().dbsize() for n in ("n0", "n1", "n2")) == len(KEYS), \
+        "the sources keep every key"
+
+    # Back from its AOF as a primary, without the copies; Sentinel fails n3 over to it.
+    second.config = [c for c in second.config if c[0] != "replicaof"]
+    fleet.restart(second)
+    assert second.client().dbsize() == 0
+    fleet.fail_over_to("n3", second)
+
+    resume_until_over(coordinator, "the grow ends")
+    every_key_at_its_owner(fleet, coordinator)
+
+
+def replica_down(sentinel, name):
+    """Whether `sentinel` flags every replica of `name` down."""
+    replicas = sentinel.client().execute_command("SENTINEL", "REPLICAS", name)
+    return all(b"s_down" in dict(zip(r[::2], r[1::2]))[b"flags"] for r in replicas)

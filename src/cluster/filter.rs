@@ -108,7 +108,7 @@ impl Leave {
             Leave::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
             Leave::Arriving { slot, from } => format!("ASK {slot} {from}"),
             Leave::Unreadable => "TRYAGAIN a key of the command could not be read".into(),
-            Leave::Unchecked => format!("TRYAGAIN {}", crate::route::gate::TEXT),
+            Leave::Unchecked => format!("TRYAGAIN {}", crate::route::gate::text()),
             Leave::NotNamed { slot, node } => match node.placement.spec.nodes.get(node.index) {
                 Some(n) => {
                     let (code, text) = not_named(*slot, n);

@@ -16,7 +16,7 @@ struct Handlers {
     before_sleep: fn(&redis_module::Context),
     after_sleep: fn(),
     role: fn(bool),
-    master_link: fn(),
+    master_link: fn(bool),
     client_gone: fn(u64),
     config: fn(&[&[u8]]),
     keyspace: fn(KeyspaceChange),
@@ -35,7 +35,7 @@ thread_local! {
             before_sleep: no_turn,
             after_sleep: nothing,
             role: no_role,
-            master_link: nothing,
+            master_link: no_role,
             client_gone: no_client,
             config: no_config,
             keyspace: no_change,
@@ -142,22 +142,27 @@ pub unsafe fn follow_replicas(ctx: *mut raw::RedisModuleCtx) {
     unsafe { subscribe(ctx, raw::REDISMODULE_EVENT_REPLICA_CHANGE, Some(callback)) };
 }
 
-/// Calls `changed()` each time the server's link to its primary goes up or down.
+/// Calls `changed(up)` now and each time the server's link to its primary goes up or down.
 ///
 /// # Safety
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
-pub unsafe fn on_master_link_change(ctx: *mut raw::RedisModuleCtx, changed: fn()) {
+pub unsafe fn on_master_link_change(ctx: *mut raw::RedisModuleCtx, changed: fn(bool)) {
     set(|h| h.master_link = changed);
     extern "C" fn callback(
         _ctx: *mut raw::RedisModuleCtx,
         _event: raw::RedisModuleEvent,
-        _subevent: u64,
+        subevent: u64,
         _data: *mut c_void,
     ) {
-        let _ = std::panic::catch_unwind(|| (handlers().master_link)());
+        let up = subevent == raw::REDISMODULE_SUBEVENT_MASTER_LINK_UP;
+        let _ = std::panic::catch_unwind(|| (handlers().master_link)(up));
     }
     // SAFETY: as the caller promises.
     unsafe {
+        // Now (a module loaded on a replica already linked hears of no change until it breaks).
+        if let Some(flags) = raw::RedisModule_GetContextFlags {
+            changed(flags(ctx) & raw::REDISMODULE_CTX_FLAGS_REPLICA_IS_ONLINE as c_int != 0);
+        }
         subscribe(
             ctx,
             raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE,

@@ -85,12 +85,21 @@ pub enum Update {
     Replicas {
         name: String,
         replicas: Result<Vec<String>, String>,
-        /// How many replicas Sentinel could promote, linked or not (`None`: as many as
-        /// `replicas`, a primary's `ROLE`).
-        promotable: Option<usize>,
+        /// How many replicas Sentinel could promote (`None`: as many as `replicas`, a
+        /// primary's `ROLE`).
+        promotable: Option<Promotable>,
     },
     /// The `+switch-master` subscription is up (`None`) or down (why).
     Subscription(Option<String>),
+}
+
+/// How many replicas of a node Sentinel could promote (`topology::sentinel`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Promotable {
+    /// Now: up, linked to the primary or not.
+    pub now: usize,
+    /// Ever: down ones too, which may be promoted once back, before they have synced.
+    pub ever: usize,
 }
 
 #[derive(Default)]
@@ -102,7 +111,7 @@ struct Node {
     error: String,
     replicas: Option<Vec<String>>,
     /// How many servers could be promoted for this node (`Update::Replicas`).
-    promotable: usize,
+    promotable: Promotable,
     replicas_error: String,
     next_replica: usize,
 }
@@ -185,7 +194,14 @@ pub fn replicas_of(name: &str) -> Vec<String> {
 /// How many servers Sentinel (or the primary's `ROLE`) lists as replicas of the node called
 /// `name` that could be promoted, linked to the primary or not: 0 when not looked up.
 pub fn promotable_replicas(name: &str) -> usize {
-    read_node(name, |n| Some(n.promotable)).unwrap_or(0)
+    read_node(name, |n| Some(n.promotable.now)).unwrap_or(0)
+}
+
+/// How many servers Sentinel lists as replicas of the node called `name` that it may ever
+/// promote: those it could promote now and those down now (`Promotable::ever`); 0 when not
+/// looked up.
+pub fn replicas_it_may_promote(name: &str) -> usize {
+    read_node(name, |n| Some(n.promotable.ever)).unwrap_or(0)
 }
 
 /// Whether the replicas of the node called `name` have not been looked up yet (no answer and
@@ -291,7 +307,10 @@ pub fn apply(updates: Vec<Update>, is_me: impl Fn(&str) -> bool) -> TopologyChan
                     let node = t.nodes.entry(name).or_default();
                     match replicas {
                         Ok(r) => {
-                            node.promotable = promotable.unwrap_or(r.len());
+                            node.promotable = promotable.unwrap_or(Promotable {
+                                now: r.len(),
+                                ever: r.len(),
+                            });
                             node.replicas = Some(r);
                             node.replicas_error.clear();
                         }
@@ -462,7 +481,7 @@ mod tests {
             vec![Update::Replicas {
                 name: "r0".into(),
                 replicas: Ok(vec!["127.0.0.1:1".into(), "[::1]:2".into()]),
-                promotable: Some(3),
+                promotable: Some(Promotable { now: 3, ever: 4 }),
             }],
             |_| false,
         );
@@ -477,6 +496,7 @@ mod tests {
         assert_eq!(c.address, a.address);
         assert_eq!(a.name, "r0 replica");
         assert_eq!(promotable_replicas("r0"), 3);
+        assert_eq!(replicas_it_may_promote("r0"), 4);
         apply(
             vec![Update::Replicas {
                 name: "r0".into(),

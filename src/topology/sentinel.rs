@@ -123,6 +123,20 @@ pub fn sentinel_replicas(reply: &Resp) -> Result<Vec<String>, String> {
 /// Sentinel has not turned into a replica yet, a replica that lost its link: either may be
 /// promoted with nothing of what its primary acknowledged since). Not an error: 0.
 pub fn promotable_replicas(reply: &Resp) -> usize {
+    count_replicas(reply, false)
+}
+
+/// How many replicas of `SENTINEL replicas <name>` Sentinel may ever promote: those not of
+/// priority 0, down ones too. A replica that is down now comes back from its own AOF with
+/// what it had when it stopped, and Sentinel may promote it before it has synced (it reports
+/// itself a primary at first, or a link down since never), so data that reached the primary
+/// alone since (a resharding's copies: `reshard::fleet::landed`) is gone when it does.
+pub fn replicas_it_may_promote(reply: &Resp) -> usize {
+    count_replicas(reply, true)
+}
+
+/// The replicas of a `SENTINEL replicas` reply not of priority 0, and not down unless `down`.
+fn count_replicas(reply: &Resp, down: bool) -> usize {
     let (Resp::Array(entries) | Resp::Set(entries)) = reply else {
         return 0;
     };
@@ -131,9 +145,8 @@ pub fn promotable_replicas(reply: &Resp) -> usize {
         .filter(|entry| {
             let f = fields(entry);
             let get = |name: &str| f.iter().find(|(k, _)| *k == name.as_bytes()).map(|kv| kv.1);
-            let down = is_down(get("flags"));
             let never = get("slave-priority").or_else(|| get("replica-priority")) == Some(b"0");
-            !down && !never
+            !never && (down || !is_down(get("flags")))
         })
         .count()
 }
@@ -240,6 +253,8 @@ mod tests {
         assert_eq!(sentinel_replicas(&r).unwrap(), vec!["127.0.0.1:7001"]);
         // An unlinked one may still be promoted; a down one not.
         assert_eq!(promotable_replicas(&r), 2);
+        // Sentinel may promote a down one once it is back, before it has synced.
+        assert_eq!(replicas_it_may_promote(&r), 4);
         let map = Resp::Array(vec![Resp::Map(vec![
             (bulk("ip"), bulk("10.0.0.1")),
             (bulk("port"), bulk("7005")),

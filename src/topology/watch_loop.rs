@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::net::blocking_client::Client;
 use crate::net::resp::{Resp, RespError};
-use crate::topology::nodes::Update;
+use crate::topology::nodes::{Promotable, Update};
 use crate::topology::sentinel;
 use crate::topology::watcher::{hand_over, Order, Watch};
 
@@ -213,7 +213,11 @@ fn look(w: &mut Watcher, watch: &Watch, updates: &mut Vec<Update>) {
                 &[b"SENTINEL", b"replicas", name.as_bytes()],
                 |reply| {
                     let linked = sentinel::sentinel_replicas(reply)?;
-                    Ok((linked, sentinel::promotable_replicas(reply)))
+                    let promotable = Promotable {
+                        now: sentinel::promotable_replicas(reply),
+                        ever: sentinel::replicas_it_may_promote(reply),
+                    };
+                    Ok((linked, promotable))
                 },
             )
             .map_err(|e| format!("no sentinel lists the replicas of '{name}': {e}"));

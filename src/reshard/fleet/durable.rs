@@ -58,6 +58,21 @@ pub fn least(name: &str, sentinel: bool) -> i64 {
     )
 }
 
+/// `least` for data only a node's primary holds (a resharding's copies, `landed`): a replica
+/// that is down now counts too. A ring step a replica lacks is repaired when it is promoted
+/// (its rings are checked with the fleet's first); copies it lacks are lost, and Sentinel may
+/// promote a replica that comes back from its own AOF before it has synced (the nemesis test,
+/// Valkey seed 1171234040: a grow's copies to n3 counted landed while n3's replica was down,
+/// the replica restarted and was promoted, and reads of `list:7` missed 186 acknowledged
+/// elements after the cleanup).
+pub fn least_for_data(name: &str, sentinel: bool) -> i64 {
+    i64::from(
+        sentinel
+            && (crate::topology::nodes::replicas_pending(name)
+                || crate::topology::nodes::replicas_it_may_promote(name) > 0),
+    )
+}
+
 /// `send`, waiting for at least `least` replicas (at most one) even when `ROLE` lists none
 /// connected: a node that should have a replica and has none linked now counts nothing done
 /// (`landed`: a copy's keys at a primary whose replica is not following it).

@@ -14,9 +14,14 @@
 //! on to the next rings, every destination is sent the phase's rings again (an idempotent,
 //! replicated `SHARD.RING INSTALL`, which follows the copies on the destination's replication
 //! stream) and its replica must acknowledge it; a destination behind Sentinel for which
-//! Sentinel lists a replica it could promote (up, linked to the primary or not:
-//! `topology::nodes::promotable_replicas`) waits for one even when its primary has none linked
-//! now, the step tried again with the coordinator's backoff. A destination
+//! Sentinel lists a replica it may promote (linked to the primary or not, up or down now:
+//! `topology::nodes::replicas_it_may_promote`) waits for one even when its primary has none
+//! linked now, the step tried again with the coordinator's backoff. A replica that is down
+//! counts: it comes back from its own AOF without the copies, and Sentinel may promote it
+//! before it has synced (the nemesis test, Valkey seed 1171234040). So a grow whose
+//! destination has a replica down waits in its copy phase until the replica is back (or
+//! Sentinel forgets it: `SENTINEL RESET`), as a write with `SHARD.CALL WAIT` is refused while
+//! the owner has no replica. A destination
 //! whose primary is no longer the one the copies went to (Sentinel failed it over meanwhile)
 //! gets the copies again: the phase's jobs run again (a copy skips what is there already).
 
@@ -120,9 +125,15 @@ pub async fn confirm(steps: &NetSteps, reach: &Reach, sent: &Sent) -> Result<Lan
     lease::fresh(steps, reach).await?;
     let args = lease::stamped(install.command());
     let replies = join_all(targets.iter().map(|(at, sentinel)| {
-        // A server Sentinel could promote for the node must have the copies, linked to the
-        // primary now or not (while its replicas are not known yet, one is waited for).
-        durable::send_at_least(steps, at, &args, durable::least(&at.name, *sentinel))
+        // A server Sentinel may promote for the node must have the copies, linked to the
+        // primary now or not, down now or not (while its replicas are not known yet, one is
+        // waited for).
+        durable::send_at_least(
+            steps,
+            at,
+            &args,
+            durable::least_for_data(&at.name, *sentinel),
+        )
     }))
     .await;
     lease::note_refusals(

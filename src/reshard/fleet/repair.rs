@@ -78,7 +78,7 @@ fn bound() -> Duration {
 /// Holds (`true`) the next checks, or lets a held one go on.
 pub fn hold(on: bool) {
     HOLD.store(on, Ordering::Relaxed);
-    if !on && gate::closed() {
+    if !on && gate::unchecked() {
         let n = CHECK.load(Ordering::Relaxed);
         crate::host::context::after(Duration::ZERO, attempt, (n, Instant::now() + bound()));
     }
@@ -167,12 +167,13 @@ fn expire(_ctx: &Context, n: u64) {
         crate::host::context::after(bound(), expire, n);
         return;
     }
-    if CHECK.load(Ordering::Relaxed) == n && STALE.load(Ordering::Relaxed) == n && gate::closed() {
+    if CHECK.load(Ordering::Relaxed) == n && STALE.load(Ordering::Relaxed) == n && gate::unchecked()
+    {
         // Older rings than a peer's of a newer term: kept closed until they are installed.
         crate::host::context::after(bound(), expire, n);
         return;
     }
-    if CHECK.load(Ordering::Relaxed) == n && gate::closed() {
+    if CHECK.load(Ordering::Relaxed) == n && gate::unchecked() {
         redis_module::logging::log_notice(
             "shard: this node's rings could not be checked against every peer in time (after a restart or a promotion): its writes are accepted again",
         );
