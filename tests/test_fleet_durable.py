@@ -116,6 +116,10 @@ def test_a_ring_step_lost_in_a_failover_is_sent_again(server_factory, sentinel_f
     assert not has_commit(replica), "the replica got the commit rings before it was stopped"
     until(lambda: fleet.master_address("n3") == replica.port
           and fleet.role(replica) == "master", "Sentinel promoted n3's replica", timeout=60)
+    # The old primary back, as an operator restarts a server that crashed: Sentinel makes it a
+    # replica of the promoted one (the grow's copies to n3 and its cleanup there count done
+    # once a replica has them, `reshard/fleet/landed.rs`).
+    fleet.restart(old_primary)
 
     # The coordinator may have given up while n3 had no primary: RESUME goes on.
     st = resume_until_over(coordinator, "the operation ends")

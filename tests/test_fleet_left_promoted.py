@@ -6,7 +6,9 @@ n3 joins (a grow), then its second server stops following its primary (as an old
 from its AOF that Sentinel has not turned into a replica yet, which is where the nemesis found
 it), stopped long enough for Sentinel to count it down (else the fleet's steps at n3 would wait
 for it, `reshard/fleet/durable.rs`), and the fleet shrinks back: n3 leaves, under a newer fleet
-term, and its second server never hears of it. Then Sentinel fails n3 over to that server, a primary already (no role change). It
+term, and its second server never hears of it (the shrink waits in its cleanup, whose deletions
+at n3 count done only once a replica Sentinel may promote has them, the stopped one too:
+`reshard/fleet/landed.rs`). Then Sentinel fails n3 over to that server, a primary already (no role change). It
 held the grow's ring, by which n3 owns keys. Before, nothing checked its rings (no role change),
 and a check would have asked a peer of the newer term to push its rings, a push that goes to the
 nodes those rings name, not n3, then lifted the gate at its bound: the server took writes of
@@ -20,7 +22,7 @@ import signal
 
 from helpers.fleet import owners
 from helpers.nemesis import RING, SHARDS, Fleet
-from helpers.reshard import wait_fleet
+from helpers.reshard import fleet_status, resume_until_over, wait_fleet
 from helpers.server import as_map, until
 
 KEYS = [f"k:{i}" for i in range(200)]
@@ -60,15 +62,18 @@ def test_a_server_of_a_node_that_left_takes_the_fleets_rings_when_sentinel_names
     until(lambda: second.client().dbsize() == len(mine), "n3's second server holds its keys")
 
     # n3's second server leaves its primary and stops (Sentinel counts it as down, so the
-    # fleet's steps at n3 wait for no replica, `reshard/fleet/durable.rs`), then the fleet
-    # shrinks back without it.
+    # fleet's ring steps at n3 wait for no replica, `reshard/fleet/durable.rs`), then the fleet
+    # shrinks back without it, up to its cleanup: n3's `CLEANUP LEFT` counts done only once a
+    # replica Sentinel may promote has it, the stopped one too (`reshard/fleet/landed.rs`).
     assert second.client().execute_command("REPLICAOF", "NO", "ONE") == b"OK"
     until(lambda: first.client().execute_command("ROLE")[2] == [], "n3's primary without a replica")
     second.proc.send_signal(signal.SIGSTOP)
     try:
         until(lambda: replica_down(fleet, second), "Sentinel counts n3's second server down")
         assert c.execute_command("SHARD.RESHARD", "START", *ring3) == b"OK"
-        wait_fleet(c, "done", timeout=90)
+        until(lambda: fleet_status(c)["phase"] == b"cleanup"
+              and b"SENTINEL RESET n3" in fleet_status(c)["error"],
+              "the shrink's cleanup waits for n3's second server", timeout=90)
     finally:
         second.proc.send_signal(signal.SIGCONT)
     shrunk = digest(c)
@@ -89,3 +94,7 @@ def test_a_server_of_a_node_that_left_takes_the_fleets_rings_when_sentinel_names
         assert s.execute_command("SHARD.CALL", "SET", k, "after") == b"OK"
     got = [c.execute_command("SHARD.CALL", "GET", k) for k in mine[:20]]
     assert got == [b"after"] * 20, got
+    # The shrink ends: its cleanup at n3, run again at the server Sentinel names now, reaches
+    # that server's replica.
+    resume_until_over(c, "the shrink ends")
+    assert second.client().dbsize() == 0

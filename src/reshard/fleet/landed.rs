@@ -1,4 +1,5 @@
-//! A phase's copies counted done only once they have landed where a failover keeps them.
+//! A phase's copies (and a cleanup's deletions) counted done only once they have landed where a
+//! failover keeps them.
 //!
 //! Why (issue 33, the nemesis test): a copy job ends when its destination's primary has
 //! acknowledged every key; the coordinator then settles and commits the fleet, and the
@@ -24,6 +25,15 @@
 //! the owner has no replica. A destination
 //! whose primary is no longer the one the copies went to (Sentinel failed it over meanwhile)
 //! gets the copies again: the phase's jobs run again (a copy skips what is there already).
+//!
+//! A cleanup's deletions (`cleanup`, `cancel-cleanup`) are held to the same rule, every node
+//! that deletes being a destination: a replica that missed them (down while they ran, back from
+//! its own AOF) and is promoted later would bring back every key the cleanup deleted, copies
+//! the fleet moved away, at a node that left or at a staying node (the ten-minute Redis
+//! nemesis run, seed 1228672270: `list:3` and `list:7` back at n3 after a grow cancelled
+//! early, and every later grow refused, "a joining node must be empty"). The phase's rings sent
+//! again after the deletions follow them on the replication stream, so a replica that
+//! acknowledged them holds the deletions; a node that failed over since runs its cleanup again.
 
 use std::collections::HashMap;
 
@@ -40,12 +50,14 @@ use crate::route::forward::NetSteps;
 /// Where each destination of the phase's copies is now: its name and address.
 pub type Sent = HashMap<String, String>;
 
-/// Whether the plan's phase copies, and which nodes receive its keys (by index).
+/// The nodes (by index) whose data the phase's jobs change: those a copy sends keys to, every
+/// node of a cleanup; none for another phase.
 fn destinations(plan: &FleetPlan) -> Vec<usize> {
     (0..plan.nodes.len())
         .filter(|&i| match plan.phase {
             Phase::Copy => plan.nodes[i].role.in_new(),
             Phase::CancelReturn => plan.nodes[i].role.in_old(),
+            Phase::Cleanup | Phase::CancelCleanup => plan.work(i).is_some(),
             _ => false,
         })
         .collect()
@@ -62,18 +74,20 @@ pub fn addresses(plan: &FleetPlan, self_name: &str) -> Sent {
         .collect()
 }
 
-/// The rings a copying phase's destinations hold: sent again as the step that must reach
-/// their replicas.
+/// The rings a copying or deleting phase's destinations hold: sent again as the step that
+/// must reach their replicas.
 fn rings(plan: &FleetPlan) -> Option<Install<'_>> {
     match plan.phase {
-        Phase::Copy | Phase::CancelReturn => plan.job_rings(),
+        Phase::Copy | Phase::CancelReturn | Phase::Cleanup | Phase::CancelCleanup => {
+            plan.job_rings()
+        }
         _ => None,
     }
 }
 
 /// What `confirm` found.
 pub enum Landed {
-    /// Every destination's replica holds the copies (or the phase copies nothing).
+    /// Every destination's replica holds the copies or deletions (or the phase has none).
     Yes,
     /// A destination failed over since the copies began: the jobs run again.
     Again,
@@ -97,7 +111,7 @@ pub async fn confirm(steps: &NetSteps, reach: &Reach, sent: &Sent) -> Result<Lan
         };
         if sent.get(name).is_some_and(|a| *a != at.address) {
             let why = format!(
-                "node {name} failed over from {} to {} after its copies: they are sent again",
+                "node {name} failed over from {} to {} after the phase's jobs changed its keys: they run again",
                 sent.get(name).map_or("?", String::as_str),
                 at.address
             );
@@ -148,15 +162,27 @@ pub async fn confirm(steps: &NetSteps, reach: &Reach, sent: &Sent) -> Result<Lan
         .filter_map(|((at, _), reply)| match reply {
             Ok(Resp::Simple(_)) => None,
             Ok(other) => Some(format!("node {}: {other:?}", at.name)),
-            Err(e) => Some(format!("node {}: {e}", at.name)),
+            Err(e) => Some(format!("node {}: {e}{}", at.name, waits_for_down(&at.name))),
         })
         .collect();
     if failed.is_empty() {
         Ok(Landed::Yes)
     } else {
         Ok(Landed::NotYet(format!(
-            "the copies have not reached every destination's replica: {}",
+            "the phase's copies or deletions have not reached every destination's replica: {}",
             failed.join("; ")
         )))
     }
+}
+
+/// What a destination whose only replicas Sentinel lists are down waits for, and how an
+/// operator ends the wait: empty when it has a replica up.
+fn waits_for_down(name: &str) -> String {
+    use crate::topology::nodes::{promotable_replicas, replicas_it_may_promote};
+    if promotable_replicas(name) > 0 || replicas_it_may_promote(name) == 0 {
+        return String::new();
+    }
+    format!(
+        " (Sentinel lists a replica of {name} that is down, which it may promote once it is back, before it has synced: restart it, or SENTINEL RESET {name} if it is gone for good)"
+    )
 }
