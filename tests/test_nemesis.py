@@ -33,15 +33,15 @@ the copy phase's rings at a primary just promoted, whose cleanup then deleted th
 since (Valkey seed 819126060, `test_fleet_job_rings`); a server of a node a shrink removed,
 promoted by Sentinel while already a primary, owning keys by the grow's rings (Valkey seed
 2028666081, `test_fleet_left_promoted`); writes routed to a node that left the ring
-(`test_left_ring_writes`). Still seen (Redis, `NEMESIS_SEED=1228672270`, 600 s): after a grow
-cancelled in its first seconds, the joining node n3 kept five keys the grow had copied there
-(the lists' first elements): the check's "keys on n3, which does not own them", and every
-later START refused ("a joining node must be empty"). Not reproduced by a 25 s replay; one way
-it happens is closed (`test_fleet_left_promoted`: a server of a node that left, named by
-Sentinel, now empties itself), whether it was this run's is not known. Also still seen (Valkey,
-`NEMESIS_SEED=1171234040`, 600 s, the final build of session 15): two reads of list:7 at 10.5 s,
-through n2 and n1, missing 186 acknowledged elements (nearly the whole list, as a new owner
-that had not received it would), none lost at the end.
+(`test_left_ring_writes`). A replay of Valkey's `NEMESIS_SEED=1171234040` (its 600 s run read
+list:7 without 186 acknowledged elements) found two more: a grow's copies counted landed while
+the destination's replica was down, which Sentinel promoted once back from its AOF, before it
+had synced (now a replica Sentinel lists as down is waited for, for copies and for a
+cleanup's deletions: `test_fleet_landed`); and a replica restarted just before a grow, waiting
+for its full sync, routing an `RPUSH` by its old rings to the key's old owner, which the
+cleanup then deleted (now a replica whose link is down routes no keyed command:
+`test_unlinked_replica`). The ten-minute Redis run's keys left at n3 after an early cancel
+(`NEMESIS_SEED=1228672270`) fit the cleanup's case; not reproduced by a replay.
 """
 
 import os
