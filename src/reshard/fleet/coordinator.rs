@@ -177,6 +177,8 @@ async fn run(steps: &NetSteps, reach: &Reach) -> Result<(), String> {
         for n in p.nodes.iter_mut().filter(|n| !n.done) {
             n.attempts = 0;
         }
+        // Copies or deletions not confirmed landed by this run run again (`landed::unwatched`).
+        landed::unwatched(p);
     });
     loop {
         lease::fresh(steps, reach).await?;
@@ -245,8 +247,13 @@ async fn copies_landed(
             Landed::Yes => return Ok(true),
             Landed::Again => return Ok(false),
             Landed::NotYet(why) => {
+                let plan = current_plan()?;
+                if plan.cancel && plan.phase.cancellable() {
+                    // A CANCEL asked for meanwhile applies now (the loop enters it).
+                    return Ok(false);
+                }
                 round += 1;
-                give_up_or_wait(steps, round, current_plan()?.phase, &[why]).await?;
+                give_up_or_wait(steps, round, plan.phase, &[why]).await?;
             }
         }
     }

@@ -47,6 +47,25 @@ use crate::reshard::fleet::lease;
 use crate::reshard::fleet::plan::{FleetPlan, Install, Phase};
 use crate::route::forward::NetSteps;
 
+/// A run of the coordinator that begins in a phase whose jobs change destinations' keys runs
+/// those jobs again (each idempotent: a copy skips what is there, a cancel's copy back meets no
+/// write, returning rings refuse them, a cleanup deletes what it deleted), rather than count
+/// the ones done before it: a destination may have failed over, or its primary restarted,
+/// while no coordinator watched it (this one stopped after waiting too long for a replica, as
+/// an operator restarted that replica, which Sentinel promoted before it had synced), and
+/// `confirm` sees only a failover since the jobs it watched began.
+pub fn unwatched(plan: &mut FleetPlan) {
+    if destinations(plan).is_empty() {
+        return;
+    }
+    let workers: Vec<usize> = (0..plan.nodes.len())
+        .filter(|&j| plan.work(j).is_some())
+        .collect();
+    for j in workers {
+        plan.nodes[j].done = false;
+    }
+}
+
 /// Where each destination of the phase's copies is now: its name and address.
 pub type Sent = HashMap<String, String>;
 
@@ -117,12 +136,7 @@ pub async fn confirm(steps: &NetSteps, reach: &Reach, sent: &Sent) -> Result<Lan
             );
             with_plan(|p| {
                 p.error.clone_from(&why);
-                let workers: Vec<usize> = (0..p.nodes.len())
-                    .filter(|&j| p.work(j).is_some())
-                    .collect();
-                for j in workers {
-                    p.nodes[j].done = false;
-                }
+                unwatched(p);
             });
             crate::reshard::fleet::journal::note(&why);
             return Ok(Landed::Again);
@@ -183,6 +197,6 @@ fn waits_for_down(name: &str) -> String {
         return String::new();
     }
     format!(
-        " (Sentinel lists a replica of {name} that is down, which it may promote once it is back, before it has synced: restart it, or SENTINEL RESET {name} if it is gone for good)"
+        " (Sentinel lists a replica of {name} that is down, which it may promote once it is back, before it has synced: restart it, or send SENTINEL RESET {name} to every sentinel if it is gone for good)"
     )
 }
