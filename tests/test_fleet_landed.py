@@ -37,6 +37,38 @@ def written(fleet):
     return coordinator
 
 
+RING4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
+
+
+def held_at_begin(server_factory, sentinel_factory, clockshim, tmp_path):
+    """The fleet, every key written, and the grow to n3 started and held once every node has
+    its begin rings, before the copies. Returns the fleet and the coordinator's client."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
+                  config=[("enable-debug-command", "yes")])
+    coordinator = written(fleet)
+    assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "begin", 4) == b"OK"
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *RING4) == b"OK"
+    new = fleet_status(coordinator)["new_digest"]
+    until(lambda: all(on_ring(fleet.primaries[n], new) for n in SHARDS),
+          "every node has the grow's begin rings (the new ring current)")
+    return fleet, coordinator
+
+
+def back_as_a_primary(fleet, server):
+    """`server`, killed, started again from its AOF as a primary (as a server back before
+    Sentinel turns it into a replica): its keys' count."""
+    server.config = [c for c in server.config if c[0] != "replicaof"]
+    fleet.restart(server)
+    return server.client().dbsize()
+
+
+def kill_until_down(fleet, name, server):
+    """`kill -9` of `name`'s replica `server`, once every sentinel counts it down."""
+    fleet.kill(server)
+    until(lambda: all(replica_down(s, name) for s in fleet.sentinels),
+          f"every sentinel sees {name}'s second server down", timeout=30)
+
+
 def detach(first, second):
     """`second` stops following `first` (Sentinel still counts it as a replica it could
     promote)."""
@@ -51,17 +83,8 @@ def on_ring(server, digest):
 
 def test_a_grow_waits_for_its_copies_to_reach_the_destinations_replica(
         server_factory, sentinel_factory, clockshim, tmp_path):
-    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
-                  config=[("enable-debug-command", "yes")])
-    coordinator = written(fleet)
+    fleet, coordinator = held_at_begin(server_factory, sentinel_factory, clockshim, tmp_path)
     first, second = fleet.primaries["n3"], fleet.replicas["n3"]
-    # The coordinator held once every node has the grow's begin rings, before the copies.
-    assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "begin", 4) == b"OK"
-    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
-    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
-    new = fleet_status(coordinator)["new_digest"]
-    until(lambda: all(on_ring(fleet.primaries[n], new) for n in SHARDS),
-          "every node has the grow's begin rings (the new ring current)")
     # n3's second server leaves its primary: Sentinel still counts it as n3's replica.
     detach(first, second)
     assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "OFF") == b"OK"
@@ -105,8 +128,7 @@ def test_a_ring_step_waits_for_a_replica_sentinel_could_promote(
     coordinator = written(fleet)
     first, second = fleet.primaries["n3"], fleet.replicas["n3"]
     detach(first, second)
-    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
-    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *RING4) == b"OK"
     until(lambda: b"replicas acknowledged" in fleet_status(coordinator)["error"],
           "the coordinator waits for n3's replica", timeout=30)
     assert b"n3" in fleet_status(coordinator)["error"], fleet_status(coordinator)["error"]
@@ -127,19 +149,9 @@ def test_a_grow_waits_for_a_destinations_replica_that_is_down(
     committed and cleaned its sources up, and the failover below lost every moved key. The
     second server comes back from its AOF as a primary and Sentinel fails n3 over to it; the
     copies are sent again, to it, and the grow ends with every key at its owner."""
-    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
-                  config=[("enable-debug-command", "yes")])
-    coordinator = written(fleet)
+    fleet, coordinator = held_at_begin(server_factory, sentinel_factory, clockshim, tmp_path)
     first, second = fleet.primaries["n3"], fleet.replicas["n3"]
-    assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "begin", 4) == b"OK"
-    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
-    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
-    new = fleet_status(coordinator)["new_digest"]
-    until(lambda: all(on_ring(fleet.primaries[n], new) for n in SHARDS),
-          "every node has the grow's begin rings (the new ring current)")
-    fleet.kill(second)
-    until(lambda: all(replica_down(s, "n3") for s in fleet.sentinels),
-          "every sentinel sees n3's second server down", timeout=30)
+    kill_until_down(fleet, "n3", second)
     assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "OFF") == b"OK"
     moving = [k for k, o in zip(KEYS, owners(coordinator, KEYS)) if o == "n3"]
     assert len(moving) >= 30
@@ -152,9 +164,7 @@ def test_a_grow_waits_for_a_destinations_replica_that_is_down(
         "the sources keep every key"
 
     # Back from its AOF as a primary, without the copies; Sentinel fails n3 over to it.
-    second.config = [c for c in second.config if c[0] != "replicaof"]
-    fleet.restart(second)
-    assert second.client().dbsize() == 0
+    assert back_as_a_primary(fleet, second) == 0, "it never had the copies"
     fleet.fail_over_to("n3", second)
 
     resume_until_over(coordinator, "the grow ends")
@@ -185,16 +195,13 @@ def test_a_cleanup_waits_for_a_nodes_replica_that_is_down(
     before = dict(zip(KEYS, owners(coordinator, KEYS)))
     first, second = fleet.primaries["n1"], fleet.replicas["n1"]
     assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "cleanup", 4) == b"OK"
-    ring4 = ["slots", *[x for n in SHARDS for x in (n, "sentinel", 1)]]
-    assert coordinator.execute_command("SHARD.RESHARD", "START", *ring4) == b"OK"
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *RING4) == b"OK"
     until(lambda: fleet_status(coordinator)["phase"] == b"cleanup", "the grow at its cleanup",
           timeout=60)
     after = dict(zip(KEYS, owners(coordinator, KEYS)))
     kept = sum(1 for k in KEYS if after[k] == "n1")
     assert sum(1 for k in KEYS if before[k] == "n1") - kept >= 10, "keys move from n1"
-    fleet.kill(second)
-    until(lambda: all(replica_down(s, "n1") for s in fleet.sentinels),
-          "every sentinel sees n1's second server down", timeout=30)
+    kill_until_down(fleet, "n1", second)
     assert coordinator.execute_command("SHARD.DEBUG", "FLEET-HOLD", "OFF") == b"OK"
     until(lambda: first.client().dbsize() == kept, "n1's cleanup deleted the moved keys")
     until(lambda: b"replicas acknowledged" in fleet_status(coordinator)["error"],
@@ -203,9 +210,7 @@ def test_a_cleanup_waits_for_a_nodes_replica_that_is_down(
     assert status["phase"] == b"cleanup" and b"n1" in status["error"], status
 
     # Back from its AOF as a primary, the moved keys still there; Sentinel fails n1 over to it.
-    second.config = [c for c in second.config if c[0] != "replicaof"]
-    fleet.restart(second)
-    assert second.client().dbsize() > kept
+    assert back_as_a_primary(fleet, second) > kept, "it never had the deletions"
     fleet.fail_over_to("n1", second)
 
     resume_until_over(coordinator, "the grow ends")
@@ -213,3 +218,30 @@ def test_a_cleanup_waits_for_a_nodes_replica_that_is_down(
     for n in SHARDS:
         mine = sum(1 for k in KEYS if after[k] == n)
         assert fleet.primary(n).client().dbsize() == mine, f"{n} holds keys it does not own"
+
+
+def test_a_resume_after_giving_up_sends_the_copies_again_to_a_destination_failed_over_meanwhile(
+        server_factory, sentinel_factory, clockshim, tmp_path):
+    """The coordinator waits for n3's replica, down, until it gives up (its tries spent); then,
+    while nothing drives the grow, the operator restarts that replica, which comes back from its
+    AOF as a primary without the copies, and Sentinel fails n3 over to it. RESUME runs the
+    copy phase's jobs again (`landed::unwatched`): the copies reach the server Sentinel names
+    now. Before, RESUME counted the jobs done before it, compared n3's address with itself (no
+    failover seen since this run began), had the promoted server's replica acknowledge, and
+    went on: the cleanup deleted the sources, and every key the grow gave n3 was lost."""
+    fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path,
+                  config=[("enable-debug-command", "yes")])
+    coordinator = written(fleet)
+    first, second = fleet.primaries["n3"], fleet.replicas["n3"]
+    kill_until_down(fleet, "n3", second)
+    assert coordinator.execute_command("SHARD.RESHARD", "START", *RING4) == b"OK"
+    until(lambda: fleet_status(coordinator)["running"] == b"no", "the coordinator gives up",
+          timeout=120)
+    status = fleet_status(coordinator)
+    assert status["phase"] == b"copy" and b"gave up" in status["error"], status
+
+    assert back_as_a_primary(fleet, second) == 0, "it never had the copies"
+    fleet.fail_over_to("n3", second)
+
+    resume_until_over(coordinator, "the grow ends")
+    every_key_at_its_owner(fleet, coordinator)
