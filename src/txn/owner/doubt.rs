@@ -138,11 +138,7 @@ fn followed_primary(role: &Resp, name: &str) -> Option<Endpoint> {
         return None;
     }
     let port: u16 = port.parse().ok()?;
-    if host.contains(':') {
-        Endpoint::remote(name, &format!("[{host}]:{port}"))
-    } else {
-        Endpoint::remote(name, &format!("{host}:{port}"))
-    }
+    Endpoint::remote(name, &crate::topology::sentinel::join_address(&host, port))
 }
 
 /// Acts on an answer, on a timer (a context of its own: its writes are one replicated block).
