@@ -26,6 +26,7 @@ fn change_in(st: &mut ModuleState, change: impl FnOnce(&mut Config)) -> Result<(
     let keys = KeySettings::resolve(&next.keys)?;
     check_topology(&next)?;
     check_key_index(&next)?;
+    crate::route::plain::check(&next.route_plain)?;
     check_tls(&st.config, &next)?;
     let tls = tls_update(st, &next)?;
     crate::cluster::protocol::check_config(&next, st.rings.current.as_deref())?;
@@ -110,6 +111,7 @@ fn finish_load_in(st: &mut ModuleState) -> Result<(), String> {
     let keys = KeySettings::resolve(&st.config.keys)?;
     check_topology(&st.config)?;
     check_key_index(&st.config)?;
+    crate::route::plain::check(&st.config.route_plain)?;
     check_tls(&Config::default(), &st.config)?;
     check_shardjs_config(&st.config, &keys)?;
     let ring = crate::state::ring_from_file(&st.config)?;
@@ -163,6 +165,7 @@ pub unsafe fn follow_config_set(ctx: *mut redis_module::raw::RedisModuleCtx) {
 fn apply(config: &Config) {
     crate::cluster::protocol::set_enabled(config.cluster_protocol == "yes");
     crate::index::set_wanted(config.key_index == "yes");
+    crate::route::plain::set_enabled(config.route_plain == "yes");
     // Checked before: the mode parses.
     crate::topology::nodes::set_read_from(
         crate::topology::nodes::ReadFrom::parse(&config.read_from)
@@ -261,6 +264,7 @@ config_field!(AUTH_USER: TextConfig => auth_user);
 config_field!(AUTH_PASSWORD: TextConfig => auth_password);
 config_field!(CLUSTER_PROTOCOL: TextConfig => cluster_protocol);
 config_field!(KEY_INDEX: TextConfig => key_index);
+config_field!(ROUTE_PLAIN: TextConfig => route_plain);
 config_field!(SPECIAL_KEYS: TextConfig => special_keys);
 config_field!(FIELDS: TextConfig => fields);
 config_field!(SENTINELS: TextConfig => sentinels);
@@ -299,6 +303,7 @@ pub const NAMES: &[&str] = &[
     "big-key-elements",
     "cluster-protocol",
     "key-index",
+    "route-plain",
     "special-keys",
     "fields",
     "sentinels",

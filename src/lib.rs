@@ -209,6 +209,7 @@ impl host::filter::Handler for Filter {
     fn retains(args: &host::filter::FilterArgs) -> bool {
         route::filter::new_command();
         cluster::protocol::enabled()
+            || route::plain::enabled()
             || route::filter::may_be_local_call(args)
             || txn::owner::marks::may_matter(args)
             || state::outside()
@@ -227,6 +228,7 @@ fn filter_all(args: &mut host::filter::FilterArgs) {
         cluster::filter::rewrite(args);
     }
     route::filter::rewrite_local_call(args);
+    route::plain::rewrite(args, cluster::clients::is_internal);
     txn::owner::marks::on_command(args);
     route::outside::rewrite(args, cluster::clients::is_internal);
 }
@@ -276,6 +278,7 @@ redis_module! {
             ["auth-password", &config::AUTH_PASSWORD, "", ConfigurationFlags::SENSITIVE, None],
             ["cluster-protocol", &config::CLUSTER_PROTOCOL, "no", ConfigurationFlags::DEFAULT, None],
             ["key-index", &config::KEY_INDEX, "no", ConfigurationFlags::DEFAULT, None],
+            ["route-plain", &config::ROUTE_PLAIN, "no", ConfigurationFlags::DEFAULT, None],
             ["special-keys", &config::SPECIAL_KEYS, "", ConfigurationFlags::DEFAULT, None],
             ["fields", &config::FIELDS, "", ConfigurationFlags::DEFAULT, None],
             ["sentinels", &config::SENTINELS, "", ConfigurationFlags::DEFAULT, None],

@@ -40,6 +40,8 @@ pub struct Config {
     pub cluster_protocol: String,
     /// `yes`: the index of keys by ring bucket is kept (`index`).
     pub key_index: String,
+    /// `route-plain`: `yes` routes plain clients' commands as if the fleet were one server.
+    pub route_plain: String,
     /// Shardjs's special keys: `name:offset:type ...` (`SHARD.SPECIALKEY name`).
     pub special_keys: String,
     /// Shardjs's field-name dictionary: `long:short ...` (hash commands through SHARD.CALL).
@@ -76,6 +78,7 @@ impl Default for Config {
             big_key_elements: 4096,
             cluster_protocol: "no".into(),
             key_index: "no".into(),
+            route_plain: "no".into(),
             special_keys: String::new(),
             fields: String::new(),
             sentinels: String::new(),

@@ -9,6 +9,9 @@
 //! with its arguments; then it runs here, as the calling user. Otherwise the call is routed
 //! (`route::call`): forwarded whole, split over owners, read at a replica, or planned while a
 //! resharding moves its key; anything else with keys on several nodes is refused, naming them.
+//! A keyless command of the data (`DBSIZE`, `KEYS`, `SCAN`, `RANDOMKEY`, the flushes, `SCRIPT`,
+//! `FUNCTION`, `PUBLISH`) is answered for the whole fleet (`route::keyless`); any other keyless
+//! command runs here, as this server's own.
 
 use crate::command;
 use crate::host::command::Call;
@@ -23,11 +26,26 @@ pub fn call(call: &Call) -> CmdResult {
     }
     if call.args.len() < 2 {
         return Err(CmdError::err(
-            "SHARD.CALL needs a command and its key: SHARD.CALL command key [arg ...]",
+            "SHARD.CALL needs a command: SHARD.CALL command [key] [arg ...]",
         ));
     }
     let (start, wait) = crate::route::wait::prefix(&call.args)?;
-    let command = Carried::at(call, start)?;
+    let name = call.args.get(start);
+    let sub = (start + 1 < call.args.len()).then(|| call.args.get(start + 1));
+    if let Some(kind) = crate::route::keyless::of(name, sub) {
+        if wait.is_some() {
+            return Err(CmdError::err(
+                "SHARD.CALL WAIT takes keyed commands: a keyless command answered for the fleet waits for no replica",
+            ));
+        }
+        return crate::route::keyless_call::route(call, start, kind);
+    }
+    let command = Carried::at_any(call, start)?;
+    if command.positions.is_empty() {
+        // Another keyless command, or one with no key in these arguments (`EVAL script 0`):
+        // this server's own (PING, INFO, CONFIG...), as one server would run it.
+        return crate::host::caller::pass_through(call, name, start + 1);
+    }
     crate::route::call::route(call, &command, wait)
 }
 
@@ -35,8 +53,8 @@ pub static CALL: CommandSpec = command! {
     name: "shard.call",
     handler: call,
     flags: "may-replicate deny-script blocking",
-    arity: -3,
-    summary: "Runs a command on the owner of its keys (multi-key commands split by owner); with WAIT, replies once that many of the owner's replicas have the write",
+    arity: -2,
+    summary: "Runs a command on the owner of its keys (multi-key commands split by owner), a keyless one for the whole fleet (DBSIZE, KEYS, SCAN, RANDOMKEY, the flushes, SCRIPT, FUNCTION, PUBLISH) or here (PING, INFO...); with WAIT, replies once that many of the owner's replicas have the write",
     complexity: "Depends on the command",
     args: CALL_ARGS,
     acl: "",
@@ -48,7 +66,6 @@ static CALL_ARGS: &[Arg] = &[
         ..opt(c"wait", c"WAIT", Kind::Block)
     },
     arg(c"command", Kind::Str),
-    arg(c"key", Kind::Str),
     many(c"arg", Kind::Str, true),
 ];
 

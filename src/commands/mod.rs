@@ -17,6 +17,7 @@ pub mod multi;
 pub mod outside;
 #[cfg(test)]
 mod parse_tests;
+pub mod plain;
 pub mod registry;
 pub mod reshard;
 pub mod ring;

@@ -4,13 +4,13 @@
 //! their subcommands' handlers; this file lists them all.
 
 use crate::commands::{
-    advance, apply, call, cluster, debug, decode, dump, encode, genkey, multi, outside, reshard,
-    ring, shardjs, txn, whereis,
+    advance, apply, call, cluster, debug, decode, dump, encode, genkey, multi, outside, plain,
+    reshard, ring, shardjs, txn, whereis,
 };
 use crate::host::register::CommandSpec;
 
 /// Every command of the module.
-pub fn table() -> [&'static CommandSpec; 26] {
+pub fn table() -> [&'static CommandSpec; 27] {
     [
         &genkey::COMMAND,
         &decode::COMMAND,
@@ -25,6 +25,7 @@ pub fn table() -> [&'static CommandSpec; 26] {
         &cluster::CLUSTER,
         &cluster::REDIRECT,
         &outside::COMMAND,
+        &plain::COMMAND,
         &debug::COMMAND,
         &dump::COMMAND,
         &apply::COMMAND,

@@ -310,7 +310,7 @@ fn endpoint(placement: &Placement, key: &[u8], self_name: &str) -> Result<Endpoi
 
 /// Runs `args` here, as the calling user, replicated like the command itself, and returns the
 /// reply (an error reply is a reply).
-fn run_here(call: &Call, args: &[Vec<u8>]) -> Result<Resp, CmdError> {
+pub fn run_here(call: &Call, args: &[Vec<u8>]) -> Result<Resp, CmdError> {
     caller::run_as_caller(call, args, |mut bytes| {
         read_reply(&mut bytes).map_err(|e| CmdError::err(e.to_string()))
     })

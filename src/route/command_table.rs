@@ -148,6 +148,16 @@ impl<'a> Carried<'a> {
 
     /// Reads the command `call` carries from its argument `start` on (which exists).
     pub fn at(call: &Call<'a>, start: usize) -> Result<Carried<'a>, CmdError> {
+        let carried = Carried::at_any(call, start)?;
+        if carried.positions.is_empty() {
+            return Err(no_key(&carried.name_text));
+        }
+        Ok(carried)
+    }
+
+    /// As `at`, and a command with no key in these arguments (`EVAL script 0`) is read too,
+    /// with no position.
+    pub fn at_any(call: &Call<'a>, start: usize) -> Result<Carried<'a>, CmdError> {
         let name = call.args.get(start);
         let name_text = printable(name).to_ascii_lowercase();
         let meta = meta_of(call, name, &name_text)?;
@@ -167,6 +177,13 @@ impl<'a> Carried<'a> {
     }
 }
 
+/// The refusal of a command with no key where a key is needed.
+fn no_key(name: &str) -> CmdError {
+    CmdError::err(format!(
+        "'{name}' has no key here: SHARD.CALL routes commands by their keys"
+    ))
+}
+
 /// The positions of the keys of the command `call` carries after its own name, counted from
 /// that command's name.
 pub fn key_positions(call: &Call) -> Result<Vec<usize>, CmdError> {
@@ -174,22 +191,14 @@ pub fn key_positions(call: &Call) -> Result<Vec<usize>, CmdError> {
 }
 
 /// The positions of the call's keys among the carried command's arguments (0 is its name, at
-/// `start` in the call), as the server's key specs give them.
+/// `start` in the call), as the server's key specs give them (none: no key in them).
 fn key_spec_positions(call: &Call, start: usize, name: &str) -> Result<Vec<usize>, CmdError> {
-    let no_key = || {
-        CmdError::err(format!(
-            "'{name}' has no key here: SHARD.CALL routes commands by their keys"
-        ))
-    };
-    let keys = command_keys::of_call(call, start).map_err(|e| match e {
-        NoKeys::UnknownCommand => CmdError::err(format!("unknown command '{name}'")),
-        NoKeys::WrongArity => CmdError::wrong_arity(name),
-        NoKeys::None => no_key(),
-    })?;
-    if keys.is_empty() {
-        return Err(no_key());
+    match command_keys::of_call(call, start) {
+        Ok(keys) => Ok(keys),
+        Err(NoKeys::UnknownCommand) => Err(CmdError::err(format!("unknown command '{name}'"))),
+        Err(NoKeys::WrongArity) => Err(CmdError::wrong_arity(name)),
+        Err(NoKeys::None) => Ok(Vec::new()),
     }
-    Ok(keys)
 }
 
 /// A command's entry, learnt from `COMMAND INFO` the first time it is asked for.

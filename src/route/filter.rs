@@ -109,8 +109,7 @@ pub fn rewrite_local_call(args: &mut FilterArgs) -> bool {
 /// owned here now and before (no resharding step pending for it), this server acting as its
 /// node (`topology::nodes::acts_as`).
 fn local_call(args: &FilterArgs) -> bool {
-    let argc = args.len();
-    if argc < 3 {
+    if args.len() < 3 {
         return false;
     }
     let Some(first) = args.arg(0) else {
@@ -119,20 +118,46 @@ fn local_call(args: &FilterArgs) -> bool {
     if first.len() != 10 || !first.eq_ignore_ascii_case(b"shard.call") {
         return false;
     }
-    let Some(name) = args.arg(1) else {
-        return false;
+    keys_local(args, 1) == Local::All
+}
+
+/// What the filter found of the keys of the command carried from argument `start` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// Every key is owned here now and before, the command runs as it is.
+    All,
+    /// A key is another node's, or one is being moved, or the filter cannot tell (a command
+    /// not in the table, keys that move with the arguments, rings unchecked, a replica, the
+    /// field dictionary): the module must look.
+    NotAll,
+    /// The command has no key at all (by the command table: first key 0, keys not movable).
+    Keyless,
+    /// The command is not in the table the module learnt (the server does not know it, or it
+    /// was added after load and `SHARD.CALL` has not met it yet).
+    Unknown,
+}
+
+/// Whether the keys of the known command carried from argument `start` on are all this node's
+/// now and before (`route-plain` carries it from 0, `SHARD.CALL` from 1).
+pub fn keys_local(args: &FilterArgs, start: usize) -> Local {
+    let argc = args.len();
+    let Some(name) = args.arg(start) else {
+        return Local::NotAll;
     };
     let Some(meta) = command_table::known(name) else {
-        return false;
+        return Local::Unknown;
     };
+    if !meta.movable && meta.first <= 0 {
+        return Local::Keyless;
+    }
     // A hash command whose field names the dictionary translates: SHARD.CALL's own work.
     if crate::route::fields::translates(name) {
-        return false;
+        return Local::NotAll;
     }
-    let inner_argc = argc - 1;
+    let inner_argc = argc - start;
     // While this node's rings are unchecked, every call goes to SHARD.CALL, which refuses it.
     if meta.blocking || crate::route::gate::closed() {
-        return false;
+        return Local::NotAll;
     }
     // A replica runs no routed call itself (its primary does), and reads that go to replicas
     // are SHARD.CALL's to send.
@@ -140,27 +165,27 @@ fn local_call(args: &FilterArgs) -> bool {
         || (meta.readonly
             && crate::topology::nodes::read_from() != crate::topology::nodes::ReadFrom::Primary)
     {
-        return false;
+        return Local::NotAll;
     }
     let Some(positions) = meta.fixed_keys(inner_argc) else {
-        return false;
+        return Local::NotAll;
     };
     let st = state::lock();
     let self_name = st.config.ring.self_name.as_str();
     if self_name.is_empty() {
-        return false;
+        return Local::NotAll;
     }
     let Some(placement) = st.rings.current.as_ref() else {
-        return false;
+        return Local::NotAll;
     };
     let Some(current) = placement.ring.as_ref() else {
-        return false;
+        return Local::NotAll;
     };
     let previous = st.rings.previous.as_ref().map(|p| p.ring.as_ref());
     let mut any = false;
     for pos in positions {
-        let Some(key) = args.arg(pos + 1) else {
-            return false;
+        let Some(key) = args.arg(pos + start) else {
+            return Local::NotAll;
         };
         let owner = current.owner(key);
         // Its own node, and (a `sentinel` node) the primary Sentinel names: a restarted old
@@ -180,14 +205,18 @@ fn local_call(args: &FilterArgs) -> bool {
                 LAST_OWNER.store(owner, Ordering::Relaxed);
                 LAST_KEY.store(key.as_ptr().cast_mut(), Ordering::Relaxed);
             }
-            return false;
+            return Local::NotAll;
         }
         match previous {
             None => {}
             Some(Some(before)) if before.owner_spec(key).name == self_name => {}
-            Some(_) => return false,
+            Some(_) => return Local::NotAll,
         }
         any = true;
     }
-    any
+    if any {
+        Local::All
+    } else {
+        Local::NotAll
+    }
 }

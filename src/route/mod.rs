@@ -14,7 +14,10 @@
 //!   steps `NetSteps`) and the counters of INFO; `copy`: copy-before-write's requests;
 //!   `replica`: reads at replicas.
 //! - `filter`: the command filter's part that turns a call whose keys are all here into the
-//!   plain command.
+//!   plain command; `plain`: its part under `shard.route-plain yes`, which hands a plain
+//!   client's command for other nodes (or for the whole fleet) to `SHARD.PLAIN`.
+//! - `keyless`: the keyless commands the fleet answers and how their replies merge (pure);
+//!   `keyless_call`: their fan-out; `scan_cursor`: the fleet's `SCAN` cursor (pure).
 //! - `outside`: a node outside its rings refuses the writes routed to it (the filter's part
 //!   and the refusal; the handler is `commands::outside`).
 //! - `wait`: `SHARD.CALL WAIT numreplicas timeout-ms ...`: its prefix, and the call's reply
@@ -32,8 +35,12 @@ pub mod fields;
 pub mod filter;
 pub mod forward;
 pub mod gate;
+pub mod keyless;
+pub mod keyless_call;
 pub mod outside;
+pub mod plain;
 pub mod replica;
+pub mod scan_cursor;
 pub mod split;
 pub mod steps;
 pub mod wait;

@@ -1,0 +1,301 @@
+//! Keyless commands answered for the fleet, carried out (`keyless` says which and how their
+//! replies merge): the nodes of this server's rings (the current ring's, and the previous
+//! one's while a resharding is open), each asked over the module's connections in the
+//! client's database and protocol, this node's part run here as the calling user; the client
+//! blocked until every node answered, then given the merged reply. `SCAN` asks one node per
+//! step (`scan_cursor`).
+
+use std::sync::Arc;
+
+use redis_module::ContextFlags;
+
+use crate::host::command::Call;
+use crate::host::error::{CmdError, CmdResult};
+use crate::host::{acl, caller};
+use crate::net::endpoint::Endpoint;
+use crate::net::pool::{link_timeout, Link};
+use crate::net::resp::{ReplyResp, Resp};
+use crate::ring::placement::{Mark, Placement};
+use crate::route::forward::{self, CallReply, NetSteps};
+use crate::route::keyless::{self, Keyless, NodeReply};
+use crate::route::scan_cursor::{self, Cursor};
+use crate::state;
+
+/// The nodes a keyless command goes to, sorted by name, and what places keys on them.
+struct Walk {
+    nodes: Vec<Endpoint>,
+    current: Arc<Placement>,
+    previous: Option<Arc<Placement>>,
+    epoch: u16,
+    link: Link,
+}
+
+impl Walk {
+    fn of(call: &Call) -> Result<Walk, CmdError> {
+        let st = state::lock();
+        let current = Arc::clone(st.current_ring()?);
+        if current.ring.is_none() {
+            return Err(CmdError::err(
+                "keyless commands are answered for the fleet on a ring of shard's own; with the cluster algo use a cluster client",
+            ));
+        }
+        let previous = st.rings.previous.clone();
+        let self_name = st.config.ring.self_name.as_str();
+        let mut specs: Vec<&crate::ring::NodeSpec> = current.spec.nodes.iter().collect();
+        if let Some(p) = &previous {
+            specs.extend(p.spec.nodes.iter());
+        }
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        specs.dedup_by(|a, b| a.name == b.name);
+        if specs.len() > scan_cursor::MAX_NODES {
+            return Err(CmdError::err(format!(
+                "the rings name {} nodes: keyless commands are answered for at most {}",
+                specs.len(),
+                scan_cursor::MAX_NODES
+            )));
+        }
+        let nodes = specs
+            .into_iter()
+            .map(|n| crate::topology::nodes::endpoint_of(n, self_name))
+            .collect();
+        let mark = match st.rings.mark() {
+            Mark::Open => 0,
+            Mark::Returning => 1,
+            Mark::Fence => 2,
+            Mark::Settled => 3,
+        };
+        let epoch = scan_cursor::epoch_of(
+            &current.digest,
+            previous.as_ref().map(|p| p.digest.as_str()),
+            mark,
+        );
+        let link = Link {
+            timeout: link_timeout(st.config.call_timeout_ms),
+            auth: st.config.auth(),
+            resp3: call.ctx.get_flags().contains(ContextFlags::FLAGS_RESP3),
+            db: caller::selected_db(call),
+        };
+        drop(st);
+        Ok(Walk {
+            nodes,
+            current,
+            previous,
+            epoch,
+            link,
+        })
+    }
+
+    /// Whether the rings place `key` at the node `name` (now, or before the open resharding).
+    fn owns(&self, name: &str, key: &[u8]) -> bool {
+        let at = |p: &Placement| {
+            p.ring
+                .as_ref()
+                .is_some_and(|r| r.owner_spec(key).name == name)
+        };
+        at(&self.current) || self.previous.as_deref().is_some_and(at)
+    }
+}
+
+/// Answers the keyless command the call carries from argument `start` on, for the fleet.
+pub fn route(call: &Call, start: usize, kind: Keyless) -> CmdResult {
+    let name_text = crate::host::args::printable(call.args.get(start)).to_ascii_lowercase();
+    acl::check_caller(call, start, &name_text)?;
+    if crate::route::gate::closed() {
+        return Err(crate::route::gate::refusal());
+    }
+    let walk = Walk::of(call)?;
+    let args: Vec<Vec<u8>> = (start..call.args.len())
+        .map(|i| call.args.get(i).to_vec())
+        .collect();
+    match kind {
+        Keyless::Scan => scan(call, walk, args),
+        Keyless::RandomKey => random_key(call, walk),
+        _ => every_node(call, walk, args, kind),
+    }
+}
+
+/// Runs `args` at every node (this one's part here, now) and merges the replies by `kind`.
+fn every_node(call: &Call, walk: Walk, args: Vec<Vec<u8>>, kind: Keyless) -> CmdResult {
+    let mut here: Vec<(usize, Resp)> = Vec::new();
+    for (i, node) in walk.nodes.iter().enumerate() {
+        if node.is_self {
+            here.push((i, crate::route::call::run_here(call, &args)?));
+        }
+    }
+    let link = walk.link.clone();
+    forward::run(call, link, move |steps| async move {
+        let replies = match ask_all(&steps, &walk.nodes, &args, here).await {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        forward::count(|s| s.forwarded += 1);
+        CallReply::Reply(match kind {
+            Keyless::Sum | Keyless::Publish => keyless::sum(&replies),
+            Keyless::Keys => keyless::union_keys(replies, |n, k| walk.owns(n, k)),
+            Keyless::LogicalAnd => keyless::logical_and(&replies),
+            _ => keyless::all_succeeded(replies),
+        })
+    })
+    .map_err(CmdError::err)
+}
+
+/// Every node's reply to `args` (the ones run here given), in the walk's order.
+async fn ask_all(
+    steps: &NetSteps,
+    nodes: &[Endpoint],
+    args: &[Vec<u8>],
+    here: Vec<(usize, Resp)>,
+) -> Result<Vec<NodeReply>, CallReply> {
+    let mut here = here.into_iter().peekable();
+    let mut pending = Vec::with_capacity(nodes.len());
+    for (i, node) in nodes.iter().enumerate() {
+        match here.next_if(|(at, _)| *at == i) {
+            Some((_, reply)) => pending.push(futures_util::future::Either::Left(
+                futures_util::future::ready(Ok(reply)),
+            )),
+            None => pending.push(futures_util::future::Either::Right(steps.send(node, args))),
+        }
+    }
+    let outcomes = futures_util::future::join_all(pending).await;
+    let mut replies = Vec::with_capacity(outcomes.len());
+    for (node, outcome) in nodes.iter().zip(outcomes) {
+        match outcome {
+            Ok(reply) => replies.push(NodeReply {
+                node: node.name.clone(),
+                reply,
+            }),
+            Err(e) => return Err(CallReply::failed(&e)),
+        }
+    }
+    Ok(replies)
+}
+
+/// `RANDOMKEY`: every node's `DBSIZE`, then a key of the node the draw falls on.
+fn random_key(call: &Call, walk: Walk) -> CmdResult {
+    let dbsize = vec![b"DBSIZE".to_vec()];
+    let random = vec![b"RANDOMKEY".to_vec()];
+    let mut here = Vec::new();
+    for (i, node) in walk.nodes.iter().enumerate() {
+        if node.is_self {
+            here.push((i, crate::route::call::run_here(call, &dbsize)?));
+        }
+    }
+    let draw = draw();
+    let self_at = walk.nodes.iter().position(|n| n.is_self);
+    // This node's key, drawn now in case the draw falls here (no context once blocked).
+    let random_here = match self_at {
+        Some(_) => Some(crate::route::call::run_here(call, &random)?),
+        None => None,
+    };
+    forward::run(call, walk.link.clone(), move |steps| async move {
+        let counts = match ask_all(&steps, &walk.nodes, &dbsize, here).await {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let sizes: Vec<u64> = counts
+            .iter()
+            .map(|r| {
+                r.reply
+                    .as_int()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0)
+            })
+            .collect();
+        let total: u64 = sizes.iter().sum();
+        let Some(at) = (total > 0)
+            .then(|| keyless::weighted_pick(&sizes, draw % total))
+            .flatten()
+        else {
+            return CallReply::Reply(Resp::Null);
+        };
+        if Some(at) == self_at {
+            return CallReply::Reply(random_here.unwrap_or(Resp::Null));
+        }
+        match steps.send(&walk.nodes[at], &random).await {
+            Ok(reply) => CallReply::Reply(reply),
+            Err(e) => CallReply::failed(&e),
+        }
+    })
+    .map_err(CmdError::err)
+}
+
+/// A random number for `RANDOMKEY`'s draw (the clock's nanoseconds mixed: no need for more).
+fn draw() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x = nanos ^ 0x9e37_79b9_7f4a_7c15;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^ (x >> 33)
+}
+
+/// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]`: one step of the walk, at the node the cursor
+/// names, its keys kept where the rings place them there.
+fn scan(call: &Call, walk: Walk, mut args: Vec<Vec<u8>>) -> CmdResult {
+    let Some(text) = args.get(1) else {
+        return Err(CmdError::wrong_arity("scan"));
+    };
+    let client = scan_cursor::decode(text).map_err(|_| CmdError::err("invalid cursor"))?;
+    let at = scan_cursor::step(client, walk.epoch, walk.nodes.len());
+    if walk.nodes.is_empty() {
+        call.reply.resp(&scan_reply(0, Vec::new()));
+        return Ok(());
+    }
+    args[1] = at.inner.to_string().into_bytes();
+    let node = walk.nodes[at.node].clone();
+    if node.is_self {
+        let reply = crate::route::call::run_here(call, &args)?;
+        call.reply.resp(&scan_merged(&walk, &node, at, reply));
+        return Ok(());
+    }
+    forward::run(call, walk.link.clone(), move |steps| async move {
+        match steps.send(&node, &args).await {
+            Ok(reply) => CallReply::Reply(scan_merged(&walk, &node, at, reply)),
+            Err(e) => CallReply::failed(&e),
+        }
+    })
+    .map_err(CmdError::err)
+}
+
+/// The client's reply to a step of the walk, from the node's `SCAN` reply.
+fn scan_merged(walk: &Walk, node: &Endpoint, at: Cursor, reply: Resp) -> Resp {
+    let Resp::Array(mut parts) = reply else {
+        return match reply {
+            Resp::Error(line) => Resp::Error(keyless::at_node(&line, &node.name)),
+            _ => Resp::Error(keyless::at_node(
+                b"ERR a node's SCAN reply is not a list",
+                &node.name,
+            )),
+        };
+    };
+    let keys = parts.pop();
+    let inner = parts.pop().and_then(|c| match c {
+        Resp::Bulk(b) | Resp::Simple(b) => std::str::from_utf8(&b).ok()?.parse::<u64>().ok(),
+        _ => None,
+    });
+    let (Some(inner), Some(keys)) = (inner, keys.and_then(keyless::names)) else {
+        return Resp::Error(keyless::at_node(
+            b"ERR a node's SCAN reply is not a cursor and keys",
+            &node.name,
+        ));
+    };
+    let Some(next) = scan_cursor::after(at, inner, walk.nodes.len()) else {
+        return Resp::Error(keyless::at_node(
+            b"ERR the node's SCAN cursor is too large for the fleet's cursor",
+            &node.name,
+        ));
+    };
+    let kept = keys
+        .into_iter()
+        .filter(|k| walk.owns(&node.name, k))
+        .collect();
+    scan_reply(next, kept)
+}
+
+fn scan_reply(cursor: u64, keys: Vec<Vec<u8>>) -> Resp {
+    Resp::Array(vec![
+        Resp::Bulk(cursor.to_string().into_bytes()),
+        Resp::Array(keys.into_iter().map(Resp::Bulk).collect()),
+    ])
+}

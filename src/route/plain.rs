@@ -1,0 +1,98 @@
+//! Routing for unchanged clients (`shard.route-plain yes`, issue 43): a plain client's commands
+//! on any primary of the fleet run as if the fleet were one server.
+//!
+//! The command filter's part, on a primary with the setting on:
+//! - a keyed command whose keys are all this node's, with no resharding step pending for them,
+//!   passes untouched: the server runs it at its own speed (what `SHARD.CALL`'s rewrite of a
+//!   local call does, `filter::keys_local`);
+//! - any other keyed command the server knows becomes `SHARD.PLAIN command ...`, whose handler
+//!   (`commands::plain`) routes it as `SHARD.CALL` would, or runs it here when the module's own
+//!   connections sent it (a forwarded command, which the filter cannot tell on Redis 7.0);
+//! - the keyless commands the fleet answers (`keyless`: `DBSIZE`, `KEYS`, `SCAN`, `RANDOMKEY`,
+//!   the flushes, `SCRIPT`, `FUNCTION`, `PUBLISH`) become `SHARD.PLAIN ...` too, answered from
+//!   every node; the others (`PING`, `INFO`, `CONFIG`, `CLIENT`...) stay this server's;
+//! - `WATCH`, `UNWATCH`, `MULTI`, `EXEC`, `DISCARD` become `SHARD.WATCH` ... `SHARD.DISCARD`:
+//!   the transactions across nodes, which run at this node alone when every key is here
+//!   (`docs/transactions.md`). While a client of this node is inside one, every keyed command
+//!   goes to `SHARD.PLAIN`, whose handler queues it for that client (the filter cannot tell
+//!   which client sent a command on Redis 7.0).
+//!
+//! Never rewritten: the module's own commands, commands the server does not know (it refuses
+//! them itself), the module's own connections' commands where the filter can tell the client,
+//! and everything on a replica: a replica applies its primary's stream, and its clients'
+//! reads of its own shard are theirs to make (the fleet routes through primaries).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::host::filter::FilterArgs;
+use crate::route::filter::{keys_local, Local};
+use crate::route::keyless;
+
+/// The command the filter hands a plain client's routed command to.
+pub const COMMAND: &[u8] = b"SHARD.PLAIN";
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `shard.route-plain` is `yes` (one load: the filter's first look at every command).
+#[inline(always)]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Puts `shard.route-plain` in force.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Checks a value of `shard.route-plain`.
+pub fn check(value: &str) -> Result<(), String> {
+    match value {
+        "yes" | "no" => Ok(()),
+        other => Err(format!("route-plain is yes or no, not '{other}'")),
+    }
+}
+
+/// The module's transaction command a plain transaction command becomes.
+fn transaction_verb(name: &[u8]) -> Option<&'static [u8]> {
+    let pairs: [(&[u8], &'static [u8]); 5] = [
+        (b"multi", b"SHARD.MULTI"),
+        (b"exec", b"SHARD.EXEC"),
+        (b"discard", b"SHARD.DISCARD"),
+        (b"watch", b"SHARD.WATCH"),
+        (b"unwatch", b"SHARD.UNWATCH"),
+    ];
+    pairs
+        .iter()
+        .find(|(plain, _)| name.eq_ignore_ascii_case(plain))
+        .map(|(_, to)| *to)
+}
+
+/// The filter's part (`shard.route-plain yes`, on a primary): true when it rewrote the
+/// command. `internal` tells the module's own connections by client id.
+pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool) -> bool {
+    if !enabled() || crate::topology::nodes::is_replica() {
+        return false;
+    }
+    let Some(name) = args.arg(0) else {
+        return false;
+    };
+    if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard.") {
+        return false;
+    }
+    if args.client_id().is_some_and(internal) {
+        return false;
+    }
+    if let Some(verb) = transaction_verb(name) {
+        args.replace(0, verb);
+        return true;
+    }
+    let keyless_here = keyless::may_be(name);
+    match keys_local(args, 0) {
+        Local::All if !crate::route::filter::any_queueing() => return false,
+        Local::Keyless if !keyless_here => return false,
+        Local::Unknown => return false,
+        _ => {}
+    }
+    args.insert(0, COMMAND);
+    true
+}

@@ -1,0 +1,221 @@
+"""The fleet answers like one server (issue 43): with `shard.route-plain yes`, an unchanged
+client pointed at any node runs its plain commands as if the fleet were one server: keyed
+commands at their owners, multi-key commands split, plain WATCH/MULTI/EXEC across nodes, and
+the keyless commands of the data (DBSIZE, KEYS, SCAN, RANDOMKEY, the flushes, SCRIPT, FUNCTION,
+PUBLISH) answered for the whole fleet, in the client's database. Each test compares with what
+one plain server holding every key answers, and fails without the setting (the node then
+answers from its own keyspace)."""
+
+import random
+import threading
+import time
+
+import pytest
+import redis
+
+from helpers.fleet import NAMES, make_fleet
+from helpers.server import until
+
+
+def plain_fleet(server_factory, on=True, **kw):
+    fleet = make_fleet(server_factory, args=["route-plain", "yes" if on else "no"], **kw)
+    return fleet
+
+
+def local(fleet, name, db=0):
+    """A client of one node's own keyspace: its connection is marked as one of the module's own
+    (`SHARD.CLUSTER INTERNAL`), whose commands are never routed."""
+    c = fleet.client(name, db=db, single_connection_client=True)
+    assert c.execute_command("SHARD.CLUSTER", "INTERNAL") == b"OK"
+    return c
+
+
+def keys_on_every_node(fleet, n=30, prefix="k"):
+    """`n` key names, spread over every owner."""
+    keys = [f"{prefix}:{i}" for i in range(n)]
+    owners = fleet.owners(keys)
+    assert set(owners) == set(NAMES), owners
+    return keys, owners
+
+
+def test_plain_get_and_set_of_any_owner_through_any_node(server_factory):
+    fleet = plain_fleet(server_factory)
+    keys, owners = keys_on_every_node(fleet)
+    c0 = fleet.client("n0")
+    for k in keys:
+        assert c0.set(k, f"v-{k}") is True
+    # Each key is at its owner only: the plain SET was routed.
+    for k, owner in zip(keys, owners):
+        for n in NAMES:
+            want = f"v-{k}".encode() if n == owner else None
+            assert local(fleet, n).get(k) == want, (k, owner, n)
+    # Read back through every node, plain GET and MGET.
+    for n in NAMES:
+        c = fleet.client(n)
+        assert [c.get(k) for k in keys] == [f"v-{k}".encode() for k in keys]
+        assert c.mget(keys) == [f"v-{k}".encode() for k in keys]
+        assert c.exists(*keys) == len(keys)
+    assert c0.delete(*keys) == len(keys)
+    assert fleet.client("n2").mget(keys) == [None] * len(keys)
+
+
+def test_without_the_setting_a_plain_get_reads_the_nodes_own_keyspace(server_factory):
+    fleet = plain_fleet(server_factory, on=False)
+    k = fleet.key_of("n1")
+    fleet.client("n1").set(k, "here")
+    assert fleet.client("n0").get(k) is None
+    fleet.client("n0").config_set("shard.route-plain", "yes")
+    assert fleet.client("n0").get(k) == b"here"
+    with pytest.raises(redis.ResponseError, match="route-plain is yes or no"):
+        fleet.client("n0").config_set("shard.route-plain", "maybe")
+
+
+def test_local_keys_stay_plain_commands(server_factory):
+    """A key this node owns runs as the plain command: no SHARD.PLAIN in the server's command
+    stats, the key's reply the server's own."""
+    fleet = plain_fleet(server_factory)
+    c0 = fleet.client("n0")
+    local = fleet.key_of("n0", prefix="local")
+    remote = fleet.key_of("n1", prefix="remote")
+    c0.config_resetstat()
+    for _ in range(20):
+        c0.set(local, "x")
+        c0.get(local)
+    stats = c0.info("commandstats")
+    assert "cmdstat_shard.plain" not in stats, stats
+    assert stats["cmdstat_set"]["calls"] == 20
+    c0.set(remote, "y")
+    stats = c0.info("commandstats")
+    assert stats["cmdstat_shard.plain"]["calls"] == 1
+
+
+def test_plain_transactions_across_nodes(server_factory):
+    """redis-py's own transaction(): WATCH, MULTI, EXEC over keys of two owners, retried on a
+    nil EXEC when another client writes a watched key."""
+    fleet = plain_fleet(server_factory)
+    a = fleet.key_of("n1", prefix="acct")
+    b = fleet.key_of("n2", prefix="acct")
+    c0 = fleet.client("n0")
+    c0.mset({a: 100, b: 0})
+
+    tries = []
+
+    def transfer(pipe):
+        tries.append(1)
+        x = int(pipe.get(a))
+        y = int(pipe.get(b))
+        if len(tries) == 1:
+            # Another client writes a watched key meanwhile: EXEC must fail (nil), retried.
+            fleet.client("n2").incrby(a, 1)
+        pipe.multi()
+        pipe.set(a, x - 10)
+        pipe.set(b, y + 10)
+
+    c0.transaction(transfer, a, b)
+    assert len(tries) == 2
+    assert int(c0.get(a)) + int(c0.get(b)) == 101
+    assert int(local(fleet, "n1").get(a)) == 91
+    # A pipeline with MULTI/EXEC (redis-py's default pipeline) over both owners.
+    with c0.pipeline() as p:
+        p.incr(a).incr(b).get(a)
+        assert p.execute() == [92, 11, b"92"]
+    # DISCARD drops the queue.
+    with c0.pipeline() as p:
+        p.multi()
+        p.set(a, "never")
+        p.reset()
+    assert c0.get(a) == b"92"
+
+
+def test_keyless_commands_answer_for_the_fleet(server_factory):
+    fleet = plain_fleet(server_factory)
+    plain = server_factory()
+    keys, _ = keys_on_every_node(fleet, n=200)
+    c1 = fleet.client("n1")
+    p = plain.client()
+    for k in keys:
+        c1.set(k, k)
+        p.set(k, k)
+    for n in NAMES:
+        c = fleet.client(n)
+        assert c.dbsize() == p.dbsize() == len(keys)
+        assert sorted(c.keys("k:1*")) == sorted(p.keys("k:1*"))
+        assert sorted(c.keys()) == sorted(p.keys())
+        assert sorted(c.scan_iter(count=7)) == sorted(p.scan_iter(count=7))
+        assert sorted(c.scan_iter(match="k:2*", count=50)) == sorted(p.scan_iter(match="k:2*"))
+        assert c.randomkey() in set(p.keys())
+        # Through SHARD.CALL too.
+        assert c.execute_command("SHARD.CALL", "DBSIZE") == len(keys)
+    # A node's own keyspace holds a part only: the sum is the fleet's.
+    assert fleet.client("n0").execute_command("SHARD.CALL", "PING") == b"PONG"
+    # TYPE filters per node.
+    fleet.client("n2").rpush("alist", 1)
+    assert list(fleet.client("n0").scan_iter(_type="list")) == [b"alist"]
+    # FLUSHDB everywhere (ASYNC kept), through any node.
+    assert fleet.client("n2").flushdb(asynchronous=True) is True
+    for n in NAMES:
+        assert fleet.client(n).dbsize() == 0
+    assert fleet.client("n0").randomkey() is None
+
+
+def test_scripts_and_functions_on_every_node(server_factory):
+    fleet = plain_fleet(server_factory)
+    c0 = fleet.client("n0")
+    sha = c0.script_load("return redis.call('GET', KEYS[1])")
+    for n in NAMES:
+        assert fleet.client(n).script_exists(sha, "0" * 40) == [True, False]
+    ks = [fleet.key_of(n, prefix="s") for n in NAMES]
+    c0.set(ks[2], "two")
+    # EVALSHA of a key on another node: the script is there too.
+    assert c0.evalsha(sha, 1, ks[2]) == b"two"
+    lib = "#!lua name=mylib\nredis.register_function('myget', function(keys) return redis.call('GET', keys[1]) end)"
+    assert c0.function_load(lib) == "mylib" or c0.function_load(lib, replace=True)
+    assert fleet.client("n1").fcall("myget", 1, ks[2]) == b"two"
+    assert c0.function_delete("mylib")
+    for n in NAMES:
+        assert fleet.client(n).function_list() == []
+    assert c0.script_flush()
+    for n in NAMES:
+        assert fleet.client(n).script_exists(sha) == [False]
+
+
+def test_publish_reaches_the_subscribers_of_every_node(server_factory):
+    fleet = plain_fleet(server_factory)
+    subs = {}
+    for n in NAMES:
+        ps = fleet.client(n).pubsub()
+        ps.subscribe("news")
+        ps.psubscribe("ne*")
+        subs[n] = ps
+        # The subscription confirmations.
+        assert ps.get_message(timeout=2)["type"] == "subscribe"
+        assert ps.get_message(timeout=2)["type"] == "psubscribe"
+    for sender in NAMES:
+        # Every node's subscriber and pattern subscriber: 2 per node.
+        assert fleet.client(sender).publish("news", f"from {sender}") == 2 * len(NAMES)
+        for n, ps in subs.items():
+            got = [ps.get_message(timeout=2) for _ in range(2)]
+            assert sorted(m["type"] for m in got) == ["message", "pmessage"], (n, got)
+            assert {m["data"] for m in got} == {f"from {sender}".encode()}
+            # Once each: nothing more.
+            assert ps.get_message(timeout=0.2) is None
+    for ps in subs.values():
+        ps.close()
+
+
+def test_select_runs_every_path_in_the_clients_database(server_factory):
+    fleet = plain_fleet(server_factory)
+    keys, owners = keys_on_every_node(fleet, n=30, prefix="db")
+    c = fleet.client("n0", db=3)
+    for k in keys:
+        c.set(k, "three")
+    assert c.dbsize() == len(keys)
+    assert sorted(c.scan_iter()) == sorted(k.encode() for k in keys)
+    assert c.mget(keys) == [b"three"] * len(keys)
+    for k, owner in zip(keys, owners):
+        assert local(fleet, owner, db=3).get(k) == b"three"
+        assert local(fleet, owner, db=0).get(k) is None
+    assert fleet.client("n1").dbsize() == 0
+    assert local(fleet, "n1", db=3).dbsize() == owners.count("n1")
+    c.flushdb()
+    assert c.dbsize() == 0
