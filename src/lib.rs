@@ -228,7 +228,11 @@ fn filter_all(args: &mut host::filter::FilterArgs) {
         cluster::filter::rewrite(args);
     }
     route::filter::rewrite_local_call(args);
-    route::plain::rewrite(args, cluster::clients::is_internal);
+    route::plain::rewrite(
+        args,
+        cluster::clients::is_internal,
+        cluster::protocol::enabled(),
+    );
     txn::owner::marks::on_command(args);
     route::outside::rewrite(args, cluster::clients::is_internal);
 }

@@ -219,3 +219,71 @@ def test_select_runs_every_path_in_the_clients_database(server_factory):
     assert local(fleet, "n1", db=3).dbsize() == owners.count("n1")
     c.flushdb()
     assert c.dbsize() == 0
+
+
+def subscribe_everywhere(fleet, channel, pattern):
+    subs = {}
+    for n in NAMES:
+        ps = fleet.client(n).pubsub()
+        ps.subscribe(channel)
+        ps.psubscribe(pattern)
+        assert ps.get_message(timeout=2)["type"] == "subscribe"
+        assert ps.get_message(timeout=2)["type"] == "psubscribe"
+        subs[n] = ps
+    return subs
+
+
+def assert_delivered_once(subs, data):
+    for n, ps in subs.items():
+        got = [ps.get_message(timeout=2) for _ in range(2)]
+        assert all(got), (n, got)
+        assert sorted(m["type"] for m in got) == ["message", "pmessage"], (n, got)
+        assert {m["data"] for m in got} == {data}
+        assert ps.get_message(timeout=0.2) is None, n
+
+
+def test_publish_under_the_cluster_protocol_reaches_every_node(server_factory):
+    """A cluster client's PUBLISH, sent to whichever node it picks, reaches the subscribers of
+    every node once, as Redis Cluster's bus carries it (before: that node's only)."""
+    from helpers.cluster import cluster_client, cluster_fleet
+
+    fleet = cluster_fleet(server_factory)
+    subs = subscribe_everywhere(fleet, "news", "n*")
+    rc = cluster_client(fleet)
+    for i in range(3):
+        rc.publish("news", f"c{i}")
+        assert_delivered_once(subs, f"c{i}".encode())
+    for sender in NAMES:
+        fleet.client(sender).publish("news", f"plain {sender}")
+        assert_delivered_once(subs, f"plain {sender}".encode())
+    for ps in subs.values():
+        ps.close()
+    rc.close()
+
+
+def test_cluster_clients_and_plain_clients_side_by_side(server_factory):
+    """Both settings on: a cluster client still routes itself and merges keyless commands from
+    every node itself (each node answers for its own keys), while a plain client's keyed
+    command on any node is routed, not refused with MOVED."""
+    from helpers.cluster import cluster_client, cluster_fleet
+
+    fleet = cluster_fleet(server_factory)
+    for n in NAMES:
+        fleet.client(n).config_set("shard.route-plain", "yes")
+    rc = cluster_client(fleet)
+    keys = [f"both:{i}" for i in range(60)]
+    for k in keys:
+        rc.set(k, k)
+    # The cluster client's own fan-out: DBSIZE summed over the primaries, each node counting
+    # its own keys once (as in a real Redis Cluster), not the fleet's three times.
+    from redis.cluster import RedisCluster
+
+    assert rc.dbsize(target_nodes=RedisCluster.PRIMARIES) == len(keys)
+    got = rc.keys(target_nodes=RedisCluster.PRIMARIES)
+    assert sorted(got) == sorted(k.encode() for k in keys)
+    # A plain client of one node reads and writes every key.
+    c0 = fleet.client("n0")
+    assert c0.mget(keys) == [k.encode() for k in keys]
+    c0.set("plain-written", "x")
+    assert rc.get("plain-written") == b"x"
+    rc.close()

@@ -12,7 +12,10 @@
 //!   would be read (or copied back) by a node that still falls back to it.
 //!   Any other keyed command becomes `SHARD.REDIRECT command ...`, whose handler has
 //!   the context the filter lacks (who sent it, whether the key is here; `redirect`).
-//! - Keyless commands and the module's own commands are never redirected.
+//! - Keyless commands and the module's own commands are never redirected. `PUBLISH` on a
+//!   primary becomes `SHARD.PLAIN PUBLISH ...`, published at every node of the ring, as Redis
+//!   Cluster's bus delivers it to every node's subscribers (the module's own connections'
+//!   `PUBLISH`, one node's part of it, is published there only).
 //! - A key of this server's own `sentinel` node while Sentinel does not name this server as
 //!   its primary (a restarted old primary, before Sentinel makes it a replica): `MOVED` to the
 //!   primary Sentinel names, `TRYAGAIN` while it names none; never run here as the owner's.
@@ -60,6 +63,9 @@ pub enum Rewrite {
     /// On a replica, a command only the redirect handler can judge: `SHARD.REDIRECT command
     /// ...`, in `MULTI` too.
     Judge,
+    /// `PUBLISH` on a primary: `SHARD.PLAIN PUBLISH ...`, which publishes at every node of the
+    /// ring (Redis Cluster's bus carries a `PUBLISH` to every node's subscribers).
+    Publish,
 }
 
 /// Why a command cannot run on this node as it is.
@@ -163,6 +169,15 @@ pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
     }
     if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard.") {
         return Rewrite::None;
+    }
+    if name.eq_ignore_ascii_case(b"publish") {
+        // The module's own connections' PUBLISH is another node's, published here only.
+        let internal = env.client_id().is_some_and(clients::is_internal);
+        return if env.is_replica() || internal || env.in_transaction() {
+            Rewrite::None
+        } else {
+            Rewrite::Publish
+        };
     }
     let Some(meta) = command_table::known(name) else {
         return Rewrite::None;
@@ -357,6 +372,7 @@ pub fn rewrite(args: &mut FilterArgs) {
         }
         Rewrite::Connection => b"shard.cluster",
         Rewrite::Redirect(_) | Rewrite::Judge => b"shard.redirect",
+        Rewrite::Publish => crate::route::plain::COMMAND,
     };
     args.insert(0, insert);
 }

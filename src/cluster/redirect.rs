@@ -7,7 +7,10 @@
 //! safe by SHARD.CALL's copy-before-write plan, and a delete reaches both owners. Once the
 //! resharding is settled (its copies are done), a moving slot's keys are at the new owner if
 //! anywhere: it runs their reads and writes itself, and the previous owner no longer serves an
-//! `ASK` for them (its copy may be one a node that committed has deleted since). On a replica,
+//! `ASK` for them (its copy may be one a node that committed has deleted since). With
+//! `shard.route-plain yes` beside the protocol, a client's command is routed, never
+//! redirected: plain clients cannot follow `MOVED`, and a cluster client is answered too. On a
+//! replica,
 //! what is not its primary's replication stream is judged by `replica`.
 
 use redis_module::ContextFlags;
@@ -62,6 +65,12 @@ pub fn verdict(call: &Call) -> Result<Redirect, CmdError> {
     let readonly = command_table::known(args.get(1)).is_some_and(|m| m.readonly);
     if !readonly && crate::route::gate::closed() {
         return Err(crate::route::gate::refusal());
+    }
+    // Plain clients beside cluster clients (`shard.route-plain yes`): every client's command
+    // is routed rather than redirected, which a cluster client follows as well (its command
+    // answered where its map would have sent it) and a plain client needs.
+    if crate::route::plain::enabled() {
+        return Ok(Redirect::Route);
     }
     let asking = clients::take_asking(id);
     let positions = command_table::key_positions(call)?;

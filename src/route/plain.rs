@@ -10,7 +10,11 @@
 //!   connections sent it (a forwarded command, which the filter cannot tell on Redis 7.0);
 //! - the keyless commands the fleet answers (`keyless`: `DBSIZE`, `KEYS`, `SCAN`, `RANDOMKEY`,
 //!   the flushes, `SCRIPT`, `FUNCTION`, `PUBLISH`) become `SHARD.PLAIN ...` too, answered from
-//!   every node; the others (`PING`, `INFO`, `CONFIG`, `CLIENT`...) stay this server's;
+//!   every node; the others (`PING`, `INFO`, `CONFIG`, `CLIENT`...) stay this server's. With
+//!   the cluster protocol on beside it, keyless commands stay each node's own (cluster
+//!   clients send them to every node and merge, as with Redis Cluster) but for `PUBLISH`, and
+//!   keyed commands for other nodes are routed by the protocol's `SHARD.REDIRECT` rather than
+//!   redirected (`cluster::redirect`);
 //! - `WATCH`, `UNWATCH`, `MULTI`, `EXEC`, `DISCARD` become `SHARD.WATCH` ... `SHARD.DISCARD`:
 //!   the transactions across nodes, which run at this node alone when every key is here
 //!   (`docs/transactions.md`). While a client of this node is inside one, every keyed command
@@ -68,8 +72,11 @@ fn transaction_verb(name: &[u8]) -> Option<&'static [u8]> {
 }
 
 /// The filter's part (`shard.route-plain yes`, on a primary): true when it rewrote the
-/// command. `internal` tells the module's own connections by client id.
-pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool) -> bool {
+/// command. `internal` tells the module's own connections by client id; `cluster`: the cluster
+/// protocol is on, whose clients send keyless commands to every node themselves and merge the
+/// replies (so they stay each node's own, but for `PUBLISH`, which the protocol's part
+/// publishes at every node), and whose part handed this command over already if it leaves.
+pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool, cluster: bool) -> bool {
     if !enabled() || crate::topology::nodes::is_replica() {
         return false;
     }
@@ -86,7 +93,7 @@ pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool) -> bool {
         args.replace(0, verb);
         return true;
     }
-    let keyless_here = keyless::may_be(name);
+    let keyless_here = keyless::may_be(name) && !cluster;
     match keys_local(args, 0) {
         Local::All if !crate::route::filter::any_queueing() => return false,
         Local::Keyless if !keyless_here => return false,
