@@ -373,6 +373,12 @@ fn reply(outcome: Outcome) -> CallReply {
             clients::count(&clients::ABORTED_LOCK);
             CallReply::Error(line)
         }
+        // Nil, as for a watched key written: the watches were dropped (a client's optimistic
+        // loop retries it); counted as the lock it met.
+        Outcome::LockedWatched(_) => {
+            clients::count(&clients::ABORTED_LOCK);
+            CallReply::Reply(Resp::NullArray)
+        }
         Outcome::Failed(line) => {
             clients::count(&clients::ABORTED_ERROR);
             CallReply::Error(line)

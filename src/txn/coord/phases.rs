@@ -4,17 +4,25 @@
 //! fleet, `phases_tests`).
 //!
 //! - one owner: `SHARD.TXN APPLY` (its commands as one atomic block; `LOCKED` is tried again
-//!   like a prepare's). Not `MULTI`/`EXEC`: on Redis 7.0 the owner can refuse a command of a
-//!   locked key only when `EXEC` runs it, alone, and the block's other commands would apply;
-//!   `APPLY` checks every key first. Without watched keys its txid is `-` (none);
+//!   like a prepare's, the watches kept by the refused `APPLY`). Not `MULTI`/`EXEC`: on Redis
+//!   7.0 the owner can refuse a command of a locked key only when `EXEC` runs it, alone, and
+//!   the block's other commands would apply; `APPLY` checks every key first. Without watched
+//!   keys its txid is `-` (none);
 //! - several owners: `PREPARE` at each, at once. Any `WATCHED`: `ABORT` everywhere, nil. Any
 //!   `LOCKED`: `ABORT` everywhere, a short random pause, again, for at most `lock_ms`, then
-//!   `TRYAGAIN` (at once for a transaction with watched keys: the `ABORT` dropped its
-//!   watches, so the client must read again). Any other failure (an error, no answer): `ABORT` everywhere (a `PREPARE` that
+//!   `TRYAGAIN`. Any other failure (an error, no answer): `ABORT` everywhere (a `PREPARE` that
 //!   timed out may have locked), the error. All `PREPARED`: the decision is recorded durably
 //!   (`Fleet::decide`), then `COMMIT` with its part at each owner (again, a few times, for
 //!   an owner that does not answer), the replies merged; the decision is forgotten once every
 //!   owner confirmed, else kept for the coordinator to send again later.
+//!
+//! A lock met by a transaction with watched keys ends in nil, never `TRYAGAIN` (a client
+//! library's optimistic loop, redis-py's `transaction()`, retries only on a nil `EXEC`): with
+//! several owners at once, since the `ABORT` dropped its watches at every owner (tried again,
+//! it could only fail as watched); with one owner once `lock_ms` has passed, its watches
+//! dropped first (`UNWATCH`). Either way the watches are gone, so a watched key may have
+//! changed: exactly what nil tells the client (read again and retry). `TRYAGAIN` stays for a
+//! transaction without watches that waited out `lock_ms`.
 
 use std::future::Future;
 
@@ -74,8 +82,12 @@ pub enum Outcome {
     Committed(Result<Vec<Resp>, String>),
     /// A watched key was written: nil, nothing applied.
     Watched,
-    /// Keys stayed locked by other transactions for `lock_ms`: the `TRYAGAIN` line.
+    /// Keys stayed locked by other transactions for `lock_ms` (no key watched): the
+    /// `TRYAGAIN` line.
     Locked(String),
+    /// A transaction with watched keys met another's lock, and its watches were dropped: nil
+    /// (a watched key may have changed), nothing applied. The reason (which node) is kept.
+    LockedWatched(String),
     /// Nothing applied (or, for `Unsure`, not known): the error line.
     Failed(String),
 }
@@ -104,15 +116,19 @@ pub async fn run<F: Fleet>(txn: &Txn, fleet: &F, lock_ms: u64) -> Outcome {
             Attempt::Locked(reason) => reason,
         };
         let spent = fleet.now_ms().saturating_sub(start);
-        // An ABORT drops the transaction's watches at its owners: tried again, it could only
-        // fail as watched. The client reads again and retries. (A refused APPLY keeps them.)
-        let watched = txn.parts.len() > 1 && txn.parts.iter().any(|p| !p.watched.is_empty());
-        if watched {
-            return Outcome::Locked(format!(
-                "TRYAGAIN keys of the transaction are locked by another transaction ({reason}), and the retry dropped its watches: read again and retry"
-            ));
+        let watched = txn.parts.iter().any(|p| !p.watched.is_empty());
+        // Several owners: the ABORT dropped the watches at every owner; tried again, the
+        // transaction could only fail as watched. Nil: the client reads again and retries.
+        if watched && txn.parts.len() > 1 {
+            return Outcome::LockedWatched(reason);
         }
         if spent >= lock_ms {
+            if let (true, [one]) = (watched, txn.parts.as_slice()) {
+                // One owner: a refused APPLY kept the watches; dropped now, as an ABORT drops
+                // a two-phase's (an owner that does not answer drops them after their ttl).
+                let _ = fleet.control(&one.owner, wire::unwatch(&txn.txid)).await;
+                return Outcome::LockedWatched(reason);
+            }
             return Outcome::Locked(format!(
                 "TRYAGAIN keys of the transaction stayed locked by other transactions for {lock_ms} ms ({reason}): retry"
             ));

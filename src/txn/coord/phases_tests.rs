@@ -160,13 +160,39 @@ fn one_owner_applies_and_a_lock_there_is_waited_out() {
     );
     assert_eq!(fake.log(), vec!["n1 APPLY", "n1 APPLY"]);
     assert!(fake.now.get() > 1000);
-    // With watches, a refused APPLY keeps them: tried again too, then TRYAGAIN.
-    let fake = Fake::new(|_, _, _| Ok(Resp::Error(b"LOCKED other/7".to_vec())));
-    match block_on(run(&txn(1, true), &fake, 100)) {
-        Outcome::Locked(line) => assert!(line.starts_with("TRYAGAIN"), "{line}"),
-        other => panic!("{other:?}"),
-    }
-    assert!(fake.log().len() > 2);
+    // With watches, a refused APPLY keeps them: tried again too, then (lock-ms passed) the
+    // watches dropped and nil, not TRYAGAIN.
+    let fake = Fake::new(|_, args, _| {
+        Ok(match sub(args) {
+            b"APPLY" => Resp::Error(b"LOCKED other/7".to_vec()),
+            _ => ok(),
+        })
+    });
+    assert_eq!(
+        block_on(run(&txn(1, true), &fake, 100)),
+        Outcome::LockedWatched("LOCKED other/7".into())
+    );
+    let log = fake.log();
+    assert!(log.len() > 3);
+    assert!(fake.now.get() >= 1100);
+    assert_eq!(log.last().map(String::as_str), Some("n1 UNWATCH"));
+    assert!(
+        log[..log.len() - 1].iter().all(|l| l == "n1 APPLY"),
+        "{log:?}"
+    );
+    // Freed within lock-ms: applied with its watches, no UNWATCH.
+    let fake = Fake::new(|_, args, before| {
+        Ok(match sub(args) {
+            b"APPLY" if before < 2 => Resp::Error(b"LOCKED other/7".to_vec()),
+            b"APPLY" => Resp::Array(vec![ok()]),
+            _ => ok(),
+        })
+    });
+    assert_eq!(
+        block_on(run(&txn(1, true), &fake, 100)),
+        Outcome::Committed(Ok(vec![ok()]))
+    );
+    assert_eq!(fake.log(), vec!["n1 APPLY"; 3]);
     let refused = Fake::new(|_, _, _| Ok(Resp::Error(b"MOVED key 'a' is not here".to_vec())));
     assert_eq!(
         block_on(run(&txn(1, false), &refused, 100)),
@@ -257,15 +283,16 @@ fn a_lock_is_waited_out_then_tryagain() {
 }
 
 #[test]
-fn a_lock_with_watched_keys_is_not_waited_out() {
+fn a_lock_with_watched_keys_is_not_waited_out_and_replies_nil() {
+    // The ABORT dropped the watches everywhere: nil (the client reads again), not TRYAGAIN.
     let fake = Fake::new(|node, args, before| match (node, sub(args)) {
         ("n2", b"PREPARE") => Ok(Resp::Error(b"LOCKED other/7".to_vec())),
         _ => willing(node, args, before),
     });
-    match block_on(run(&txn(2, true), &fake, 100)) {
-        Outcome::Locked(line) => assert!(line.starts_with("TRYAGAIN"), "{line}"),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        block_on(run(&txn(2, true), &fake, 100)),
+        Outcome::LockedWatched("at node n2".into())
+    );
     assert_eq!(
         fake.log(),
         vec!["n1 PREPARE", "n2 PREPARE", "n1 ABORT", "n2 ABORT"]
