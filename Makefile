@@ -88,6 +88,7 @@ bench: build $(VENV)/.installed ## Benchmarks side by side with the server's own
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) VALKEY_SERVER=$(VALKEY_SERVER) python3 bench/copy.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/tls.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/txn.py
+	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/plain.py
 
 bench-compare: build $(VENV)/.installed ## make bench's GENKEY, WHEREIS, SHARD.CALL, cluster-client and copy rows: BEFORE_MODULE (another build) against this one, interleaved; a section of bench/results.md
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/compare.py --before $(or $(BEFORE_MODULE),/tmp/baseline/libshard.so) --before-label "$(or $(BEFORE_LABEL),before)"

@@ -115,6 +115,23 @@ def test_plain_transactions_across_nodes(server_factory):
     assert len(tries) == 2
     assert int(c0.get(a)) + int(c0.get(b)) == 101
     assert int(local(fleet, "n1").get(a)) == 91
+    # A watched key of this very node, written by another client meanwhile: nil, retried
+    # (a plain WATCH of a local key is the fleet's watch too, not the server's alone).
+    here = fleet.key_of("n0", prefix="acct")
+    c0.set(here, 5)
+    local_tries = []
+
+    def move_here(pipe):
+        local_tries.append(1)
+        h = int(pipe.get(here))
+        if len(local_tries) == 1:
+            fleet.client("n1").incr(here)
+        pipe.multi()
+        pipe.set(here, h + 1)
+        pipe.incrby(b, 0)
+
+    c0.transaction(move_here, here, b)
+    assert len(local_tries) == 2 and int(c0.get(here)) == 7
     # A pipeline with MULTI/EXEC (redis-py's default pipeline) over both owners.
     with c0.pipeline() as p:
         p.incr(a).incr(b).get(a)

@@ -58,6 +58,9 @@ pub fn check(value: &str) -> Result<(), String> {
 
 /// The module's transaction command a plain transaction command becomes.
 fn transaction_verb(name: &[u8]) -> Option<&'static [u8]> {
+    if !matches!(name.len(), 4 | 5 | 7) {
+        return None;
+    }
     let pairs: [(&[u8], &'static [u8]); 5] = [
         (b"multi", b"SHARD.MULTI"),
         (b"exec", b"SHARD.EXEC"),
@@ -86,20 +89,31 @@ pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool, cluster: b
     if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard.") {
         return false;
     }
+    // The usual command first: a keyed one whose keys are all here passes at once, with no
+    // call to the server (the client's id is asked only for a command about to be handed on).
+    let verb = match transaction_verb(name) {
+        Some(verb) => Some(verb),
+        None => match keys_local(args, 0) {
+            Local::All if !crate::route::filter::any_queueing() => return false,
+            Local::Unknown => return false,
+            Local::Keyless => {
+                let Some(name) = args.arg(0) else {
+                    return false;
+                };
+                if !keyless::may_be(name) || cluster {
+                    return false;
+                }
+                None
+            }
+            _ => None,
+        },
+    };
     if args.client_id().is_some_and(internal) {
         return false;
     }
-    if let Some(verb) = transaction_verb(name) {
-        args.replace(0, verb);
-        return true;
+    match verb {
+        Some(verb) => args.replace(0, verb),
+        None => args.insert(0, COMMAND),
     }
-    let keyless_here = keyless::may_be(name) && !cluster;
-    match keys_local(args, 0) {
-        Local::All if !crate::route::filter::any_queueing() => return false,
-        Local::Keyless if !keyless_here => return false,
-        Local::Unknown => return false,
-        _ => {}
-    }
-    args.insert(0, COMMAND);
     true
 }
