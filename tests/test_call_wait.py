@@ -158,7 +158,7 @@ def test_bad_arguments_are_refused_and_nothing_runs(server_factory):
         (("WAIT", 1, 100, "PING", "x"),
          "'ping' has no key here: SHARD.CALL routes commands by their keys"),
         (("WAIT", 1, 100, "BLPOP", k, 0),
-         "'blpop' can block: SHARD.CALL does not route blocking commands"),
+         "'blpop' can block: SHARD.CALL routes a blocking command on its own (not with WAIT, nor inside MULTI or SHARD.MULTI)"),
     ]
     for args, message in cases:
         # redis-py drops the ERR code; the raw reply keeps it.

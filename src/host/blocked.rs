@@ -62,9 +62,40 @@ pub fn block<T: BlockedReply>(call: &Call) -> Result<Blocked<T>, String> {
     })
 }
 
+thread_local! {
+    /// What to do when a blocked client disconnects before it is unblocked (`on_disconnect`),
+    /// by its blocked-client handle. The main thread's only.
+    static ON_DISCONNECT: std::cell::RefCell<std::collections::HashMap<usize, Box<dyn FnOnce()>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
+    let action = ON_DISCONNECT.with(|m| m.borrow_mut().remove(&(bc as usize)));
+    if let Some(action) = action {
+        // The action must not panic into the server; if it ever did, the server goes on.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action));
+    }
+}
+
 impl<T: BlockedReply> Blocked<T> {
+    /// Runs `action` on the main thread if the client disconnects while blocked (the handle
+    /// must still be unblocked later, as always; its reply then goes nowhere).
+    pub fn on_disconnect(&self, action: impl FnOnce() + 'static) {
+        ON_DISCONNECT.with(|m| {
+            m.borrow_mut()
+                .insert(self.client as usize, Box::new(action))
+        });
+        // SAFETY: the blocked client is live until unblocked; the callback is a plain function.
+        unsafe {
+            if let Some(set) = raw::RedisModule_SetDisconnectCallback {
+                set(self.client, Some(disconnected));
+            }
+        }
+    }
+
     /// Unblocks the client with `reply` (once: this consumes the handle).
     pub fn unblock(self, reply: T) {
+        ON_DISCONNECT.with(|m| m.borrow_mut().remove(&(self.client as usize)));
         let data = Box::into_raw(Box::new(reply));
         // SAFETY: the blocked client is live until unblocked, which happens once, here; the
         // reply callback reads `data` and `free_reply` frees it.

@@ -87,6 +87,34 @@ pub fn request_alone(at: &Endpoint, link: &Link, requests: &[Held]) {
     (hooks().deliver)(failed);
 }
 
+/// Closes the connection of its own that carries `waiter`'s request (a blocked command whose
+/// client went away): the node sees its client disconnect and stops waiting, so nothing is
+/// popped for it. The request fails with `why`, as every request of a closed connection does.
+pub fn cancel(waiter: Waiter, why: &str) {
+    let mut failed: Deliveries = Vec::new();
+    NET.with(|net| {
+        let mut net = net.borrow_mut();
+        let carrying = net.conns.iter().find_map(|(id, conn)| {
+            (conn.lane >= 1
+                && conn.lane <= LANES
+                && conn
+                    .in_flight
+                    .iter()
+                    .chain(&conn.unsent)
+                    .any(|p| p.waiter == Some(waiter)))
+            .then_some(*id)
+        });
+        if let Some(id) = carrying {
+            let at = net.conns.get(&id).map(|c| c.at.clone());
+            if let Some(at) = at {
+                let e = StepError::new(&at, why.to_string());
+                net.fail(id, &e, &mut failed);
+            }
+        }
+    });
+    (hooks().deliver)(failed);
+}
+
 impl Net {
     /// The first lane to `at` whose connection carries no request, or has not been opened.
     fn free_lane(&mut self, at: &Endpoint, link: &Link) -> Result<Lane, StepError> {

@@ -61,8 +61,19 @@ fn refuse_passed_over(keys: &[crate::route::decide::Placed]) -> Result<(), CmdEr
 /// wait for.
 pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
     let start = command.start;
-    refuse_blocking(command.meta.blocking, &command.name_text, &call.args, start)?;
     let flags = call.ctx.get_flags();
+    if crate::route::blocking::blocks(call, command) {
+        // Inside MULTI (or where a client cannot block) a blocking command would hold a
+        // connection every call to its node shares: refused, as before; else it waits at its
+        // owner on a connection of its own.
+        if wait.is_some()
+            || flags.contains(ContextFlags::MULTI)
+            || flags.contains(ContextFlags::DENY_BLOCKING)
+        {
+            refuse_blocking(true, &command.name_text, &call.args, start)?;
+        }
+        return crate::route::blocking::route(call, command);
+    }
     let (keys, link, mark) = place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;
     let settled = mark == Mark::Settled;
     // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)

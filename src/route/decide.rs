@@ -287,7 +287,7 @@ pub fn refuse_blocking<A: ArgList + ?Sized>(
         || (start + 1..args.count()).any(|i| args.arg(i).eq_ignore_ascii_case(b"block"));
     if blocking && blocks {
         return Err(CmdError::err(format!(
-            "'{name}' can block: SHARD.CALL does not route blocking commands"
+            "'{name}' can block: SHARD.CALL routes a blocking command on its own (not with WAIT, nor inside MULTI or SHARD.MULTI)"
         )));
     }
     Ok(())

@@ -453,7 +453,7 @@ fn blocking_commands_are_refused() {
     };
     assert_eq!(
         refused(true, &["SHARD.CALL", "blpop", "k", "0"]).as_deref(),
-        Some("ERR 'blpop' can block: SHARD.CALL does not route blocking commands")
+        Some("ERR 'blpop' can block: SHARD.CALL routes a blocking command on its own (not with WAIT, nor inside MULTI or SHARD.MULTI)")
     );
     assert_eq!(
         refused(true, &["SHARD.CALL", "XREAD", "STREAMS", "s", "0"]),

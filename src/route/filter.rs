@@ -137,6 +137,23 @@ pub enum Local {
     Unknown,
 }
 
+/// Key positions: the command table's range (no allocation), or the server's key specs'.
+enum Positions {
+    Range(command_table::KeyRange),
+    List(std::vec::IntoIter<usize>),
+}
+
+impl Iterator for Positions {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        match self {
+            Positions::Range(r) => r.next(),
+            Positions::List(l) => l.next(),
+        }
+    }
+}
+
 /// Whether the keys of the known command carried from argument `start` on are all this node's
 /// now and before (`route-plain` carries it from 0, `SHARD.CALL` from 1).
 pub fn keys_local(args: &FilterArgs, start: usize) -> Local {
@@ -156,7 +173,8 @@ pub fn keys_local(args: &FilterArgs, start: usize) -> Local {
     }
     let inner_argc = argc - start;
     // While this node's rings are unchecked, every call goes to SHARD.CALL, which refuses it.
-    if meta.blocking || crate::route::gate::closed() {
+    // (A blocking command of keys all here runs as the server's own, and blocks as it does.)
+    if crate::route::gate::closed() {
         return Local::NotAll;
     }
     // A replica runs no routed call itself (its primary does), and reads that go to replicas
@@ -167,8 +185,18 @@ pub fn keys_local(args: &FilterArgs, start: usize) -> Local {
     {
         return Local::NotAll;
     }
-    let Some(positions) = meta.fixed_keys(inner_argc) else {
-        return Local::NotAll;
+    // Keys that move with the arguments (`EVAL ... numkeys`, `XREAD ... STREAMS`) are asked of
+    // the server's key specs for a plain command (route-plain), so that one of keys all here
+    // runs as the server's own: a blocking `XREAD ... BLOCK` another node forwarded here must
+    // block as the server's command does. A `SHARD.CALL` of such a command goes to its
+    // handler, as before.
+    let positions = match meta.fixed_keys(inner_argc) {
+        Some(range) => Positions::Range(range),
+        None if meta.movable && start == 0 => match args.command_keys(0) {
+            Some(keys) if !keys.is_empty() => Positions::List(keys.into_iter()),
+            _ => return Local::NotAll,
+        },
+        None => return Local::NotAll,
     };
     let st = state::lock();
     let self_name = st.config.ring.self_name.as_str();

@@ -164,6 +164,37 @@ pub fn forward(
     Ok(())
 }
 
+/// Forwards a blocking command (`BLPOP`, `XREAD ... BLOCK` ...) to `at` on a connection of its
+/// own (`net::lanes`), with no time limit beyond the command's own (the node replies at its
+/// timeout; a node that goes away fails the connection). If the client disconnects first, that
+/// connection is closed, so that the node stops waiting and pops nothing for a client gone.
+pub fn forward_blocking(
+    call: &CommandCall,
+    at: &Endpoint,
+    link: &Link,
+    args: &[Vec<u8>],
+) -> Result<(), String> {
+    let client = blocked::block(call)?;
+    let epoch = begin_call();
+    let waiter = CALLS.with(|c| c.borrow_mut().id());
+    client.on_disconnect(move || lanes::cancel(waiter, "the client disconnected"));
+    CALLS.with(|c| {
+        c.borrow_mut()
+            .waiting
+            .insert(waiter, Waiting::Direct(client, epoch))
+    });
+    lanes::request_alone(
+        at,
+        link,
+        &[Held {
+            args,
+            waiter,
+            extra: None,
+        }],
+    );
+    Ok(())
+}
+
 /// Blocks the client of `call` and runs the future `make` builds over the network steps; its
 /// output is the client's reply.
 pub fn run<F, Fut>(call: &CommandCall, link: Link, make: F) -> Result<(), String>

@@ -10,6 +10,8 @@
 //! - `steps`: the pure plan of a single key while a resharding is open (fallbacks, copies,
 //!   deletes at both owners), driven through the `Step` trait; `split`: multi-key commands cut
 //!   by owner and their replies merged; `fields`: Shardjs's field-name dictionary.
+//! - `blocking`: a blocking command waits at its owner on a connection of its own, closed if
+//!   the client disconnects.
 //! - `forward`: calls in flight (the blocked client, the future over its steps, the network
 //!   steps `NetSteps`) and the counters of INFO; `copy`: copy-before-write's requests;
 //!   `replica`: reads at replicas.
@@ -27,6 +29,7 @@
 //! never `cluster`, `reshard` or `commands`, which sit above it. No raw module API here: that
 //! is `host`'s.
 
+pub mod blocking;
 pub mod call;
 pub mod command_table;
 pub mod copy;

@@ -1,0 +1,121 @@
+//! Blocking commands routed (issue 43): `BLPOP`, `BRPOP`, `BLMOVE`, `BLMPOP`, `BZPOPMIN`,
+//! `BZPOPMAX`, `BZMPOP`, `BRPOPLPUSH`, `XREAD ... BLOCK`, `XREADGROUP ... BLOCK` through
+//! `SHARD.CALL` or `shard.route-plain`.
+//!
+//! A blocking command waits at the owner of its keys, on a connection of its own to that node
+//! (`net::lanes`, bounded per node as `SHARD.CALL WAIT`'s: a node with every such connection
+//! busy refuses at once, naming the node), so no other call queues behind it; the node itself
+//! keeps its timeout, and its reply (an element, or nil at the timeout) is the client's. The
+//! owner may be this very node: the command then goes over a connection to itself, so that it
+//! blocks as the server's own blocking command does (a module cannot block the server's way).
+//! A client that disconnects while it waits has that connection closed: the node stops waiting
+//! and pops nothing for it. A node that fails (killed, failed over) fails the connection: the
+//! client gets an error naming the node, and no element was popped for it.
+//!
+//! Refused, saying why: keys of several owners (the command waits at one node; give them one
+//! hash tag), a key a resharding is moving (its element could be at either owner: `TRYAGAIN`
+//! once the move is done), rings unchecked, a server Sentinel passed over; inside `MULTI` or a
+//! script a blocking command does not block, as on any server, so it runs as `SHARD.CALL`'s
+//! other commands do.
+
+use crate::host::command::Call;
+use crate::host::error::{CmdError, CmdResult};
+use crate::host::{acl, caller};
+use crate::net::pool::{link_timeout, Link};
+use crate::route::command_table::Carried;
+use crate::route::forward;
+use crate::state;
+
+/// Whether the command a call carries from `start` on blocks: a blocking command (the command
+/// table's flag), but `XREAD`/`XREADGROUP` only with `BLOCK`.
+pub fn blocks(call: &Call, command: &Carried) -> bool {
+    if !command.meta.blocking {
+        return false;
+    }
+    let name = command.name;
+    let reads_streams =
+        name.eq_ignore_ascii_case(b"xread") || name.eq_ignore_ascii_case(b"xreadgroup");
+    !reads_streams
+        || (command.start + 1..call.args.len())
+            .any(|i| call.args.get(i).eq_ignore_ascii_case(b"block"))
+}
+
+/// Routes the blocking command `command` of `call` to its owner, or refuses it.
+pub fn route(call: &Call, command: &Carried) -> CmdResult {
+    let start = command.start;
+    acl::check_caller(call, start, &command.name_text)?;
+    if crate::route::gate::closed() {
+        return Err(crate::route::gate::refusal());
+    }
+    let (owner, link) = owner_of(call, command)?;
+    let args: Vec<Vec<u8>> = (start..call.args.len())
+        .map(|i| call.args.get(i).to_vec())
+        .collect();
+    forward::forward_blocking(call, &owner, &link, &args).map_err(CmdError::err)
+}
+
+/// The one node that owns every key of the command, and the link to it.
+fn owner_of(
+    call: &Call,
+    command: &Carried,
+) -> Result<(crate::net::endpoint::Endpoint, Link), CmdError> {
+    let st = state::lock();
+    let current = st.current_ring()?;
+    let ring = current.ring.as_ref().ok_or_else(|| {
+        CmdError::err(
+            "SHARD.CALL needs a ring of shard's own; with the cluster algo use a cluster client",
+        )
+    })?;
+    let self_name = st.config.ring.self_name.as_str();
+    if !self_name.is_empty() && crate::topology::nodes::passed_over(self_name) {
+        return Err(CmdError::code(
+            "TRYAGAIN",
+            format!("this server is no longer the primary Sentinel names for {self_name}: its rings may be older than the fleet's, so it routes no keyed command; send it to the node's primary"),
+        ));
+    }
+    let previous = st.rings.previous.as_ref().and_then(|p| p.ring.as_ref());
+    let mut owners: Vec<&str> = Vec::new();
+    let mut first = None;
+    for &pos in &command.positions {
+        let key = call.args.get(pos + command.start);
+        let node = ring.owner_spec(key);
+        if previous.is_some_and(|p| p.owner_spec(key).name != node.name) {
+            return Err(CmdError::code(
+                "TRYAGAIN",
+                format!(
+                    "a resharding is moving a key of '{}' (to {}): a blocking command waits at one owner, try again once the move is done",
+                    command.name_text, node.name
+                ),
+            ));
+        }
+        if !owners.contains(&node.name.as_str()) {
+            owners.push(node.name.as_str());
+        }
+        first.get_or_insert(node);
+    }
+    let Some(node) = first else {
+        return Err(CmdError::err(format!(
+            "'{}' has no key here: SHARD.CALL routes commands by their keys",
+            command.name_text
+        )));
+    };
+    if owners.len() > 1 {
+        owners.sort_unstable();
+        return Err(CmdError::err(format!(
+            "the keys of '{}' live on different nodes ({}): a blocking command waits at one owner; give the keys one hash tag",
+            command.name_text,
+            owners.join(", ")
+        )));
+    }
+    let owner = crate::topology::nodes::endpoint_of(node, self_name);
+    let link = Link {
+        timeout: link_timeout(st.config.call_timeout_ms),
+        auth: st.config.auth(),
+        resp3: call
+            .ctx
+            .get_flags()
+            .contains(redis_module::ContextFlags::FLAGS_RESP3),
+        db: caller::selected_db(call),
+    };
+    Ok((owner, link))
+}
