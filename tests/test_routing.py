@@ -88,21 +88,38 @@ def test_multi_key_and_movable_key_commands_equal_a_plain_server(server_factory,
     assert total == plain.client().dbsize()
 
 
-def test_commands_with_keys_on_several_nodes_are_refused_naming_them(server_factory):
+def test_commands_with_keys_on_several_nodes_are_gathered_or_refused_naming_them(server_factory):
+    """A command that does not split, over keys of two owners, is gathered (test_gather.py)
+    and replies as one server; inside MULTI or under SHARD.CALL WAIT it is refused, naming the
+    owners; a blocking command is refused."""
     fleet = make_fleet(server_factory)
     a, b = fleet.key_of("n1", prefix="a"), fleet.key_of("n2", prefix="b")
     c = fleet.client("n0")
-    for cmd in (("RENAME", a, b), ("MSETNX", a, 1, b, 2), ("SUNIONSTORE", a, b),
-                ("LMOVE", a, b, "LEFT", "RIGHT"),
-                ("EVAL", "return 1", 2, a, b)):
-        with pytest.raises(redis.ResponseError, match=r"live on different nodes \(n1, n2\)"):
-            c.execute_command("SHARD.CALL", *cmd)
-    with pytest.raises(redis.ResponseError, match="has no key"):
-        c.execute_command("SHARD.CALL", "EVAL", "return 1", 0)
+
+    def call(*cmd):
+        return c.execute_command("SHARD.CALL", *cmd)
+    with pytest.raises(redis.ResponseError, match="no such key"):
+        call("RENAME", a, b)
+    assert call("MSETNX", a, 1, b, 2) == 1
+    assert call("EVAL", "return redis.call('get', KEYS[1]) .. redis.call('get', KEYS[2])",
+                2, a, b) == b"12"
+    with pytest.raises(redis.ResponseError, match="wrong kind of value"):
+        call("LMOVE", a, b, "LEFT", "RIGHT")
+    with pytest.raises(redis.ResponseError,
+                       match=r"live on different nodes \(n1, n2\).*SHARD.CALL WAIT"):
+        call("WAIT", 1, 100, "RENAME", a, b)
+    pipe = c.pipeline(transaction=True)
+    pipe.execute_command("SHARD.CALL", "RENAME", a, b)
+    replies = pipe.execute(raise_on_error=False)
+    assert "live on different nodes (n1, n2)" in str(replies[0]), replies
+    assert "cannot run inside MULTI or a script" in str(replies[0]), replies
+    # A script with no key runs here, as one server runs it (since route-plain, 576e987).
+    assert c.execute_command("SHARD.CALL", "EVAL", "return 1", 0) == 1
     for blocking in (("BLPOP", a, 1), ("XREAD", "BLOCK", 10, "STREAMS", a, "$")):
         with pytest.raises(redis.ResponseError, match="can block"):
             c.execute_command("SHARD.CALL", *blocking)
-    assert sum(fleet.client(n).dbsize() for n in NAMES) == 0, "nothing ran"
+    assert fleet.client("n1").get(a) == b"1" and fleet.client("n2").get(b) == b"2"
+    assert sum(fleet.client(n).dbsize() for n in NAMES) == 2
 
 
 def test_pipeline_of_1000_mixed_calls_keeps_its_order(server_factory):

@@ -8,7 +8,8 @@
 //! made it the plain command, unless this is the first call of that command or its keys move
 //! with its arguments; then it runs here, as the calling user. Otherwise the call is routed
 //! (`route::call`): forwarded whole, split over owners, read at a replica, or planned while a
-//! resharding moves its key; anything else with keys on several nodes is refused, naming them.
+//! resharding moves its key; a command that does not split, over keys of several owners, is
+//! gathered at this node as one transaction across them (`txn::coord::gather`).
 //! A keyless command of the data (`DBSIZE`, `KEYS`, `SCAN`, `RANDOMKEY`, the flushes, `SCRIPT`,
 //! `FUNCTION`, `PUBLISH`) is answered for the whole fleet (`route::keyless`); any other keyless
 //! command runs here, as this server's own.
@@ -17,6 +18,7 @@ use crate::command;
 use crate::host::command::Call;
 use crate::host::error::{CmdError, CmdResult};
 use crate::host::register::{arg, many, opt, Arg, CommandSpec, Kind};
+use crate::route::call::Handled;
 use crate::route::command_table::Carried;
 
 pub fn call(call: &Call) -> CmdResult {
@@ -46,7 +48,10 @@ pub fn call(call: &Call) -> CmdResult {
         // this server's own (PING, INFO, CONFIG...), as one server would run it.
         return crate::host::caller::pass_through(call, name, start + 1);
     }
-    crate::route::call::route(call, &command, wait)
+    match crate::route::call::route(call, &command, wait)? {
+        Handled::Routed => Ok(()),
+        Handled::Gather => crate::txn::coord::gather::gather(call, &command),
+    }
 }
 
 pub static CALL: CommandSpec = command! {

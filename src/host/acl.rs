@@ -57,3 +57,25 @@ pub fn check_caller_in(call: &Call, within: std::ops::Range<usize>, name: &str) 
     }
     Ok(())
 }
+
+/// The calling user's name (`None` when the server cannot tell).
+pub fn caller_name(call: &Call) -> Option<Vec<u8>> {
+    // SAFETY: the name string is freed before returning.
+    unsafe {
+        let (Some(current_name), Some(free_string)) = (
+            raw::RedisModule_GetCurrentUserName,
+            raw::RedisModule_FreeString,
+        ) else {
+            return None;
+        };
+        let s = current_name(call.ctx.ctx);
+        if s.is_null() {
+            return None;
+        }
+        let mut len = 0;
+        let p = raw::string_ptr_len(s, &mut len);
+        let name = (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec());
+        free_string(call.ctx.ctx, s);
+        name
+    }
+}

@@ -28,6 +28,7 @@ pub mod names;
 pub mod register;
 pub mod replicate;
 pub mod reply;
+pub mod scratch;
 pub mod strings;
 pub mod time;
 pub mod walk;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use redis_module::ContextFlags;
 
 use crate::host::command::Call;
-use crate::host::error::{CmdError, CmdResult};
+use crate::host::error::CmdError;
 use crate::host::{acl, caller};
 use crate::net::endpoint::{Endpoint, StepError};
 use crate::net::pool::{link_timeout, Link};
@@ -56,10 +56,20 @@ fn refuse_passed_over(keys: &[crate::route::decide::Placed]) -> Result<(), CmdEr
     ))
 }
 
+/// What `route` did with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// Replied, or the client is blocked until its reply.
+    Routed,
+    /// Nothing done: the keys have several owners and the command does not split; the caller
+    /// gathers it (`txn::coord::gather`, which sits above routing).
+    Gather,
+}
+
 /// Routes the command `call` carries (`SHARD.CALL [WAIT n t] command key ...`, read into
 /// `command`) and replies, now or once the client is unblocked; `wait` is what its writes
 /// wait for.
-pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
+pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> Result<Handled, CmdError> {
     let start = command.start;
     let flags = call.ctx.get_flags();
     if crate::route::blocking::blocks(call, command) {
@@ -106,19 +116,24 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
         translated: translation.is_some(),
         can_wait: !flags.contains(ContextFlags::DENY_BLOCKING)
             && !flags.contains(ContextFlags::MULTI),
+        released: flags.contains(ContextFlags::DENY_BLOCKING)
+            && !flags.contains(ContextFlags::MULTI)
+            && !flags.contains(ContextFlags::LUA),
         replicated: wait.is_some(),
     })?;
     let started = match (decision, translation) {
+        (Route::Gather, _) => return Ok(Handled::Gather),
         (Route::Here, _) => {
             forward::count(|s| s.local += 1);
-            return caller::pass_through(call, command.name, start + 1);
+            caller::pass_through(call, command.name, start + 1)?;
+            return Ok(Handled::Routed);
         }
         (Route::HereTranslated, Some(t)) => {
             forward::count(|s| s.local += 1);
             let reply = run_here(call, &t.stored)?;
             call.reply
                 .resp(&fields::maxify_reply(&t.dict, t.how, reply));
-            return Ok(());
+            return Ok(Handled::Routed);
         }
         (
             Route::Plan {
@@ -197,7 +212,8 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> CmdResult {
             forward::run(call, link, move |steps| run_plan(steps, plan))
         }
     };
-    started.map_err(CmdError::err)
+    started.map_err(CmdError::err)?;
+    Ok(Handled::Routed)
 }
 
 /// What `place` found: each key's owners, how to reach them, and the rings' mark.

@@ -48,6 +48,9 @@ pub struct Facts<'a> {
     pub translated: bool,
     /// The client may be blocked (it is not inside `MULTI` or a script).
     pub can_wait: bool,
+    /// The client cannot wait only because the command was let go by a transaction's lock (a
+    /// blocked client's reply callback runs it: not inside `MULTI` nor a script).
+    pub released: bool,
     /// A write waited for at its owners' replicas (`SHARD.CALL WAIT`, not a read).
     pub replicated: bool,
 }
@@ -72,6 +75,9 @@ pub enum Route {
     },
     /// One part per owner, merged (`split`).
     Split(Split),
+    /// Keys of several owners in a command that does not split: gathered at this node and
+    /// run there as one transaction across the owners (`txn::coord::gather`, above routing).
+    Gather,
 }
 
 /// A split command's parts.
@@ -129,6 +135,7 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
         read_from,
         translated,
         can_wait,
+        released,
         replicated,
     } = facts;
     if settled && kind == CommandKind::Read {
@@ -179,13 +186,25 @@ pub fn decide(facts: Facts) -> Result<Route, CmdError> {
     if !moving && single_owner && first.current.is_self && replica.is_none() && !replicated {
         return Ok(Route::Here);
     }
-    if !single_owner && splittable.is_none() {
+    if !single_owner && splittable.is_none() && !moving {
+        if can_wait && !replicated {
+            return Ok(Route::Gather);
+        }
+        if released {
+            return Err(CmdError::code(
+                "TRYAGAIN",
+                format!(
+                    "a key of '{name}' was locked by a transaction until now, and a command over keys of several owners is not gathered once let go: retry"
+                ),
+            ));
+        }
         let mut owners: Vec<&str> = keys.iter().map(|p| p.current.name.as_str()).collect();
         owners.sort_unstable();
         owners.dedup();
         return Err(CmdError::err(format!(
-            "the keys of '{name}' live on different nodes ({}): SHARD.CALL splits only MGET, MSET, DEL, UNLINK, EXISTS and TOUCH; give the keys one hash tag to keep them together",
-            owners.join(", ")
+            "the keys of '{name}' live on different nodes ({}): a command over keys of several owners is gathered as a transaction, which {}; give the keys one hash tag to keep them together",
+            owners.join(", "),
+            if can_wait { "SHARD.CALL WAIT does not wait for" } else { "cannot run inside MULTI or a script" }
         )));
     }
     if moving && keys.len() > 1 && splittable.is_none() {

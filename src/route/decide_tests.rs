@@ -102,6 +102,7 @@ impl Case {
             read_from: self.read_from,
             translated: self.translated,
             can_wait: self.can_wait,
+            released: false,
             replicated: self.replicated,
         };
         show(decide(facts))
@@ -119,6 +120,7 @@ fn show(decision: Result<Route, CmdError>) -> String {
     match decision {
         Err(e) => e.message().to_string(),
         Ok(Route::Here) => "here".into(),
+        Ok(Route::Gather) => "gather".into(),
         Ok(Route::HereTranslated) => "here, translated".into(),
         Ok(Route::Forward(to)) => format!("forward to {}", to.name),
         Ok(Route::Replica { primary, mode }) => format!("replica of {} {mode:?}", primary.name),
@@ -150,7 +152,8 @@ fn show(decision: Result<Route, CmdError>) -> String {
 use CommandKind::{Delete, Read, Write};
 use ReadFrom::{Replica, ReplicaPreferred};
 
-const SCATTERED: &str = "ERR the keys of 'rename' live on different nodes (a, b): SHARD.CALL splits only MGET, MSET, DEL, UNLINK, EXISTS and TOUCH; give the keys one hash tag to keep them together";
+const SCATTERED_MULTI: &str = "ERR the keys of 'rename' live on different nodes (a, b): a command over keys of several owners is gathered as a transaction, which cannot run inside MULTI or a script; give the keys one hash tag to keep them together";
+const SCATTERED_WAIT: &str = "ERR the keys of 'rename' live on different nodes (a, b): a command over keys of several owners is gathered as a transaction, which SHARD.CALL WAIT does not wait for; give the keys one hash tag to keep them together";
 const MOVING: &str = "ERR the keys of 'rename' are moving between nodes in a resharding: SHARD.CALL runs commands with several keys then only if they split by key (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH)";
 const RETURNING: &str =
     "TRYAGAIN a cancelled resharding is bringing this key's keys back to their owner: retry in a moment";
@@ -342,16 +345,32 @@ fn the_table() {
             case("mget", Read, &["b", "self"]).in_multi(),
             "ERR SHARD.CALL cannot wait for node b (h:b) inside MULTI or a script",
         ),
-        // Refused.
+        // Gathered (txn::coord::gather).
         (
             "keys on two nodes",
             case("rename", Write, &["b", "a"]),
-            SCATTERED,
+            "gather",
+        ),
+        (
+            "keys on this node and another",
+            case("rename", Write, &["self", "a"]),
+            "gather",
+        ),
+        // Refused.
+        (
+            "keys on two nodes in MULTI",
+            case("rename", Write, &["b", "a"]).in_multi(),
+            SCATTERED_MULTI,
+        ),
+        (
+            "keys on two nodes under WAIT",
+            case("rename", Write, &["b", "a"]).replicated(),
+            SCATTERED_WAIT,
         ),
         (
             "keys on two nodes, one moving",
             case("rename", Write, &["b<c", "a"]),
-            SCATTERED,
+            MOVING,
         ),
         (
             "keys moving together",

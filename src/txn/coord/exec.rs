@@ -28,7 +28,7 @@ pub const WATCH_TTL_MS: u64 = 60_000;
 
 /// How the coordinator reaches the owners for the client of `call`: its database and RESP
 /// version.
-fn link(call: Option<&Call>) -> Link {
+pub(crate) fn link(call: Option<&Call>) -> Link {
     let st = state::lock();
     let resp3 = call.is_some_and(|c| {
         c.ctx
@@ -46,7 +46,7 @@ fn link(call: Option<&Call>) -> Link {
 /// A new txid: `<node name>/<hex>`, the number from this node's generator (never repeated
 /// through restarts and failovers: its high-water mark goes to replicas and the AOF as
 /// `SHARD.GENKEY`'s does).
-fn new_txid(call: &Call) -> Result<String, CmdError> {
+pub(crate) fn new_txid(call: &Call) -> Result<String, CmdError> {
     let now_ms =
         crate::clock::now_ms().ok_or_else(|| CmdError::err("the wall clock cannot be read"))?;
     if crate::topology::nodes::is_replica() {
@@ -271,31 +271,35 @@ pub fn exec(call: &Call) -> CmdResult {
     let lock_ms = lock_ms();
     forward::run(call, link(Some(call)), move |steps| async move {
         let fleet = NetFleet { steps };
-        // While its own EXEC drives it, `resume` leaves this transaction alone: a COMMIT sent
-        // again by another client's EXEC could reach an owner first, and this one's replies
-        // would come back `DONE`, lost.
-        let driven = !txn.txid.is_empty();
-        if driven {
-            RESUMING.with(|r| r.borrow_mut().push(txn.txid.clone()));
-        }
-        let outcome = phases::run(&txn, &fleet, lock_ms).await;
-        if driven {
-            RESUMING.with(|r| r.borrow_mut().retain(|t| *t != txn.txid));
-        }
-        book::with(|b| b.prepared(&txn.txid));
-        // A commit decided but not confirmed by every owner (one down, or failing over) is
-        // sent again until each confirms, as after a restart: an owner that lost its
-        // prepared record (promoted before it reached its replica) would never ask. (A
-        // confirmed one is still in the book until its FORGET, sent without waiting, lands.)
-        let unconfirmed = matches!(outcome, phases::Outcome::Committed(Err(_)));
-        if unconfirmed
-            && book::with(|b| matches!(b.record(&txn.txid), Some(book::Record::Commit(_))))
-        {
-            resume();
-        }
-        reply(outcome)
+        reply(drive(&txn, &fleet, lock_ms).await)
     })
     .map_err(CmdError::err)
+}
+
+/// Runs `txn` at its owners to its outcome (`phases::run`), as `SHARD.EXEC` does and as a
+/// gathered command's writes do (`gather`).
+pub(crate) async fn drive(txn: &Txn, fleet: &NetFleet, lock_ms: u64) -> Outcome {
+    // While its own EXEC drives it, `resume` leaves this transaction alone: a COMMIT sent
+    // again by another client's EXEC could reach an owner first, and this one's replies
+    // would come back `DONE`, lost.
+    let driven = !txn.txid.is_empty();
+    if driven {
+        RESUMING.with(|r| r.borrow_mut().push(txn.txid.clone()));
+    }
+    let outcome = phases::run(txn, fleet, lock_ms).await;
+    if driven {
+        RESUMING.with(|r| r.borrow_mut().retain(|t| *t != txn.txid));
+    }
+    book::with(|b| b.prepared(&txn.txid));
+    // A commit decided but not confirmed by every owner (one down, or failing over) is
+    // sent again until each confirms, as after a restart: an owner that lost its
+    // prepared record (promoted before it reached its replica) would never ask. (A
+    // confirmed one is still in the book until its FORGET, sent without waiting, lands.)
+    let unconfirmed = matches!(outcome, phases::Outcome::Committed(Err(_)));
+    if unconfirmed && book::with(|b| matches!(b.record(&txn.txid), Some(book::Record::Commit(_)))) {
+        resume();
+    }
+    outcome
 }
 
 fn is_replica() -> bool {
@@ -351,7 +355,7 @@ fn reply_here(call: &Call, txn: &Txn, outcome: Outcome) {
 }
 
 /// How long a transaction waits out other transactions' locks (`shard.txn-lock-ms`).
-fn lock_ms() -> u64 {
+pub(crate) fn lock_ms() -> u64 {
     state::lock().config.txn_lock_ms.unsigned_abs()
 }
 

@@ -18,6 +18,10 @@
 //!   again after a restart or a promotion.
 //! - `turn`: the decisions and forgets recorded in this process at the end of the event
 //!   loop's turn, before the server writes its AOF, and the `COMMIT`s sent at the next.
+//! - `gather`: a command over keys of several owners that does not split, run as an
+//!   optimistic transaction across them (its keys watched and read, the command run here on
+//!   copies, its writes committed at the owners); `gather_step`: its main-thread step in the
+//!   scratch database.
 //! - `hold`: a test's hold at a named step of the two-phase commit (`SHARD.DEBUG TXN-HOLD`).
 //!
 //! May import: `host`, `net`, `state`, `topology`, `route` and the pure rooms; never
@@ -27,6 +31,8 @@ pub mod book;
 pub mod clients;
 pub mod exec;
 pub mod fleet;
+pub mod gather;
+pub mod gather_step;
 pub mod hold;
 pub mod local;
 pub mod phases;

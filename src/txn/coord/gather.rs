@@ -1,0 +1,293 @@
+//! A command over keys of several owners that does not split (`RENAME a b`, `LMOVE`, `SMOVE`,
+//! `SUNIONSTORE`, `COPY`, `MSETNX`, `BITOP`, `PFMERGE`, `EVAL` with keys of two owners...),
+//! run all or nothing and isolated as an optimistic transaction across the owners, with the
+//! command's own reply. Routing decides that a call is gathered (`route::decide`'s
+//! `Route::Gather`: several owners, no split, no key moving in a resharding, a client that may
+//! be blocked); the glue (`commands::call`) hands it here. Each attempt:
+//!
+//! 1. every key is watched at its owner, as `SHARD.WATCH` watches it (`SHARD.TXN WATCH`);
+//! 2. each key's `DUMP` and `PEXPIRETIME` are read at its owner, in the client's database;
+//! 3. in one main-thread step at this node (`gather_step`) the copies are restored in the
+//!    scratch database, the command runs there as the calling user, unreplicated, and every
+//!    key is read back; the copies are gone before the step returns;
+//! 4. the keys the command changed are written at their owners (`RESTORE key at value REPLACE
+//!    ABSTTL`, or `DEL key`) as one transaction across the owners conditioned on the watches:
+//!    the coordinator's own path (`exec::drive`: `PREPARE` at every owner, the decision
+//!    recorded durably, `COMMIT`s carried out again after a crash or a failover);
+//! 5. the reply is the command's, from step 3.
+//!
+//! A watched key written meanwhile (or locked by another transaction) aborts the attempt; after
+//! `ATTEMPTS` the client gets `TRYAGAIN` naming the keys. Isolation is the watches': the reads
+//! of step 2 are the values at the commit, since none of them changed between the watch and the
+//! `PREPARE`, and the `PREPARE` locks them until the `COMMIT`.
+//!
+//! Why not a lock first and the read under it: the owner side locks keys only with the
+//! prepared writes, which are known only after the command ran; an optimistic attempt uses the
+//! protocol as it is, and a conflict costs one more round. Why every key is read back rather
+//! than only those the key specs call written: a script's keys have no specs (`EVAL`'s are all
+//! "may write"), and comparing each key with its copy writes only what really changed (a
+//! `SMOVE` of a missing member writes nothing). Expiry is absolute (`PEXPIRETIME`, `ABSTTL`),
+//! so a commit carried out late (after a crash) does not extend a key's life; the nodes' clocks
+//! must agree as they must for Redis's own replication of expiries.
+//!
+//! Limits: `DUMP`s over `MAX_BYTES` in all are refused (the step restores them in one go on the
+//! main thread); the keys must not be moving in a resharding; not inside `MULTI`, a script or
+//! `SHARD.MULTI`; not with `SHARD.CALL WAIT`. A command that writes keys it did not declare
+//! (a script) is refused, nothing written.
+
+use futures_util::future::join_all;
+
+use crate::host::command::Call;
+use crate::host::error::{CmdError, CmdResult};
+use crate::host::{acl, caller};
+use crate::net::endpoint::Endpoint;
+use crate::net::resp::Resp;
+use crate::route::command_table::Carried;
+use crate::route::forward::{self, CallReply, NetSteps};
+use crate::txn::coord::exec::{self, WATCH_TTL_MS};
+use crate::txn::coord::fleet::NetFleet;
+use crate::txn::coord::gather_step::{self, Job, KeyCopy};
+use crate::txn::coord::phases::{Fleet, Outcome};
+use crate::txn::coord::plan::{Part, Txn};
+use crate::txn::coord::{queue, wire};
+
+/// How many times a gathered command is tried when a watched key was written meanwhile.
+pub const ATTEMPTS: usize = 8;
+/// The most bytes of `DUMP` a gathered command reads (restored in one main-thread step).
+pub const MAX_BYTES: usize = 16 << 20;
+
+/// Each owner and its keys.
+type Groups = Vec<(Endpoint, Vec<Vec<u8>>)>;
+
+/// Gathers the command `call` carries (its keys of several owners) and replies once it
+/// committed, or why not.
+pub fn gather(call: &Call, command: &Carried) -> CmdResult {
+    let start = command.start;
+    let args: Vec<Vec<u8>> = (start..call.args.len())
+        .map(|i| call.args.get(i).to_vec())
+        .collect();
+    let mut keys: Vec<Vec<u8>> = Vec::with_capacity(command.positions.len());
+    for &p in &command.positions {
+        if let Some(k) = args.get(p) {
+            if !keys.contains(k) {
+                keys.push(k.clone());
+            }
+        }
+    }
+    let scratch = gather_step::scratch_db()?;
+    let db = caller::selected_db(call);
+    if i64::from(db) == i64::from(scratch) {
+        return Err(CmdError::err(format!(
+            "database {scratch} is the scratch database of commands over keys of several owners: run '{}' from another database, or give its keys one hash tag",
+            command.name_text
+        )));
+    }
+    let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let owners = queue::owners_of(&key_refs)?;
+    let mut groups: Groups = Vec::new();
+    for (owner, key) in owners.into_iter().zip(&keys) {
+        match groups.iter_mut().find(|(o, _)| o.name == owner.name) {
+            Some((_, ks)) => ks.push(key.clone()),
+            None => groups.push((owner, vec![key.clone()])),
+        }
+    }
+    let user =
+        acl::caller_name(call).ok_or_else(|| CmdError::err("cannot tell the calling user"))?;
+    let txids = (0..ATTEMPTS)
+        .map(|_| exec::new_txid(call))
+        .collect::<Result<Vec<_>, _>>()?;
+    let link = exec::link(Some(call));
+    let job = Gathered {
+        name: command.name_text.clone(),
+        args,
+        keys,
+        groups,
+        user,
+        resp3: link.resp3,
+    };
+    let lock_ms = exec::lock_ms();
+    forward::run(call, link, move |steps| async move {
+        let fleet = NetFleet { steps };
+        job.run(&fleet, &txids, lock_ms).await
+    })
+    .map_err(CmdError::err)
+}
+
+/// A gathered command on its way.
+struct Gathered {
+    name: String,
+    /// The command, its name first.
+    args: Vec<Vec<u8>>,
+    keys: Vec<Vec<u8>>,
+    groups: Groups,
+    user: Vec<u8>,
+    resp3: bool,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Done(CallReply),
+    /// A watched key was written, or locked: try again.
+    Again,
+}
+
+impl Gathered {
+    async fn run(&self, fleet: &NetFleet, txids: &[String], lock_ms: u64) -> CallReply {
+        for (tried, txid) in txids.iter().enumerate() {
+            match self.attempt(fleet, txid, lock_ms).await {
+                Attempt::Done(reply) => return reply,
+                Attempt::Again => {
+                    let most = (5 * (tried as u64 + 1)).min(50);
+                    fleet.pause(1 + fleet.random(most)).await;
+                }
+            }
+        }
+        let keys: Vec<String> = self
+            .keys
+            .iter()
+            .map(|k| format!("'{}'", crate::host::args::printable(k)))
+            .collect();
+        CallReply::Error(format!(
+            "TRYAGAIN '{}' was tried {ATTEMPTS} times, and each time another client wrote one of its keys ({}) first: retry",
+            self.name,
+            keys.join(", ")
+        ))
+    }
+
+    async fn attempt(&self, fleet: &NetFleet, txid: &str, lock_ms: u64) -> Attempt {
+        let steps = &fleet.steps;
+        if let Err(line) = self.watch(steps, txid).await {
+            exec::unwatch_later(txid, &self.groups);
+            return Attempt::Done(CallReply::Error(line));
+        }
+        let copies = match self.read(steps).await {
+            Ok(c) => c,
+            Err(line) => {
+                exec::unwatch_later(txid, &self.groups);
+                return Attempt::Done(CallReply::Error(line));
+            }
+        };
+        let (waiter, told) = steps.expect();
+        let job = Job {
+            copies,
+            command: self.args.clone(),
+            user: self.user.clone(),
+            resp3: self.resp3,
+        };
+        if !gather_step::start(waiter, job) {
+            exec::unwatch_later(txid, &self.groups);
+            return Attempt::Done(CallReply::Error(
+                "ERR the module's context is not ready: retry".into(),
+            ));
+        }
+        let ran = match told.await {
+            Ok(outcome) => gather_step::decode(outcome),
+            Err(e) => Err(format!("ERR shard.txn: {e}")),
+        };
+        let ran = match ran {
+            Ok(r) => r,
+            Err(line) => {
+                exec::unwatch_later(txid, &self.groups);
+                return Attempt::Done(CallReply::Error(line));
+            }
+        };
+        let txn = self.writes(txid, &ran.changed);
+        match exec::drive(&txn, fleet, lock_ms).await {
+            Outcome::Committed(Ok(_)) => Attempt::Done(CallReply::Reply(ran.reply)),
+            Outcome::Committed(Err(line)) | Outcome::Failed(line) => {
+                Attempt::Done(CallReply::Error(line))
+            }
+            Outcome::Watched | Outcome::Locked(_) => Attempt::Again,
+        }
+    }
+
+    /// Step 1: `SHARD.TXN WATCH` at every owner at once.
+    async fn watch(&self, steps: &NetSteps, txid: &str) -> Result<(), String> {
+        let sent = self
+            .groups
+            .iter()
+            .map(|(owner, ks)| steps.send_control(owner, &wire::watch(txid, WATCH_TTL_MS, ks)));
+        for reply in join_all(sent).await {
+            match reply {
+                Ok(Resp::Error(line)) => return Err(String::from_utf8_lossy(&line).into_owned()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("ERR shard.txn: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 2: each key's `DUMP` and `PEXPIRETIME` at its owner, all at once.
+    async fn read(&self, steps: &NetSteps) -> Result<Vec<KeyCopy>, String> {
+        let mut asked = Vec::with_capacity(self.keys.len());
+        for (owner, ks) in &self.groups {
+            for k in ks {
+                let dump = steps.send(owner, &[b"DUMP".to_vec(), k.clone()]);
+                let at = steps.send(owner, &[b"PEXPIRETIME".to_vec(), k.clone()]);
+                asked.push(async move { (k.clone(), dump.await, at.await) });
+            }
+        }
+        let mut copies = Vec::with_capacity(asked.len());
+        let mut bytes = 0usize;
+        for (key, dump, at) in join_all(asked).await {
+            let value = match dump.map_err(|e| format!("ERR shard.call: {e}"))? {
+                Resp::Bulk(v) => Some(v),
+                Resp::Null => None,
+                Resp::Error(line) => return Err(String::from_utf8_lossy(&line).into_owned()),
+                other => return Err(format!("ERR DUMP replied {other:?}")),
+            };
+            let at_ms = match at.map_err(|e| format!("ERR shard.call: {e}"))? {
+                Resp::Int(n) if n >= 0 => n,
+                Resp::Int(_) => -1,
+                Resp::Error(line) => return Err(String::from_utf8_lossy(&line).into_owned()),
+                other => return Err(format!("ERR PEXPIRETIME replied {other:?}")),
+            };
+            bytes += value.as_ref().map_or(0, Vec::len);
+            copies.push(KeyCopy { key, value, at_ms });
+        }
+        if bytes > MAX_BYTES {
+            return Err(format!(
+                "ERR the keys of '{}' hold {bytes} bytes (as DUMP): a command over keys of several owners gathers at most {MAX_BYTES} bytes, restored here in one step; give its keys one hash tag",
+                self.name
+            ));
+        }
+        Ok(copies)
+    }
+
+    /// Step 4's transaction: one part per owner, its keys watched, the changed ones written.
+    fn writes(&self, txid: &str, changed: &[KeyCopy]) -> Txn {
+        let parts = self
+            .groups
+            .iter()
+            .map(|(owner, ks)| Part {
+                owner: owner.clone(),
+                watched: ks.clone(),
+                commands: changed
+                    .iter()
+                    .filter(|c| ks.contains(&c.key))
+                    .map(write_of)
+                    .collect(),
+            })
+            .collect();
+        Txn {
+            txid: txid.to_string(),
+            parts,
+            slots: Vec::new(),
+        }
+    }
+}
+
+/// The write that leaves `copy` at its owner.
+fn write_of(copy: &KeyCopy) -> Vec<Vec<u8>> {
+    match &copy.value {
+        Some(value) => vec![
+            b"RESTORE".to_vec(),
+            copy.key.clone(),
+            copy.at_ms.max(0).to_string().into_bytes(),
+            value.clone(),
+            b"REPLACE".to_vec(),
+            b"ABSTTL".to_vec(),
+        ],
+        None => vec![b"DEL".to_vec(), copy.key.clone()],
+    }
+}
