@@ -10,7 +10,7 @@ COMMANDS = {
     "shard.encode": (-1, {"readonly", "fast"}),
     "shard.whereis": (2, {"readonly", "fast"}),
     "shard.locate": (2, {"readonly", "fast"}),
-    "shard.call": (-3, {"noscript", "blocking"}),
+    "shard.call": (-2, {"noscript", "blocking"}),
     "shard.watch": (-2, {"noscript", "blocking"}),
     "shard.unwatch": (1, {"noscript", "fast"}),
     "shard.multi": (1, {"noscript", "fast"}),
@@ -116,13 +116,14 @@ def test_the_node_block_of_a_ring_documents_its_slot_ranges(r):
 
 
 def test_shard_call_documents_its_wait_prefix(r):
-    """SHARD.CALL [WAIT numreplicas timeout-ms] command key [arg ...]."""
+    """SHARD.CALL [WAIT numreplicas timeout-ms] command [arg ...] (a keyless command answers for
+    the fleet, or here: issue 43)."""
     docs = raw_reply(r, "COMMAND", "DOCS", "shard.call")
     entry = dict(zip(docs[1][::2], docs[1][1::2]))
     assert b"replicas" in entry[b"summary"]
     args = [dict(zip(a[::2], a[1::2])) for a in entry[b"arguments"]]
     assert [(a[b"name"], a[b"type"]) for a in args] == [
-        (b"wait", b"block"), (b"command", b"string"), (b"key", b"string"), (b"arg", b"string")]
+        (b"wait", b"block"), (b"command", b"string"), (b"arg", b"string")]
     wait = args[0]
     assert wait[b"token"] == b"WAIT" and b"optional" in wait[b"flags"]
     assert b"multiple" not in wait.get(b"flags", [])

@@ -91,7 +91,7 @@ def test_multi_key_and_movable_key_commands_equal_a_plain_server(server_factory,
 def test_commands_with_keys_on_several_nodes_are_gathered_or_refused_naming_them(server_factory):
     """A command that does not split, over keys of two owners, is gathered (test_gather.py)
     and replies as one server; inside MULTI or under SHARD.CALL WAIT it is refused, naming the
-    owners; a blocking command is refused."""
+    owners; a blocking command waits at its owner."""
     fleet = make_fleet(server_factory)
     a, b = fleet.key_of("n1", prefix="a"), fleet.key_of("n2", prefix="b")
     c = fleet.client("n0")
@@ -115,9 +115,13 @@ def test_commands_with_keys_on_several_nodes_are_gathered_or_refused_naming_them
     assert "cannot run inside MULTI or a script" in str(replies[0]), replies
     # A script with no key runs here, as one server runs it (since route-plain, 576e987).
     assert c.execute_command("SHARD.CALL", "EVAL", "return 1", 0) == 1
-    for blocking in (("BLPOP", a, 1), ("XREAD", "BLOCK", 10, "STREAMS", a, "$")):
+    # A blocking command waits at its owner (test_blocking.py): here until its timeout; with
+    # WAIT it is refused.
+    q = fleet.key_of("n1", prefix="q")
+    for blocking in (("BLPOP", q, 1), ("XREAD", "BLOCK", 10, "STREAMS", q, "$")):
+        assert c.execute_command("SHARD.CALL", *blocking) is None
         with pytest.raises(redis.ResponseError, match="can block"):
-            c.execute_command("SHARD.CALL", *blocking)
+            c.execute_command("SHARD.CALL", "WAIT", 1, 10, *blocking)
     assert fleet.client("n1").get(a) == b"1" and fleet.client("n2").get(b) == b"2"
     assert sum(fleet.client(n).dbsize() for n in NAMES) == 2
 

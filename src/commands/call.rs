@@ -44,6 +44,13 @@ pub fn call(call: &Call) -> CmdResult {
     }
     let command = Carried::at_any(call, start)?;
     if command.positions.is_empty() {
+        // WAIT waits for a routed write: a command with no key has none to wait for.
+        if wait.is_some() {
+            return Err(CmdError::err(format!(
+                "'{}' has no key here: SHARD.CALL routes commands by their keys",
+                command.name_text
+            )));
+        }
         // Another keyless command, or one with no key in these arguments (`EVAL script 0`):
         // this server's own (PING, INFO, CONFIG...), as one server would run it.
         return crate::host::caller::pass_through(call, name, start + 1);
@@ -59,7 +66,7 @@ pub static CALL: CommandSpec = command! {
     handler: call,
     flags: "may-replicate deny-script blocking",
     arity: -2,
-    summary: "Runs a command on the owner of its keys (multi-key commands split by owner), a keyless one for the whole fleet (DBSIZE, KEYS, SCAN, RANDOMKEY, the flushes, SCRIPT, FUNCTION, PUBLISH) or here (PING, INFO...); with WAIT, replies once that many of the owner's replicas have the write",
+    summary: "Runs a command on the owner of its keys (multi-key commands split by owner, other commands over keys of several owners gathered as a transaction), a keyless one for the whole fleet (DBSIZE, KEYS, SCAN, RANDOMKEY, the flushes, SCRIPT, FUNCTION, PUBLISH) or here (PING, INFO...); with WAIT, replies once that many of the owner's replicas have the write",
     complexity: "Depends on the command",
     args: CALL_ARGS,
     acl: "",

@@ -82,7 +82,7 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> Result<Handl
         {
             refuse_blocking(true, &command.name_text, &call.args, start)?;
         }
-        return crate::route::blocking::route(call, command);
+        return crate::route::blocking::route(call, command).map(|()| Handled::Routed);
     }
     let (keys, link, mark) = place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;
     let settled = mark == Mark::Settled;

@@ -197,7 +197,7 @@ impl Gathered {
             Outcome::Committed(Err(line)) | Outcome::Failed(line) => {
                 Attempt::Done(CallReply::Error(line))
             }
-            Outcome::Watched | Outcome::Locked(_) => Attempt::Again,
+            Outcome::Watched | Outcome::Locked(_) | Outcome::LockedWatched(_) => Attempt::Again,
         }
     }
 
