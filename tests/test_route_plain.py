@@ -304,3 +304,31 @@ def test_cluster_clients_and_plain_clients_side_by_side(server_factory):
     c0.set("plain-written", "x")
     assert rc.get("plain-written") == b"x"
     rc.close()
+
+
+def test_spublish_reaches_the_shard_subscribers_of_every_node(server_factory):
+    """A plain client subscribes (SSUBSCRIBE) at the node it is connected to; SPUBLISH through
+    any node reaches every such subscriber once. SHARD.CALL refuses to subscribe a connection
+    of the module's (it would take a connection every call shares)."""
+    fleet = plain_fleet(server_factory)
+    subs = {}
+    for n in NAMES:
+        ps = fleet.client(n).pubsub()
+        ps.ssubscribe("orders")
+        assert ps.get_message(timeout=2)["type"] == "ssubscribe"
+        subs[n] = ps
+    for sender in NAMES:
+        assert fleet.client(sender).spublish("orders", f"s {sender}") == len(NAMES)
+        for n, ps in subs.items():
+            m = ps.get_message(timeout=2)
+            assert m and m["type"] == "smessage" and m["data"] == f"s {sender}".encode(), (n, m)
+            assert ps.get_message(timeout=0.2) is None
+    elsewhere = fleet.key_of("n1", prefix="channel")
+    with pytest.raises(redis.ResponseError, match="subscribes a connection"):
+        fleet.client("n0").execute_command("SHARD.CALL", "SSUBSCRIBE", elsewhere)
+    # The fleet still serves after (no connection of the module's left subscribed).
+    k = fleet.key_of("n2")
+    fleet.client("n0").set(k, "after")
+    assert fleet.client("n1").get(k) == b"after"
+    for ps in subs.values():
+        ps.close()

@@ -33,6 +33,12 @@ pub fn call(call: &Call) -> CmdResult {
     }
     let (start, wait) = crate::route::wait::prefix(&call.args)?;
     let name = call.args.get(start);
+    if crate::route::keyless::subscribes(name) {
+        return Err(CmdError::err(format!(
+            "'{}' subscribes a connection: send it to a node directly (PUBLISH and SPUBLISH reach the subscribers of every node)",
+            crate::host::args::printable(name).to_ascii_lowercase()
+        )));
+    }
     let sub = (start + 1 < call.args.len()).then(|| call.args.get(start + 1));
     if let Some(kind) = crate::route::keyless::of(name, sub) {
         if wait.is_some() {

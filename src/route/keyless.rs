@@ -9,7 +9,9 @@
 //! here. Which commands: those of the data, whose answer a single server gives over all its
 //! keys (`DBSIZE`, `KEYS`, `SCAN`, `RANDOMKEY`, the flushes), the scripts and functions every
 //! node must hold alike (`SCRIPT LOAD|FLUSH|EXISTS`, `FUNCTION LOAD|DELETE|FLUSH|RESTORE`), and
-//! `PUBLISH` (every node's subscribers, as Redis Cluster's bus carries it). The commands about
+//! `PUBLISH` (every node's subscribers, as Redis Cluster's bus carries it) and `SPUBLISH`
+//! (keyed by its channel, but a plain client subscribes at the node it is connected to, so the
+//! message goes to every node's shard subscribers of the channel). The commands about
 //! the server a client is connected to (`PING`, `ECHO`, `TIME`, `INFO`, `CONFIG`, `CLIENT`,
 //! `SLOWLOG`, `LATENCY`, `MEMORY`...) stay that server's own, although some of their tips say
 //! `all_shards`: a client of one server asks that server, as a cluster client does on a
@@ -61,7 +63,7 @@ pub fn of(name: &[u8], sub: Option<&[u8]>) -> Option<Keyless> {
         Some(Keyless::RandomKey)
     } else if is("flushdb") || is("flushall") {
         Some(Keyless::AllSucceeded)
-    } else if is("publish") {
+    } else if is("publish") || is("spublish") {
         Some(Keyless::Publish)
     } else if is("script") {
         if sub_is("load") || sub_is("flush") {
@@ -77,6 +79,22 @@ pub fn of(name: &[u8], sub: Option<&[u8]>) -> Option<Keyless> {
     } else {
         None
     }
+}
+
+/// Whether the command subscribes or unsubscribes its connection (`SUBSCRIBE`, `SSUBSCRIBE`
+/// ...): a subscription is the connection's own, so it stays at the node the client is
+/// connected to, and `PUBLISH`/`SPUBLISH` reach it there (they are published at every node).
+pub fn subscribes(name: &[u8]) -> bool {
+    [
+        &b"subscribe"[..],
+        b"psubscribe",
+        b"ssubscribe",
+        b"unsubscribe",
+        b"punsubscribe",
+        b"sunsubscribe",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
 }
 
 /// Whether a command of this name may be answered for the fleet (some subcommand of it is):
@@ -248,6 +266,9 @@ mod tests {
             Some(Keyless::AllSucceeded)
         );
         assert_eq!(of(b"publish", Some(b"ch")), Some(Keyless::Publish));
+        assert_eq!(of(b"SPUBLISH", Some(b"ch")), Some(Keyless::Publish));
+        assert!(subscribes(b"SSUBSCRIBE") && subscribes(b"psubscribe"));
+        assert!(!subscribes(b"publish") && !subscribes(b"pubsub"));
         for local in [
             &b"ping"[..],
             b"info",

@@ -9,7 +9,8 @@
 //!   (`commands::plain`) routes it as `SHARD.CALL` would, or runs it here when the module's own
 //!   connections sent it (a forwarded command, which the filter cannot tell on Redis 7.0);
 //! - the keyless commands the fleet answers (`keyless`: `DBSIZE`, `KEYS`, `SCAN`, `RANDOMKEY`,
-//!   the flushes, `SCRIPT`, `FUNCTION`, `PUBLISH`) become `SHARD.PLAIN ...` too, answered from
+//!   the flushes, `SCRIPT`, `FUNCTION`, `PUBLISH`, and `SPUBLISH`) become `SHARD.PLAIN ...` too,
+//!   answered from
 //!   every node; the others (`PING`, `INFO`, `CONFIG`, `CLIENT`...) stay this server's. With
 //!   the cluster protocol on beside it, keyless commands stay each node's own (cluster
 //!   clients send them to every node and merge, as with Redis Cluster) but for `PUBLISH`, and
@@ -21,7 +22,8 @@
 //!   goes to `SHARD.PLAIN`, whose handler queues it for that client (the filter cannot tell
 //!   which client sent a command on Redis 7.0).
 //!
-//! Never rewritten: the module's own commands, commands the server does not know (it refuses
+//! Never rewritten: the subscriptions (`SUBSCRIBE`, `SSUBSCRIBE` ...: the connection's own),
+//! the module's own commands, commands the server does not know (it refuses
 //! them itself), the module's own connections' commands where the filter can tell the client,
 //! and everything on a replica: a replica applies its primary's stream, and its clients'
 //! reads of its own shard are theirs to make (the fleet routes through primaries).
@@ -91,6 +93,14 @@ pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool, cluster: b
     }
     // The usual command first: a keyed one whose keys are all here passes at once, with no
     // call to the server (the client's id is asked only for a command about to be handed on).
+    if keyless::subscribes(name) {
+        return false;
+    }
+    if !cluster && name.eq_ignore_ascii_case(b"spublish") {
+        // Keyed by its channel, but published at every node: shard subscribers are wherever
+        // plain clients connected (the cluster protocol's part routes it otherwise).
+        return hand_over(args, internal, None);
+    }
     let verb = match transaction_verb(name) {
         Some(verb) => Some(verb),
         None => match keys_local(args, 0) {
@@ -108,6 +118,12 @@ pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool, cluster: b
             _ => None,
         },
     };
+    hand_over(args, internal, verb)
+}
+
+/// Hands the command to the module: its transaction command (`verb`), else `SHARD.PLAIN` in
+/// front; never the module's own connections' commands, where the filter can tell them.
+fn hand_over(args: &mut FilterArgs, internal: impl Fn(u64) -> bool, verb: Option<&[u8]>) -> bool {
     if args.client_id().is_some_and(internal) {
         return false;
     }
