@@ -27,6 +27,7 @@ fn change_in(st: &mut ModuleState, change: impl FnOnce(&mut Config)) -> Result<(
     check_topology(&next)?;
     check_key_index(&next)?;
     crate::route::plain::check(&next.route_plain)?;
+    check_yes_no("atomic-mset", &next.atomic_mset)?;
     check_tls(&st.config, &next)?;
     let tls = tls_update(st, &next)?;
     crate::cluster::protocol::check_config(&next, st.rings.current.as_deref())?;
@@ -112,6 +113,7 @@ fn finish_load_in(st: &mut ModuleState) -> Result<(), String> {
     check_topology(&st.config)?;
     check_key_index(&st.config)?;
     crate::route::plain::check(&st.config.route_plain)?;
+    check_yes_no("atomic-mset", &st.config.atomic_mset)?;
     check_tls(&Config::default(), &st.config)?;
     check_shardjs_config(&st.config, &keys)?;
     let ring = crate::state::ring_from_file(&st.config)?;
@@ -166,6 +168,7 @@ fn apply(config: &Config) {
     crate::cluster::protocol::set_enabled(config.cluster_protocol == "yes");
     crate::index::set_wanted(config.key_index == "yes");
     crate::route::plain::set_enabled(config.route_plain == "yes");
+    crate::route::split::set_atomic_mset(config.atomic_mset == "yes");
     // Checked before: the mode parses.
     crate::topology::nodes::set_read_from(
         crate::topology::nodes::ReadFrom::parse(&config.read_from)
@@ -265,6 +268,7 @@ config_field!(AUTH_PASSWORD: TextConfig => auth_password);
 config_field!(CLUSTER_PROTOCOL: TextConfig => cluster_protocol);
 config_field!(KEY_INDEX: TextConfig => key_index);
 config_field!(ROUTE_PLAIN: TextConfig => route_plain);
+config_field!(ATOMIC_MSET: TextConfig => atomic_mset);
 config_field!(SPECIAL_KEYS: TextConfig => special_keys);
 config_field!(FIELDS: TextConfig => fields);
 config_field!(SENTINELS: TextConfig => sentinels);
@@ -304,6 +308,7 @@ pub const NAMES: &[&str] = &[
     "cluster-protocol",
     "key-index",
     "route-plain",
+    "atomic-mset",
     "special-keys",
     "fields",
     "sentinels",
@@ -322,6 +327,14 @@ pub const NAMES: &[&str] = &[
 ];
 
 /// Checks the high-availability settings: the sentinels' addresses and where reads go.
+/// A setting that is `yes` or `no`.
+fn check_yes_no(name: &str, value: &str) -> Result<(), String> {
+    match value {
+        "yes" | "no" => Ok(()),
+        other => Err(format!("{name} is yes or no, not '{other}'")),
+    }
+}
+
 /// `key-index` is `yes` or `no`.
 pub fn check_key_index(c: &Config) -> Result<(), String> {
     match c.key_index.as_str() {

@@ -283,6 +283,7 @@ redis_module! {
             ["cluster-protocol", &config::CLUSTER_PROTOCOL, "no", ConfigurationFlags::DEFAULT, None],
             ["key-index", &config::KEY_INDEX, "no", ConfigurationFlags::DEFAULT, None],
             ["route-plain", &config::ROUTE_PLAIN, "no", ConfigurationFlags::DEFAULT, None],
+            ["atomic-mset", &config::ATOMIC_MSET, "no", ConfigurationFlags::DEFAULT, None],
             ["special-keys", &config::SPECIAL_KEYS, "", ConfigurationFlags::DEFAULT, None],
             ["fields", &config::FIELDS, "", ConfigurationFlags::DEFAULT, None],
             ["sentinels", &config::SENTINELS, "", ConfigurationFlags::DEFAULT, None],

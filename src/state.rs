@@ -42,6 +42,8 @@ pub struct Config {
     pub key_index: String,
     /// `route-plain`: `yes` routes plain clients' commands as if the fleet were one server.
     pub route_plain: String,
+    /// `atomic-mset`: `yes` gathers an MSET over several owners as one transaction.
+    pub atomic_mset: String,
     /// Shardjs's special keys: `name:offset:type ...` (`SHARD.SPECIALKEY name`).
     pub special_keys: String,
     /// Shardjs's field-name dictionary: `long:short ...` (hash commands through SHARD.CALL).
@@ -79,6 +81,7 @@ impl Default for Config {
             cluster_protocol: "no".into(),
             key_index: "no".into(),
             route_plain: "no".into(),
+            atomic_mset: "no".into(),
             special_keys: String::new(),
             fields: String::new(),
             sentinels: String::new(),

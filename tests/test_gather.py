@@ -294,3 +294,38 @@ def test_the_gathering_node_killed_before_the_commit_leaves_nothing_half_applied
         assert 0 < n1.pttl(a) <= TTL
     for n in NAMES:
         assert local(fleet, n, db=SCRATCH).dbsize() == 0
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["split", "atomic-mset"])
+def test_mset_over_three_owners_with_one_down(server_factory, atomic):
+    """With `shard.atomic-mset yes` an MSET over keys of several owners is all or nothing: an
+    owner down fails it and no key is written; the split MSET (the default) writes the keys
+    of the owners it reached, as twemproxy's split does."""
+    fleet = gather_fleet(server_factory)
+    if atomic:
+        for n in NAMES:
+            fleet.client(n).config_set("shard.atomic-mset", "yes")
+    keys = {n: fleet.key_of(n, prefix="ms") for n in NAMES}
+    c = fleet.client("n0")
+    assert c.execute_command("SHARD.CALL", "MSET", *[x for k in keys.values() for x in (k, "old")])
+    fleet["n2"].stop(signal.SIGKILL)
+    with pytest.raises(redis.exceptions.RedisError):
+        c.execute_command("SHARD.CALL", "MSET", *[x for k in keys.values() for x in (k, "new")])
+    got = [local(fleet, n).get(keys[n]) for n in ("n0", "n1")]
+    assert got == ([b"old", b"old"] if atomic else [b"new", b"new"]), got
+    for n in ("n0", "n1"):
+        assert local(fleet, n, db=SCRATCH).dbsize() == 0
+
+
+def test_atomic_mset_writes_every_owner(server_factory):
+    fleet = gather_fleet(server_factory)
+    for n in NAMES:
+        fleet.client(n).config_set("shard.atomic-mset", "yes")
+    keys = [fleet.key_of(n, prefix="am") for n in NAMES]
+    c = fleet.client("n1")
+    assert c.execute_command("SHARD.CALL", "MSET", *[x for k in keys for x in (k, k)]) == b"OK"
+    assert c.execute_command("SHARD.CALL", "MGET", *keys) == [k.encode() for k in keys]
+    for n, k in zip(NAMES, keys):
+        assert local(fleet, n).get(k) == k.encode()
+    with pytest.raises(redis.ResponseError, match="atomic-mset is yes or no"):
+        c.config_set("shard.atomic-mset", "sometimes")

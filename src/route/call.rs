@@ -107,7 +107,7 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> Result<Handl
     let decision = decide(Facts {
         name: &command.name_text,
         kind,
-        splittable: split::splittable(command.name),
+        splittable: split::splittable_routed(command.name),
         keys,
         returning: matches!(mark, Mark::Returning | Mark::Fence),
         fence: mark == Mark::Fence,

@@ -25,6 +25,27 @@ pub struct Splittable {
     pub per_key: usize,
 }
 
+/// `shard.atomic-mset yes`: an `MSET` over keys of several owners is not split but gathered,
+/// all or nothing, as one transaction (`txn::coord::gather`): no reader sees some of its keys
+/// written and others not. Off by default: the split is one round trip per owner, the gather
+/// a transaction (watch, read, write: `docs/one-server.md`).
+static ATOMIC_MSET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Puts `shard.atomic-mset` in force.
+pub fn set_atomic_mset(on: bool) {
+    ATOMIC_MSET.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether (and how) a command splits when routed (the split `MSET` but under
+/// `shard.atomic-mset yes`).
+pub fn splittable_routed(name: &[u8]) -> Option<Splittable> {
+    if ATOMIC_MSET.load(std::sync::atomic::Ordering::Relaxed) && name.eq_ignore_ascii_case(b"mset")
+    {
+        return None;
+    }
+    splittable(name)
+}
+
 /// Whether (and how) a command splits, by its name (in any case; nothing allocated).
 pub fn splittable(name: &[u8]) -> Option<Splittable> {
     let of = |merge, per_key| Some(Splittable { merge, per_key });
