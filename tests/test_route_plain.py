@@ -234,6 +234,18 @@ def test_select_runs_every_path_in_the_clients_database(server_factory):
         assert local(fleet, owner, db=0).get(k) is None
     assert fleet.client("n1").dbsize() == 0
     assert local(fleet, "n1", db=3).dbsize() == owners.count("n1")
+    # A transaction across nodes, a gathered command and a blocking one, in database 3 too.
+    a, b = fleet.key_of("n1", prefix="t3"), fleet.key_of("n2", prefix="t3")
+    with c.pipeline() as p:
+        p.set(a, "x").set(b, "y")
+        assert p.execute() == [True, True]
+    assert c.rename(a, f"{b}-renamed") is True
+    assert local(fleet, fleet.owners([f"{b}-renamed"])[0], db=3).get(f"{b}-renamed") == b"x"
+    assert local(fleet, "n1", db=0).get(a) is None and local(fleet, "n1", db=3).get(a) is None
+    q = fleet.key_of("n2", prefix="q3")
+    threading.Timer(0.2, lambda: fleet.client("n1", db=3).rpush(q, "three")).start()
+    assert c.blpop(q, 5) == (q.encode(), b"three")
+    assert local(fleet, "n2", db=0).exists(q) == 0
     c.flushdb()
     assert c.dbsize() == 0
 
