@@ -28,11 +28,54 @@ import run as base  # noqa: E402
 SECTION = "## Routing for unchanged clients (issue 43)"
 
 
+def fill_scan(c, prefix, n, routed):
+    """n keys `prefix:i` through client `c` (SHARD.CALL MSET, split by owner, when routed)."""
+    for i in range(0, n, 1000):
+        args = ["SHARD.CALL", "MSET"] if routed else ["MSET"]
+        for k in range(i, min(n, i + 1000)):
+            args += [f"{prefix}:{k}", "x"]
+        c.call(*args)
+
+
+def walk(port):
+    """Keys per second of one full SCAN COUNT 1000 walk through `port`, and the keys seen."""
+    c = base.Client(port)
+    seen, cursor, started = 0, b"0", time.perf_counter()
+    while True:
+        reply = c.call("SCAN", cursor, "COUNT", 1000)
+        cursor, keys = reply[0], reply[1]
+        seen += len(keys)
+        if cursor == b"0":
+            break
+    elapsed = time.perf_counter() - started
+    c.close()
+    return seen / elapsed, seen
+
+
+def scan_rows(n0, plain, keys, rounds):
+    """The SCAN row: `keys` more keys in the fleet (through n0) and in the plain server, then
+    full walks of each, interleaved; (fleet keys/s, plain keys/s) per round."""
+    fill_scan(n0.client(), "scan", keys, routed=True)
+    fill_scan(plain.client(), "scan", keys, routed=False)
+    out = []
+    for r in range(rounds):
+        pair = [walk(n0.port), walk(plain.port)] if r % 2 == 0 else \
+            list(reversed([walk(plain.port), walk(n0.port)]))
+        (f, fn), (p, pn) = pair
+        if fn != pn:
+            print(f"SCAN saw {fn} keys through the fleet, {pn} on the plain server", flush=True)
+        out.append((f, p))
+        print(f"scan round {r + 1}/{rounds}: fleet {base.rate(f)} keys/s, one server {base.rate(p)} keys/s", flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--out", default=str(fl.RESULTS))
+    ap.add_argument("--scan-keys", type=int, default=1_000_000)
+    ap.add_argument("--scan-rounds", type=int, default=3)
     opts = ap.parse_args()
     started = time.time()
     if subprocess.run(["which", "nutcracker"], capture_output=True).returncode != 0:
@@ -60,6 +103,15 @@ def main():
                 c.call(*args)
             c.close()
         n0, tw = nodes["n0"].port, twem.port
+        # Two keys of two other owners, for the gathered COPY.
+        c0 = nodes["n0"].client()
+        owned = {}
+        for i in range(200):
+            k = f"g:{i}"
+            owned.setdefault(c0.call("SHARD.WHEREIS", k).decode(), k)
+        ka, kb = owned["n1"], owned["n2"]
+        c0.call("SET", ka, "xxxxxxxx")
+        plain.client().call("SET", ka, "xxxxxxxx")
         get, set_ = ["GET", "key:__rand_int__"], ["SET", "key:__rand_int__", "xxxxxxxx"]
         Row = fl.Row
         rows = {
@@ -75,6 +127,10 @@ def main():
             "twem_get16": Row("GET via twemproxy, -P 16", tw, get, 16),
             "rp_set16": Row("route-plain SET via n0 of three, -P 16", n0, set_, 16),
             "twem_set16": Row("SET via twemproxy, -P 16", tw, set_, 16),
+            "rp_copy": Row("route-plain COPY between two other owners (gathered) via n0, -P 1",
+                           n0, ["COPY", ka, kb, "REPLACE"], 1),
+            "plain_copy": Row("COPY on one plain server, -P 1", plain.port,
+                              ["COPY", ka, kb, "REPLACE"], 1),
             "rp_dbsize": Row("route-plain DBSIZE via n0 of three, -P 1", n0, ["DBSIZE"], 1),
             "plain_dbsize": Row("DBSIZE on one plain server, -P 1", plain.port, ["DBSIZE"], 1),
         }
@@ -89,6 +145,7 @@ def main():
             print(f"round {r}/{opts.rounds}: " + "  ".join(
                 f"{k}={base.rate(row.runs[-1][0]) if row.runs else 'x'}"
                 for k, row in rows.items()), flush=True)
+        scans = scan_rows(nodes["n0"], plain, opts.scan_keys, opts.scan_rounds)
     finally:
         for p in procs:
             p.stop()
@@ -114,7 +171,15 @@ def main():
     ratio("rp_set1", "twem_set1", 1.0)
     ratio("rp_get16", "twem_get16")
     ratio("rp_set16", "twem_set16")
+    ratio("rp_copy", "plain_copy", 0.4)
     ratio("rp_dbsize", "plain_dbsize", 0.3)
+    fleet_rate = statistics.median(f for f, _ in scans)
+    one_rate = statistics.median(p for _, p in scans)
+    scan_ratio = statistics.median(f / p for f, p in scans)
+    table.append((f"SCAN COUNT 1000 of {opts.scan_keys} keys via n0 of three (route-plain)",
+                  f"{base.rate(fleet_rate)} keys/s", "SCAN on one server holding them all",
+                  f"{base.rate(one_rate)} keys/s", f"{scan_ratio:.2f}", "", "≥ 0.8",
+                  "PASS" if scan_ratio >= 0.8 else "MISS"))
 
     lines = [SECTION, "",
              f"Written by `make bench` (bench/plain.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
