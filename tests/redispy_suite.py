@@ -45,6 +45,7 @@ LEFT_OUT = {"test_search.py"}
 # Seconds one test may take before the plugin stops it (a hung command fails one test).
 TEST_TIMEOUT = 120
 NAMES = ["n0", "n1", "n2"]
+NOT_RUN = "[not run]"
 
 
 def pinned_version():
@@ -118,8 +119,9 @@ def stop(servers):
 # --- one pytest run of redis-py's suite ------------------------------------------------------
 
 
-def run_suite(folder, urls, label, args, extra):
-    """redis-py's tests against `urls` (one per worker); the JUnit XML's path."""
+def run_suite(folder, urls, label, args, extra, deselect=()):
+    """redis-py's tests against `urls` (one per worker), but those of `deselect`; the JUnit
+    XML's path."""
     junit = OUT / f"{label}.xml"
     log = OUT / f"{label}.log"
     junit.unlink(missing_ok=True)
@@ -131,6 +133,8 @@ def run_suite(folder, urls, label, args, extra):
         cmd += ["-k", args.k]
     if args.workers > 1:
         cmd += ["-n", str(args.workers), "--dist", "load"]
+    for tid in deselect:
+        cmd += ["--deselect", tid]
     cmd += [*extra, *test_files(folder, args.files)]
     env = dict(os.environ, REDISPY_URLS=",".join(urls), PYTHONUNBUFFERED="1",
                REDISPY_TEST_TIMEOUT=str(TEST_TIMEOUT),
@@ -256,7 +260,11 @@ def main():
                 group = (start_plain(work) if kind == "plain" else start_fleet(work, args.ring))
                 started += group
                 urls.append(f"redis://127.0.0.1:{group[0].port}/0")
-            junit = run_suite(folder, urls, f"{label}-{kind}", args, extra)
+            # An expected failure marked `[not run]` leaves the fleet unusable for the tests
+            # after it (the reason says how): it does not run there.
+            skip = [t for t, why in expected().items() if why.startswith(NOT_RUN)]
+            junit = run_suite(folder, urls, f"{label}-{kind}", args, extra,
+                              skip if kind == "fleet" else ())
         finally:
             stop(started)
         results[kind] = outcomes(junit, folder)
