@@ -3,7 +3,8 @@ three-node fleet with `shard.route-plain yes` (issue 43: "a real client's own te
 on the fleet"); docs/one-server.md, "redis-py's own test suite".
 
     python tests/redispy_suite.py [--server BINARY] [-k EXPR] [--workers N] [--files F ...]
-                                  [--ring ketama|slots] [-- PYTEST ARGS]
+                                  [--ring ketama|slots] [--hashtag RULE]
+                                  [--compare-only] [-v] [-- PYTEST ARGS]
 
 1. redis-py's source release (sdist) of the version tests/requirements.txt pins is downloaded
    once (`pip download --no-binary :all: --no-deps`) and unpacked under tests/.cache/ (never
@@ -88,7 +89,7 @@ def start_plain(workdir):
     return [RedisServer(workdir, module=False).start()]
 
 
-def start_fleet(workdir, ring):
+def start_fleet(workdir, ring, hashtag=None):
     """Three servers with the module and route-plain on, the ring set on each, pushed from n0."""
     from helpers.fleet import ring_args
     from helpers.server import RedisServer
@@ -98,7 +99,7 @@ def start_fleet(workdir, ring):
     try:
         for s in servers.values():
             s.start()
-        args = ring_args(servers, NAMES)
+        args = (["HASHTAG", hashtag] if hashtag else []) + ring_args(servers, NAMES)
         for s in servers.values():
             assert s.client().execute_command("SHARD.RING", "SET", ring, *args) == b"OK"
         servers["n0"].client().execute_command("SHARD.RING", "PUSH")
@@ -230,6 +231,8 @@ def main():
                         help="pytest-xdist workers, each with a server and a fleet of its own")
     parser.add_argument("--ring", default="ketama", choices=["ketama", "slots"],
                         help="the fleet's ring (default ketama)")
+    parser.add_argument("--hashtag", help="the ring's hash-tag rule (HASHTAG cluster ...; "
+                        "default: the algo's own)")
     parser.add_argument("--compare-only", action="store_true",
                         help="run nothing: compare the JUnit XML files of the last run")
     parser.add_argument("--verbose", "-v", action="store_true",
@@ -257,7 +260,7 @@ def main():
             for w in range(args.workers):
                 work = OUT / f"{label}-{kind}-servers" / f"w{w}"
                 shutil.rmtree(work, ignore_errors=True)
-                group = (start_plain(work) if kind == "plain" else start_fleet(work, args.ring))
+                group = (start_plain(work) if kind == "plain" else start_fleet(work, args.ring, args.hashtag))
                 started += group
                 urls.append(f"redis://127.0.0.1:{group[0].port}/0")
             # An expected failure marked `[not run]` leaves the fleet unusable for the tests
