@@ -18,7 +18,7 @@ SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
 TEST_WORKERS ?= 3
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build run test unit integration chaos txn-chaos nemesis bench bench-compare fuzz fmt lint clean valkey-path
+.PHONY: help deps build run test unit integration chaos txn-chaos nemesis redis-py-suite bench bench-compare fuzz fmt lint clean valkey-path
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -77,6 +77,13 @@ nemesis: build $(VENV)/.installed ## The nemesis test (many faults at once again
 	  NEMESIS_SECONDS=$${NEMESIS_SECONDS:-600} REDIS_SERVER=$$s $(PY) -m pytest -s tests/test_nemesis.py || failed="$$failed $$s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "nemesis test failed on:$$failed"; exit 1; fi
+
+redis-py-suite: build $(VENV)/.installed ## redis-py's own test suite (the release tests/requirements.txt pins) against a plain server and a route-plain fleet, on every server; REDISPY_WORKERS (1) xdist workers
+	@failed=""; for s in $(SERVERS); do \
+	  echo "== redis-py's test suite on $$s"; \
+	  $(PY) tests/redispy_suite.py --server $$s --workers $${REDISPY_WORKERS:-1} || failed="$$failed $$s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "redis-py's test suite failed on the fleet on:$$failed"; exit 1; fi
 
 valkey-path: $(VENV)/.installed ## Print the path of the pinned Valkey server binary
 	@echo $(VALKEY_SERVER)
