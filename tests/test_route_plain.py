@@ -344,3 +344,33 @@ def test_spublish_reaches_the_shard_subscribers_of_every_node(server_factory):
     assert fleet.client("n1").get(k) == b"after"
     for ps in subs.values():
         ps.close()
+
+
+def test_containers_sort_patterns_and_a_small_scan(server_factory):
+    """A container command's keys (XGROUP, XINFO, OBJECT, MEMORY USAGE) are found per
+    subcommand, so it runs at the key's owner; SORT with a BY or GET pattern (keys it does not
+    name) is refused rather than answered from one node's keys; a SCAN of a small keyspace
+    returns every key in one call (cursor 0), as one server does (redis-py's own tests expect
+    it)."""
+    fleet = plain_fleet(server_factory)
+    c = fleet.client("n0")
+    s = fleet.key_of("n2", prefix="stream")
+    c.xadd(s, {"f": "v"}, id="1-1")
+    assert c.xgroup_create(s, "g", id="0") is True
+    assert c.xinfo_stream(s)["length"] == 1
+    assert c.xreadgroup("g", "c1", {s: ">"}) == [[s.encode(), [(b"1-1", {b"f": b"v"})]]]
+    assert c.object("encoding", s) == b"stream"
+    assert c.memory_usage(s) > 0
+    lst = fleet.key_of("n1", prefix="sorted")
+    c.rpush(lst, 3, 1, 2)
+    assert c.sort(lst) == [b"1", b"2", b"3"]
+    for args in (("BY", "w_*"), ("GET", "o_*")):
+        with pytest.raises(redis.ResponseError, match="reads keys it does not name"):
+            c.execute_command("SORT", lst, *args)
+    assert c.execute_command("SORT", lst, "BY", "nosort", "GET", "#") == [b"3", b"1", b"2"]
+    c.flushall()
+    small = [fleet.key_of(n, prefix="few") for n in NAMES]
+    for k in small:
+        c.set(k, 1)
+    cursor, keys = c.scan(0)
+    assert cursor == 0 and sorted(keys) == sorted(k.encode() for k in small)

@@ -49,6 +49,13 @@ pub fn call(call: &Call) -> CmdResult {
         return crate::route::keyless_call::route(call, start, kind);
     }
     let command = Carried::at_any(call, start)?;
+    if crate::route::command_table::reads_unnamed_keys(call.args.len() - start, |i| {
+        (i + start < call.args.len()).then(|| call.args.get(i + start))
+    }) {
+        return Err(crate::route::command_table::unnamed_keys_refusal(
+            &command.name_text,
+        ));
+    }
     if command.positions.is_empty() {
         // WAIT waits for a routed write: a command with no key has none to wait for.
         if wait.is_some() {

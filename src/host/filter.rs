@@ -218,6 +218,19 @@ impl FilterArgs {
         crate::host::command_keys::of(crate::host::context::detached_raw(), &argv)
     }
 
+    /// As `command_keys`, saying why there is no key (none in these arguments, an unknown
+    /// command, a wrong number of arguments).
+    pub fn command_key_positions(
+        &self,
+        from: usize,
+    ) -> Result<Vec<usize>, crate::host::command_keys::NoKeys> {
+        let argv = (from..self.len())
+            .map(|i| self.string(i))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(crate::host::command_keys::NoKeys::None)?;
+        crate::host::command_keys::positions(crate::host::context::detached_raw(), &argv)
+    }
+
     /// Whether the key at argument `i` is in database 0 of this server.
     pub fn key_exists(&self, i: usize) -> bool {
         let ctx = crate::host::context::detached_raw();

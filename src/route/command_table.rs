@@ -126,6 +126,32 @@ pub fn learn(name: &[u8], meta: CommandMeta) {
     TABLE.with(|t| t.borrow_mut().insert(name.to_ascii_lowercase(), meta));
 }
 
+/// Whether the command reads keys it does not name, which the fleet cannot place: `SORT` and
+/// `SORT_RO` with a `BY` pattern (other than `nosort`) or a `GET` pattern (other than `#`).
+/// `arg(i)` is its argument `i`, 0 its name.
+pub fn reads_unnamed_keys<'a>(argc: usize, arg: impl Fn(usize) -> Option<&'a [u8]>) -> bool {
+    let Some(name) = arg(0) else {
+        return false;
+    };
+    if !name.eq_ignore_ascii_case(b"sort") && !name.eq_ignore_ascii_case(b"sort_ro") {
+        return false;
+    }
+    (2..argc.saturating_sub(1)).any(|i| {
+        let (Some(word), Some(next)) = (arg(i), arg(i + 1)) else {
+            return false;
+        };
+        (word.eq_ignore_ascii_case(b"by") && !next.eq_ignore_ascii_case(b"nosort"))
+            || (word.eq_ignore_ascii_case(b"get") && next != b"#")
+    })
+}
+
+/// The refusal of a command that reads keys it does not name.
+pub fn unnamed_keys_refusal(name: &str) -> CmdError {
+    CmdError::err(format!(
+        "'{name}' with a BY or GET pattern reads keys it does not name, whose owners the fleet cannot tell: use BY nosort and GET #, and read the other keys by name"
+    ))
+}
+
 /// The command a call carries after its own name (`SHARD.CALL cmd ...`, `SHARD.REDIRECT
 /// cmd ...`), or after a prefix (`SHARD.CALL WAIT n t cmd ...`).
 pub struct Carried<'a> {
@@ -256,13 +282,19 @@ fn learn_entry(entry: &RedisValue) -> Option<CommandMeta> {
         _ => Vec::new(),
     };
     let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let meta = meta_from_info(
+    let mut meta = meta_from_info(
         int(fields.get(1)),
         &flag_refs,
         int(fields.get(3)),
         int(fields.get(4)),
         int(fields.get(5)),
     );
+    // A container command (`XGROUP`, `XINFO`, `OBJECT`, `MEMORY`...) has its keys in its
+    // subcommands' entries (Redis 7's tenth field): its keys depend on its arguments, so they
+    // are asked of the server's key specs, which know the subcommand.
+    if matches!(fields.get(9), Some(RedisValue::Array(subs)) if !subs.is_empty()) {
+        meta.movable = true;
+    }
     learn(name.as_bytes(), meta);
     Some(meta)
 }
@@ -294,6 +326,23 @@ mod tests {
         assert_eq!(keys(blpop, 4), Some(vec![1, 2]));
         let ping = meta_from_info(-1, &["fast"], 0, 0, 0);
         assert_eq!(keys(ping, 1), None);
+    }
+
+    #[test]
+    fn sort_patterns_read_unnamed_keys() {
+        let reads = |words: &[&str]| {
+            let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            reads_unnamed_keys(args.len(), |i| args.get(i).copied())
+        };
+        assert!(reads(&["SORT", "l", "BY", "w_*"]));
+        assert!(reads(&["sort_ro", "l", "GET", "o_*"]));
+        assert!(reads(&[
+            "SORT", "l", "LIMIT", "0", "1", "GET", "#", "GET", "x_*"
+        ]));
+        assert!(!reads(&["SORT", "l", "BY", "nosort", "GET", "#"]));
+        assert!(!reads(&["SORT", "l", "ALPHA", "STORE", "dst"]));
+        assert!(!reads(&["GET", "BY"]));
+        assert!(!reads(&["SORT", "by"]));
     }
 
     #[test]

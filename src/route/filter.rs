@@ -16,6 +16,7 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
+use crate::host::command_keys::NoKeys;
 use crate::host::filter::FilterArgs;
 use crate::ring::placement::Placement;
 use crate::route::command_table;
@@ -192,9 +193,13 @@ pub fn keys_local(args: &FilterArgs, start: usize) -> Local {
     // handler, as before.
     let positions = match meta.fixed_keys(inner_argc) {
         Some(range) => Positions::Range(range),
-        None if meta.movable && start == 0 => match args.command_keys(0) {
-            Some(keys) if !keys.is_empty() => Positions::List(keys.into_iter()),
-            _ => return Local::NotAll,
+        None if meta.movable && start == 0 => match args.command_key_positions(0) {
+            Ok(keys) if !keys.is_empty() => Positions::List(keys.into_iter()),
+            // No key in these arguments (`EVAL script 0`, `CONFIG GET`, a container's keyless
+            // subcommand): as a keyless command.
+            Ok(_) | Err(NoKeys::None) => return Local::Keyless,
+            // The server refuses it itself, with its own message.
+            Err(NoKeys::UnknownCommand | NoKeys::WrongArity) => return Local::Unknown,
         },
         None => return Local::NotAll,
     };

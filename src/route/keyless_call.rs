@@ -230,9 +230,11 @@ fn draw() -> u64 {
     x ^ (x >> 33)
 }
 
-/// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]`: one step of the walk, at the node the cursor
-/// names, its keys kept where the rings place them there.
-fn scan(call: &Call, walk: Walk, mut args: Vec<Vec<u8>>) -> CmdResult {
+/// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]`: one step of the walk at the node the cursor
+/// names, its keys kept where the rings place them there; when that node is done and fewer
+/// keys than `COUNT` (10 by default) came, the same call goes on into the next nodes, so that
+/// a small keyspace is walked in one call, as one server walks it.
+fn scan(call: &Call, walk: Walk, args: Vec<Vec<u8>>) -> CmdResult {
     let Some(text) = args.get(1) else {
         return Err(CmdError::wrong_arity("scan"));
     };
@@ -242,55 +244,125 @@ fn scan(call: &Call, walk: Walk, mut args: Vec<Vec<u8>>) -> CmdResult {
         call.reply.resp(&scan_reply(0, Vec::new()));
         return Ok(());
     }
-    args[1] = at.inner.to_string().into_bytes();
+    let count = scan_count(&args);
+    let mut walked = Walked {
+        at,
+        next: 0,
+        keys: Vec::new(),
+    };
     let node = walk.nodes[at.node].clone();
     if node.is_self {
-        let reply = crate::route::call::run_here(call, &args)?;
-        call.reply.resp(&scan_merged(&walk, &node, at, reply));
-        return Ok(());
+        // This node's part runs here at once; the call goes on only if it must.
+        let reply = crate::route::call::run_here(call, &with_cursor(&args, at.inner))?;
+        if let Err(e) = walked.take(&walk, &node, reply) {
+            call.reply.resp(&e);
+            return Ok(());
+        }
+        if !walked.goes_on(count) {
+            call.reply.resp(&scan_reply(walked.next, walked.keys));
+            return Ok(());
+        }
     }
     forward::run(call, walk.link.clone(), move |steps| async move {
-        match steps.send(&node, &args).await {
-            Ok(reply) => CallReply::Reply(scan_merged(&walk, &node, at, reply)),
-            Err(e) => CallReply::failed(&e),
+        loop {
+            if walked.next != 0 || walked.keys.is_empty() {
+                let node = walk.nodes[walked.at.node].clone();
+                let reply = match steps
+                    .send(&node, &with_cursor(&args, walked.at.inner))
+                    .await
+                {
+                    Ok(reply) => reply,
+                    Err(e) => return CallReply::failed(&e),
+                };
+                if let Err(e) = walked.take(&walk, &node, reply) {
+                    return CallReply::Reply(e);
+                }
+            }
+            if !walked.goes_on(count) {
+                return CallReply::Reply(scan_reply(walked.next, walked.keys));
+            }
         }
     })
     .map_err(CmdError::err)
 }
 
-/// The client's reply to a step of the walk, from the node's `SCAN` reply.
-fn scan_merged(walk: &Walk, node: &Endpoint, at: Cursor, reply: Resp) -> Resp {
+/// Where a call's walk is: the step to run, the client's cursor after the last step run (0:
+/// the walk is over, or nothing ran yet), the keys kept so far.
+struct Walked {
+    at: Cursor,
+    next: u64,
+    keys: Vec<Vec<u8>>,
+}
+
+impl Walked {
+    /// Takes a node's reply to the step at `self.at`.
+    fn take(&mut self, walk: &Walk, node: &Endpoint, reply: Resp) -> Result<(), Resp> {
+        let (inner, keys) = scan_parts(node, reply)?;
+        let next = scan_cursor::after(self.at, inner, walk.nodes.len()).ok_or_else(|| {
+            Resp::Error(keyless::at_node(
+                b"ERR the node's SCAN cursor is too large for the fleet's cursor",
+                &node.name,
+            ))
+        })?;
+        self.keys
+            .extend(keys.into_iter().filter(|k| walk.owns(&node.name, k)));
+        self.next = next;
+        if next != 0 {
+            if let Ok(Some(c)) = scan_cursor::decode(next.to_string().as_bytes()) {
+                self.at = c;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the call goes on into the next node: the last node run is done (its next step
+    /// is another node's first), the walk is not over, and fewer than `count` keys came.
+    fn goes_on(&self, count: usize) -> bool {
+        self.next != 0 && self.at.inner == 0 && self.keys.len() < count
+    }
+}
+
+/// `SCAN`'s `COUNT` (10 when not given or not a number: the node refuses a bad one itself).
+fn scan_count(args: &[Vec<u8>]) -> usize {
+    args.windows(2)
+        .skip(2)
+        .find(|w| w[0].eq_ignore_ascii_case(b"count"))
+        .and_then(|w| std::str::from_utf8(&w[1]).ok()?.parse().ok())
+        .unwrap_or(10)
+}
+
+/// The arguments of a node's step: the client's, its cursor replaced by the node's.
+fn with_cursor(args: &[Vec<u8>], inner: u64) -> Vec<Vec<u8>> {
+    let mut out = args.to_vec();
+    if let Some(c) = out.get_mut(1) {
+        *c = inner.to_string().into_bytes();
+    }
+    out
+}
+
+/// A node's `SCAN` reply: its cursor and its keys, or the error for the client.
+fn scan_parts(node: &Endpoint, reply: Resp) -> Result<(u64, Vec<Vec<u8>>), Resp> {
     let Resp::Array(mut parts) = reply else {
-        return match reply {
+        return Err(match reply {
             Resp::Error(line) => Resp::Error(keyless::at_node(&line, &node.name)),
             _ => Resp::Error(keyless::at_node(
                 b"ERR a node's SCAN reply is not a list",
                 &node.name,
             )),
-        };
+        });
     };
     let keys = parts.pop();
     let inner = parts.pop().and_then(|c| match c {
         Resp::Bulk(b) | Resp::Simple(b) => std::str::from_utf8(&b).ok()?.parse::<u64>().ok(),
         _ => None,
     });
-    let (Some(inner), Some(keys)) = (inner, keys.and_then(keyless::names)) else {
-        return Resp::Error(keyless::at_node(
+    match (inner, keys.and_then(keyless::names)) {
+        (Some(inner), Some(keys)) => Ok((inner, keys)),
+        _ => Err(Resp::Error(keyless::at_node(
             b"ERR a node's SCAN reply is not a cursor and keys",
             &node.name,
-        ));
-    };
-    let Some(next) = scan_cursor::after(at, inner, walk.nodes.len()) else {
-        return Resp::Error(keyless::at_node(
-            b"ERR the node's SCAN cursor is too large for the fleet's cursor",
-            &node.name,
-        ));
-    };
-    let kept = keys
-        .into_iter()
-        .filter(|k| walk.owns(&node.name, k))
-        .collect();
-    scan_reply(next, kept)
+        ))),
+    }
 }
 
 fn scan_reply(cursor: u64, keys: Vec<Vec<u8>>) -> Resp {

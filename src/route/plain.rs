@@ -101,6 +101,10 @@ pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool, cluster: b
         // plain clients connected (the cluster protocol's part routes it otherwise).
         return hand_over(args, internal, None);
     }
+    if crate::route::command_table::reads_unnamed_keys(args.len(), |i| args.arg(i)) {
+        // Refused by the handler: its pattern keys may be anywhere.
+        return hand_over(args, internal, None);
+    }
     let verb = match transaction_verb(name) {
         Some(verb) => Some(verb),
         None => match keys_local(args, 0) {
