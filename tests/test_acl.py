@@ -194,6 +194,8 @@ CATEGORIES = {
     "shard.maxify": {"read", "fast"},
     "shard.cluster": {"connection", "slow"},
     "shard.redirect": {"read", "write", "slow"},
+    "shard.emulate": {"slow"},
+    "shard.info": {"slow", "dangerous"},
     "shard.dump": {"read", "slow"},
 }
 

@@ -1,8 +1,11 @@
 //! The cluster protocol's part of the module's command filter: its verdict on each command a
 //! client sends while the protocol is on, and that verdict applied to the filtered command.
 //!
-//! - `CLUSTER ...`, `READONLY`, `READWRITE` and `ASKING` become `SHARD.CLUSTER ...`, answered
-//!   from the `slots` ring.
+//! - `CLUSTER ...`, `READONLY`, `READWRITE`, `ASKING`, and `INFO` where it shows the cluster
+//!   section, become `SHARD.EMULATE command ...`, answered from the `slots` ring (INFO: the
+//!   server's own, as a cluster node shows it) and authorised as the plain command (`auth`);
+//!   where the filter cannot tell that the client has authenticated, `SHARD.CLUSTER ...` and
+//!   `SHARD.INFO ...` instead, which the server checks as usual (or `INFO` stays its own).
 //! - A keyed command whose keys are in a slot this node owns, with no resharding step pending
 //!   for it (or with every key brought here already, or the resharding settled: its copies are
 //!   done), passes untouched: the server runs it as always. A delete (`DEL`, `UNLINK`) of a
@@ -41,6 +44,7 @@
 
 use std::sync::Arc;
 
+use crate::cluster::auth::{self, Emulated, Route};
 use crate::cluster::clients;
 use crate::cluster::protocol::{address_in_use, eligible, not_named};
 use crate::host::filter::FilterArgs;
@@ -53,10 +57,10 @@ use crate::state;
 /// What the filter does with a command while the protocol is on.
 pub enum Rewrite {
     None,
-    /// `CLUSTER sub ...` → `SHARD.CLUSTER sub ...`.
-    Cluster,
-    /// `READONLY` → `SHARD.CLUSTER READONLY` (and READWRITE, ASKING).
-    Connection,
+    /// `CLUSTER sub ...`, `READONLY` (and READWRITE, ASKING), `INFO` showing the cluster
+    /// section: `SHARD.EMULATE command ...`, or the checked `SHARD.CLUSTER`/`SHARD.INFO`
+    /// (`auth::route`).
+    Emulate(Emulated),
     /// Anything that needs the redirect handler: `SHARD.REDIRECT command ...`, or inside
     /// `MULTI` a refusal when the command is queued (`Leave::refusal`).
     Redirect(Leave),
@@ -159,13 +163,21 @@ pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
         return Rewrite::None;
     };
     if name.eq_ignore_ascii_case(b"cluster") {
-        return Rewrite::Cluster;
+        return Rewrite::Emulate(Emulated::Cluster);
     }
     if name.eq_ignore_ascii_case(b"readonly")
         || name.eq_ignore_ascii_case(b"readwrite")
         || name.eq_ignore_ascii_case(b"asking")
     {
-        return Rewrite::Connection;
+        return Rewrite::Emulate(Emulated::Connection);
+    }
+    if name.eq_ignore_ascii_case(b"info") {
+        let sections = (1..argc).map_while(|i| env.arg(i));
+        return if crate::cluster::emulate::shows_cluster(sections) {
+            Rewrite::Emulate(Emulated::Info)
+        } else {
+            Rewrite::None
+        };
     }
     if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard.") {
         return Rewrite::None;
@@ -366,15 +378,29 @@ pub fn rewrite(args: &mut FilterArgs) {
             refuse(args, &leave.refusal());
             return;
         }
-        Rewrite::Cluster => {
-            args.replace(0, b"shard.cluster");
+        Rewrite::Emulate(kind) => {
+            emulate(args, kind);
             return;
         }
-        Rewrite::Connection => b"shard.cluster",
         Rewrite::Redirect(_) | Rewrite::Judge => b"shard.redirect",
         Rewrite::Publish => crate::route::plain::COMMAND,
     };
     args.insert(0, insert);
+}
+
+/// An emulated command becomes `SHARD.EMULATE command ...` when the client is known to have
+/// authenticated; else the command the server checks as usual: `CLUSTER sub` →
+/// `SHARD.CLUSTER sub`, `READONLY` → `SHARD.CLUSTER READONLY`, `INFO ...` → `SHARD.INFO ...`
+/// (or left alone: `auth::route`).
+fn emulate(args: &mut FilterArgs, kind: Emulated) {
+    let user = args.client_user();
+    match (auth::route(kind, user.as_deref()), kind) {
+        (Route::Emulate, _) => args.insert(0, b"shard.emulate"),
+        (Route::Checked, Emulated::Cluster) => args.replace(0, b"shard.cluster"),
+        (Route::Checked, Emulated::Connection) => args.insert(0, b"shard.cluster"),
+        (Route::Checked, Emulated::Info) => args.replace(0, b"shard.info"),
+        (Route::Untouched, _) => {}
+    }
 }
 
 /// Makes the filtered command an unknown command named `text`, with no argument: the server

@@ -6,7 +6,7 @@
 //! names. The filter's verdict on each command is `filter`'s; `SHARD.REDIRECT`'s is
 //! `redirect`'s.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis_module::ContextFlags;
 
@@ -20,9 +20,21 @@ use crate::state::Config;
 use crate::topology;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// When the protocol was last turned on (Unix ms): the emulated links' creation time.
+static ENABLED_AT: AtomicU64 = AtomicU64::new(0);
 
 pub fn set_enabled(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
+    let was = ENABLED.swap(on, Ordering::Relaxed);
+    if on && !was {
+        let now = crate::clock::now_ms().and_then(|ms| u64::try_from(ms).ok());
+        ENABLED_AT.store(now.unwrap_or(0), Ordering::Relaxed);
+        crate::cluster::auth::watch();
+    }
+}
+
+/// When the protocol was last turned on, in Unix ms (`CLUSTER LINKS`' `create-time`).
+pub fn enabled_at_ms() -> u64 {
+    ENABLED_AT.load(Ordering::Relaxed)
 }
 
 /// Whether the protocol is on (and so the filter must look at every command).
@@ -86,7 +98,7 @@ pub fn view() -> Result<ClusterView, CmdError> {
     } else {
         Me::Primary(self_name.to_string())
     };
-    ClusterView::of(ring, &me, st.rings.epoch, topology::nodes::replicas_of)
+    ClusterView::of(ring, &me, topology::nodes::replicas_of)
         .ok_or_else(|| CmdError::err("cluster-protocol needs a slots ring"))
 }
 

@@ -1,14 +1,18 @@
 //! A fleet of plain servers seen as a Redis Cluster: the replies of `CLUSTER SLOTS`, `SHARDS`,
-//! `NODES`, `MYID` and `INFO` rendered from a `slots` ring and the replicas known of its nodes,
-//! in the formats of Redis 7.0's cluster mode, so that every cluster client library can route
-//! itself over the fleet, and read from replicas.
+//! `NODES`, `MYID`, `MYSHARDID`, `INFO`, `LINKS` and `REPLICAS` rendered from a `slots` ring and
+//! the replicas known of its nodes, in the formats of Redis 7.0's cluster mode, so that every
+//! cluster client library can route itself over the fleet, and read from replicas.
 //!
 //! A primary's node ID is 40 hex digits derived from the ring node's name (its SHA-1); a
-//! replica's, from its shard's name and its address (`replica_id`). Every node of the fleet
-//! learns the same replica lists from the same source (Sentinel for a `sentinel` node, the
-//! primary's `ROLE` for the others), so every node reports the same map. Replicas are listed
-//! after their primary, sorted by address. During a resharding the map shows the current
-//! owners. Pure: `commands::cluster` writes these values as replies.
+//! replica's, from its shard's name and its address (`replica_id`); a shard's ID
+//! (`MYSHARDID`), from the ring node's name too (`shard_id`). A primary's config epoch is its
+//! place in the ring (1 for the first node), a replica's its primary's, as a cluster that
+//! `redis-cli --cluster create` made numbers them. Every node of the fleet learns the same
+//! replica lists from the same source (Sentinel for a `sentinel` node, the primary's `ROLE` for
+//! the others), so every node reports the same map. Replicas are listed after their primary,
+//! sorted by address. During a resharding the map shows the current owners. No bus runs, so
+//! `CLUSTER LINKS` shows the links a cluster node would hold (one each way with every other
+//! node). Pure: `commands::cluster` writes these values as replies.
 
 use sha1::{Digest, Sha1};
 
@@ -27,6 +31,8 @@ pub struct ViewNode {
     pub ranges: Vec<(u16, u16)>,
     pub is_self: bool,
     pub replicas: Vec<ViewReplica>,
+    /// Its config epoch: its place in the ring, from 1.
+    pub epoch: u64,
 }
 
 /// A replica of a ring node.
@@ -56,8 +62,8 @@ pub enum Me {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterView {
     pub nodes: Vec<ViewNode>,
-    /// The ring's epoch, shown as the cluster's configuration epoch.
-    pub epoch: u64,
+    /// The ring node this server serves, as a primary or a replica (`None`: none).
+    pub my_shard: Option<String>,
 }
 
 /// The node ID of a ring node: the SHA-1 of its name, in hex.
@@ -75,24 +81,104 @@ pub fn replica_id(shard: &str, address: &str) -> String {
     node_id(&format!("{shard} replica {address}"))
 }
 
+/// The shard ID of the ring node `name` (`CLUSTER MYSHARDID` on its primary and replicas).
+pub fn shard_id(name: &str) -> String {
+    node_id(&format!("{name} shard"))
+}
+
 impl ClusterView {
     /// The view of a `slots` ring, with the replicas `replicas_of(node name)` gives (`host:port`
     /// each); `None` for another algo.
     pub fn of(
         ring: &Ring,
         me: &Me,
-        epoch: u64,
         replicas_of: impl Fn(&str) -> Vec<String>,
     ) -> Option<ClusterView> {
         let ranges = ring.slot_ranges()?;
-        let nodes = ring
+        let nodes: Vec<ViewNode> = ring
             .spec()
             .nodes
             .iter()
             .zip(ranges)
-            .map(|(n, r)| view_node(n, r.clone(), me, replicas_of(&n.name)))
+            .zip(1..)
+            .map(|((n, r), epoch)| view_node(n, r.clone(), me, replicas_of(&n.name), epoch))
             .collect();
-        Some(ClusterView { nodes, epoch })
+        let serves = |name: &str| nodes.iter().any(|n| n.name == name);
+        let my_shard = match me {
+            Me::Primary(name) if serves(name) => Some(name.clone()),
+            Me::Replica { shard, .. } if serves(shard) => Some(shard.clone()),
+            _ => None,
+        };
+        Some(ClusterView { nodes, my_shard })
+    }
+
+    /// This server's shard ID (`CLUSTER MYSHARDID`), if it serves a ring node.
+    pub fn my_shard_id(&self) -> Option<String> {
+        self.my_shard.as_deref().map(shard_id)
+    }
+
+    /// The config epoch this server reports as its own: its shard's primary's (0: none).
+    fn my_epoch(&self) -> u64 {
+        let mine = |n: &&ViewNode| self.my_shard.as_deref() == Some(n.name.as_str());
+        self.nodes.iter().find(mine).map_or(0, |n| n.epoch)
+    }
+
+    /// The highest config epoch, the cluster's current epoch.
+    fn current_epoch(&self) -> u64 {
+        self.nodes.iter().map(|n| n.epoch).max().unwrap_or(0)
+    }
+
+    /// `CLUSTER LINKS`: the links a cluster node holds, one to and one from every other node
+    /// of the map, each as cluster mode describes it (created `created_ms`, reading, with
+    /// nothing to send).
+    pub fn links(&self, created_ms: u64) -> Resp {
+        let text = |s: &str| Resp::Bulk(s.as_bytes().to_vec());
+        let created = i64::try_from(created_ms).unwrap_or(i64::MAX);
+        let others = self.nodes.iter().flat_map(|n| {
+            std::iter::once((n.id.as_str(), n.is_self))
+                .chain(n.replicas.iter().map(|r| (r.id.as_str(), r.is_self)))
+        });
+        let mut out = Vec::new();
+        for (id, is_self) in others {
+            if is_self {
+                continue;
+            }
+            for direction in ["to", "from"] {
+                out.push(Resp::Map(vec![
+                    (text("direction"), text(direction)),
+                    (text("node"), text(id)),
+                    (text("create-time"), Resp::Int(created)),
+                    (text("events"), text("r")),
+                    (text("send-buffer-allocated"), Resp::Int(0)),
+                    (text("send-buffer-used"), Resp::Int(0)),
+                ]));
+            }
+        }
+        Resp::Array(out)
+    }
+
+    /// Whether `id` is a node of the map.
+    pub fn knows(&self, id: &[u8]) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.id.as_bytes() == id || n.replicas.iter().any(|r| r.id.as_bytes() == id))
+    }
+
+    /// `CLUSTER REPLICAS id`: the `CLUSTER NODES` line of each replica of the primary `id`, or
+    /// cluster mode's refusal (an unknown node, or a replica).
+    pub fn replicas_of(&self, id: &[u8]) -> Result<Vec<String>, String> {
+        let Some(primary) = self.nodes.iter().find(|n| n.id.as_bytes() == id) else {
+            return Err(if self.knows(id) {
+                "The specified node is not a master".to_string()
+            } else {
+                format!("Unknown node {}", String::from_utf8_lossy(id))
+            });
+        };
+        Ok(primary
+            .replicas
+            .iter()
+            .map(|r| replica_line(primary, r))
+            .collect())
     }
 
     /// This server's node ID, if it is in the map.
@@ -183,7 +269,7 @@ impl ClusterView {
                 n.port,
                 u32::from(n.port) + 10000,
                 flags,
-                self.epoch
+                n.epoch
             ));
             for &(a, b) in &n.ranges {
                 if a == b {
@@ -194,17 +280,8 @@ impl ClusterView {
             }
             out.push('\n');
             for r in &n.replicas {
-                let flags = if r.is_self { "myself,slave" } else { "slave" };
-                out.push_str(&format!(
-                    "{} {}:{}@{} {} {} 0 0 {} connected\n",
-                    r.id,
-                    r.host,
-                    r.port,
-                    u32::from(r.port) + 10000,
-                    flags,
-                    n.id,
-                    self.epoch
-                ));
+                out.push_str(&replica_line(n, r));
+                out.push('\n');
             }
         }
         out
@@ -235,8 +312,8 @@ impl ClusterView {
                     .sum::<usize>()
             ),
             format!("cluster_size:{masters}"),
-            format!("cluster_current_epoch:{}", self.epoch),
-            format!("cluster_my_epoch:{}", self.epoch),
+            format!("cluster_current_epoch:{}", self.current_epoch()),
+            format!("cluster_my_epoch:{}", self.my_epoch()),
             "cluster_stats_messages_sent:0".to_string(),
             "cluster_stats_messages_received:0".to_string(),
             "total_cluster_links_buffer_limit_exceeded:0".to_string(),
@@ -246,7 +323,29 @@ impl ClusterView {
     }
 }
 
-fn view_node(n: &NodeSpec, ranges: Vec<(u16, u16)>, me: &Me, listed: Vec<String>) -> ViewNode {
+/// A replica's `CLUSTER NODES` line (no line break): its primary's config epoch, as cluster
+/// mode shows a replica's.
+fn replica_line(primary: &ViewNode, r: &ViewReplica) -> String {
+    let flags = if r.is_self { "myself,slave" } else { "slave" };
+    format!(
+        "{} {}:{}@{} {} {} 0 0 {} connected",
+        r.id,
+        r.host,
+        r.port,
+        u32::from(r.port) + 10000,
+        flags,
+        primary.id,
+        primary.epoch
+    )
+}
+
+fn view_node(
+    n: &NodeSpec,
+    ranges: Vec<(u16, u16)>,
+    me: &Me,
+    listed: Vec<String>,
+    epoch: u64,
+) -> ViewNode {
     // A `sentinel` node's address is Sentinel's now.
     let at = crate::topology::nodes::endpoint_of(n, "");
     let my_address = match me {
@@ -276,6 +375,7 @@ fn view_node(n: &NodeSpec, ranges: Vec<(u16, u16)>, me: &Me, listed: Vec<String>
         ranges,
         is_self: matches!(me, Me::Primary(name) if !name.is_empty() && *name == n.name),
         replicas,
+        epoch,
     }
 }
 
@@ -305,8 +405,8 @@ mod tests {
 
     #[test]
     fn three_nodes_split_like_redis_cli() {
-        let view = ClusterView::of(&ring("slots", &["a", "b", "c"]), &primary("b"), 7, none)
-            .expect("slots");
+        let view =
+            ClusterView::of(&ring("slots", &["a", "b", "c"]), &primary("b"), none).expect("slots");
         let ranges: Vec<_> = view.nodes.iter().map(|n| n.ranges[0]).collect();
         assert_eq!(ranges, [(0, 5460), (5461, 10922), (10923, 16383)]);
         assert_eq!(view.my_id(), Some(node_id("b").as_str()));
@@ -314,7 +414,7 @@ mod tests {
         let lines: Vec<&str> = nodes.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(
-            lines[1].contains(" 10.0.0.2:6379@16379 myself,master - 0 0 7 connected 5461-10922")
+            lines[1].contains(" 10.0.0.2:6379@16379 myself,master - 0 0 2 connected 5461-10922")
         );
         assert!(view
             .info_text()
@@ -358,7 +458,7 @@ mod tests {
             b"16383",
         ];
         let spec = RingSpec::from_args(b"slots", None, &fields).expect("spec");
-        let view = ClusterView::of(&Ring::build(&spec).expect("ring"), &primary("a"), 3, none)
+        let view = ClusterView::of(&Ring::build(&spec).expect("ring"), &primary("a"), none)
             .expect("slots");
         let Resp::Array(slots) = view.slots() else {
             panic!()
@@ -383,8 +483,8 @@ mod tests {
         );
         let nodes = view.nodes_text();
         let lines: Vec<&str> = nodes.lines().collect();
-        assert!(lines[0].ends_with(" myself,master - 0 0 3 connected 0-4095 8192-9000"));
-        assert!(lines[1].ends_with(" master - 0 0 3 connected 4096-8191 9001-16382"));
+        assert!(lines[0].ends_with(" myself,master - 0 0 1 connected 0-4095 8192-9000"));
+        assert!(lines[1].ends_with(" master - 0 0 2 connected 4096-8191 9001-16382"));
         assert!(lines[2].ends_with(" connected 16383"));
         assert!(view
             .info_text()
@@ -403,7 +503,7 @@ mod tests {
 
     #[test]
     fn only_slots_rings_have_a_view() {
-        assert!(ClusterView::of(&ring("ketama", &["a"]), &primary("a"), 1, none).is_none());
+        assert!(ClusterView::of(&ring("ketama", &["a"]), &primary("a"), none).is_none());
     }
 
     fn primary(name: &str) -> Me {
@@ -430,7 +530,7 @@ mod tests {
             shard: "a".into(),
             address: Some("10.0.1.2:6380".into()),
         };
-        let view = ClusterView::of(&ring("slots", &["a", "b"]), &me, 4, listed).expect("slots");
+        let view = ClusterView::of(&ring("slots", &["a", "b"]), &me, listed).expect("slots");
         let r1 = replica_id("a", "10.0.1.1:6380");
         let r2 = replica_id("a", "10.0.1.2:6380");
         assert_eq!(view.my_id(), Some(r2.as_str()));
@@ -466,14 +566,14 @@ mod tests {
         let lines: Vec<&str> = nodes.lines().collect();
         assert_eq!(lines.len(), 4);
         assert!(
-            lines[0].ends_with(" master - 0 0 4 connected 0-8191"),
+            lines[0].ends_with(" master - 0 0 1 connected 0-8191"),
             "{}",
             lines[0]
         );
         assert_eq!(
             lines[1],
             format!(
-                "{r1} 10.0.1.1:6380@16380 slave {} 0 0 4 connected",
+                "{r1} 10.0.1.1:6380@16380 slave {} 0 0 1 connected",
                 node_id("a")
             )
         );
@@ -499,5 +599,94 @@ mod tests {
             .collect();
         let text = |s: &str| Resp::Bulk(s.as_bytes().to_vec());
         assert_eq!(roles, [text("master"), text("replica"), text("replica")]);
+    }
+
+    #[test]
+    fn each_primary_has_its_own_epoch_and_shard_id() {
+        let listed = |name: &str| match name {
+            "b" => vec!["10.0.1.2:6380".to_string()],
+            _ => Vec::new(),
+        };
+        let me = Me::Replica {
+            shard: "b".into(),
+            address: Some("10.0.1.2:6380".into()),
+        };
+        let view = ClusterView::of(&ring("slots", &["a", "b", "c"]), &me, listed).expect("slots");
+        let nodes = view.nodes_text();
+        let epochs: Vec<&str> = nodes
+            .lines()
+            .map(|l| l.split(' ').nth(6).unwrap_or(""))
+            .collect();
+        // a, b, b's replica (b's epoch), c.
+        assert_eq!(epochs, ["1", "2", "2", "3"]);
+        let info = view.info_text();
+        assert!(
+            info.contains("cluster_current_epoch:3\r\ncluster_my_epoch:2\r\n"),
+            "{info}"
+        );
+        assert_eq!(view.my_shard_id(), Some(shard_id("b")));
+        let ids = [
+            shard_id("a"),
+            shard_id("b"),
+            node_id("a"),
+            replica_id("b", "x:1"),
+        ];
+        assert!(ids.iter().all(|i| i.len() == 40));
+        assert!(ids[0] != ids[1] && ids[0] != ids[2] && ids[1] != ids[3]);
+        let nobody = ClusterView::of(&ring("slots", &["a"]), &Me::Nobody, none).expect("slots");
+        assert_eq!(nobody.my_shard_id(), None);
+        assert!(nobody.info_text().contains("cluster_my_epoch:0\r\n"));
+    }
+
+    #[test]
+    fn links_go_both_ways_with_every_other_node() {
+        let listed = |name: &str| match name {
+            "a" => vec!["10.0.1.1:6380".to_string()],
+            _ => Vec::new(),
+        };
+        let view =
+            ClusterView::of(&ring("slots", &["a", "b"]), &primary("a"), listed).expect("slots");
+        let Resp::Array(links) = view.links(1234) else {
+            panic!()
+        };
+        let field = |l: &Resp, k: &str| match l {
+            Resp::Map(f) => f
+                .iter()
+                .find(|(name, _)| *name == Resp::Bulk(k.as_bytes().to_vec()))
+                .map(|(_, v)| v.clone()),
+            _ => None,
+        };
+        let seen: Vec<(Resp, Resp)> = links
+            .iter()
+            .map(|l| (field(l, "node").unwrap(), field(l, "direction").unwrap()))
+            .collect();
+        let bulk = |s: &str| Resp::Bulk(s.as_bytes().to_vec());
+        let (r, b) = (replica_id("a", "10.0.1.1:6380"), node_id("b"));
+        assert_eq!(
+            seen,
+            [
+                (bulk(&r), bulk("to")),
+                (bulk(&r), bulk("from")),
+                (bulk(&b), bulk("to")),
+                (bulk(&b), bulk("from")),
+            ]
+        );
+        assert_eq!(field(&links[0], "create-time"), Some(Resp::Int(1234)));
+        assert_eq!(
+            view.replicas_of(node_id("a").as_bytes()),
+            Ok(vec![format!(
+                "{r} 10.0.1.1:6380@16380 slave {} 0 0 1 connected",
+                node_id("a")
+            )])
+        );
+        assert_eq!(view.replicas_of(b.as_bytes()), Ok(vec![]));
+        assert_eq!(
+            view.replicas_of(r.as_bytes()),
+            Err("The specified node is not a master".to_string())
+        );
+        assert_eq!(
+            view.replicas_of(b"nope"),
+            Err("Unknown node nope".to_string())
+        );
     }
 }

@@ -1,10 +1,12 @@
 //! `SHARD.CLUSTER sub ...` and `SHARD.REDIRECT command ...`: the cluster protocol's commands
 //! (the filter makes them of `CLUSTER ...`, `READONLY`, `READWRITE`, `ASKING`, and of keyed
-//! commands that cannot run here as they are; `cluster::filter`).
+//! commands that cannot run here as they are; `cluster::filter`), and the answer to each
+//! `CLUSTER` subcommand, which `SHARD.EMULATE` gives too (`commands::emulate`).
 
 use crate::cluster::redirect::{self, Redirect};
-use crate::cluster::{clients, protocol, slot_keys};
+use crate::cluster::{clients, emulate, protocol, slot_keys};
 use crate::command;
+use crate::host::args::Args;
 use crate::host::caller;
 use crate::host::command::Call;
 use crate::host::error::{CmdError, CmdResult};
@@ -13,13 +15,19 @@ use crate::net::resp::{ReplyResp, Resp};
 use crate::ring::{key_slot, SLOTS};
 
 /// `SHARD.CLUSTER sub ...`: what a cluster node answers to `CLUSTER sub ...`, `READONLY`,
-/// `READWRITE` and `ASKING`.
+/// `READWRITE` and `ASKING`, checked by the server as `SHARD.CLUSTER` (the filter's choice when
+/// it cannot tell that the client has authenticated; `cluster::auth`).
 pub fn cluster(call: &Call) -> CmdResult {
-    let args = &call.args;
-    if args.len() < 2 {
+    if call.args.len() < 2 {
         return Err(CmdError::wrong_arity("shard.cluster"));
     }
-    let sub = String::from_utf8_lossy(args.get(1)).to_ascii_lowercase();
+    answer(call, call.args.skip(1))
+}
+
+/// The answer to `CLUSTER sub ...` (or `READONLY`, `READWRITE`, `ASKING`) whose subcommand is
+/// `args.get(0)`, as cluster mode gives it, from the ring.
+pub fn answer(call: &Call, args: Args) -> CmdResult {
+    let sub = String::from_utf8_lossy(args.get(0)).to_ascii_lowercase();
     let reply = call.reply;
     match sub.as_str() {
         // The module's own connections say who they are; they are never redirected.
@@ -36,33 +44,71 @@ pub fn cluster(call: &Call) -> CmdResult {
             clients::set_readonly(caller::client_id(call), sub == "readonly");
             reply.ok();
         }
-        "keyslot" if args.len() == 3 => reply.int(i64::from(key_slot(args.get(2)))),
-        "myid" => {
+        "keyslot" if args.len() == 2 => reply.int(i64::from(key_slot(args.get(1)))),
+        "myid" if args.len() == 1 => {
             let view = protocol::view()?;
             reply.bulk(view.my_id().unwrap_or_default().as_bytes());
         }
-        "slots" => reply.resp(&protocol::view()?.slots()),
-        "shards" => reply.resp(&protocol::view()?.shards()),
+        "myshardid" if args.len() == 1 => {
+            reply.bulk(
+                protocol::view()?
+                    .my_shard_id()
+                    .unwrap_or_default()
+                    .as_bytes(),
+            );
+        }
+        "slots" if args.len() == 1 => reply.resp(&protocol::view()?.slots()),
+        "shards" if args.len() == 1 => reply.resp(&protocol::view()?.shards()),
+        "links" if args.len() == 1 => {
+            reply.resp(&protocol::view()?.links(protocol::enabled_at_ms()));
+        }
         // Verbatim text under RESP3, a bulk string under RESP2, as cluster mode replies.
-        "nodes" => {
+        "nodes" if args.len() == 1 => {
             let text = protocol::view()?.nodes_text();
             reply.resp(&Resp::Verbatim(*b"txt", text.into_bytes()));
         }
-        "info" => {
+        "info" if args.len() == 1 => {
             let text = protocol::view()?.info_text();
             reply.resp(&Resp::Verbatim(*b"txt", text.into_bytes()));
         }
-        "countkeysinslot" if args.len() == 3 => {
-            let slot = u16::try_from(integer_arg(args.get(2))?)
+        "replicas" | "slaves" if args.len() == 2 => {
+            let lines = protocol::view()?
+                .replicas_of(args.get(1))
+                .map_err(CmdError::err)?;
+            reply.array(lines.len());
+            for line in lines {
+                reply.bulk(line.as_bytes());
+            }
+        }
+        "count-failure-reports" if args.len() == 2 => {
+            let view = protocol::view()?;
+            if !view.knows(args.get(1)) {
+                return Err(CmdError::err(format!(
+                    "Unknown node {}",
+                    String::from_utf8_lossy(args.get(1))
+                )));
+            }
+            reply.int(0);
+        }
+        // The fleet's configuration is its ring, saved with the data (the RDB's aux field).
+        "saveconfig" if args.len() == 1 => reply.ok(),
+        "help" if args.len() == 1 => {
+            reply.array(emulate::HELP.len());
+            for line in emulate::HELP {
+                reply.simple(line.as_bytes());
+            }
+        }
+        "countkeysinslot" if args.len() == 2 => {
+            let slot = u16::try_from(integer_arg(args.get(1))?)
                 .ok()
                 .filter(|s| usize::from(*s) < SLOTS)
                 .ok_or_else(|| CmdError::err("Invalid slot"))?;
             let (count, _) = slot_keys::keys_in_slot(call.ctx, slot, 0, true);
             reply.int(i64::try_from(count).unwrap_or(i64::MAX));
         }
-        "getkeysinslot" if args.len() == 4 => {
+        "getkeysinslot" if args.len() == 3 => {
             // As cluster mode: both integers first, then their ranges.
-            let (slot, count) = (integer_arg(args.get(2))?, integer_arg(args.get(3))?);
+            let (slot, count) = (integer_arg(args.get(1))?, integer_arg(args.get(2))?);
             let invalid = || CmdError::err("Invalid slot or number of keys");
             let slot = u16::try_from(slot)
                 .ok()
@@ -76,9 +122,12 @@ pub fn cluster(call: &Call) -> CmdResult {
             }
         }
         _ => {
+            if let Some(refusal) = emulate::by_hand(&sub) {
+                return Err(CmdError::err(refusal));
+            }
             return Err(CmdError::err(format!(
                 "unknown subcommand or wrong number of arguments for '{sub}'. Try CLUSTER HELP."
-            )))
+            )));
         }
     }
     Ok(())
@@ -110,7 +159,7 @@ pub static CLUSTER: CommandSpec = command! {
     handler: cluster,
     flags: "fast allow-stale allow-loading",
     arity: -2,
-    summary: "What CLUSTER, READONLY, READWRITE and ASKING answer when shard.cluster-protocol is yes",
+    summary: "What CLUSTER, READONLY, READWRITE and ASKING answer when shard.cluster-protocol is yes, checked as SHARD.CLUSTER",
     complexity: "O(N) with N the nodes; COUNTKEYSINSLOT O(1) and GETKEYSINSLOT O(count) from the key index (shard.key-index yes), else both a walk of the whole keyspace on the main thread, O(N) with N the keys",
     args: CLUSTER_ARGS,
     acl: "connection slow",

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod debug;
 pub mod decode;
 pub mod dump;
+pub mod emulate;
 pub mod encode;
 pub mod genkey;
 pub mod multi;

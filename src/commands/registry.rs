@@ -4,13 +4,13 @@
 //! their subcommands' handlers; this file lists them all.
 
 use crate::commands::{
-    advance, apply, call, cluster, debug, decode, dump, encode, genkey, multi, outside, plain,
-    reshard, ring, shardjs, txn, whereis,
+    advance, apply, call, cluster, debug, decode, dump, emulate, encode, genkey, multi, outside,
+    plain, reshard, ring, shardjs, txn, whereis,
 };
 use crate::host::register::CommandSpec;
 
 /// Every command of the module.
-pub fn table() -> [&'static CommandSpec; 27] {
+pub fn table() -> [&'static CommandSpec; 29] {
     [
         &genkey::COMMAND,
         &decode::COMMAND,
@@ -24,6 +24,8 @@ pub fn table() -> [&'static CommandSpec; 27] {
         &call::CALL,
         &cluster::CLUSTER,
         &cluster::REDIRECT,
+        &emulate::EMULATE,
+        &emulate::INFO,
         &outside::COMMAND,
         &plain::COMMAND,
         &debug::COMMAND,

@@ -113,6 +113,20 @@ pub fn run_as_caller<R>(
     run_reading(call.ctx.ctx, args, AS_CALLER, read)
 }
 
+/// `RedisModule_Call`'s flags for a caller with no user (`acl::Caller::Root`: a module's own
+/// call), which no ACL rule restricts: argv given, errors as replies, the caller's protocol.
+const AS_ROOT: &std::ffi::CStr = c"vE0";
+
+/// As `run_as_caller`, for a caller with no user (`acl::Caller::Root`), where the server
+/// refuses `C`: not replicated (for a command that writes nothing, such as `INFO`).
+pub fn run_as_root<R>(
+    call: &Call,
+    args: &[Vec<u8>],
+    read: impl FnOnce(&[u8]) -> Result<R, CmdError>,
+) -> Result<R, CmdError> {
+    run_reading(call.ctx.ctx, args, AS_ROOT, read)
+}
+
 /// `RedisModule_Call`'s flags for a command the module runs on its own, with no client (a
 /// timer's): argv given, errors as replies, replicated.
 const OWN: &std::ffi::CStr = c"vE!";

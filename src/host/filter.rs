@@ -278,6 +278,38 @@ impl FilterArgs {
         }
     }
 
+    /// The name of the user of the client that sent the command. `None` on Redis 7.0, whose
+    /// command filters cannot tell which client sent a command, and for a client the server
+    /// does not list (a script's or a module's own client).
+    pub fn client_user(&self) -> Option<Vec<u8>> {
+        let ctx = crate::host::context::detached_raw();
+        if ctx.is_null() {
+            return None;
+        }
+        // SAFETY: the API table is filled at load and read-only after; the filter context is
+        // live; the string made is freed before returning.
+        unsafe {
+            let (Some(id_of), Some(user_of), Some(ptr_len), Some(free)) = (
+                raw::RedisModule_CommandFilterGetClientId,
+                raw::RedisModule_GetClientUserNameById,
+                raw::RedisModule_StringPtrLen,
+                raw::RedisModule_FreeString,
+            ) else {
+                return None;
+            };
+            let name = user_of(ctx, id_of(self.fctx));
+            if name.is_null() {
+                return None;
+            }
+            let mut len = 0usize;
+            let p = ptr_len(name, &mut len);
+            let bytes =
+                (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec());
+            free(ctx, name);
+            bytes
+        }
+    }
+
     /// Whether the client that sent the command is inside `MULTI` (always `false` on Redis
     /// 7.0, whose command filters cannot tell which client sent a command).
     pub fn client_in_multi(&self) -> bool {
