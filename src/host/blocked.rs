@@ -14,8 +14,10 @@ use crate::host::reply::Reply;
 /// The check a command run by [`block_then_run`]'s reply callback passes first: given the
 /// command (its arguments, the index of its name) and the client's database, a refusal to
 /// reply instead of running it. Set once at load (`set_run_check`); none: always run. Why: a
-/// client let go when what it waited for ended runs in a later callback, and what it waited
-/// for may have begun again in between.
+/// client let go when what it waited for ended runs in a later callback (the server calls
+/// reply callbacks before it sleeps, after the other commands it has read), and what it waited
+/// for may have begun again in between, unless the caller kept it from beginning
+/// ([`Verdict::Run`]'s guard).
 pub type RunCheck = fn(&crate::host::args::Args, usize, i32) -> Option<String>;
 
 static RUN_CHECK: std::sync::OnceLock<RunCheck> = std::sync::OnceLock::new();
@@ -141,8 +143,11 @@ extern "C" fn free_reply<T: BlockedReply>(_ctx: *mut raw::RedisModuleCtx, data: 
 
 /// What a client blocked by [`block_then_run`] is unblocked with.
 pub enum Verdict {
-    /// Run the command it carries (its arguments from this index on) as it, now.
-    Run(usize),
+    /// Run the command it carries (its arguments from this index on) as it, now. The guard is
+    /// kept until the reply callback ran, or, for a client gone meanwhile, until the server
+    /// frees the verdict instead (`free_reply`, on the main thread, in the same turn of the
+    /// event loop): what its `Drop` undoes lasts exactly until the command ran or never will.
+    Run(usize, Box<dyn std::any::Any>),
     /// Reply this error instead.
     Refuse(String),
 }
@@ -158,7 +163,7 @@ impl BlockedReply for Verdict {
 }
 
 /// Blocks the client of `call`, which carries a command (`SHARD.LOCKED cmd arg ...`); once it
-/// is unblocked with `Verdict::Run(from)`, its reply callback runs the carried command (its
+/// is unblocked with `Verdict::Run(from, guard)`, its reply callback runs the carried command (its
 /// arguments from `from` on) as the client, in its database, replicated like the command
 /// itself, and that command's reply is the client's; refused (`TRYAGAIN`, not run) if the
 /// server's writes were paused in between.
@@ -202,7 +207,7 @@ extern "C" fn run_callback(
     let out = Reply::new(ctx);
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let from = match verdict {
-            Some(Verdict::Run(from)) => *from,
+            Some(Verdict::Run(from, _)) => *from,
             Some(refused) => return refused.write(&out),
             None => return out.error(Verdict::LOST),
         };

@@ -243,6 +243,17 @@ pub fn prepare(call: &Call) -> CmdResult {
         ));
     }
     refuse_locked(db, &part.keys, &txid)?;
+    if let Some(key) = waiters::reserved(db, &part.keys) {
+        // A client let go when a lock of this key ended has not run its command yet (it runs
+        // before the server sleeps): `LOCKED`, which the coordinator waits on and retries.
+        return Err(CmdError::code(
+            "LOCKED",
+            format!(
+                "let-go: a command let go as a lock ended has yet to run on the key '{}'",
+                crate::host::args::printable(key)
+            ),
+        ));
+    }
     with(|t| t.prepare(&txid, part));
     call.ctx.replicate_verbatim();
     call.reply.simple(b"PREPARED");

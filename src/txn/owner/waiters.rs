@@ -4,8 +4,33 @@
 //! 100 ms tick, armed while anything is timed (a waiter, a watch, a prepared part): it refuses
 //! the waiters past their time, drops the watches past their ttl, and asks the coordinators of
 //! the parts in doubt (`doubt`).
+//!
+//! **Let go, then run: the keys are reserved in between.** A client let go when a lock ends
+//! runs its command in its reply callback, which the server calls before it sleeps, after
+//! every other command it has read in that turn of the event loop; a `PREPARE` among them could
+//! lock a key of the command again. Refusing the command then (`TRYAGAIN`) broke clients'
+//! optimistic loops, which retry a nil `EXEC`, never an error of a `GET` (issue 43); a single
+//! server never refuses a `GET` for another's transaction. So the keys of each client let go
+//! are reserved until its reply callback ran (or the server dropped the verdict of a client
+//! gone meanwhile): a `PREPARE` of a reserved key is refused with `LOCKED`, as for a lock, which
+//! the coordinator waits on and retries (a transaction with watched keys replies nil, which the
+//! loops retry). The reservation lasts until the end of that turn of the event loop, so the
+//! retry finds the key free. Why this and not another way:
+//! - the reply callback cannot block its client again to wait once more
+//!   (`RedisModule_BlockClient`'s reply callback replies, always);
+//! - `RedisModule_BlockClientOnKeys` with `SignalKeyAsReady` would run the reply callbacks
+//!   right after the command that ended the lock, and a callback may stay blocked; but the
+//!   server serves a module's client blocked on keys only for a key that exists (Redis 7.0;
+//!   7.2 adds a flag for a deleted one), while the keys a command waits for may be missing or
+//!   deleted by the transaction: those would still need this module's own wait;
+//! - `APPLY` (the fast path, one owner) takes no lock: it may run before the let-go command
+//!   (its block is atomic, so the command sees all of it or none), and is not refused.
+//!
+//! `recheck` stays as the last guard: a lock that came otherwise (a load replacing the tables)
+//! still refuses the command rather than run it inside the lock.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::host::blocked::{self, Blocked, Verdict};
@@ -28,6 +53,60 @@ thread_local! {
     static TICKING: Cell<bool> = const { Cell::new(false) };
     /// A release was put off while the server's writes were paused.
     static RELEASE_LATER: Cell<bool> = const { Cell::new(false) };
+    /// The keys of the clients let go whose commands have not run yet, by database and name:
+    /// how many such clients have each.
+    static RESERVED: RefCell<HashMap<(i32, Vec<u8>), u32>> = RefCell::new(HashMap::new());
+}
+
+/// The keys of a client let go, reserved until its command ran or never will: kept with its
+/// verdict (`Verdict::Run`), dropped by the server after the reply callback.
+struct Reservation {
+    db: i32,
+    keys: Vec<Vec<u8>>,
+}
+
+impl Reservation {
+    fn new(db: i32, keys: Vec<Vec<u8>>) -> Reservation {
+        RESERVED.with(|r| {
+            let mut r = r.borrow_mut();
+            for k in &keys {
+                *r.entry((db, k.clone())).or_insert(0) += 1;
+            }
+        });
+        Reservation { db, keys }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        RESERVED.with(|r| {
+            let mut r = r.borrow_mut();
+            for k in self.keys.drain(..) {
+                let entry = (self.db, k);
+                match r.get_mut(&entry) {
+                    Some(n) if *n > 1 => *n -= 1,
+                    Some(_) => {
+                        r.remove(&entry);
+                    }
+                    None => {}
+                }
+            }
+        });
+    }
+}
+
+/// The first of `keys` (in database `db`) reserved for a client let go whose command has not
+/// run yet: a `PREPARE` of it is refused until that command ran (below the module doc).
+pub fn reserved(db: i32, keys: &[Vec<u8>]) -> Option<&[u8]> {
+    RESERVED.with(|r| {
+        let r = r.borrow();
+        if r.is_empty() {
+            return None;
+        }
+        keys.iter()
+            .find(|k| r.contains_key(&(db, k.to_vec())))
+            .map(Vec::as_slice)
+    })
 }
 
 /// Blocks the client of `call` until the keys are free (or `shard.txn-lock-ms` passed).
@@ -82,7 +161,10 @@ pub fn release() {
         go
     });
     for waiter in free {
-        waiter.client.unblock(Verdict::Run(1));
+        let reservation = Reservation::new(waiter.db, waiter.keys);
+        waiter
+            .client
+            .unblock(Verdict::Run(1, Box::new(reservation)));
     }
 }
 
@@ -142,9 +224,10 @@ fn tick(ctx: &redis_module::Context, (): ()) {
 }
 
 /// The recheck of a client let go by `release` before its command runs (`host::blocked::
-/// RunCheck`): between the release and the run, in the same turn of the event loop, a
-/// `PREPARE` may have locked one of its keys again; the command is then refused with
-/// `TRYAGAIN` rather than run inside that transaction's lock.
+/// RunCheck`): a key of it locked between the release and the run is refused with `TRYAGAIN`
+/// rather than run inside that transaction's lock. A `PREPARE` cannot lock it then (the keys
+/// are reserved, `reserved`); only a lock that came otherwise (a load replacing the tables)
+/// can.
 pub fn recheck(args: &crate::host::args::Args, from: usize, db: i32) -> Option<String> {
     if !crate::txn::owner::active() {
         return None;
