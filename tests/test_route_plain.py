@@ -374,3 +374,17 @@ def test_containers_sort_patterns_and_a_small_scan(server_factory):
         c.set(k, 1)
     cursor, keys = c.scan(0)
     assert cursor == 0 and sorted(keys) == sorted(k.encode() for k in small)
+
+
+def test_an_ioredis_cluster_clients_publish_reaches_every_node(server_factory, ioredis):
+    """ioredis's Redis.Cluster publishes through whichever node it picks: the subscribers of
+    every node get the message once (cluster protocol on, as on a real Redis Cluster)."""
+    from helpers.cluster import cluster_fleet
+
+    fleet = cluster_fleet(server_factory)
+    subs = subscribe_everywhere(fleet, "news", "n*")
+    got = ioredis("cluster", fleet["n0"].port, [["PUBLISH", "news", "from ioredis"]])
+    assert "err" not in got[0], got
+    assert_delivered_once(subs, b"from ioredis")
+    for ps in subs.values():
+        ps.close()
