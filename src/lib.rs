@@ -231,6 +231,7 @@ fn filter_all(args: &mut host::filter::FilterArgs) {
     route::plain::rewrite(
         args,
         cluster::clients::is_internal,
+        txn::coord::clients::queueing,
         cluster::protocol::enabled(),
     );
     txn::owner::marks::on_command(args);

@@ -45,19 +45,21 @@ KEYWORDS = {
     "SHARD.RING": ["SET", "GET", "BEGIN", "COMMIT", "ABORT", "HASHTAG"] + ALGOS + HASHTAGS,
 }
 # Commands SHARD.CALL is asked to route; none of these can allocate without bound from a
-# number (no SETRANGE, SETBIT, ...). Since issue 43 SHARD.CALL runs a keyless command as the
-# server does (here, or for the whole fleet: DBSIZE, KEYS, SCAN...) and a blocking one waits
-# at its owner for as long as the client asks (tests/test_route_plain.py, test_blocking.py):
-# the ones that would end or empty the server (SHUTDOWN, DEBUG, FLUSHALL, SWAPDB, CONFIG SET)
-# or wait for ever (BLPOP ... 0) are left out here, as a client's own would be.
+# number (no SETRANGE, SETBIT, ...). Since issue 43 SHARD.CALL answers the keyless commands of
+# the data for the fleet (DBSIZE, KEYS, SCAN...), runs PING and scripts without keys here and
+# refuses the other keyless ones (SHUTDOWN, DEBUG, CLIENT, CONFIG, SWAPDB...: a CLIENT KILL of
+# the calling client inside the module's call would crash Redis 7.0), and a blocking command
+# waits at its owner for as long as the client asks (tests/test_route_plain.py,
+# test_blocking.py): FLUSHALL/FLUSHDB (which would empty the canaries) and BLPOP ... 0 (which
+# would wait for ever) are left out here, as a client's own would be.
 CALL_COMMANDS = [
     "GET", "SET", "INCR", "INCRBY", "INCRBYFLOAT", "APPEND", "STRLEN", "GETRANGE", "GETDEL",
     "GETEX", "SETNX", "HSET", "HGET", "HINCRBY", "HGETALL", "LPUSH", "RPUSH", "LRANGE", "LPOP",
     "SADD", "SMEMBERS", "ZADD", "ZRANGE", "ZINCRBY", "XADD", "XLEN", "PFADD", "EXISTS", "TYPE",
     "TTL", "PTTL", "EXPIRE", "PERSIST", "DEL", "UNLINK", "DUMP", "MGET", "MSET", "OBJECT",
     "SORT", "RENAME", "COPY", "MOVE", "KEYS", "DBSIZE", "SCAN", "RANDOMKEY",
-    "PING", "EVAL", "MULTI", "EXEC", "SUBSCRIBE",
-    "SHARD.CALL", "SHARD.GENKEY", "SHARD.RING", "get", "sEt", "NOSUCHCMD", "",
+    "PING", "SELECT", "SWAPDB", "EVAL", "MULTI", "EXEC", "SUBSCRIBE", "CLIENT", "CONFIG", "DEBUG",
+    "SHUTDOWN", "SHARD.CALL", "SHARD.GENKEY", "SHARD.RING", "get", "sEt", "NOSUCHCMD", "",
 ]
 UNICODE = ["é", "日本語", "🙂", "\u202e", "e\u0301", "\ufeff", "ß", "Ω", "\u0000", "𝕏" * 40]
 VALID_KEYS = [

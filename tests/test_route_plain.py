@@ -388,3 +388,30 @@ def test_an_ioredis_cluster_clients_publish_reaches_every_node(server_factory, i
     assert_delivered_once(subs, b"from ioredis")
     for ps in subs.values():
         ps.close()
+
+
+def test_server_commands_through_shard_call_are_refused_not_run(server_factory):
+    """SHARD.CALL runs PING, ECHO, TIME and scripts without keys here, answers the data's
+    keyless commands for the fleet, and refuses the other keyless ones, which are about the
+    server a client talks to: run inside the module's call, a CLIENT KILL of the calling client
+    would free it under the server's feet (Redis 7.0 crashed on it). A plain client's own CLIENT
+    KILL inside MULTI, with route-plain on, runs as the server's own."""
+    fleet = plain_fleet(server_factory)
+    c = fleet.client("n0")
+    for cmd in (("CLIENT", "KILL", "TYPE", "normal"), ("CONFIG", "SET", "maxclients", "1"),
+                ("DEBUG", "SLEEP", "0"), ("SWAPDB", "0", "1"), ("SHUTDOWN", "NOSAVE")):
+        with pytest.raises(redis.ResponseError, match="has no key: SHARD.CALL answers"):
+            c.execute_command("SHARD.CALL", *cmd)
+    assert c.execute_command("SHARD.CALL", "ECHO", "hi") == b"hi"
+    assert c.execute_command("SHARD.CALL", "EVAL", "return 7", 0) == 7
+    # A plain client's own CLIENT KILL (route-plain leaves it the server's).
+    killer = fleet.client("n0")
+    victim = fleet.client("n0", single_connection_client=True)
+    victim.ping()
+    assert killer.client_kill_filter(_type="normal", skipme=True) >= 1
+    assert fleet["n0"].alive() and killer.ping()
+    # Inside a plain transaction across nodes, PING and ECHO are queued beside keyed commands.
+    k = fleet.key_of("n1", prefix="tx")
+    with killer.pipeline() as p:
+        p.ping().echo("e").set(k, "v").get(k)
+        assert p.execute() == [True, b"e", True, b"v"]

@@ -64,8 +64,14 @@ pub fn call(call: &Call) -> CmdResult {
                 command.name_text
             )));
         }
-        // Another keyless command, or one with no key in these arguments (`EVAL script 0`):
-        // this server's own (PING, INFO, CONFIG...), as one server would run it.
+        // A harmless keyless command, or a script with no key (`EVAL script 0`): this
+        // server's own, as one server would run it; any other is the node's to be sent.
+        if !crate::route::keyless::runs_here(name, sub) {
+            return Err(CmdError::err(format!(
+                "'{}' has no key: SHARD.CALL answers DBSIZE, KEYS, SCAN, RANDOMKEY, the flushes, SCRIPT, FUNCTION and PUBLISH for the whole fleet and runs PING, ECHO, TIME and scripts without keys here; send other server commands to a node directly",
+                command.name_text
+            )));
+        }
         return crate::host::caller::pass_through(call, name, start + 1);
     }
     match crate::route::call::route(call, &command, wait)? {

@@ -32,6 +32,11 @@ pub struct CommandMeta {
     pub blocking: bool,
     /// Keys at positions that depend on the arguments.
     pub movable: bool,
+    /// A container command (`XGROUP`, `XINFO`, `OBJECT`, `MEMORY`, `CLIENT`, `CONFIG`...): its
+    /// keys, if any, are its subcommands', found by the server's key specs for the arguments.
+    /// Only route-plain's filter asks them (`filter::keys_local`); everything else treats a
+    /// container as before (no fixed key).
+    pub container: bool,
     /// The legacy key range: first key, last key (negative: from the end), step.
     pub first: i64,
     pub last: i64,
@@ -101,6 +106,7 @@ pub fn meta_from_info(arity: i64, flags: &[&str], first: i64, last: i64, step: i
         readonly: has("readonly"),
         blocking: has("blocking"),
         movable: has("movablekeys"),
+        container: false,
         first,
         last,
         step,
@@ -290,10 +296,10 @@ fn learn_entry(entry: &RedisValue) -> Option<CommandMeta> {
         int(fields.get(5)),
     );
     // A container command (`XGROUP`, `XINFO`, `OBJECT`, `MEMORY`...) has its keys in its
-    // subcommands' entries (Redis 7's tenth field): its keys depend on its arguments, so they
-    // are asked of the server's key specs, which know the subcommand.
+    // subcommands' entries (Redis 7's tenth field): route-plain asks the server's key specs,
+    // which know the subcommand.
     if matches!(fields.get(9), Some(RedisValue::Array(subs)) if !subs.is_empty()) {
-        meta.movable = true;
+        meta.container = true;
     }
     learn(name.as_bytes(), meta);
     Some(meta)

@@ -165,7 +165,7 @@ pub fn keys_local(args: &FilterArgs, start: usize) -> Local {
     let Some(meta) = command_table::known(name) else {
         return Local::Unknown;
     };
-    if !meta.movable && meta.first <= 0 {
+    if !meta.movable && !meta.container && meta.first <= 0 {
         return Local::Keyless;
     }
     // A hash command whose field names the dictionary translates: SHARD.CALL's own work.
@@ -193,14 +193,16 @@ pub fn keys_local(args: &FilterArgs, start: usize) -> Local {
     // handler, as before.
     let positions = match meta.fixed_keys(inner_argc) {
         Some(range) => Positions::Range(range),
-        None if meta.movable && start == 0 => match args.command_key_positions(0) {
-            Ok(keys) if !keys.is_empty() => Positions::List(keys.into_iter()),
-            // No key in these arguments (`EVAL script 0`, `CONFIG GET`, a container's keyless
-            // subcommand): as a keyless command.
-            Ok(_) | Err(NoKeys::None) => return Local::Keyless,
-            // The server refuses it itself, with its own message.
-            Err(NoKeys::UnknownCommand | NoKeys::WrongArity) => return Local::Unknown,
-        },
+        None if (meta.movable || meta.container) && start == 0 => {
+            match args.command_key_positions(0) {
+                Ok(keys) if !keys.is_empty() => Positions::List(keys.into_iter()),
+                // No key in these arguments (`EVAL script 0`, `CONFIG GET`, a container's keyless
+                // subcommand): as a keyless command.
+                Ok(_) | Err(NoKeys::None) => return Local::Keyless,
+                // The server refuses it itself, with its own message.
+                Err(NoKeys::UnknownCommand | NoKeys::WrongArity) => return Local::Unknown,
+            }
+        }
         None => return Local::NotAll,
     };
     let st = state::lock();

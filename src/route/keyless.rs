@@ -97,6 +97,33 @@ pub fn subscribes(name: &[u8]) -> bool {
     .any(|n| name.eq_ignore_ascii_case(n))
 }
 
+/// Whether a command with no key in its arguments, not answered for the fleet, runs here
+/// through `SHARD.CALL` (as the calling user, through the module's call of the server): the
+/// harmless ones a client may send to any node (`PING`, `ECHO`, `TIME`, a script or function
+/// with no key, reading the functions). Any other (`CLIENT KILL`, `CONFIG SET`, `SHUTDOWN`,
+/// `DEBUG` ...) is refused: it is about the server a client talks to, and some of them must not
+/// run inside another command (a `CLIENT KILL` of the calling client would free it under the
+/// server's feet); the client sends it to the node directly.
+pub fn runs_here(name: &[u8], sub: Option<&[u8]>) -> bool {
+    let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
+    let sub_is = |word: &str| sub.is_some_and(|s| s.eq_ignore_ascii_case(word.as_bytes()));
+    [
+        "ping",
+        "echo",
+        "time",
+        "lolwut",
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+    ]
+    .iter()
+    .any(|w| is(w))
+        || (is("function") && (sub_is("list") || sub_is("dump") || sub_is("stats")))
+}
+
 /// Whether a command of this name may be answered for the fleet (some subcommand of it is):
 /// the command filter's quick test, before it reads a subcommand.
 pub fn may_be(name: &[u8]) -> bool {
@@ -281,6 +308,19 @@ mod tests {
             assert!(!may_be(local));
         }
         assert!(may_be(b"SCRIPT") && may_be(b"function") && may_be(b"dbsize"));
+        assert!(runs_here(b"PING", None) && runs_here(b"eval", Some(b"return 1")));
+        assert!(runs_here(b"FUNCTION", Some(b"LIST")));
+        for refused in [
+            &b"client"[..],
+            b"config",
+            b"shutdown",
+            b"debug",
+            b"swapdb",
+            b"select",
+        ] {
+            assert!(!runs_here(refused, Some(b"kill")));
+        }
+        assert!(!runs_here(b"function", Some(b"kill")) && !runs_here(b"script", Some(b"kill")));
     }
 
     #[test]

@@ -77,11 +77,17 @@ fn transaction_verb(name: &[u8]) -> Option<&'static [u8]> {
 }
 
 /// The filter's part (`shard.route-plain yes`, on a primary): true when it rewrote the
-/// command. `internal` tells the module's own connections by client id; `cluster`: the cluster
+/// command. `internal` tells the module's own connections by client id, `queueing` the clients
+/// inside a transaction across nodes (`SHARD.MULTI`); `cluster`: the cluster
 /// protocol is on, whose clients send keyless commands to every node themselves and merge the
 /// replies (so they stay each node's own, but for `PUBLISH`, which the protocol's part
 /// publishes at every node), and whose part handed this command over already if it leaves.
-pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool, cluster: bool) -> bool {
+pub fn rewrite(
+    args: &mut FilterArgs,
+    internal: impl Fn(u64) -> bool,
+    queueing: impl Fn(u64) -> bool,
+    cluster: bool,
+) -> bool {
     if !enabled() || crate::topology::nodes::is_replica() {
         return false;
     }
@@ -114,7 +120,16 @@ pub fn rewrite(args: &mut FilterArgs, internal: impl Fn(u64) -> bool, cluster: b
                 let Some(name) = args.arg(0) else {
                     return false;
                 };
-                if !keyless::may_be(name) || cluster {
+                // Inside a transaction across nodes, a keyless command is queued as the keyed
+                // ones are (the handler queues it); where the filter cannot tell the client
+                // (Redis 7.0), only the harmless ones a transaction may carry go to the
+                // handler, which runs one at once for a client with no transaction open.
+                let queued = crate::route::filter::any_queueing()
+                    && match args.client_id() {
+                        Some(id) => queueing(id),
+                        None => keyless::runs_here(name, args.arg(1)),
+                    };
+                if !queued && (cluster || keyless::of(name, args.arg(1)).is_none()) {
                     return false;
                 }
                 None

@@ -29,7 +29,10 @@ pub fn queue(call: &Call) -> Result<Queued, CmdError> {
             "SHARD.CALL WAIT is not queued inside SHARD.MULTI: the transaction's writes are applied as one",
         ));
     }
-    let command = Carried::at(call, 1)?;
+    let command = Carried::at_any(call, 1)?;
+    if command.positions.is_empty() {
+        return queue_keyless(call, &command);
+    }
     refuse_blocking(command.meta.blocking, &command.name_text, &call.args, 1)?;
     if crate::route::fields::translates(command.name) {
         return Err(CmdError::err(format!(
@@ -117,6 +120,33 @@ pub fn owners_of(keys: &[&[u8]]) -> Result<Vec<Endpoint>, CmdError> {
         out.push(crate::topology::nodes::endpoint_of(node, self_name));
     }
     Ok(out)
+}
+
+/// A command with no key inside the transaction (`PING`, `ECHO`, `TIME`, a script without
+/// keys, as `keyless::runs_here` lets them run): queued for this node, where it runs with this
+/// node's part. Any other keyless command is refused at queue time (the transaction then ends
+/// in `EXECABORT`): the commands about a server are that server's, outside a transaction.
+fn queue_keyless(call: &Call, command: &Carried) -> Result<Queued, CmdError> {
+    let sub = (call.args.len() > 2).then(|| call.args.get(2));
+    if !crate::route::keyless::runs_here(command.name, sub) {
+        return Err(CmdError::err(format!(
+            "'{}' has no key: inside a transaction across nodes only PING, ECHO, TIME and scripts without keys run beside the keyed commands",
+            command.name_text
+        )));
+    }
+    acl::check_caller(call, 1, &command.name_text)?;
+    let owner = this_node().ok_or_else(|| {
+        CmdError::err(format!(
+            "'{}' has no key, and this server is no node of the ring to run it",
+            command.name_text
+        ))
+    })?;
+    Ok(Queued::Whole {
+        owner,
+        command: (1..call.args.len())
+            .map(|i| call.args.get(i).to_vec())
+            .collect(),
+    })
 }
 
 /// This node as an endpoint (its node of the current ring), for the requests it sends
