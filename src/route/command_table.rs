@@ -8,7 +8,7 @@
 //! `SHARD.CALL` meets one the server added later (the command handler has a context to ask
 //! `COMMAND INFO`), and kept for the life of the server; the command filter, which has no
 //! context, only reads it. Looked up on every command while `route-plain` is on, with a fast
-//! non-cryptographic hash (rustc-hash): the names come from the server's own table. The table
+//! word-wise table of the lower-cased names (`name_table`). The table
 //! is published whole (`host::published`): the filter reads it with one atomic load, neither a
 //! lock nor a thread-local (bench/findings.md, "Routing for unchanged clients").
 //!
@@ -19,13 +19,13 @@
 use std::sync::Mutex;
 
 use redis_module::{Context, RedisValue};
-use rustc_hash::FxHashMap;
 
 use crate::host::args::printable;
 use crate::host::command::Call;
 use crate::host::command_keys::{self, NoKeys};
 use crate::host::error::CmdError;
 use crate::host::published::Published;
+use crate::route::name_table::NameTable;
 
 /// A command as the server's table describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,12 +111,10 @@ pub fn meta_from_info(arity: i64, flags: &[&str], first: i64, last: i64, step: i
     }
 }
 
-/// Learnt entries, by lower-case command name.
-type Table = FxHashMap<Vec<u8>, CommandMeta>;
-
-/// The table in force: replaced whole on each learn (once at load, then once per command the
-/// server added after load), each version kept alive (`Published`).
-static TABLE: Published<Table> = Published::new();
+/// The table in force, by command name in any case: replaced whole on each learn (once at
+/// load, then once per command the server added after load), each version kept alive
+/// (`Published`).
+static TABLE: Published<NameTable<CommandMeta>> = Published::new();
 
 /// Held while a new table is made from the last one, so that two learns keep both entries.
 static LEARNING: Mutex<()> = Mutex::new(());
@@ -124,11 +122,7 @@ static LEARNING: Mutex<()> = Mutex::new(());
 /// The learnt entry of a command, by name in any case.
 #[inline]
 pub fn known(name: &[u8]) -> Option<CommandMeta> {
-    let mut lower = [0u8; 64];
-    let key = lower.get_mut(..name.len())?;
-    key.copy_from_slice(name);
-    key.make_ascii_lowercase();
-    TABLE.get()?.get(&*key).copied()
+    TABLE.get()?.get(name)
 }
 
 /// Remembers a command's entry.
@@ -141,14 +135,11 @@ fn learn_many(entries: impl IntoIterator<Item = (Vec<u8>, CommandMeta)>) {
     let _learning = LEARNING
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut table = TABLE.get().cloned().unwrap_or_default();
-    let before = table.len();
-    let mut changed = false;
-    for (mut name, meta) in entries {
-        name.make_ascii_lowercase();
-        changed |= table.insert(name, meta) != Some(meta);
-    }
-    if changed || table.len() != before {
+    let table = match TABLE.get() {
+        Some(table) => table.with(entries),
+        None => NameTable::default().with(entries),
+    };
+    if let Some(table) = table {
         TABLE.publish(table);
     }
 }
