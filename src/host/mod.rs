@@ -25,6 +25,7 @@ pub mod info;
 pub mod keyspace;
 pub mod keyspace_events;
 pub mod names;
+pub mod published;
 pub mod register;
 pub mod replicate;
 pub mod reply;

@@ -2,6 +2,8 @@
 //! `MD5("<name>-<i>")`, 4 points per hash; a key goes to the first point strictly greater
 //! than the r = 0 point of `MD5(key)`, wrapping to the first point.
 
+use std::sync::Mutex;
+
 use md5::{Digest, Md5};
 
 use super::error::RingError;
@@ -13,23 +15,27 @@ use super::spec::RingSpec;
 /// `SHARD.CALL`'s filter, then its handler; a transaction's `WATCH`, reads and queued writes;
 /// the owner's checks), and MD5 was most of a lookup. Only the hash of the bytes is kept, never
 /// an owner: each lookup still goes to the ring in force.
+///
+/// The memo is a static behind a mutex only tried, never waited for: no thread-local (which a
+/// shared library reaches through a `__tls_get_addr` call on every access), and a thread that
+/// finds it taken (another thread's lookup, at most) computes the hash without it.
 pub fn ketama_hash(data: &[u8]) -> u32 {
     if data.len() > MEMO_KEY {
         return md5_point(data);
     }
-    MEMO.with(|m| {
-        let mut m = m.borrow_mut();
-        let slot = &mut m[memo_slot(data)];
-        if usize::from(slot.len) == data.len() && slot.used && slot.key[..data.len()] == *data {
-            return slot.hash;
-        }
-        let hash = md5_point(data);
-        slot.used = true;
-        slot.len = data.len() as u8;
-        slot.key[..data.len()].copy_from_slice(data);
-        slot.hash = hash;
-        hash
-    })
+    let Ok(mut memo) = MEMO.try_lock() else {
+        return md5_point(data);
+    };
+    let slot = &mut memo[memo_slot(data)];
+    if usize::from(slot.len) == data.len() && slot.used && slot.key[..data.len()] == *data {
+        return slot.hash;
+    }
+    let hash = md5_point(data);
+    slot.used = true;
+    slot.len = data.len() as u8;
+    slot.key[..data.len()].copy_from_slice(data);
+    slot.hash = hash;
+    hash
 }
 
 fn md5_point(data: &[u8]) -> u32 {
@@ -49,11 +55,14 @@ struct MemoSlot {
     hash: u32,
 }
 
-thread_local! {
-    static MEMO: std::cell::RefCell<Box<[MemoSlot; MEMO_SLOTS]>> = std::cell::RefCell::new(Box::new(
-        [MemoSlot { used: false, len: 0, key: [0; MEMO_KEY], hash: 0 }; MEMO_SLOTS],
-    ));
-}
+static MEMO: Mutex<[MemoSlot; MEMO_SLOTS]> = Mutex::new(
+    [MemoSlot {
+        used: false,
+        len: 0,
+        key: [0; MEMO_KEY],
+        hash: 0,
+    }; MEMO_SLOTS],
+);
 
 /// A key's slot: FNV-1a of its bytes.
 fn memo_slot(data: &[u8]) -> usize {

@@ -4,24 +4,28 @@
 //! arguments (`EVAL ... numkeys`, `XREAD ... STREAMS`, `SORT ... STORE`) are flagged
 //! `movablekeys`; their keys come from the server's key specs for each call instead.
 //!
-//! The table is learnt per command name the first time `SHARD.CALL` meets it (the command
-//! handler has a context to ask `COMMAND INFO`) and kept for the life of the server; the
-//! command filter, which has no context, only reads it. Looked up on every routed call, with
-//! a fast non-cryptographic hash (rustc-hash): the names come from the server's own table.
+//! The table is learnt whole at load (`learn_all`), then per command name the first time
+//! `SHARD.CALL` meets one the server added later (the command handler has a context to ask
+//! `COMMAND INFO`), and kept for the life of the server; the command filter, which has no
+//! context, only reads it. Looked up on every command while `route-plain` is on, with a fast
+//! word-wise table of the lower-cased names (`name_table`). The table
+//! is published whole (`host::published`): the filter reads it with one atomic load, neither a
+//! lock nor a thread-local (bench/findings.md, "Routing for unchanged clients").
 //!
 //! Also here: the command a routed call carries (`SHARD.CALL cmd key ...`, `SHARD.REDIRECT
 //! cmd ...`) read from its arguments: its entry, learnt on a miss, and its key positions, from
 //! the table when it fixes them, else from the server's key specs for these very arguments.
 
-use std::cell::RefCell;
+use std::sync::Mutex;
 
 use redis_module::{Context, RedisValue};
-use rustc_hash::FxHashMap;
 
 use crate::host::args::printable;
 use crate::host::command::Call;
 use crate::host::command_keys::{self, NoKeys};
 use crate::host::error::CmdError;
+use crate::host::published::Published;
+use crate::route::name_table::NameTable;
 
 /// A command as the server's table describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,23 +117,37 @@ pub fn meta_from_info(arity: i64, flags: &[&str], first: i64, last: i64, step: i
     }
 }
 
-thread_local! {
-    /// Learnt entries, by lower-case command name. The main thread's only.
-    static TABLE: RefCell<FxHashMap<Vec<u8>, CommandMeta>> = RefCell::new(FxHashMap::default());
-}
+/// The table in force, by command name in any case: replaced whole on each learn (once at
+/// load, then once per command the server added after load), each version kept alive
+/// (`Published`).
+static TABLE: Published<NameTable<CommandMeta>> = Published::new();
+
+/// Held while a new table is made from the last one, so that two learns keep both entries.
+static LEARNING: Mutex<()> = Mutex::new(());
 
 /// The learnt entry of a command, by name in any case.
+#[inline]
 pub fn known(name: &[u8]) -> Option<CommandMeta> {
-    let mut lower = [0u8; 64];
-    let key = lower.get_mut(..name.len())?;
-    key.copy_from_slice(name);
-    key.make_ascii_lowercase();
-    TABLE.with(|t| t.borrow().get(&*key).copied())
+    TABLE.get()?.get(name)
 }
 
 /// Remembers a command's entry.
 pub fn learn(name: &[u8], meta: CommandMeta) {
-    TABLE.with(|t| t.borrow_mut().insert(name.to_ascii_lowercase(), meta));
+    learn_many(std::iter::once((name.to_vec(), meta)));
+}
+
+/// Remembers the entries given, published as one new table.
+fn learn_many(entries: impl IntoIterator<Item = (Vec<u8>, CommandMeta)>) {
+    let _learning = LEARNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let table = match TABLE.get() {
+        Some(table) => table.with(entries),
+        None => NameTable::default().with(entries),
+    };
+    if let Some(table) = table {
+        TABLE.publish(table);
+    }
 }
 
 /// Whether the command reads keys it does not name, which the fleet cannot place: `SORT` and
@@ -248,7 +266,11 @@ fn meta_of(call: &Call, name: &[u8], name_text: &str) -> Result<CommandMeta, Cmd
     };
     entry
         .as_ref()
-        .and_then(learn_entry)
+        .and_then(read_entry)
+        .map(|(name, meta)| {
+            learn(&name, meta);
+            meta
+        })
         .ok_or_else(|| CmdError::err(format!("unknown command '{name_text}'")))
 }
 
@@ -257,9 +279,7 @@ fn meta_of(call: &Call, name: &[u8], name_text: &str) -> Result<CommandMeta, Cmd
 pub fn learn_all(ctx: &Context) -> Result<(), String> {
     match ctx.call("COMMAND", &["INFO"]) {
         Ok(RedisValue::Array(entries)) => {
-            entries.iter().for_each(|e| {
-                learn_entry(e);
-            });
+            learn_many(entries.iter().filter_map(read_entry));
             Ok(())
         }
         Ok(_) => Err("COMMAND INFO replied something else than an array".into()),
@@ -267,8 +287,8 @@ pub fn learn_all(ctx: &Context) -> Result<(), String> {
     }
 }
 
-/// Learns one entry of `COMMAND INFO` (name, arity, flags, first, last, step, ...).
-fn learn_entry(entry: &RedisValue) -> Option<CommandMeta> {
+/// Reads one entry of `COMMAND INFO` (name, arity, flags, first, last, step, ...).
+fn read_entry(entry: &RedisValue) -> Option<(Vec<u8>, CommandMeta)> {
     let RedisValue::Array(fields) = entry else {
         return None;
     };
@@ -301,8 +321,7 @@ fn learn_entry(entry: &RedisValue) -> Option<CommandMeta> {
     if matches!(fields.get(9), Some(RedisValue::Array(subs)) if !subs.is_empty()) {
         meta.container = true;
     }
-    learn(name.as_bytes(), meta);
-    Some(meta)
+    Some((name.into_bytes(), meta))
 }
 
 #[cfg(test)]
@@ -354,10 +373,15 @@ mod tests {
     #[test]
     fn learnt_by_name_in_any_case() {
         let get = meta_from_info(2, &["readonly"], 1, 1, 1);
-        learn(b"GET", get);
-        assert_eq!(known(b"get"), Some(get));
-        assert_eq!(known(b"GeT"), Some(get));
-        assert_eq!(known(b"set"), None);
+        // Names no other test learns (the table is the process's).
+        learn(b"TABLETEST.GET", get);
+        assert_eq!(known(b"tabletest.get"), Some(get));
+        assert_eq!(known(b"TableTest.GeT"), Some(get));
+        assert_eq!(known(b"tabletest.set"), None);
+        let set = meta_from_info(-3, &["write"], 1, 1, 1);
+        learn(b"tabletest.set", set);
+        assert_eq!(known(b"TABLETEST.SET"), Some(set));
+        assert_eq!(known(b"tabletest.get"), Some(get), "kept by the next learn");
         assert_eq!(known(&[b'x'; 100]), None);
     }
 }

@@ -40,6 +40,7 @@ pub mod forward;
 pub mod gate;
 pub mod keyless;
 pub mod keyless_call;
+pub mod name_table;
 pub mod outside;
 pub mod plain;
 pub mod replica;
