@@ -19,8 +19,8 @@ LFU = [("maxmemory-policy", "allkeys-lfu"), ("lfu-log-factor", 0), ("lfu-decay-t
 HITS = [60, 45, 30]
 
 
-def lfu_fleet(server_factory, config=()):
-    return make_fleet(server_factory, config=[*LFU, *config])
+def lfu_fleet(server_factory, config=(), args=()):
+    return make_fleet(server_factory, config=[*LFU, *config], args=args)
 
 
 def spread_keys(fleet, n=30):
@@ -95,7 +95,8 @@ def test_local_is_one_node_s_own_top(server_factory):
 
 
 def test_in_the_client_s_database_and_under_resp3(server_factory):
-    fleet = lfu_fleet(server_factory)
+    # With route-plain on too: the module's own commands are not routed.
+    fleet = lfu_fleet(server_factory, args=["route-plain", "yes"])
     keys = [f"db3:{i}" for i in range(12)]
     owners = fleet.owners(keys)
     for key, owner in zip(keys, owners):
