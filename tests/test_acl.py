@@ -186,6 +186,7 @@ CATEGORIES = {
     "shard.encode": {"read", "fast"},
     "shard.whereis": {"read", "fast"},
     "shard.locate": {"read", "fast"},
+    "shard.hotkeys": {"keyspace", "read", "slow"},
     "shard.ring|get": {"read", "fast"},
     "shard.reshard|status": {"read", "fast"},
     "shard.specialkey": {"read", "fast"},

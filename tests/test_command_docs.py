@@ -10,6 +10,7 @@ COMMANDS = {
     "shard.encode": (-1, {"readonly", "fast"}),
     "shard.whereis": (2, {"readonly", "fast"}),
     "shard.locate": (2, {"readonly", "fast"}),
+    "shard.hotkeys": (-1, {"readonly", "noscript", "blocking"}),
     "shard.call": (-2, {"noscript", "blocking"}),
     "shard.watch": (-2, {"noscript", "blocking"}),
     "shard.unwatch": (1, {"noscript", "fast"}),

@@ -14,6 +14,7 @@ pub mod dump;
 pub mod emulate;
 pub mod encode;
 pub mod genkey;
+pub mod hotkeys;
 pub mod multi;
 pub mod outside;
 #[cfg(test)]

@@ -4,13 +4,13 @@
 //! their subcommands' handlers; this file lists them all.
 
 use crate::commands::{
-    advance, apply, call, cluster, debug, decode, dump, emulate, encode, genkey, multi, outside,
-    plain, reshard, ring, shardjs, txn, whereis,
+    advance, apply, call, cluster, debug, decode, dump, emulate, encode, genkey, hotkeys, multi,
+    outside, plain, reshard, ring, shardjs, txn, whereis,
 };
 use crate::host::register::CommandSpec;
 
 /// Every command of the module.
-pub fn table() -> [&'static CommandSpec; 29] {
+pub fn table() -> [&'static CommandSpec; 30] {
     [
         &genkey::COMMAND,
         &decode::COMMAND,
@@ -21,6 +21,7 @@ pub fn table() -> [&'static CommandSpec; 29] {
         &shardjs::MAXIFY,
         &whereis::WHEREIS,
         &whereis::LOCATE,
+        &hotkeys::COMMAND,
         &call::CALL,
         &cluster::CLUSTER,
         &cluster::REDIRECT,

@@ -1,5 +1,6 @@
 //! The keyspace as the module walks it, key by key: choosing a database, its size, scanning it
-//! with a cursor (each key's name, and for a copy its type, length and absolute expiry),
+//! with a cursor (each key's name, and for a copy its type, length and absolute expiry; for
+//! `SHARD.HOTKEYS` its LFU counter, read without touching the key),
 //! looking one key up, and unlinking keys on the main thread (replicated as one `UNLINK`).
 //!
 //! A copy's child scans millions of keys: the scan hands each key to a closure by reference
@@ -65,6 +66,26 @@ impl ScannedKey {
         }
         // SAFETY: the server's open key, live for the scan's callback.
         unsafe { describe(self.0) }
+    }
+
+    /// The key's LFU counter as `OBJECT FREQ` gives it (0..=255, decayed by the minutes since
+    /// its last access); `None` when the server's `maxmemory-policy` is not an LFU one (the
+    /// counter is then not kept) or the key is empty. Reading it changes nothing: the server
+    /// computes the decay without storing it (`LFUDecrAndReturn`), and the scan's key was
+    /// found without a lookup, so neither its counter nor its access time is touched.
+    #[inline]
+    pub fn lfu(&self) -> Option<u64> {
+        if self.0.is_null() {
+            return None;
+        }
+        let mut freq: std::os::raw::c_longlong = -1;
+        // SAFETY: the server's open key, live for the scan's callback; the API table is
+        // filled at load.
+        let read = unsafe { raw::RedisModule_GetLFU.map(|f| f(self.0, &mut freq)) };
+        if read != Some(raw::REDISMODULE_OK as c_int) {
+            return None;
+        }
+        u64::try_from(freq).ok()
     }
 }
 

@@ -23,6 +23,9 @@
 //! listed, as a routed `GET` would not find it. `DBSIZE` sums the nodes' own counts (what
 //! Redis Cluster clients do), a key copied and not yet cleaned up counted at both.
 //!
+//! `SHARD.HOTKEYS` is merged here too (`hot_keys`): every node's own hottest keys by their LFU
+//! counters (`route::hot_sample`), the fleet's top over them.
+//!
 //! Pure: arguments in, the fan-out and the merged reply out; the I/O is `keyless_call`'s.
 
 use crate::net::resp::Resp;
@@ -265,6 +268,94 @@ pub fn weighted_pick(counts: &[u64], pick: u64) -> Option<usize> {
         }
     }
     None
+}
+
+/// One of the fleet's hot keys: its name, its LFU counter (`OBJECT FREQ`), the node holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKey {
+    pub key: Vec<u8>,
+    pub freq: u64,
+    pub node: String,
+}
+
+/// A node's `SHARD.HOTKEYS LOCAL` reply, `[[key, freq] ...]`: its keys and counters.
+pub fn hot_pairs(reply: Resp) -> Option<Vec<(Vec<u8>, u64)>> {
+    let Resp::Array(items) = reply else {
+        return None;
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Resp::Array(pair) => match <[Resp; 2]>::try_from(pair).ok()? {
+                [Resp::Bulk(key) | Resp::Simple(key), Resp::Int(freq)] => {
+                    Some((key, u64::try_from(freq).ok()?))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// `SHARD.HOTKEYS`: the nodes' local tops merged into the fleet's `count` hottest keys, by
+/// counter (highest first; equal counters by key name, then node name, so the order is the
+/// same whichever node merges). A node's key its rings do not place there (`owns(node, key)`
+/// false: a stray, or a key copied and not yet cleaned up) is left out, and a key listed by two
+/// nodes is kept once, at its higher counter, as `union_keys` keeps it once. The first error
+/// of a node (an LFU policy not set there) is the reply, naming its node.
+pub fn hot_keys(
+    replies: Vec<NodeReply>,
+    owns: impl Fn(&str, &[u8]) -> bool,
+    count: usize,
+) -> Result<Vec<HotKey>, Resp> {
+    if let Some(e) = first_error(&replies) {
+        return Err(e);
+    }
+    let mut all = Vec::new();
+    for r in replies {
+        let Some(pairs) = hot_pairs(r.reply) else {
+            return Err(Resp::Error(at_node(
+                b"ERR a node's SHARD.HOTKEYS LOCAL reply is not a list of [key, frequency]",
+                &r.node,
+            )));
+        };
+        all.extend(
+            pairs
+                .into_iter()
+                .filter(|(key, _)| owns(&r.node, key))
+                .map(|(key, freq)| HotKey {
+                    key,
+                    freq,
+                    node: r.node.clone(),
+                }),
+        );
+    }
+    all.sort_by(|a, b| {
+        b.freq
+            .cmp(&a.freq)
+            .then_with(|| a.key.cmp(&b.key))
+            .then_with(|| a.node.cmp(&b.node))
+    });
+    let mut seen = std::collections::HashSet::new();
+    all.retain(|h| seen.insert(h.key.clone()));
+    all.truncate(count);
+    Ok(all)
+}
+
+/// The client's reply to `SHARD.HOTKEYS`: `[[key, freq, node] ...]`, hottest first (an array
+/// under RESP3 too: the order is the answer, as `ZRANGE ... WITHSCORES` keeps it).
+pub fn hot_reply(hot: Vec<HotKey>) -> Resp {
+    Resp::Array(
+        hot.into_iter()
+            .map(|h| {
+                Resp::Array(vec![
+                    Resp::Bulk(h.key),
+                    Resp::Int(i64::try_from(h.freq).unwrap_or(i64::MAX)),
+                    Resp::Bulk(h.node.into_bytes()),
+                ])
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]

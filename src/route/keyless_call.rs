@@ -3,7 +3,8 @@
 //! one's while a resharding is open), each asked over the module's connections in the
 //! client's database and protocol, this node's part run here as the calling user; the client
 //! blocked until every node answered, then given the merged reply. `SCAN` asks one node per
-//! step (`scan_cursor`).
+//! step (`scan_cursor`). `SHARD.HOTKEYS` asks every node for its own hottest keys, this node's
+//! sampled here in steps (`hot_sample`) while the others answer.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use crate::net::pool::{link_timeout, Link};
 use crate::net::resp::{ReplyResp, Resp};
 use crate::ring::placement::{Mark, Placement};
 use crate::route::forward::{self, CallReply, NetSteps};
+use crate::route::hot_sample;
 use crate::route::keyless::{self, Keyless, NodeReply};
 use crate::route::scan_cursor::{self, Cursor};
 use crate::state;
@@ -146,13 +148,26 @@ async fn ask_all(
     args: &[Vec<u8>],
     here: Vec<(usize, Resp)>,
 ) -> Result<Vec<NodeReply>, CallReply> {
+    let here = here
+        .into_iter()
+        .map(|(i, reply)| (i, futures_util::future::ready(reply)))
+        .collect();
+    ask_all_with(steps, nodes, args, here).await
+}
+
+/// `ask_all`, this node's part a future of its own, run alongside the others' requests.
+async fn ask_all_with<H: std::future::Future<Output = Resp>>(
+    steps: &NetSteps,
+    nodes: &[Endpoint],
+    args: &[Vec<u8>],
+    here: Vec<(usize, H)>,
+) -> Result<Vec<NodeReply>, CallReply> {
+    use futures_util::FutureExt;
     let mut here = here.into_iter().peekable();
     let mut pending = Vec::with_capacity(nodes.len());
     for (i, node) in nodes.iter().enumerate() {
         match here.next_if(|(at, _)| *at == i) {
-            Some((_, reply)) => pending.push(futures_util::future::Either::Left(
-                futures_util::future::ready(Ok(reply)),
-            )),
+            Some((_, reply)) => pending.push(futures_util::future::Either::Left(reply.map(Ok))),
             None => pending.push(futures_util::future::Either::Right(steps.send(node, args))),
         }
     }
@@ -168,6 +183,59 @@ async fn ask_all(
         }
     }
     Ok(replies)
+}
+
+/// `SHARD.HOTKEYS [COUNT n] [SAMPLES m]`: every node's own top `count` (`SHARD.HOTKEYS LOCAL
+/// COUNT n SAMPLES m` at the others, this node's sampled here alongside), merged into the
+/// fleet's (`keyless::hot_keys`). This node's policy is checked first, so a fleet that keeps no
+/// counters is refused at once; another node's refusal is the reply, naming that node.
+pub fn hot_keys(call: &Call, count: usize, samples: u64) -> CmdResult {
+    let walk = Walk::of(call)?;
+    if walk.nodes.iter().any(|n| n.is_self) {
+        hot_sample::check_policy()?;
+    }
+    let args: Vec<Vec<u8>> = [
+        &b"SHARD.HOTKEYS"[..],
+        b"LOCAL",
+        b"COUNT",
+        count.to_string().as_bytes(),
+        b"SAMPLES",
+        samples.to_string().as_bytes(),
+    ]
+    .iter()
+    .map(|a| a.to_vec())
+    .collect();
+    let db = i32::try_from(walk.link.db).unwrap_or(0);
+    let limit = hot_sample::Limit::of(samples);
+    forward::run(call, walk.link.clone(), move |steps| async move {
+        let here: Vec<_> = walk
+            .nodes
+            .iter()
+            .position(|n| n.is_self)
+            .map(|i| {
+                let steps = steps.clone();
+                (i, async move {
+                    match hot_sample::sample(&steps, db, count, limit).await {
+                        Ok(top) => hot_sample::local_reply(top),
+                        Err(e) => Resp::Error(e.into_bytes()),
+                    }
+                })
+            })
+            .into_iter()
+            .collect();
+        let replies = match ask_all_with(&steps, &walk.nodes, &args, here).await {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        forward::count(|s| s.forwarded += 1);
+        CallReply::Reply(
+            match keyless::hot_keys(replies, |n, k| walk.owns(n, k), count) {
+                Ok(hot) => keyless::hot_reply(hot),
+                Err(e) => e,
+            },
+        )
+    })
+    .map_err(CmdError::err)
 }
 
 /// `RANDOMKEY`: every node's `DBSIZE`, then a key of the node the draw falls on.

@@ -18,8 +18,10 @@
 //! - `filter`: the command filter's part that turns a call whose keys are all here into the
 //!   plain command; `plain`: its part under `shard.route-plain yes`, which hands a plain
 //!   client's command for other nodes (or for the whole fleet) to `SHARD.PLAIN`.
-//! - `keyless`: the keyless commands the fleet answers and how their replies merge (pure);
-//!   `keyless_call`: their fan-out; `scan_cursor`: the fleet's `SCAN` cursor (pure).
+//! - `keyless`: the keyless commands the fleet answers and how their replies merge (pure,
+//!   `SHARD.HOTKEYS`'s merge too, tested in `keyless_hot_tests`); `keyless_call`: their
+//!   fan-out; `scan_cursor`: the fleet's `SCAN` cursor (pure); `hot_sample`: one node's
+//!   hottest keys by their LFU counters, sampled in steps of 1 ms.
 //! - `outside`: a node outside its rings refuses the writes routed to it (the filter's part
 //!   and the refusal; the handler is `commands::outside`).
 //! - `wait`: `SHARD.CALL WAIT numreplicas timeout-ms ...`: its prefix, and the call's reply
@@ -38,8 +40,11 @@ pub mod fields;
 pub mod filter;
 pub mod forward;
 pub mod gate;
+pub mod hot_sample;
 pub mod keyless;
 pub mod keyless_call;
+#[cfg(test)]
+mod keyless_hot_tests;
 pub mod name_table;
 pub mod outside;
 pub mod plain;
