@@ -149,12 +149,24 @@ fn run_reading<R>(
 ) -> Result<R, CmdError> {
     let as_bytes: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     crate::host::writes::tell(ctx, &as_bytes);
+    call_reading(ctx, &as_bytes, flags, read)
+}
+
+/// Runs `args` (the command's name first) on `ctx` through `RedisModule_Call` with `flags`,
+/// and hands its reply, in the wire format, to `read`; the module's writes are not told to the
+/// transactions' marks (`run_reading` does that first; the gather's scratch database needs no
+/// mark: `host::scratch`).
+pub(crate) fn call_reading<R>(
+    ctx: *mut raw::RedisModuleCtx,
+    args: &[&[u8]],
+    flags: &std::ffi::CStr,
+    read: impl FnOnce(&[u8]) -> Result<R, CmdError>,
+) -> Result<R, CmdError> {
     let missing = || CmdError::err("a Redis module API function is missing");
     let (name, rest) = args
         .split_first()
         .ok_or_else(|| CmdError::err("no command"))?;
-    let name = CString::new(name.as_slice())
-        .map_err(|_| CmdError::err("a command name with a NUL byte"))?;
+    let name = CString::new(*name).map_err(|_| CmdError::err("a command name with a NUL byte"))?;
     // SAFETY: every string created is freed before returning; the reply is freed after use.
     unsafe {
         let rm_call = raw::RedisModule_Call.ok_or_else(missing)?;

@@ -6,8 +6,7 @@
 //! the hook of the module's own writes (`host::writes`): the copies are not the data, and the
 //! data's owners are written by the transaction that follows.
 
-use std::ffi::{CStr, CString};
-use std::io;
+use std::ffi::CStr;
 use std::ptr;
 
 use redis_module::{raw, Context};
@@ -94,53 +93,7 @@ impl<'a> Scratch<'a> {
     }
 
     fn call(&self, args: &[&[u8]], flags: &CStr) -> Result<Vec<u8>, CmdError> {
-        let missing = || CmdError::err("a Redis module API function is missing");
-        let (name, rest) = args
-            .split_first()
-            .ok_or_else(|| CmdError::err("no command"))?;
-        let name =
-            CString::new(*name).map_err(|_| CmdError::err("a command name with a NUL byte"))?;
-        let ctx = self.ctx.ctx;
-        // SAFETY: every string created is freed before returning; the reply is freed after
-        // its bytes are copied.
-        unsafe {
-            let rm_call = raw::RedisModule_Call.ok_or_else(missing)?;
-            let create = raw::RedisModule_CreateString.ok_or_else(missing)?;
-            let free_string = raw::RedisModule_FreeString.ok_or_else(missing)?;
-            let proto = raw::RedisModule_CallReplyProto.ok_or_else(missing)?;
-            let free_reply = raw::RedisModule_FreeCallReply.ok_or_else(missing)?;
-            let mut argv: Vec<*mut raw::RedisModuleString> = rest
-                .iter()
-                .map(|a| create(ctx, a.as_ptr().cast(), a.len()))
-                .collect();
-            let reply = rm_call(
-                ctx,
-                name.as_ptr(),
-                flags.as_ptr(),
-                argv.as_mut_ptr(),
-                argv.len(),
-            );
-            let result = if reply.is_null() {
-                Err(CmdError::err(format!(
-                    "the command could not run: {}",
-                    io::Error::last_os_error()
-                )))
-            } else {
-                let mut len = 0usize;
-                let p = proto(reply, &mut len);
-                let bytes = if p.is_null() {
-                    Vec::new()
-                } else {
-                    std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec()
-                };
-                free_reply(reply);
-                Ok(bytes)
-            };
-            for s in argv {
-                free_string(ctx, s);
-            }
-            result
-        }
+        crate::host::caller::call_reading(self.ctx.ctx, args, flags, |bytes| Ok(bytes.to_vec()))
     }
 }
 
