@@ -19,8 +19,9 @@ LFU = [("maxmemory-policy", "allkeys-lfu"), ("lfu-log-factor", 0), ("lfu-decay-t
 HITS = [60, 45, 30]
 
 
-def lfu_fleet(server_factory, config=(), args=()):
-    return make_fleet(server_factory, config=[*LFU, *config], args=args)
+def lfu_fleet(server_factory, config=(), args=(), timeout_ms=None):
+    extra = {} if timeout_ms is None else {"timeout_ms": timeout_ms}
+    return make_fleet(server_factory, config=[*LFU, *config], args=args, **extra)
 
 
 def spread_keys(fleet, n=30):
@@ -158,7 +159,9 @@ def test_bad_arguments_refused(server_factory, args, says):
 
 
 def test_a_large_keyspace_is_sampled_in_short_steps(server_factory):
-    fleet = lfu_fleet(server_factory, config=[("enable-debug-command", "yes")])
+    # The walk stops at half of call-timeout-ms: 10 s, so that a loaded machine (Redis 7.0's
+    # timers give a step at most every millisecond) still reads all 300000 keys.
+    fleet = lfu_fleet(server_factory, config=[("enable-debug-command", "yes")], timeout_ms=10_000)
     c = fleet.client("n0")
     assert c.execute_command("DEBUG", "POPULATE", 300_000, "pop") == b"OK"
     hot = "pop:123456"
