@@ -5,7 +5,8 @@ passes on the plain server and not on the fleet without tests/redispy_expected.t
 `make redis-py-suite` runs the whole suite on every server.
 
 The part: the commands of the data (strings, lists, hashes, sets, sorted sets, SCAN), pipelines
-and transactions, scripting, functions, pub/sub, redis-py's lock. It is marked `serial`: redis-py's
+and transactions, scripting, functions, pub/sub (redis-py's lock, encoding and hash tests run in
+`make redis-py-suite`, with the rest, to keep `make test` within its time). It is marked `serial`: redis-py's
 tests wait on timeouts of a second or less (BLPOP, pub/sub), which tests running beside it would
 stretch; and it starts its own pytest with servers of its own.
 """
@@ -20,7 +21,7 @@ from helpers.server import REDIS_SERVER
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["test_commands.py", "test_pipeline.py", "test_scripting.py", "test_function.py",
-         "test_pubsub.py", "test_lock.py", "test_encoding.py", "test_hash.py"]
+         "test_pubsub.py"]
 # In test_commands.py, the tests of the data commands (their names start with the command:
 # test_set..., test_sadd, test_hset, test_lpush, test_zadd, test_incr, test_scan ...).
 DATA = ("not TestRedisCommands or test_get or test_set or test_s or test_h or test_l or test_r "
@@ -32,6 +33,7 @@ DATA = ("not TestRedisCommands or test_get or test_set or test_s or test_h or te
 @pytest.mark.slow
 def test_redispy_suite_part_passes_on_the_fleet():
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "redispy_suite.py"),
-                           "--server", REDIS_SERVER, "--files", *FILES, "-k", DATA],
+                           "--server", REDIS_SERVER, "--workers", "2", "--files", *FILES,
+                           "-k", DATA],
                           cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
