@@ -18,10 +18,10 @@
 //! script a blocking command does not block, as on any server, so it runs as `SHARD.CALL`'s
 //! other commands do.
 
+use crate::host::acl;
 use crate::host::command::Call;
 use crate::host::error::{CmdError, CmdResult};
-use crate::host::{acl, caller};
-use crate::net::pool::{link_timeout, Link};
+use crate::net::pool::Link;
 use crate::route::command_table::Carried;
 use crate::route::forward;
 use crate::state;
@@ -66,13 +66,8 @@ fn owner_of(
             "SHARD.CALL needs a ring of shard's own; with the cluster algo use a cluster client",
         )
     })?;
+    crate::route::call::refuse_if_passed_over(&st)?;
     let self_name = st.config.ring.self_name.as_str();
-    if !self_name.is_empty() && crate::topology::nodes::passed_over(self_name) {
-        return Err(CmdError::code(
-            "TRYAGAIN",
-            format!("this server is no longer the primary Sentinel names for {self_name}: its rings may be older than the fleet's, so it routes no keyed command; send it to the node's primary"),
-        ));
-    }
     let previous = st.rings.previous.as_ref().and_then(|p| p.ring.as_ref());
     let mut owners: Vec<&str> = Vec::new();
     let mut first = None;
@@ -108,14 +103,6 @@ fn owner_of(
         )));
     }
     let owner = crate::topology::nodes::endpoint_of(node, self_name);
-    let link = Link {
-        timeout: link_timeout(st.config.call_timeout_ms),
-        auth: st.config.auth(),
-        resp3: call
-            .ctx
-            .get_flags()
-            .contains(redis_module::ContextFlags::FLAGS_RESP3),
-        db: caller::selected_db(call),
-    };
+    let link = crate::route::call::link_for(call, &st);
     Ok((owner, link))
 }

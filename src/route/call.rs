@@ -45,7 +45,12 @@ fn refuse_passed_over(keys: &[crate::route::decide::Placed]) -> Result<(), CmdEr
     if keys.is_empty() {
         return Ok(());
     }
-    let st = state::lock();
+    refuse_if_passed_over(&state::lock())
+}
+
+/// The refusal of a keyed command routed by a server Sentinel has passed over (see
+/// `refuse_passed_over`), read from the state held.
+pub fn refuse_if_passed_over(st: &state::ModuleState) -> Result<(), CmdError> {
     let me = st.config.ring.self_name.as_str();
     if me.is_empty() || !crate::topology::nodes::passed_over(me) {
         return Ok(());
@@ -54,6 +59,17 @@ fn refuse_passed_over(keys: &[crate::route::decide::Placed]) -> Result<(), CmdEr
         "TRYAGAIN",
         format!("this server is no longer the primary Sentinel names for {me}: its rings may be older than the fleet's, so it routes no keyed command; send it to the node's primary"),
     ))
+}
+
+/// How a routed call reaches other nodes: the call timeout and credentials of the settings,
+/// the client's RESP version and database.
+pub fn link_for(call: &Call, st: &state::ModuleState) -> Link {
+    Link {
+        timeout: link_timeout(st.config.call_timeout_ms),
+        auth: st.config.auth(),
+        resp3: call.ctx.get_flags().contains(ContextFlags::FLAGS_RESP3),
+        db: caller::selected_db(call),
+    }
 }
 
 /// What `route` did with a call.
@@ -84,7 +100,7 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> Result<Handl
         }
         return crate::route::blocking::route(call, command).map(|()| Handled::Routed);
     }
-    let (keys, link, mark) = place(call, command, flags.contains(ContextFlags::FLAGS_RESP3))?;
+    let (keys, link, mark) = place(call, command)?;
     let settled = mark == Mark::Settled;
     // The user's ACL is checked here for every path, so a refusal reads the same (NOPERM)
     // whether the keys are local or not; with WAIT in front, WAIT's too.
@@ -223,7 +239,7 @@ type Placing = (Vec<Placed>, Link, Mark);
 /// client's database and RESP version); how the rings are marked: returning (a cancelled
 /// resharding brings keys back, or a fleet operation's fence), or settled (the copies are
 /// done).
-fn place(call: &Call, command: &Carried, resp3: bool) -> Result<Placing, CmdError> {
+fn place(call: &Call, command: &Carried) -> Result<Placing, CmdError> {
     let st = state::lock();
     let current = st.current_ring()?;
     let self_name = st.config.ring.self_name.as_str();
@@ -240,13 +256,7 @@ fn place(call: &Call, command: &Carried, resp3: bool) -> Result<Placing, CmdErro
             previous,
         });
     }
-    let link = Link {
-        timeout: link_timeout(st.config.call_timeout_ms),
-        auth: st.config.auth(),
-        resp3,
-        db: caller::selected_db(call),
-    };
-    Ok((keys, link, st.rings.mark()))
+    Ok((keys, link_for(call, &st), st.rings.mark()))
 }
 
 /// The parts of a split command (the call's command at `start`), each with its plan; this

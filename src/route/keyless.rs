@@ -127,14 +127,6 @@ pub fn runs_here(name: &[u8], sub: Option<&[u8]>) -> bool {
         || (is("function") && (sub_is("list") || sub_is("dump") || sub_is("stats")))
 }
 
-/// Whether a command of this name may be answered for the fleet (some subcommand of it is):
-/// the command filter's quick test, before it reads a subcommand.
-pub fn may_be(name: &[u8]) -> bool {
-    of(name, None).is_some()
-        || name.eq_ignore_ascii_case(b"script")
-        || name.eq_ignore_ascii_case(b"function")
-}
-
 /// One node's reply, and the node's name for an error.
 pub struct NodeReply {
     pub node: String,
@@ -396,9 +388,7 @@ mod tests {
             b"echo",
         ] {
             assert_eq!(of(local, None), None);
-            assert!(!may_be(local));
         }
-        assert!(may_be(b"SCRIPT") && may_be(b"function") && may_be(b"dbsize"));
         assert!(runs_here(b"PING", None) && runs_here(b"eval", Some(b"return 1")));
         assert!(runs_here(b"FUNCTION", Some(b"LIST")));
         for refused in [

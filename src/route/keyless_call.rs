@@ -8,13 +8,11 @@
 
 use std::sync::Arc;
 
-use redis_module::ContextFlags;
-
+use crate::host::acl;
 use crate::host::command::Call;
 use crate::host::error::{CmdError, CmdResult};
-use crate::host::{acl, caller};
 use crate::net::endpoint::Endpoint;
-use crate::net::pool::{link_timeout, Link};
+use crate::net::pool::Link;
 use crate::net::resp::{ReplyResp, Resp};
 use crate::ring::placement::{Mark, Placement};
 use crate::route::forward::{self, CallReply, NetSteps};
@@ -71,12 +69,7 @@ impl Walk {
             previous.as_ref().map(|p| p.digest.as_str()),
             mark,
         );
-        let link = Link {
-            timeout: link_timeout(st.config.call_timeout_ms),
-            auth: st.config.auth(),
-            resp3: call.ctx.get_flags().contains(ContextFlags::FLAGS_RESP3),
-            db: caller::selected_db(call),
-        };
+        let link = crate::route::call::link_for(call, &st);
         drop(st);
         Ok(Walk {
             nodes,
@@ -85,6 +78,20 @@ impl Walk {
             epoch,
             link,
         })
+    }
+
+    /// This node's place in the walk, if its rings name it.
+    fn self_at(&self) -> Option<usize> {
+        self.nodes.iter().position(|n| n.is_self)
+    }
+
+    /// This node's part of a command every node runs: its reply, run here now as the calling
+    /// user, with its place in the walk (none when the rings do not name this node).
+    fn run_here(&self, call: &Call, args: &[Vec<u8>]) -> Result<Vec<(usize, Resp)>, CmdError> {
+        self.self_at()
+            .map(|i| Ok((i, crate::route::call::run_here(call, args)?)))
+            .into_iter()
+            .collect()
     }
 
     /// Whether the rings place `key` at the node `name` (now, or before the open resharding).
@@ -118,12 +125,7 @@ pub fn route(call: &Call, start: usize, kind: Keyless) -> CmdResult {
 
 /// Runs `args` at every node (this one's part here, now) and merges the replies by `kind`.
 fn every_node(call: &Call, walk: Walk, args: Vec<Vec<u8>>, kind: Keyless) -> CmdResult {
-    let mut here: Vec<(usize, Resp)> = Vec::new();
-    for (i, node) in walk.nodes.iter().enumerate() {
-        if node.is_self {
-            here.push((i, crate::route::call::run_here(call, &args)?));
-        }
-    }
+    let here = walk.run_here(call, &args)?;
     let link = walk.link.clone();
     forward::run(call, link, move |steps| async move {
         let replies = match ask_all(&steps, &walk.nodes, &args, here).await {
@@ -191,7 +193,7 @@ async fn ask_all_with<H: std::future::Future<Output = Resp>>(
 /// counters is refused at once; another node's refusal is the reply, naming that node.
 pub fn hot_keys(call: &Call, count: usize, samples: u64) -> CmdResult {
     let walk = Walk::of(call)?;
-    if walk.nodes.iter().any(|n| n.is_self) {
+    if walk.self_at().is_some() {
         hot_sample::check_policy()?;
     }
     let args: Vec<Vec<u8>> = [
@@ -209,9 +211,7 @@ pub fn hot_keys(call: &Call, count: usize, samples: u64) -> CmdResult {
     let limit = hot_sample::Limit::of(samples);
     forward::run(call, walk.link.clone(), move |steps| async move {
         let here: Vec<_> = walk
-            .nodes
-            .iter()
-            .position(|n| n.is_self)
+            .self_at()
             .map(|i| {
                 let steps = steps.clone();
                 (i, async move {
@@ -242,14 +242,9 @@ pub fn hot_keys(call: &Call, count: usize, samples: u64) -> CmdResult {
 fn random_key(call: &Call, walk: Walk) -> CmdResult {
     let dbsize = vec![b"DBSIZE".to_vec()];
     let random = vec![b"RANDOMKEY".to_vec()];
-    let mut here = Vec::new();
-    for (i, node) in walk.nodes.iter().enumerate() {
-        if node.is_self {
-            here.push((i, crate::route::call::run_here(call, &dbsize)?));
-        }
-    }
+    let here = walk.run_here(call, &dbsize)?;
     let draw = draw();
-    let self_at = walk.nodes.iter().position(|n| n.is_self);
+    let self_at = walk.self_at();
     // This node's key, drawn now in case the draw falls here (no context once blocked).
     let random_here = match self_at {
         Some(_) => Some(crate::route::call::run_here(call, &random)?),

@@ -97,8 +97,9 @@ pub fn rewrite(
     if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard.") {
         return false;
     }
-    // The usual command first: a keyed one whose keys are all here passes at once, with no
-    // call to the server (the client's id is asked only for a command about to be handed on).
+    // Subscriptions are the connection's own; SPUBLISH and SORT with patterns are handed over
+    // whatever their keys; then the usual command, a keyed one whose keys are all here, passes
+    // with no call to the server (the client's id is asked only for a command handed on).
     if keyless::subscribes(name) {
         return false;
     }
