@@ -224,6 +224,15 @@ impl host::filter::Handler for Filter {
 /// checks again: the protocol's rewrite changes the command the others see).
 #[inline(never)]
 fn filter_all(args: &mut host::filter::FilterArgs) {
+    // The usual command with route-plain on, a keyed one whose keys are all here, while no
+    // other part has anything to do with it: left as it is, at once.
+    if !cluster::protocol::enabled()
+        && !state::outside()
+        && !txn::owner::marks::may_matter(args)
+        && route::plain::passes_as_is(args)
+    {
+        return;
+    }
     if cluster::protocol::enabled() {
         cluster::filter::rewrite(args);
     }

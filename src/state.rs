@@ -7,7 +7,7 @@
 //! them; the resharding job and the fleet plan live in `reshard::current`.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use lazy_static::lazy_static;
@@ -165,12 +165,25 @@ pub struct ModuleState {
 }
 
 /// The rings and the name `OUTSIDE` was computed from: the rings by address (an `Arc` is
-/// replaced, never changed in place), the name by value.
-#[derive(Default, PartialEq, Eq)]
+/// replaced, never changed in place; holding them keeps their addresses from being reused by a
+/// later ring, so that an equal address is the same ring), the name by value.
+#[derive(Default)]
 struct OutsideFrom {
-    current: usize,
-    previous: usize,
+    current: Option<Arc<Placement>>,
+    previous: Option<Arc<Placement>>,
     self_name: String,
+}
+
+/// Grows by one each time the rings or this node's name change (`update_outside`, under the
+/// state's lock): what the command filter's copy of them (`route::local_view`) is checked
+/// against, one atomic load a command.
+static RINGS_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// The count of changes of the rings and of this node's name so far. Read under the state's
+/// lock, it names the rings and name that lock shows.
+#[inline(always)]
+pub fn rings_generation() -> u64 {
+    RINGS_GENERATION.load(Ordering::Acquire)
 }
 
 /// Whether this server is outside its rings: `shard.self` is set, a ring of shard's own is, and
@@ -188,15 +201,18 @@ pub fn outside() -> bool {
 impl ModuleState {
     /// Computes `OUTSIDE` again when the rings or the name changed since the last time.
     fn update_outside(&mut self) {
-        let ptr = |p: Option<&Arc<Placement>>| p.map_or(0, |p| Arc::as_ptr(p) as usize);
-        let from = OutsideFrom {
-            current: ptr(self.rings.current.as_ref()),
-            previous: ptr(self.rings.previous.as_ref()),
-            self_name: String::new(),
+        let same = |a: Option<&Arc<Placement>>, b: Option<&Arc<Placement>>| match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
         };
-        if from.current == self.outside_from.current
-            && from.previous == self.outside_from.previous
-            && self.config.ring.self_name == self.outside_from.self_name
+        if same(
+            self.rings.current.as_ref(),
+            self.outside_from.current.as_ref(),
+        ) && same(
+            self.rings.previous.as_ref(),
+            self.outside_from.previous.as_ref(),
+        ) && self.config.ring.self_name == self.outside_from.self_name
         {
             return;
         }
@@ -213,9 +229,11 @@ impl ModuleState {
             && !names_me(self.rings.previous.as_ref());
         OUTSIDE.store(outside, Ordering::Relaxed);
         self.outside_from = OutsideFrom {
+            current: self.rings.current.clone(),
+            previous: self.rings.previous.clone(),
             self_name: me.to_string(),
-            ..from
         };
+        RINGS_GENERATION.fetch_add(1, Ordering::Release);
     }
 }
 

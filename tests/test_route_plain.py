@@ -89,6 +89,46 @@ def test_local_keys_stay_plain_commands(server_factory):
     assert stats["cmdstat_shard.plain"]["calls"] == 1
 
 
+def test_the_filters_copy_of_the_ring_follows_every_ring_change(server_factory):
+    """A local key's plain command passes the filter on its quick way, by a copy of the ring
+    (`route::local_view`). Once a ring change gives the key to another node, by SHARD.RING SET
+    or by a resharding's BEGIN, the same command goes to that node: a copy not made again would
+    go on reading this node's own value."""
+    fleet = plain_fleet(server_factory)
+    heavy = {"n0": 1, "n1": 6, "n2": 1}
+    # Keys n0 owns now, each with a value of its own at n0 and another at n1.
+    mine = fleet.owners([f"m:{i}" for i in range(400)], via="n0")
+    keys = [f"m:{i}" for i, o in enumerate(mine) if o == "n0"]
+    for name in ("n0", "n1"):
+        c = local(fleet, name)
+        for k in keys:
+            c.set(k, f"at-{name}")
+    c0 = fleet.client("n0", single_connection_client=True)
+    for _ in range(3):
+        assert [c0.get(k) for k in keys] == [b"at-n0"] * len(keys)
+    # Which of them the heavy ring gives to n1 (asked of n2 alone, then n2 set back).
+    fleet.ring(heavy, on=["n2"])
+    heavy_owners = fleet.owners(keys, via="n2")
+    moved = [k for k, o in zip(keys, heavy_owners) if o == "n1"]
+    stay = [k for k, o in zip(keys, heavy_owners) if o == "n0"]
+    assert len(moved) >= 5 and len(stay) >= 5, (len(keys), len(moved), len(stay))
+    fleet.ring(NAMES, on=["n2"])
+
+    # SHARD.RING SET (n0 last: its copy was made by the ring before).
+    fleet.ring(heavy, on=["n1", "n2", "n0"])
+    assert [c0.get(k) for k in moved] == [b"at-n1"] * len(moved)
+    assert [c0.get(k) for k in stay] == [b"at-n0"] * len(stay)
+    # Back, then a resharding to the heavy ring opened by BEGIN: the moving keys are read at
+    # their new owner, and the ABORT brings them back to n0.
+    fleet.ring(NAMES, on=["n1", "n2", "n0"])
+    assert [c0.get(k) for k in moved] == [b"at-n0"] * len(moved)
+    fleet.ring(heavy, verb="BEGIN", on=["n1", "n2", "n0"])
+    assert [c0.get(k) for k in moved] == [b"at-n1"] * len(moved)
+    for n in ("n1", "n2", "n0"):
+        assert fleet.client(n).execute_command("SHARD.RING", "ABORT") == b"OK"
+    assert [c0.get(k) for k in moved] == [b"at-n0"] * len(moved)
+
+
 def test_plain_transactions_across_nodes(server_factory):
     """redis-py's own transaction(): WATCH, MULTI, EXEC over keys of two owners, retried on a
     nil EXEC when another client writes a watched key."""

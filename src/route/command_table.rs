@@ -45,6 +45,9 @@ pub struct CommandMeta {
     pub first: i64,
     pub last: i64,
     pub step: i64,
+    /// Keyed, but treated apart by route-plain's filter whatever its keys (`treated_apart`):
+    /// the filter's quick way for a command of keys all here (`plain_keys`) skips it.
+    pub apart: bool,
 }
 
 impl CommandMeta {
@@ -79,6 +82,49 @@ impl CommandMeta {
             step: usize::try_from(self.step).ok()?,
         })
     }
+
+    /// The key positions for `argc` arguments of a command route-plain's filter may leave
+    /// untouched when they are all here: keys the table fixes, and none of the commands
+    /// treated apart. The arity is not checked: the server refuses a wrong one itself, before
+    /// the command runs (and a call handed on is refused by the handler).
+    #[inline]
+    pub fn plain_keys(&self, argc: usize) -> Option<KeyRange> {
+        if self.apart || self.movable || self.first <= 0 || self.step <= 0 {
+            return None;
+        }
+        let argc = i64::try_from(argc).ok()?;
+        let last = if self.last < 0 {
+            argc + self.last
+        } else {
+            self.last
+        };
+        if last < self.first || last >= argc {
+            return None;
+        }
+        Some(KeyRange {
+            next: usize::try_from(self.first).ok()?,
+            last: usize::try_from(last).ok()?,
+            step: usize::try_from(self.step).ok()?,
+        })
+    }
+}
+
+/// The keyed commands route-plain's filter treats apart whatever their keys: `SORT_RO` (its
+/// `BY`/`GET` patterns read keys it does not name), `SPUBLISH` (published at every node),
+/// `SSUBSCRIBE`/`SUNSUBSCRIBE` (the connection's own), `WATCH` (the transactions across
+/// nodes'), and the module's own commands.
+fn treated_apart(name: &[u8]) -> bool {
+    (name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard."))
+        || [
+            &b"sort"[..],
+            b"sort_ro",
+            b"spublish",
+            b"ssubscribe",
+            b"sunsubscribe",
+            b"watch",
+        ]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n))
 }
 
 /// Key positions from the command table's range.
@@ -114,6 +160,7 @@ pub fn meta_from_info(arity: i64, flags: &[&str], first: i64, last: i64, step: i
         first,
         last,
         step,
+        apart: false,
     }
 }
 
@@ -141,6 +188,10 @@ fn learn_many(entries: impl IntoIterator<Item = (Vec<u8>, CommandMeta)>) {
     let _learning = LEARNING
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let entries = entries.into_iter().map(|(name, mut meta)| {
+        meta.apart = treated_apart(&name);
+        (name, meta)
+    });
     let table = match TABLE.get() {
         Some(table) => table.with(entries),
         None => NameTable::default().with(entries),

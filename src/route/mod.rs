@@ -17,7 +17,9 @@
 //!   `replica`: reads at replicas.
 //! - `filter`: the command filter's part that turns a call whose keys are all here into the
 //!   plain command; `plain`: its part under `shard.route-plain yes`, which hands a plain
-//!   client's command for other nodes (or for the whole fleet) to `SHARD.PLAIN`.
+//!   client's command for other nodes (or for the whole fleet) to `SHARD.PLAIN`;
+//!   `local_view`: the filter's copy of the ring and of which node is this one, for the usual
+//!   command of keys all here, made again when the rings change.
 //! - `keyless`: the keyless commands the fleet answers and how their replies merge (pure,
 //!   `SHARD.HOTKEYS`'s merge too, tested in `keyless_hot_tests`); `keyless_call`: their
 //!   fan-out; `scan_cursor`: the fleet's `SCAN` cursor (pure); `hot_sample`: one node's
@@ -45,6 +47,7 @@ pub mod keyless;
 pub mod keyless_call;
 #[cfg(test)]
 mod keyless_hot_tests;
+pub mod local_view;
 pub mod name_table;
 pub mod outside;
 pub mod plain;

@@ -58,6 +58,39 @@ pub fn check(value: &str) -> Result<(), String> {
     }
 }
 
+/// The quick way for the usual command while `route-plain` is on: a keyed command whose keys
+/// the command table fixes, not one treated apart (`CommandMeta::plain_keys`), every key this
+/// node's by a ring with no resharding step open (`local_view`), on a primary whose rings are
+/// checked, with no transaction across nodes open here and no hash dictionary to apply: true
+/// when it is to run as it is. What `rewrite` would find for it, without the state's lock; the
+/// caller checks that the filter's other parts have nothing to do with it either.
+#[inline]
+pub fn passes_as_is(args: &FilterArgs) -> bool {
+    if !enabled()
+        || crate::topology::nodes::is_replica()
+        || crate::route::filter::any_queueing()
+        || crate::route::gate::closed()
+    {
+        return false;
+    }
+    let Some(name) = args.arg(0) else {
+        return false;
+    };
+    let Some(meta) = crate::route::command_table::known(name) else {
+        return false;
+    };
+    let Some(positions) = meta.plain_keys(args.len()) else {
+        return false;
+    };
+    if crate::route::fields::translates(name)
+        || (meta.readonly
+            && crate::topology::nodes::read_from() != crate::topology::nodes::ReadFrom::Primary)
+    {
+        return false;
+    }
+    crate::route::local_view::all_here(positions.map(|i| args.arg(i))) == Some(true)
+}
+
 /// The module's transaction command a plain transaction command becomes.
 fn transaction_verb(name: &[u8]) -> Option<&'static [u8]> {
     if !matches!(name.len(), 4 | 5 | 7) {
