@@ -20,7 +20,7 @@ import redis
 
 from helpers.fleet import Fleet, assert_owned_only, owners
 from helpers.reshard import assert_one_ring, fleet_status, resume_until_over, wait_copying
-from helpers.server import PRIMARY, info_shard, until, wait_in_sync
+from helpers.server import PRIMARY, as_map, info_shard, until, wait_in_sync
 from helpers.writers import Writers, check_writes
 
 pytestmark = pytest.mark.slow
@@ -265,12 +265,14 @@ def test_primary_cut_off_with_its_clients_keeps_every_write_acknowledged_by_its_
     for tag in ("m-wait", "M-wait", "M-plain"):
         assert counts[tag]["acked_lost"] == 0, (tag, counts)
     assert counts["m-wait"]["acked"] > 20 and counts["M-wait"]["acked"] > 0, counts
-    # No write acknowledged with the replica wait on the minority side after the cut.
-    assert not [w for w in minority.acked("wait") if w[0] > cut_at + 0.05]
+    # No write acknowledged with the replica wait on the minority side while it was cut off
+    # (after the heal its calls go to the new primary, and are acknowledged there).
+    assert not [w for w in minority.acked("wait") if cut_at + 0.05 < w[0] < healed_at]
     # Plain writes on the cut-off primary, sent well after the cut: acknowledged only without
     # min-replicas-to-write, and then every one of them is lost (the old primary's data is
     # replaced by the new primary's when it follows it).
-    late = [w for w in minority.log if w[1] == "plain" and w[0] > cut_at + MAX_LAG + 3]
+    late = [w for w in minority.log
+            if w[1] == "plain" and cut_at + MAX_LAG + 3 < w[0] < healed_at]
     late_acked = [w for w in late if w[4] == "ack"]
     assert late, "the minority's client wrote during the cut"
     if min_replicas:
@@ -286,28 +288,43 @@ def test_primary_cut_off_with_its_clients_keeps_every_write_acknowledged_by_its_
 
 KEYS = 30_000
 RATE = 1000  # MAXRATE: the copy of a grow 3 -> 4 takes about 2.5 s
+CUT_SECONDS = 4  # longer than call-timeout-ms and the coordinator's retries
 
 
 def ring_args(fleet, names):
     return [x for n in names for x in (n, f"{fleet[n].host}:{fleet[n].port}", 1)]
 
 
-def test_node_cut_off_from_the_coordinator_during_a_grow(server_factory, partition):
+def ring_state(client):
+    return as_map(client.execute_command("SHARD.RING", "STATE"))
+
+
+@pytest.mark.parametrize("phase", ["copy", "settle", "commit"])
+def test_node_cut_off_from_the_coordinator_during_a_grow(server_factory, partition, phase):
+    """n0 coordinates a grow of n0..n2 to n3; n2 is cut off from n0 (it still reaches n1 and
+    n3) while the copies run (`copy`), or once the coordinator has given the first node the
+    settled rings (`settle`) or the new ring alone (`commit`: n2 misses its COMMIT while n0
+    routes by the new ring); writers go on through n0 and n2 all along. After the heal the
+    operation ends (RESUME if the coordinator gave up), every node holds the new ring alone, no
+    acknowledged write is lost, every key is at its owner only, and n2 routes the keys it gave
+    to n3 there."""
     names3, names4 = ["n0", "n1", "n2"], ["n0", "n1", "n2", "n3"]
     fleet = Fleet()
     for n in names4:
         fleet[n] = server_factory(module_args=["self", n, "call-timeout-ms", 500],
+                                  config=[("enable-debug-command", "yes")],
                                   host=partition.addresses.next())
     for n in names3:
         assert fleet.client(n).execute_command("SHARD.RING", "SET", "ketama",
                                                *ring_args(fleet, names3)) == b"OK"
     c0, c2 = fleet.client("n0"), fleet.client("n2")
-    keys = [f"k:{i}" for i in range(KEYS)]
-    for n, owned in {o: [k for k, x in zip(keys, owners(c0, keys)) if x == o]
-                     for o in names3}.items():
+    keys = [f"k:{i}" for i in range(KEYS if phase == "copy" else 3000)]
+    old_owner = dict(zip(keys, owners(c0, keys)))
+    for n in names3:
         pipe = fleet.client(n).pipeline(transaction=False)
-        for k in owned:
-            pipe.set(k, "v")
+        for k in keys:
+            if old_owner[k] == n:
+                pipe.set(k, "v")
         pipe.execute()
     # Writers through the coordinator and through the node that will be cut off from it.
     writers = Writers(fleet, ["n0", "n2"], threads=3, counters=[f"c:{i}" for i in range(20)],
@@ -315,32 +332,49 @@ def test_node_cut_off_from_the_coordinator_during_a_grow(server_factory, partiti
                       values=[[f"v:{t}:{i}" for i in range(20)] for t in range(3)]).start()
     try:
         writers.wait_acknowledged(100)
-        assert c0.execute_command("SHARD.RESHARD", "START", "ketama", *ring_args(fleet, names4),
-                                  "MAXRATE", RATE) == b"OK"
-        wait_copying(c0)
+        start = ["SHARD.RESHARD", "START", "ketama", *ring_args(fleet, names4)]
+        if phase == "copy":
+            assert c0.execute_command(*start, "MAXRATE", RATE) == b"OK"
+            wait_copying(c0)
+        else:
+            # Held once the plan's first node (n0) has the phase's rings; n2 has not.
+            assert c0.execute_command("SHARD.DEBUG", "FLEET-HOLD", phase, 1) == b"OK"
+            assert c0.execute_command(*start) == b"OK"
+            new_digest = fleet_status(c0)["new_digest"]
+
+            def in_step(name):
+                st = ring_state(fleet.client(name))
+                if phase == "settle":
+                    return st.get("settled") == b"yes"
+                return st["digest"] == new_digest and st["previous_digest"] == b""
+            until(lambda: in_step("n0"), f"n0 has the rings of phase {phase}")
+            assert not in_step("n2")
         partition.cut(fleet["n0"], fleet["n2"])
         cut_at = time.monotonic()
+        if phase != "copy":
+            assert c0.execute_command("SHARD.DEBUG", "FLEET-HOLD", "OFF") == b"OK"
         writers.wait_acknowledged(200)
-        # Longer than the call timeout and the coordinator's retries: it cannot finish.
-        time.sleep(max(0.0, cut_at + 4 - time.monotonic()))
+        time.sleep(max(0.0, cut_at + CUT_SECONDS - time.monotonic()))
         st = fleet_status(c0)
-        print(f"\nfleet status after 4 s cut: phase {st['phase']}, running {st['running']}, "
-              f"error {st['error']!r}")
+        print(f"\n{phase}: after {CUT_SECONDS} s cut: fleet phase {st['phase']}, running "
+              f"{st['running']}, error {st['error']!r}; n2 {ring_state(c2)}")
         assert st["phase"] != b"done", "the grow finished while a node was cut off from it"
         partition.heal()
         resume_until_over(c0, "the grow ends after the heal", timeout=60)
         writers.wait_acknowledged(100)
     finally:
         writers.stop()
+    print(writers.summary())
     assert_one_ring(fleet, names4)
+    for n in names4:
+        assert ring_state(fleet.client(n)).get("settled") == b"no", n
     total = assert_owned_only(fleet, c0)
-    assert total >= KEYS
+    assert total >= len(keys)
     check_writes(c0, writers)
-    # The cut node refuses the keys it no longer owns: they are n3's now, and a call through
-    # n2 runs at n3, never at n2.
-    moved = [k for k, o in zip(keys[:3000], owners(c2, keys[:3000])) if o == "n3"]
+    # The keys n2 gave to n3: n2 routes them there, never runs them itself.
+    moved = [k for k, o in zip(keys, owners(c2, keys)) if o == "n3" and old_owner[k] == "n2"]
     assert moved and all(o == "n3" for o in owners(c0, moved))
     for k in moved[:50]:
         assert c2.execute_command("SHARD.CALL", "SET", k, "after") == b"OK"
         assert c2.get(k) is None and fleet.client("n3").get(k) == b"after"
-    assert not any(c2.exists(k) for k in moved[:500])
+    assert not any(c2.exists(k) for k in moved)
