@@ -16,8 +16,11 @@ static SOURCE: RwLock<Option<IpAddr>> = RwLock::new(None);
 /// Takes the server's `bind-source-addr` as `CONFIG GET` gives it: empty (unset) or text that
 /// is not an IP address leaves the choice to the kernel.
 pub fn set(text: &str) {
-    let ip = text.trim().parse::<IpAddr>().ok();
-    *SOURCE.write().unwrap_or_else(|e| e.into_inner()) = ip;
+    *SOURCE.write().unwrap_or_else(|e| e.into_inner()) = parse(text);
+}
+
+fn parse(text: &str) -> Option<IpAddr> {
+    text.trim().parse::<IpAddr>().ok()
 }
 
 /// The source address in force, if any.
@@ -28,7 +31,11 @@ pub fn get() -> Option<IpAddr> {
 /// Binds `socket`, about to connect to `to`, to the source address in force (port 0: the
 /// kernel picks the port); nothing when none is set or it is of the other family.
 pub fn bind(socket: &Socket, to: &SocketAddr) -> io::Result<()> {
-    match get() {
+    bind_from(socket, to, get())
+}
+
+fn bind_from(socket: &Socket, to: &SocketAddr, source: Option<IpAddr>) -> io::Result<()> {
+    match source {
         Some(ip) if ip.is_ipv4() == to.is_ipv4() => {
             socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))
         }
@@ -46,18 +53,17 @@ mod tests {
     fn connections_leave_from_the_source_address() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let to = listener.local_addr().unwrap();
-        let connect = || {
+        // The setting in force is left alone: other tests' connections run meanwhile.
+        let connect = |setting: &str| {
             let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
-            bind(&s, &to).unwrap();
+            bind_from(&s, &to, parse(setting)).unwrap();
             s.connect(&SockAddr::from(to)).unwrap();
-            listener.accept().unwrap().1.ip()
+            listener.accept().unwrap().1.ip().to_string()
         };
-        set("127.0.0.7");
-        assert_eq!(connect().to_string(), "127.0.0.7");
-        set("::1"); // another family: not bound
-        assert_eq!(connect().to_string(), "127.0.0.1");
-        set("");
-        assert_eq!(get(), None);
-        assert_eq!(connect().to_string(), "127.0.0.1");
+        assert_eq!(connect("127.0.0.7"), "127.0.0.7");
+        assert_eq!(connect(" 127.0.0.8 "), "127.0.0.8");
+        assert_eq!(connect("::1"), "127.0.0.1"); // another family: not bound
+        assert_eq!(connect(""), "127.0.0.1"); // unset: the kernel's choice
+        assert_eq!(connect("not-an-address"), "127.0.0.1");
     }
 }
