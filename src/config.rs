@@ -126,8 +126,15 @@ fn finish_load_in(st: &mut ModuleState) -> Result<(), String> {
     st.install(st.config.clone(), keys, ring);
     apply(&st.config);
     crate::net::tls::install(tls);
+    follow_source_address();
     st.loaded = true;
     Ok(())
+}
+
+/// The module's connections leave from the server's own `bind-source-addr` (`net::source`).
+/// Main thread only.
+fn follow_source_address() {
+    crate::net::source::set(&crate::host::context::server_config("bind-source-addr"));
 }
 
 /// Builds the TLS configuration again (after a `CONFIG SET` of the module's or the server's
@@ -145,7 +152,8 @@ pub fn finish_load() -> Result<(), String> {
 /// Follows `CONFIG SET`: the TLS configuration is built again after a change of a TLS file,
 /// the module's or the server's own (whose files the module's fall back to), so that files
 /// rewritten in place are read again and settings left waiting for the rest of the command
-/// are checked whole.
+/// are checked whole; and the module's connections leave from the server's
+/// `bind-source-addr` after a change of it.
 ///
 /// # Safety
 /// `ctx` must be the context Redis passed to the module's `OnLoad`.
@@ -156,6 +164,9 @@ pub unsafe fn follow_config_set(ctx: *mut redis_module::raw::RedisModuleCtx) {
             .any(|n| n.starts_with(b"tls-") || n.starts_with(b"shard.tls"))
         {
             refresh_tls();
+        }
+        if names.contains(&b"bind-source-addr".as_slice()) {
+            follow_source_address();
         }
     }
     // SAFETY: as the caller promises.

@@ -16,6 +16,7 @@ import pytest
 
 from helpers.clock import build_shim
 from helpers.npm import npm_folder
+from helpers.partition import Addresses, NftUnavailable, Partition
 from helpers.sentinel import Sentinel
 from helpers.server import REDIS_SERVER, SERVER_NAME, SERVER_VERSION, RedisServer
 from helpers.tls import make_certs
@@ -36,9 +37,10 @@ def server_factory(tmp_path):
     """Starts servers on demand: `server_factory(module_args=..., config=...)`."""
     servers = []
 
-    def make(module_args=(), config=(), start=True, env=None, password=None, tls=None):
+    def make(module_args=(), config=(), start=True, env=None, password=None, tls=None,
+             host=None):
         s = RedisServer(tmp_path / f"server{len(servers)}", module_args, config, env, password,
-                        tls)
+                        tls, host=host)
         servers.append(s)
         return s.start() if start else s
 
@@ -72,17 +74,34 @@ def clockshim(tmp_path_factory):
 
 @pytest.fixture
 def sentinel_factory(tmp_path):
-    """Starts Redis Sentinels: `sentinel_factory({name: port}, tls=None)`."""
+    """Starts Redis Sentinels: `sentinel_factory({name: port or "host:port"}, tls=None,
+    host=None)`."""
     made = []
 
-    def make(masters, port=None, tls=None):
-        s = Sentinel(tmp_path / f"sentinel{len(made)}", masters, port, tls)
+    def make(masters, port=None, tls=None, host=None):
+        s = Sentinel(tmp_path / f"sentinel{len(made)}", masters, port, tls, host=host)
         made.append(s)
         return s
 
     yield make
     for s in made:
         s.stop()
+
+
+@pytest.fixture
+def partition():
+    """This test process's nft table (tests/helpers/partition.py), deleted when the test ends,
+    however it ends; `partition.addresses.next()` gives a loopback address of this process's own.
+    Skips only where nft cannot work (not root, no nf_tables in the kernel)."""
+    try:
+        part = Partition().__enter__()
+    except NftUnavailable as e:
+        pytest.skip(f"network partitions: {e}")
+    part.addresses = Addresses()
+    try:
+        yield part
+    finally:
+        part.close()
 
 
 CLIENTS = Path(__file__).resolve().parent / "clients"

@@ -125,6 +125,7 @@ impl Conn {
             .map_err(fail)?;
         socket.set_nonblocking(true).map_err(fail)?;
         socket.set_nodelay(true).map_err(fail)?;
+        crate::net::source::bind(&socket, &addr).map_err(fail)?;
         let started = socket.connect(&SockAddr::from(addr));
         let in_progress = match started {
             Ok(()) => false,

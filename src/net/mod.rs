@@ -13,6 +13,7 @@
 //!   their connection (a command then `WAIT`).
 //! - `blocking_client`: a blocking connection for a thread that may wait (the topology
 //!   watcher).
+//! - `source`: the address every connection leaves from (the server's `bind-source-addr`).
 //!
 //! May import: `host` (the event loop, replies) and nothing else of the crate. No raw module
 //! API here.
@@ -26,6 +27,7 @@ pub mod lanes;
 pub mod pool;
 pub mod pool_events;
 pub mod resp;
+pub mod source;
 pub mod tls;
 pub mod tls_failure;
 pub mod transport;

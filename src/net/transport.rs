@@ -228,7 +228,14 @@ pub fn dial(address: &str, timeout: Duration, tls: Option<&Arc<Tls>>) -> io::Res
     let host = crate::net::endpoint::split_address(address)
         .map(|(h, _)| h)
         .unwrap_or_else(|| addr.ip().to_string());
-    let stream = TcpStream::connect_timeout(&addr, timeout)?;
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    crate::net::source::bind(&socket, &addr)?;
+    socket.connect_timeout(&socket2::SockAddr::from(addr), timeout)?;
+    let stream = TcpStream::from(socket);
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;

@@ -11,6 +11,7 @@
 - `writers`: clients writing through SHARD.CALL meanwhile, and what must survive;
 - `cluster`: cluster clients on a `slots` ring and their loads through a grow and a shrink;
 - `sentinel`: Redis Sentinels, a fleet of primaries and replicas, a failover under writes;
+- `partition`: loopback addresses of this test process's own, and `nft` cuts between them;
 - `listener`: a peer that accepts and never answers;
 - `npm`: the Node.js packages some tests run, installed once per run;
 - `ids`: the keys of the snowflake, tsid, uuidv7 and ulid layouts read as numbers, times, nodes.

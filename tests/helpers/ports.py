@@ -82,6 +82,13 @@ def bindable(port):
         return True
 
 
+def block_index():
+    """Which block of ports this process holds (0, 1, ...): unique among the test processes
+    alive, so it also names things of their own (helpers.partition's loopback addresses)."""
+    _block.claim()
+    return (_block.first - FIRST) // BLOCK
+
+
 def free_port():
     """A port of this process's block that nothing listens on now."""
     _block.claim()

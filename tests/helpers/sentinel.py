@@ -21,13 +21,16 @@ SHARDS = ("n0", "n1", "n2")
 
 class Sentinel:
     """One `redis-server --sentinel` (always Debian's redis-server) with a writable config,
-    watching `masters` ({name: port}, quorum 2). With `tls` (a `Certs.server_tls()`) it listens
-    on TLS only and reaches the servers over TLS (`tls-replication yes`)."""
+    watching `masters` ({name: port, or "host:port"}, quorum 2). With `tls` (a
+    `Certs.server_tls()`) it listens on TLS only and reaches the servers over TLS
+    (`tls-replication yes`). `host` (default 127.0.0.1) is the loopback address it listens on
+    and, when another, the one its connections leave from (helpers.partition)."""
 
-    def __init__(self, workdir, masters, port=None, tls=None):
+    def __init__(self, workdir, masters, port=None, tls=None, host=None):
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.masters, self.tls = masters, tls
+        self.host = host or "127.0.0.1"
         self.log = self.workdir / "sentinel.log"
         self.proc = None
         for attempt in range(5):
@@ -45,9 +48,12 @@ class Sentinel:
                      "tls-auth-clients yes", "tls-replication yes"]
         else:
             lines = [f"port {self.port}"]
-        lines += ["bind 127.0.0.1", f"dir {self.workdir}", f"logfile {self.log}"]
-        for name, port in self.masters.items():
-            lines += [f"sentinel monitor {name} 127.0.0.1 {port} 2",
+        lines += [f"bind {self.host}", f"dir {self.workdir}", f"logfile {self.log}"]
+        if self.host != "127.0.0.1":
+            lines += [f"bind-source-addr {self.host}", "protected-mode no"]
+        for name, at in self.masters.items():
+            host, port = str(at).rpartition(":")[::2] if ":" in str(at) else ("127.0.0.1", at)
+            lines += [f"sentinel monitor {name} {host} {port} 2",
                       f"sentinel down-after-milliseconds {name} {DOWN_AFTER_MS}",
                       f"sentinel failover-timeout {name} 5000"]
         self.conf = self.workdir / "sentinel.conf"
@@ -69,11 +75,11 @@ class Sentinel:
 
     def client(self, **kwargs):
         kwargs.setdefault("socket_timeout", 5)
-        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs, **redis_py_tls_args(self))
+        return redis.Redis(host=self.host, port=self.port, **kwargs, **redis_py_tls_args(self))
 
     @property
     def address(self):
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def stop(self):
         if self.proc and self.proc.poll() is None:

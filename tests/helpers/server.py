@@ -58,11 +58,14 @@ class RedisServer:
 
     `binary` runs another server than REDIS_SERVER (Debian's `redis-server`, built with TLS);
     `module=False` starts it without the module. `tls` (tests/helpers/tls.py
-    `Certs.server_tls`) makes it TLS-only: `port` is then its TLS port.
+    `Certs.server_tls`) makes it TLS-only: `port` is then its TLS port. `host` (default
+    127.0.0.1) is the loopback address it listens on; another one (helpers.partition) is also
+    the address its own connections leave from (`bind-source-addr`: replication, and the
+    module's connections, which follow it), so that a rule on addresses cuts them.
     """
 
     def __init__(self, workdir, module_args=(), config=(), env=None, password=None, tls=None,
-                 binary=None, module=True):
+                 binary=None, module=True, host=None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.module_args = [str(a) for a in module_args]
@@ -74,6 +77,7 @@ class RedisServer:
         self.tls = tls
         self.binary = binary or REDIS_SERVER
         self.module = module
+        self.host = host or "127.0.0.1"
         self.port = None
         self.proc = None
         self.logfile = self.workdir / "redis.log"
@@ -86,9 +90,13 @@ class RedisServer:
                       "--tls-ca-cert-file", self.tls["ca"],
                       "--tls-auth-clients", self.tls.get("auth_clients", "yes")]
         conf = [
-            *listen, "--bind", "127.0.0.1", "--save", "",
+            *listen, "--bind", self.host, "--save", "",
             "--appendonly", "no", "--dir", str(self.workdir), "--logfile", str(self.logfile),
         ]
+        if self.host != "127.0.0.1":
+            # Redis 7.0's protected mode takes only 127.0.0.1 for loopback: the other servers'
+            # connections from their own addresses would be refused.
+            conf += ["--bind-source-addr", self.host, "--protected-mode", "no"]
         if self.module:
             args = list(self.module_args)
             # SHARD_KEY_INDEX=yes (tests/run.py's `index` pass): every server keeps the key
@@ -154,7 +162,7 @@ class RedisServer:
             kwargs.setdefault("ssl_ca_certs", self.tls["client_ca"])
             kwargs.setdefault("ssl_certfile", self.tls["client_cert"])
             kwargs.setdefault("ssl_keyfile", self.tls["client_key"])
-        return redis.Redis(host="127.0.0.1", port=self.port, protocol=protocol, **kwargs)
+        return redis.Redis(host=self.host, port=self.port, protocol=protocol, **kwargs)
 
     def log(self):
         try:
