@@ -14,7 +14,7 @@ import redis
 from helpers.calls import key_names, random_ops
 from helpers.cluster import (CliLoad, NodeLoad, PyLoad, cluster_client, cluster_fleet,
                              grow_and_shrink, grow_and_shrink_under_load, slots_ring)
-from helpers.fleet import NAMES
+from helpers.fleet import NAMES, ring_args
 from helpers.ports import free_port
 from helpers.server import (AOF, FILTER_SEES_CLIENT, PRIMARY, aof_command_names, command_calls,
                             pipelined, until, wait_in_sync)
@@ -168,6 +168,43 @@ def test_a_resharding_redirects_with_ask_and_loses_nothing(fleet, server_factory
     # old value; the values only read are still at the previous owner (no COPY ran).
     assert [n3.get(k) for k in moved] == [b"2"] * len(moved)
     assert all(rc.get(k) == b"2" for k in moved)
+
+
+def test_a_shard_subscriber_hears_its_channel_after_the_channel_moves(fleet):
+    """A cluster client's SSUBSCRIBE is at its channel's owner; a ring change gives the
+    channel's slot to another node, whose SPUBLISH (a cluster client sends it to the new
+    owner) is published at every node: the subscriber, not told of the move, still hears it."""
+    weights = {"n0": 1, "n1": 1, "n2": 4}
+    c0 = fleet["n0"].client()
+    before = {f"orders:{i}": c0.execute_command("SHARD.WHEREIS", f"orders:{i}").decode()
+              for i in range(60)}
+    probe = fleet["n2"].client()
+    probe.execute_command("SHARD.RING", "SET", "slots", *ring_args(fleet, weights))
+    after = {ch: probe.execute_command("SHARD.WHEREIS", ch).decode() for ch in before}
+    probe.execute_command("SHARD.RING", "SET", *slots_ring(fleet, NAMES))
+    channel = next(ch for ch in before if before[ch] != after[ch])
+    old, new = before[channel], after[channel]
+
+    sub = fleet[old].client().pubsub()
+    sub.ssubscribe(channel)
+    assert sub.get_sharded_message(timeout=2)["type"] == "ssubscribe"
+    rc = cluster_client(fleet)
+    assert rc.spublish(channel, "before") >= 1
+    assert sub.get_sharded_message(timeout=2)["data"] == b"before"
+
+    for s in fleet.values():
+        s.client().execute_command("SHARD.RING", "SET", "slots", *ring_args(fleet, weights))
+    assert c0.execute_command("SHARD.WHEREIS", channel).decode() == new
+    rc = cluster_client(fleet)
+    assert rc.spublish(channel, "after") >= 1
+    got = sub.get_sharded_message(timeout=2)
+    assert got is not None and got["data"] == b"after", got
+    # Sent by hand to the new owner, as any cluster client does, and to a third node.
+    for name in (new, next(n for n in NAMES if n not in (old, new))):
+        fleet[name].client().execute_command("SPUBLISH", channel, f"via {name}")
+        got = sub.get_sharded_message(timeout=2)
+        assert got is not None and got["data"] == f"via {name}".encode(), (name, got)
+    sub.close()
 
 
 # --- a Node.js cluster client: ioredis's Redis.Cluster -------------------------------------

@@ -18,7 +18,9 @@
 //! - Keyless commands and the module's own commands are never redirected. `PUBLISH` on a
 //!   primary becomes `SHARD.PLAIN PUBLISH ...`, published at every node of the ring, as Redis
 //!   Cluster's bus delivers it to every node's subscribers (the module's own connections'
-//!   `PUBLISH`, one node's part of it, is published there only).
+//!   `PUBLISH`, one node's part of it, is published there only); `SPUBLISH` too, wherever its
+//!   channel's slot is, so that a shard subscriber whose channel a resharding moved still
+//!   hears it.
 //! - A key of this server's own `sentinel` node while Sentinel does not name this server as
 //!   its primary (a restarted old primary, before Sentinel makes it a replica): `MOVED` to the
 //!   primary Sentinel names, `TRYAGAIN` while it names none; never run here as the owner's.
@@ -182,8 +184,11 @@ pub fn decide<'a>(argc: usize, env: &impl FilterEnv<'a>) -> Rewrite {
     if name.len() > 6 && name[..6].eq_ignore_ascii_case(b"shard.") {
         return Rewrite::None;
     }
-    if name.eq_ignore_ascii_case(b"publish") {
-        // The module's own connections' PUBLISH is another node's, published here only.
+    if name.eq_ignore_ascii_case(b"publish") || name.eq_ignore_ascii_case(b"spublish") {
+        // The module's own connections' PUBLISH is another node's, published here only. A
+        // SPUBLISH too is published at every node: a shard subscriber stays at the node it
+        // subscribed at when a resharding moves its channel (Redis Cluster would send it
+        // SUNSUBSCRIBE; a module cannot end another client's subscription), and still hears it.
         let internal = env.client_id().is_some_and(clients::is_internal);
         return if env.is_replica() || internal || env.in_transaction() {
             Rewrite::None
