@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from helpers.fleet import make_fleet
+from helpers.server import until
 
 
 def fleet_of(server_factory):
@@ -119,3 +120,84 @@ def test_an_owner_killed_while_a_client_waits_fails_the_call(server_factory):
         c.blpop(q, 10)
     # n0 still serves.
     assert c.ping()
+
+
+@pytest.mark.slow
+def test_a_blpop_waiting_at_an_owner_that_fails_over(server_factory, sentinel_factory):
+    """A BLPOP routed to a Sentinel node's primary, which is killed and failed over: the
+    waiting call fails naming the node (as a client blocked on a primary that goes away sees
+    its connection end), nothing is popped for it, and the same BLPOP sent again waits at the
+    promoted replica, where a push through another node wakes it."""
+    from helpers.sentinel import start_sentinel_fleet
+    fleet = start_sentinel_fleet(server_factory, sentinel_factory)
+    for s in (*fleet.primaries.values(), *fleet.replicas.values()):
+        s.client().config_set("shard.route-plain", "yes")
+    entry = fleet.primaries["n0"]
+    c0 = entry.client()
+    q = fleet.keys_of(c0, "n1", 1)[0]
+    old, new = fleet.primaries["n1"], fleet.replicas["n1"]
+    later(0.5, lambda: old.stop(signal.SIGKILL))
+    started = time.monotonic()
+    with pytest.raises(redis.ResponseError, match="n1"):
+        c0.blpop(q, 30)
+    assert time.monotonic() - started < 10
+    new_address = f"127.0.0.1:{new.port}".encode()
+    until(lambda: c0.execute_command("SHARD.LOCATE", q)[3] == new_address,
+          "n0 follows n1's failover", timeout=40)
+    until(lambda: new.client().info("replication")["role"] == "master", "promoted", timeout=10)
+    got = {}
+    waiter = threading.Thread(target=lambda: got.setdefault("v", entry.client().blpop(q, 20)))
+    waiter.start()
+    until(lambda: new.client().info("clients")["blocked_clients"] >= 1,
+          "the BLPOP waits at the promoted replica", timeout=10)
+    assert fleet.primaries["n2"].client().lpush(q, "x") == 1
+    waiter.join(25)
+    assert tuple(got.get("v") or ()) == (q.encode(), b"x"), got
+    assert new.client().llen(q) == 0
+
+
+def test_a_blpop_waiting_at_a_key_a_resharding_moves(server_factory):
+    """A BLPOP waits at its key's owner n1 when a resharding begins to move the key to n3:
+    what it waits for will be pushed at n3, so its wait is ended (TRYAGAIN, saying so) rather
+    than left to its timeout; sent again once the move is done, it waits at n3, where the
+    element pushed during the move is."""
+    names = ["n0", "n1", "n2", "n3"]
+    fleet = make_fleet(server_factory, names=names, ring=["n0", "n1", "n2"],
+                       args=["route-plain", "yes"])
+    probe = fleet.client("n3")
+    probe.execute_command("SHARD.RING", "SET", "ketama", *fleet.ring_args(names))
+    cands = [f"mq:{i}" for i in range(300)]
+    after = dict(zip(cands, fleet.owners(cands, via="n3")))
+    probe.execute_command("SHARD.RING", "SET", "ketama", *fleet.ring_args(["n0", "n1", "n2"]))
+    before = dict(zip(cands, fleet.owners(cands, via="n3")))
+    q = next(k for k in cands if before[k] == "n1" and after[k] == "n3")
+    n1 = fleet.client("n1")
+    got = {}
+
+    def wait():
+        try:
+            got["v"] = fleet.client("n0").blpop(q, 30)
+        except redis.ResponseError as e:
+            got["e"] = (str(e), time.monotonic())
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    until(lambda: n1.info("clients")["blocked_clients"] == 1, "the BLPOP waits at n1")
+    begun = time.monotonic()
+    for n in ("n3", "n1", "n2", "n0"):
+        assert fleet.client(n).execute_command(
+            "SHARD.RING", "BEGIN", "ketama", *fleet.ring_args(names)) == b"OK"
+    waiter.join(10)
+    assert "e" in got, got
+    message, at = got["e"]
+    assert message.startswith("TRYAGAIN a ring change moved a key of 'blpop' away from n1"), message
+    assert "n3" in message, message
+    assert at - begun < 5
+    assert n1.info("clients")["blocked_clients"] == 0
+    # Pushed during the move: at the new owner.
+    assert fleet.client("n2").rpush(q, "during") == 1
+    with pytest.raises(redis.ResponseError, match="moving a key"):
+        fleet.client("n0").blpop(q, 1)
+    for n in names:
+        assert fleet.client(n).execute_command("SHARD.RING", "COMMIT") == b"OK"
+    assert tuple(fleet.client("n0").blpop(q, 5)) == (q.encode(), b"during")
+    assert n1.exists(q) == 0 and fleet.client("n3").exists(q) == 0

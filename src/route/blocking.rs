@@ -12,6 +12,9 @@
 //! and pops nothing for it. A node that fails (killed, failed over) fails the connection: the
 //! client gets an error naming the node, and no element was popped for it.
 //!
+//! A ring change that gives a waiting command's key to another node (a resharding begun)
+//! ends its wait at the owner: the client gets `TRYAGAIN` saying so (`blocking_moves`).
+//!
 //! Refused, saying why: keys of several owners (the command waits at one node; give them one
 //! hash tag), a key a resharding is moving (its element could be at either owner: `TRYAGAIN`
 //! once the move is done), rings unchecked, a server Sentinel passed over; inside `MULTI` or a
@@ -47,18 +50,28 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
     if crate::route::gate::closed() {
         return Err(crate::route::gate::refusal());
     }
-    let (owner, link) = owner_of(call, command)?;
+    let (owner, name, link) = owner_of(call, command)?;
     let args: Vec<Vec<u8>> = (start..call.args.len())
         .map(|i| call.args.get(i).to_vec())
         .collect();
-    forward::forward_blocking(call, &owner, &link, &args).map_err(CmdError::err)
+    let watched = crate::route::blocking_moves::Watched {
+        owner: name,
+        keys: command
+            .positions
+            .iter()
+            .map(|&pos| call.args.get(pos + start).to_vec())
+            .collect(),
+        name: command.name_text.clone(),
+    };
+    forward::forward_blocking(call, &owner, &link, &args, watched).map_err(CmdError::err)
 }
 
-/// The one node that owns every key of the command, and the link to it.
+/// The one node that owns every key of the command: its endpoint, its name, and the link to
+/// it.
 fn owner_of(
     call: &Call,
     command: &Carried,
-) -> Result<(crate::net::endpoint::Endpoint, Link), CmdError> {
+) -> Result<(crate::net::endpoint::Endpoint, String, Link), CmdError> {
     let st = state::lock();
     let current = st.current_ring()?;
     let ring = current.ring.as_ref().ok_or_else(|| {
@@ -104,5 +117,5 @@ fn owner_of(
     }
     let owner = crate::topology::nodes::endpoint_of(node, self_name);
     let link = crate::route::call::link_for(call, &st);
-    Ok((owner, link))
+    Ok((owner, node.name.clone(), link))
 }

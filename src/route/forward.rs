@@ -114,6 +114,12 @@ type Blocked = blocked::Blocked<CallReply>;
 enum Waiting {
     /// The client's reply is this one reply; the ring epoch it was routed by.
     Direct(Blocked, u64),
+    /// As `Direct`, for a blocking command waiting at its owner (`blocking_moves`).
+    Blocking(Blocked, u64),
+    /// The owner's id of the connection the blocking command of this waiter waits on.
+    LaneClient(Waiter),
+    /// A reply of no use to anyone.
+    Ignored,
     /// A step of the call with this id.
     Step(u64),
 }
@@ -168,31 +174,61 @@ pub fn forward(
 /// own (`net::lanes`), with no time limit beyond the command's own (the node replies at its
 /// timeout; a node that goes away fails the connection). If the client disconnects first, that
 /// connection is closed, so that the node stops waiting and pops nothing for a client gone.
+///
+/// The connection's id at the owner is asked first, on the same connection, so that the wait
+/// can be ended there if a ring change moves one of `keys` (owned by `owner`) away while it
+/// lasts (`blocking_moves`).
 pub fn forward_blocking(
     call: &CommandCall,
     at: &Endpoint,
     link: &Link,
     args: &[Vec<u8>],
+    waits: crate::route::blocking_moves::Watched,
 ) -> Result<(), String> {
     let client = blocked::block(call)?;
     let epoch = begin_call();
-    let waiter = CALLS.with(|c| c.borrow_mut().id());
+    let (waiter, asked) = CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let waiter = calls.id();
+        let asked = calls.id();
+        calls.waiting.insert(asked, Waiting::LaneClient(waiter));
+        (waiter, asked)
+    });
     client.on_disconnect(move || lanes::cancel(waiter, "the client disconnected"));
     CALLS.with(|c| {
         c.borrow_mut()
             .waiting
-            .insert(waiter, Waiting::Direct(client, epoch))
+            .insert(waiter, Waiting::Blocking(client, epoch))
     });
+    crate::route::blocking_moves::waits(waiter, at, link, waits);
     lanes::request_alone(
         at,
         link,
-        &[Held {
-            args,
-            waiter,
-            extra: None,
-        }],
+        &[
+            Held {
+                args: &[b"CLIENT".to_vec(), b"ID".to_vec()],
+                waiter: asked,
+                extra: Some(std::time::Duration::ZERO),
+            },
+            Held {
+                args,
+                waiter,
+                extra: None,
+            },
+        ],
     );
     Ok(())
+}
+
+/// Sends `args` to `at` on its control connection; the reply goes nowhere.
+pub fn send_ignored(at: &Endpoint, link: &Link, args: &[Vec<u8>], extra: std::time::Duration) {
+    let waiter = CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let id = calls.id();
+        calls.waiting.insert(id, Waiting::Ignored);
+        id
+    });
+    lanes::request_control(at, link, args, waiter, extra);
 }
 
 /// Blocks the client of `call` and runs the future `make` builds over the network steps; its
@@ -310,6 +346,28 @@ fn deliver(waiter: Waiter, outcome: Outcome) {
             };
             client.unblock(reply);
         }
+        Waiting::Blocking(client, epoch) => {
+            end_call(epoch);
+            let moved = crate::route::blocking_moves::done(waiter);
+            let reply = match outcome {
+                // Its wait ended by the owner because its key moved (`blocking_moves`).
+                Ok(Resp::Error(e)) if moved.is_some() && e.starts_with(b"UNBLOCKED") => {
+                    CallReply::Error(moved.unwrap_or_default())
+                }
+                Ok(reply) => {
+                    count(|s| s.forwarded += 1);
+                    CallReply::Reply(reply)
+                }
+                Err(e) => CallReply::failed(&e),
+            };
+            client.unblock(reply);
+        }
+        Waiting::LaneClient(of) => {
+            if let Ok(Resp::Int(id)) = outcome {
+                crate::route::blocking_moves::lane_client(of, id);
+            }
+        }
+        Waiting::Ignored => {}
         Waiting::Step(call) => {
             let slots = CALLS.with(|c| c.borrow().calls.get(&call).map(|c| Rc::clone(&c.slots)));
             if let Some(slots) = slots {

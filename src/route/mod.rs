@@ -11,7 +11,8 @@
 //!   deletes at both owners), driven through the `Step` trait; `split`: multi-key commands cut
 //!   by owner and their replies merged; `fields`: Shardjs's field-name dictionary.
 //! - `blocking`: a blocking command waits at its owner on a connection of its own, closed if
-//!   the client disconnects.
+//!   the client disconnects; `blocking_moves`: its wait ended (`TRYAGAIN`) when a ring change
+//!   moves its key away.
 //! - `forward`: calls in flight (the blocked client, the future over its steps, the network
 //!   steps `NetSteps`) and the counters of INFO; `copy`: copy-before-write's requests;
 //!   `replica`: reads at replicas.
@@ -34,6 +35,7 @@
 //! is `host`'s.
 
 pub mod blocking;
+pub mod blocking_moves;
 pub mod call;
 pub mod command_table;
 pub mod copy;
