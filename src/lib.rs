@@ -243,6 +243,7 @@ fn filter_all(args: &mut host::filter::FilterArgs) {
         args,
         cluster::clients::is_internal,
         txn::coord::clients::queueing,
+        |args| cluster::auth::known_authenticated(|| args.client_user()),
         cluster::protocol::enabled(),
     );
     txn::owner::marks::on_command(args);

@@ -82,11 +82,14 @@ def test_local_keys_stay_plain_commands(server_factory):
         c0.set(local, "x")
         c0.get(local)
     stats = c0.info("commandstats")
-    assert "cmdstat_shard.plain" not in stats, stats
+    assert not [k for k in stats if k.startswith("cmdstat_shard.plain")], stats
     assert stats["cmdstat_set"]["calls"] == 20
     c0.set(remote, "y")
     stats = c0.info("commandstats")
-    assert stats["cmdstat_shard.plain"]["calls"] == 1
+    # Handed over as SHARD.PLAINAS: the default user lets everyone in, so the filter knows the
+    # client has authenticated.
+    assert stats["cmdstat_shard.plainas"]["calls"] == 1
+    assert "cmdstat_shard.plain" not in stats, stats
 
 
 def test_the_filters_copy_of_the_ring_follows_every_ring_change(server_factory):
@@ -455,3 +458,53 @@ def test_server_commands_through_shard_call_are_refused_not_run(server_factory):
     with killer.pipeline() as p:
         p.ping().echo("e").set(k, "v").get(k)
         assert p.execute() == [True, b"e", True, b"v"]
+
+
+def test_a_user_granted_plain_commands_only_runs_them_on_any_nodes_keys(server_factory):
+    """A user granted `+get +set +multi +exec +watch` and keys `cache:*`, not the module's
+    commands: its plain commands of other nodes' keys are handed over authorised as
+    themselves (SHARD.PLAINAS), so they run; what the user may not do is refused as the server
+    refuses it, and the ACL log records it; a client that has not authenticated is refused."""
+    fleet = plain_fleet(server_factory)
+    for n in NAMES:
+        fleet.client(n).acl_setuser("app", enabled=True, nopass=True, reset=True,
+                                    commands=["+get", "+set", "+multi", "+exec", "+watch",
+                                              "+select"], keys=["cache:*"])
+    keys, owners = keys_on_every_node(fleet, prefix="cache")
+    app = fleet.client("n0", username="app", password="x")
+    for k in keys:
+        assert app.set(k, k) is True
+    assert [app.get(k) for k in keys] == [k.encode() for k in keys]
+    # A transaction over keys of every owner, with a watch.
+    with app.pipeline(transaction=True) as p:
+        p.watch(keys[0])
+        p.multi()
+        for k in keys[:6]:
+            p.set(k, f"t-{k}")
+        assert p.execute() == [True] * 6
+    assert [local(fleet, o).get(k) for k, o in zip(keys[:6], owners[:6])] == \
+        [f"t-{k}".encode() for k in keys[:6]]
+    # Refused as the server refuses it, for another node's key, and logged there.
+    admin = fleet.client("n0")
+    admin.acl_log_reset()
+    other_key = fleet.key_of("n1", prefix="violated")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        app.get(other_key)
+    hash_key = next(k for k, o in zip(keys, owners) if o == "n2")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        app.hset(hash_key, "f", "v")
+    log = admin.acl_log()
+    assert {(e["reason"], e["object"]) for e in log} >= {("key", other_key), ("command", "hset")}, log
+    assert all(e["username"] == "app" for e in log), log
+    # With a password on the default user, a client that has not authenticated is refused.
+    for n in NAMES:
+        fleet.client(n).config_set("requirepass", "secret")
+    try:
+        anonymous = redis.Redis(port=fleet["n0"].port)
+        time.sleep(1.2)  # the filter's reading of the default user, every second
+        for k in (keys[1], other_key):
+            with pytest.raises(redis.exceptions.AuthenticationError):
+                anonymous.get(k)
+    finally:
+        for n in NAMES:
+            fleet.client(n, password="secret").config_set("requirepass", "")

@@ -59,7 +59,8 @@ static WATCHING: AtomicBool = AtomicBool::new(false);
 
 const EVERY: Duration = Duration::from_secs(1);
 
-/// The protocol was turned on: read the users now and every second while it stays on.
+/// The protocol or `route-plain` was turned on: read the users now and every second while one
+/// of them stays on.
 pub fn watch() {
     if !WATCHING.swap(true, Ordering::Relaxed)
         && !crate::host::context::after(Duration::ZERO, tick, ())
@@ -69,7 +70,7 @@ pub fn watch() {
 }
 
 fn tick(_: &redis_module::Context, (): ()) {
-    if !crate::cluster::protocol::enabled() {
+    if !crate::cluster::protocol::enabled() && !crate::route::plain::enabled() {
         WATCHING.store(false, Ordering::Relaxed);
         return;
     }
@@ -121,6 +122,23 @@ pub fn route(kind: Emulated, user: Option<&[u8]>) -> Route {
             }
         }
     }
+}
+
+/// Whether route-plain's filter knows that the client whose user `user` gives (`None`: the
+/// filter cannot tell, Redis 7.0) has authenticated, so that its command may be handed over as
+/// `SHARD.PLAINAS`, authorised as the command it carries (`commands::plain`): its user is not
+/// `default` (a client gets another user only by authenticating), or the `default` user lets
+/// everyone in. The user is asked only when the `default` user does not.
+pub fn known_authenticated(user: impl FnOnce() -> Option<Vec<u8>>) -> bool {
+    DEFAULT_OPEN.load(Ordering::Relaxed) || user().is_some_and(|u| u != b"default")
+}
+
+/// `SHARD.PLAINAS`'s check, in place of the server's: the client has authenticated (as
+/// `authorise` checks it). The command it carries is checked by the routing, as `SHARD.CALL`'s.
+pub fn authenticated_caller(call: &Call) -> Result<Caller, CmdError> {
+    let caller = acl::caller(call);
+    authenticated(&caller)?;
+    Ok(caller)
 }
 
 /// `SHARD.EMULATE`'s check, in place of the server's: the client has authenticated (its user

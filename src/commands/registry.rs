@@ -10,7 +10,7 @@ use crate::commands::{
 use crate::host::register::CommandSpec;
 
 /// Every command of the module.
-pub fn table() -> [&'static CommandSpec; 30] {
+pub fn table() -> [&'static CommandSpec; 31] {
     [
         &genkey::COMMAND,
         &decode::COMMAND,
@@ -29,6 +29,7 @@ pub fn table() -> [&'static CommandSpec; 30] {
         &emulate::INFO,
         &outside::COMMAND,
         &plain::COMMAND,
+        &plain::AUTHORISED,
         &debug::COMMAND,
         &dump::COMMAND,
         &apply::COMMAND,

@@ -49,6 +49,9 @@ pub fn check_caller_in(call: &Call, within: std::ops::Range<usize>, name: &str) 
         }
         let argc = c_int::try_from(argv.len()).unwrap_or(c_int::MAX);
         let allowed = check(user, argv.as_ptr().cast_mut(), argc) == raw::REDISMODULE_OK as c_int;
+        if !allowed {
+            log_denial(call, user, argv);
+        }
         free_user(user);
         if !allowed {
             return Err(CmdError::code(
@@ -60,6 +63,47 @@ pub fn check_caller_in(call: &Call, within: std::ops::Range<usize>, name: &str) 
         }
     }
     Ok(())
+}
+
+/// Records a refusal of `argv` to `user` in the server's ACL log (`ACL LOG`), as the server
+/// records its own: the command, when the user may not run it at all (its name alone is
+/// refused), else the first argument the user may not access as a key.
+///
+/// # Safety
+/// `user` is a live module user; `argv` the call's live arguments.
+unsafe fn log_denial(call: &Call, user: *mut raw::RedisModuleUser, argv: &[*mut raw::RedisModuleString]) {
+    // SAFETY: as the caller promises; the API table is filled at load.
+    unsafe {
+        let (Some(check), Some(check_key), Some(add), Some(create), Some(free_string)) = (
+            raw::RedisModule_ACLCheckCommandPermissions,
+            raw::RedisModule_ACLCheckKeyPermissions,
+            raw::RedisModule_ACLAddLogEntry,
+            raw::RedisModule_CreateString,
+            raw::RedisModule_FreeString,
+        ) else {
+            return;
+        };
+        let Some(&name) = argv.first() else {
+            return;
+        };
+        let ctx = call.ctx.ctx;
+        if check(user, argv.as_ptr().cast_mut(), 1) != raw::REDISMODULE_OK as c_int {
+            let Some(text) = string_bytes(name) else {
+                return;
+            };
+            let lower = text.to_ascii_lowercase();
+            let object = create(ctx, lower.as_ptr().cast(), lower.len());
+            add(ctx, user, object, raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_CMD);
+            free_string(ctx, object);
+            return;
+        }
+        if let Some(&key) = argv[1..]
+            .iter()
+            .find(|&&key| check_key(user, key, 0) != raw::REDISMODULE_OK as c_int)
+        {
+            add(ctx, user, key, raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_KEY);
+        }
+    }
 }
 
 /// The calling user's name (`None` for a client with no user: the replication stream, the

@@ -37,6 +37,12 @@ use crate::route::keyless;
 /// The command the filter hands a plain client's routed command to.
 pub const COMMAND: &[u8] = b"SHARD.PLAIN";
 
+/// The same, for a client the filter knows has authenticated: a `no-auth` command whose
+/// handler checks what the server would have checked for the command it carries (a user
+/// granted `+get` but not the module's commands runs its plain `GET` of any node's key). Plain
+/// transaction commands come this way too (`SHARD.PLAINAS MULTI`), run as `SHARD.MULTI` ...
+pub const AUTHORISED: &[u8] = b"SHARD.PLAINAS";
+
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Whether `shard.route-plain` is `yes` (one load: the filter's first look at every command).
@@ -91,8 +97,9 @@ pub fn passes_as_is(args: &FilterArgs) -> bool {
     crate::route::local_view::all_here(positions.map(|i| args.arg(i))) == Some(true)
 }
 
-/// The module's transaction command a plain transaction command becomes.
-fn transaction_verb(name: &[u8]) -> Option<&'static [u8]> {
+/// The module's transaction command a plain transaction command becomes (`MULTI` →
+/// `SHARD.MULTI` ...), if it is one.
+pub fn transaction_verb(name: &[u8]) -> Option<&'static [u8]> {
     if !matches!(name.len(), 4 | 5 | 7) {
         return None;
     }
@@ -119,6 +126,7 @@ pub fn rewrite(
     args: &mut FilterArgs,
     internal: impl Fn(u64) -> bool,
     queueing: impl Fn(u64) -> bool,
+    authenticated: impl Fn(&FilterArgs) -> bool,
     cluster: bool,
 ) -> bool {
     if !enabled() || crate::topology::nodes::is_replica() {
@@ -139,11 +147,11 @@ pub fn rewrite(
     if !cluster && name.eq_ignore_ascii_case(b"spublish") {
         // Keyed by its channel, but published at every node: shard subscribers are wherever
         // plain clients connected (the cluster protocol's part routes it otherwise).
-        return hand_over(args, internal, None);
+        return hand_over(args, internal, &authenticated, None);
     }
     if crate::route::command_table::reads_unnamed_keys(args.len(), |i| args.arg(i)) {
         // Refused by the handler: its pattern keys may be anywhere.
-        return hand_over(args, internal, None);
+        return hand_over(args, internal, &authenticated, None);
     }
     let verb = match transaction_verb(name) {
         Some(verb) => Some(verb),
@@ -171,14 +179,25 @@ pub fn rewrite(
             _ => None,
         },
     };
-    hand_over(args, internal, verb)
+    hand_over(args, internal, &authenticated, verb)
 }
 
-/// Hands the command to the module: its transaction command (`verb`), else `SHARD.PLAIN` in
-/// front; never the module's own connections' commands, where the filter can tell them.
-fn hand_over(args: &mut FilterArgs, internal: impl Fn(u64) -> bool, verb: Option<&[u8]>) -> bool {
+/// Hands the command to the module: `SHARD.PLAINAS` in front for a client known to have
+/// authenticated (`authenticated`), else its transaction command (`verb`) or `SHARD.PLAIN` in
+/// front, which the server checks as themselves; never the module's own connections'
+/// commands, where the filter can tell them.
+fn hand_over(
+    args: &mut FilterArgs,
+    internal: impl Fn(u64) -> bool,
+    authenticated: &impl Fn(&FilterArgs) -> bool,
+    verb: Option<&[u8]>,
+) -> bool {
     if args.client_id().is_some_and(internal) {
         return false;
+    }
+    if authenticated(args) {
+        args.insert(0, AUTHORISED);
+        return true;
     }
     match verb {
         Some(verb) => args.replace(0, verb),

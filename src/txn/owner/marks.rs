@@ -50,7 +50,8 @@ enum Positions {
 }
 
 /// Where the command a call carries begins among its arguments: after `SHARD.CALL` or
-/// `SHARD.REDIRECT` or `SHARD.PLAIN` (1), after `SHARD.CALL WAIT n t` (4); 0 for any other command. A routed
+/// `SHARD.REDIRECT` or `SHARD.PLAIN` or `SHARD.PLAINAS` (1), after `SHARD.CALL WAIT n t` (4);
+/// 0 for any other command. A routed
 /// call that the filter did not turn into the plain command (its keys move, a `SHARD.MULTI` is
 /// open on this node, a cluster client's redirect) runs here through the module, so its keys
 /// are looked at here as the plain command's would be.
@@ -58,7 +59,10 @@ pub fn carried_start<'a>(arg: impl Fn(usize) -> Option<&'a [u8]>) -> usize {
     let Some(name) = arg(0) else {
         return 0;
     };
-    if name.eq_ignore_ascii_case(b"shard.redirect") || name.eq_ignore_ascii_case(b"shard.plain") {
+    if name.eq_ignore_ascii_case(b"shard.redirect")
+        || name.eq_ignore_ascii_case(b"shard.plain")
+        || name.eq_ignore_ascii_case(b"shard.plainas")
+    {
         return 1;
     }
     if !name.eq_ignore_ascii_case(b"shard.call") {
