@@ -9,7 +9,10 @@
 //! 2. each key's `DUMP` and `PEXPIRETIME` are read at its owner, in the client's database;
 //! 3. in one main-thread step at this node (`gather_step`) the copies are restored in the
 //!    scratch database, the command runs there as the calling user, unreplicated, and every
-//!    key is read back; the copies are gone before the step returns;
+//!    key is read back; the copies are gone before the step returns. A pure move or copy
+//!    (`RENAME`, `RENAMENX`, `COPY` without `DB`) is worked out from the copies instead
+//!    (`moves`: the same writes, no scratch run; the user's ACL was checked for the command
+//!    and its keys when it was routed);
 //! 4. the keys the command changed are written at their owners (`RESTORE key at value REPLACE
 //!    ABSTTL`, or `DEL key`) as one transaction across the owners conditioned on the watches:
 //!    the coordinator's own path (`exec::drive`: `PREPARE` at every owner, the decision
@@ -46,10 +49,10 @@ use crate::route::command_table::Carried;
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::txn::coord::exec::{self, WATCH_TTL_MS};
 use crate::txn::coord::fleet::NetFleet;
-use crate::txn::coord::gather_step::{self, Job, KeyCopy};
+use crate::txn::coord::gather_step::{self, Job, KeyCopy, Ran};
 use crate::txn::coord::phases::{Fleet, Outcome};
 use crate::txn::coord::plan::{Part, Txn};
-use crate::txn::coord::{queue, wire};
+use crate::txn::coord::{moves, queue, wire};
 
 /// How many times a gathered command is tried when a watched key was written meanwhile.
 pub const ATTEMPTS: usize = 8;
@@ -93,9 +96,7 @@ pub fn gather(call: &Call, command: &Carried) -> CmdResult {
     }
     let user =
         acl::caller_name(call).ok_or_else(|| CmdError::err("cannot tell the calling user"))?;
-    let txids = (0..ATTEMPTS)
-        .map(|_| exec::new_txid(call))
-        .collect::<Result<Vec<_>, _>>()?;
+    let txids = exec::new_txids(call, ATTEMPTS as u64)?;
     let link = exec::link(Some(call));
     let job = Gathered {
         name: command.name_text.clone(),
@@ -167,22 +168,9 @@ impl Gathered {
                 return Attempt::Done(CallReply::Error(line));
             }
         };
-        let (waiter, told) = steps.expect();
-        let job = Job {
-            copies,
-            command: self.args.clone(),
-            user: self.user.clone(),
-            resp3: self.resp3,
-        };
-        if !gather_step::start(waiter, job) {
-            exec::unwatch_later(txid, &self.groups);
-            return Attempt::Done(CallReply::Error(
-                "ERR the module's context is not ready: retry".into(),
-            ));
-        }
-        let ran = match told.await {
-            Ok(outcome) => gather_step::decode(outcome),
-            Err(e) => Err(format!("ERR shard.txn: {e}")),
+        let ran = match moves::moved(&self.args, &copies) {
+            Some(ran) => Ok(ran),
+            None => self.run_here(steps, copies).await,
         };
         let ran = match ran {
             Ok(r) => r,
@@ -198,6 +186,24 @@ impl Gathered {
                 Attempt::Done(CallReply::Error(line))
             }
             Outcome::Watched | Outcome::Locked(_) | Outcome::LockedWatched(_) => Attempt::Again,
+        }
+    }
+
+    /// Step 3: the command run here on the copies (`gather_step`).
+    async fn run_here(&self, steps: &NetSteps, copies: Vec<KeyCopy>) -> Result<Ran, String> {
+        let (waiter, told) = steps.expect();
+        let job = Job {
+            copies,
+            command: self.args.clone(),
+            user: self.user.clone(),
+            resp3: self.resp3,
+        };
+        if !gather_step::start(waiter, job) {
+            return Err("ERR the module's context is not ready: retry".into());
+        }
+        match told.await {
+            Ok(outcome) => gather_step::decode(outcome),
+            Err(e) => Err(format!("ERR shard.txn: {e}")),
         }
     }
 
