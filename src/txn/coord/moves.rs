@@ -102,7 +102,10 @@ mod tests {
         // The destination missing: the same.
         let copies = [key("a", Some("A"), -1), key("b", None, -1)];
         let ran = moved(&c(&["RENAME", "a", "b"]), &copies).unwrap();
-        assert_eq!(ran.changed, vec![key("a", None, -1), key("b", Some("A"), -1)]);
+        assert_eq!(
+            ran.changed,
+            vec![key("a", None, -1), key("b", Some("A"), -1)]
+        );
     }
 
     #[test]
@@ -133,7 +136,10 @@ mod tests {
         let copies = [key("a", Some("A"), 5), key("b", None, -1)];
         let ran = moved(&c(&["RENAMENX", "a", "b"]), &copies).unwrap();
         assert_eq!(ran.reply, Resp::Int(1));
-        assert_eq!(ran.changed, vec![key("a", None, -1), key("b", Some("A"), 5)]);
+        assert_eq!(
+            ran.changed,
+            vec![key("a", None, -1), key("b", Some("A"), 5)]
+        );
     }
 
     #[test]
