@@ -93,7 +93,7 @@ class RenameRow:
             self.error = (done.stderr or done.stdout).strip() or "no output"
             return
         rps, p50, p99, errors = float(words[0]), float(words[1]), float(words[2]), int(words[3])
-        self.n += int(rps * self.seconds)
+        self.n = int(rps * self.seconds)
         if errors > 1:
             # One is expected: a run may start with its pair the other way round.
             print(f"{self.label}: {errors} error replies: {done.stderr.strip()}", flush=True)
@@ -292,7 +292,10 @@ def main():
              "Three servers with the module and `shard.route-plain yes` (a ketama ring n0 n1 n2), "
              "twemproxy (Debian's nutcracker) in front of the same three; for the local rows a "
              "server with the module, a ring of itself and route-plain on, and one without the "
-             "module. Ratios are medians of the rounds' ratios; latencies medians of p50 / p99.",
+             "module. The RENAME rows are bench/floor/rename.c's (50 clients, each renaming a pair "
+             "of keys of its own back and forth, one request in flight per client), not "
+             "redis-benchmark's. Ratios are medians of the rounds' ratios; latencies medians of "
+             "p50 / p99.",
              "",
              "| what | measured | baseline | baseline figure | ratio | p50 / p99: row; baseline | target | result |",
              "|---|---|---|---|---|---|---|---|"]
