@@ -7,7 +7,12 @@ baselines in interleaved rounds, as ratios:
 - plain GET and SET through n0 of a three-node ketama fleet with `route-plain yes` (keys
   spread over the three, two thirds elsewhere), against twemproxy in front of the same three
   (-P 1 and -P 16);
-- DBSIZE through n0 of the fleet (answered from every node) against DBSIZE on one plain server.
+- DBSIZE through n0 of the fleet (answered from every node) against DBSIZE on one plain server;
+- RENAME between two owners through n0 of the fleet (gathered), against RENAME on one plain
+  server, 50 clients each with a pair of its own renamed back and forth (bench/floor/rename.c,
+  built here with gcc: redis-benchmark cannot repeat a RENAME); two fleet rows: the pair's
+  owners n1 and n2 (n0 owns neither: the general case, the target's row) and n0 and n1.
+  `--only rename` runs these rows alone.
 
 The servers, twemproxy and redis-benchmark are bench/fleet.py's (`redis-benchmark -c 50 -r
 100000`). Writes the section "Routing for unchanged clients" into bench/results.md.
@@ -35,6 +40,67 @@ def fill_scan(c, prefix, n, routed):
         for k in range(i, min(n, i + 1000)):
             args += [f"{prefix}:{k}", "x"]
         c.call(*args)
+
+
+RENAME_CLIENTS = 50
+
+
+def build_rename():
+    """bench/floor/rename.c, the RENAME driver, built with gcc into bench/tmp."""
+    out = base.TMP / "rename"
+    done = subprocess.run(["gcc", "-O2", "-o", str(out), str(fl.ROOT / "bench" / "floor" / "rename.c")],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"rename.c did not build: {done.stderr}")
+    return out
+
+
+def rename_pairs(c0, owners, prefix, n=RENAME_CLIENTS):
+    """n pairs (a, b): a owned by owners[0], b by owners[1], as n0 (`c0`) says."""
+    found = {o: [] for o in owners}
+    i = 0
+    while any(len(v) < n for v in found.values()):
+        k = f"{prefix}:{i}"
+        o = c0.call("SHARD.WHEREIS", k).decode()
+        if o in found and len(found[o]) < n:
+            found[o].append(k)
+        i += 1
+    return list(zip(found[owners[0]], found[owners[1]]))
+
+
+class RenameRow:
+    """A row of the RENAME driver: `pairs` renamed back and forth through `port`."""
+
+    def __init__(self, label, port, pairs, driver, name):
+        self.label, self.port, self.driver = label, port, driver
+        self.pipeline, self.n = 1, 0
+        self.file = base.TMP / f"rename-{name}.txt"
+        self.file.write_text("".join(f"{a} {b}\n" for a, b in pairs))
+        self.runs, self.error, self.seconds = [], None, 1.0
+
+    def calibrate(self, seconds):
+        self.seconds = seconds
+        self.run()
+        self.runs.clear()
+
+    def run(self):
+        if self.error:
+            return
+        argv = [str(self.driver), str(self.port), str(self.seconds), str(self.file)]
+        done = subprocess.run(base.pinned(1 if fl.PIN else None, argv), capture_output=True, text=True)
+        words = done.stdout.split()
+        if done.returncode != 0 or len(words) != 4:
+            self.error = (done.stderr or done.stdout).strip() or "no output"
+            return
+        rps, p50, p99, errors = float(words[0]), float(words[1]), float(words[2]), int(words[3])
+        self.n = int(rps * self.seconds)
+        if errors > 1:
+            # One is expected: a run may start with its pair the other way round.
+            print(f"{self.label}: {errors} error replies: {done.stderr.strip()}", flush=True)
+        self.runs.append((rps, p50, p99))
+
+    def median(self, i):
+        return statistics.median(r[i] for r in self.runs)
 
 
 def walk(port):
@@ -76,6 +142,7 @@ def main():
     ap.add_argument("--out", default=str(fl.RESULTS))
     ap.add_argument("--scan-keys", type=int, default=1_000_000)
     ap.add_argument("--scan-rounds", type=int, default=3)
+    ap.add_argument("--only", choices=["rename"], help="run only these rows (no table written)")
     opts = ap.parse_args()
     started = time.time()
     if subprocess.run(["which", "nutcracker"], capture_output=True).returncode != 0:
@@ -94,7 +161,7 @@ def main():
         lc = local.client()
         lc.call("SHARD.RING", "SET", "ketama", "n0", f"127.0.0.1:{local.port}", 1)
         lc.call("CONFIG", "SET", "shard.route-plain", "yes")
-        for s in (local, plain):
+        for s in (local, plain) if not opts.only else ():
             c = s.client()
             for i in range(0, fl.KEYS, 1000):
                 args = ["MSET"]
@@ -134,6 +201,29 @@ def main():
             "rp_dbsize": Row("route-plain DBSIZE via n0 of three, -P 1", n0, ["DBSIZE"], 1),
             "plain_dbsize": Row("DBSIZE on one plain server, -P 1", plain.port, ["DBSIZE"], 1),
         }
+        # RENAME between two owners: each client its own pair.
+        driver = build_rename()
+        third = rename_pairs(c0, ("n1", "n2"), "rn")
+        owner = rename_pairs(c0, ("n0", "n1"), "ro")
+        cp = plain.client()
+        for a, _ in third + owner:
+            c0.call("SET", a, "xxxxxxxx")
+        for a, _ in third:
+            cp.call("SET", a, "xxxxxxxx")
+        renames = {
+            "rp_rename": RenameRow("route-plain RENAME between two other owners (n1, n2; gathered) "
+                                   f"via n0, {RENAME_CLIENTS} clients, a pair each", n0, third,
+                                   driver, "third"),
+            "rp_rename_own": RenameRow("route-plain RENAME between n0 and n1 (gathered) via n0, "
+                                       f"{RENAME_CLIENTS} clients, a pair each", n0, owner, driver,
+                                       "owner"),
+            "plain_rename": RenameRow(f"RENAME on one plain server, {RENAME_CLIENTS} clients, a pair each",
+                                      plain.port, third, driver, "plain"),
+        }
+        if opts.only:
+            rows = renames
+        else:
+            rows.update(renames)
         print(f"fleet: n0..n2 hold {spread}; sizing runs of ~{opts.seconds:g} s", flush=True)
         for row in rows.values():
             row.calibrate(opts.seconds)
@@ -145,7 +235,19 @@ def main():
             print(f"round {r}/{opts.rounds}: " + "  ".join(
                 f"{k}={base.rate(row.runs[-1][0]) if row.runs else 'x'}"
                 for k, row in rows.items()), flush=True)
-        scans = scan_rows(nodes["n0"], plain, opts.scan_keys, opts.scan_rounds)
+        scans = [] if opts.only else scan_rows(nodes["n0"], plain, opts.scan_keys, opts.scan_rounds)
+        if opts.only:
+            for key in rows:
+                if key != "plain_rename" and rows[key].runs and rows["plain_rename"].runs:
+                    r = statistics.median(x[0] / y[0] for x, y in zip(rows[key].runs,
+                                                                     rows["plain_rename"].runs))
+                    print(f"{key}: {base.rate(rows[key].median(0))} against "
+                          f"{base.rate(rows['plain_rename'].median(0))} ops/s: ratio {r:.2f}; "
+                          f"p50/p99 {rows[key].median(1):.2f}/{rows[key].median(2):.2f} ms, plain "
+                          f"{rows['plain_rename'].median(1):.2f}/{rows['plain_rename'].median(2):.2f} ms")
+                elif rows[key].error:
+                    print(f"{key}: {rows[key].error}")
+            return
     finally:
         for p in procs:
             p.stop()
@@ -171,7 +273,9 @@ def main():
     ratio("rp_set1", "twem_set1", 1.0)
     ratio("rp_get16", "twem_get16")
     ratio("rp_set16", "twem_set16")
-    ratio("rp_copy", "plain_copy", 0.4)
+    ratio("rp_rename", "plain_rename", 0.4)
+    ratio("rp_rename_own", "plain_rename")
+    ratio("rp_copy", "plain_copy")
     ratio("rp_dbsize", "plain_dbsize", 0.3)
     fleet_rate = statistics.median(f for f, _ in scans)
     one_rate = statistics.median(p for _, p in scans)
@@ -188,7 +292,10 @@ def main():
              "Three servers with the module and `shard.route-plain yes` (a ketama ring n0 n1 n2), "
              "twemproxy (Debian's nutcracker) in front of the same three; for the local rows a "
              "server with the module, a ring of itself and route-plain on, and one without the "
-             "module. Ratios are medians of the rounds' ratios; latencies medians of p50 / p99.",
+             "module. The RENAME rows are bench/floor/rename.c's (50 clients, each renaming a pair "
+             "of keys of its own back and forth, one request in flight per client), not "
+             "redis-benchmark's. Ratios are medians of the rounds' ratios; latencies medians of "
+             "p50 / p99.",
              "",
              "| what | measured | baseline | baseline figure | ratio | p50 / p99: row; baseline | target | result |",
              "|---|---|---|---|---|---|---|---|"]

@@ -31,7 +31,7 @@ SUBCOMMANDS = {
                       "resume": (2, {"admin", "blocking"}),
                       "start": (-3, {"admin", "blocking"}), "cancel": (2, {"admin", "blocking"}),
                       "handover": (2, {"admin"}), "plan": (-2, {"admin"})},
-    "shard.txn": {"watch": (-5, {"fast"}), "unwatch": (3, {"fast"}), "apply": (-5, {"write"}),
+    "shard.txn": {"watch": (-5, {"fast"}), "read": (-5, {"readonly"}), "unwatch": (3, {"fast"}), "apply": (-5, {"write"}),
                   "prepare": (-6, {"write"}), "commit": (-3, {"write"}), "abort": (3, {"write"}),
                   "status": (3, {"write", "fast"}), "decide": (-4, {"write"}),
                   "forget": (3, {"write"}), "sync": (2, {"fast"})},

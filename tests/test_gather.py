@@ -51,6 +51,13 @@ CASES = {
     "rename": ([("SET", "a", "v", "PX", TTL), ("SET", "b", "old")], ("RENAME", "a", "b")),
     "renamenx": ([("SET", "a", "v"), ("SET", "b", "old")], ("RENAMENX", "a", "b")),
     "copy": ([("SET", "a", "v", "PX", TTL), ("SET", "b", "old")], ("COPY", "a", "b", "REPLACE")),
+    # The pure moves are worked out without the scratch run (txn/coord/moves.rs): each answer.
+    "rename-missing": ([("SET", "b", "old")], ("RENAME", "a", "b")),
+    "renamenx-missing": ([], ("RENAMENX", "a", "b")),
+    "renamenx-free": ([("RPUSH", "a", "x", "y"), ("PEXPIRE", "a", TTL)], ("RENAMENX", "a", "b")),
+    "copy-kept": ([("SET", "a", "v"), ("SET", "b", "old", "PX", TTL)], ("COPY", "a", "b")),
+    "copy-free": ([("SADD", "a", "m"), ("PEXPIRE", "a", TTL)], ("COPY", "a", "b")),
+    "copy-missing": ([("SET", "b", "old")], ("COPY", "a", "b", "REPLACE")),
     "msetnx": ([], ("MSETNX", "a", "1", "b", "2", "d", "3")),
     "msetnx-refused": ([("SET", "b", "there")], ("MSETNX", "a", "1", "b", "2")),
     "bitop": ([("SET", "a", "\x0f\x01"), ("SET", "b", "\xf0")], ("BITOP", "OR", "d", "a", "b")),
@@ -294,6 +301,42 @@ def test_the_gathering_node_killed_before_the_commit_leaves_nothing_half_applied
         assert 0 < n1.pttl(a) <= TTL
     for n in NAMES:
         assert local(fleet, n, db=SCRATCH).dbsize() == 0
+
+
+def test_the_gathering_node_killed_after_the_read_writes_nothing(server_factory):
+    """n0 gathers RENAME a b (a at n1, b at n2): the keys are watched and read at their owners
+    (`SHARD.TXN READ`), and n0 is killed before any PREPARE: nothing is written, nothing stays
+    locked, the owners' watches go (their ttl), and the keys take writes and a RENAME again."""
+    fleet = gather_fleet(server_factory, config=[("enable-debug-command", "yes"), *AOF])
+    a, b = fleet.key_of("n1", prefix="rd"), fleet.key_of("n2", prefix="rd")
+    c = fleet.client("n0")
+    c.set(a, "moving", px=TTL)
+    c.set(b, "old")
+    assert c.execute_command("SHARD.DEBUG", "TXN-HOLD", "read") == b"OK"
+    result = {}
+
+    def rename():
+        try:
+            result["r"] = fleet.client("n0", socket_timeout=60).rename(a, b)
+        except (redis.RedisError, OSError) as e:
+            result["r"] = e
+    t = threading.Thread(target=rename, daemon=True)
+    t.start()
+    until(lambda: c.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD") == 1,
+          "the gather waits after its read")
+    fleet["n0"].stop(signal.SIGKILL)
+    t.join(60)
+    assert isinstance(result["r"], redis.ConnectionError), result
+    n1, n2 = local(fleet, "n1"), local(fleet, "n2")
+    assert n1.get(a) == b"moving" and n2.get(b) == b"old"
+    assert 0 < n1.pttl(a) <= TTL
+    fleet["n0"].start()
+    until(lambda: no_lock_left(fleet), "nothing locked", timeout=30)
+    # The keys are free: a plain write at the owner, and the RENAME again through n0.
+    assert n2.set(b, "newer") is True
+    c = fleet.client("n0")
+    assert c.rename(a, b) is True
+    assert n1.exists(a) == 0 and n2.get(b) == b"moving" and 0 < n2.pttl(b) <= TTL
 
 
 @pytest.mark.parametrize("atomic", [False, True], ids=["split", "atomic-mset"])

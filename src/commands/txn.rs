@@ -1,4 +1,4 @@
-//! `SHARD.TXN WATCH|UNWATCH|APPLY|PREPARE|COMMIT|ABORT|SYNC|STATUS`: the owner protocol of
+//! `SHARD.TXN WATCH|READ|UNWATCH|APPLY|PREPARE|COMMIT|ABORT|SYNC|STATUS`: the owner protocol of
 //! transactions across nodes (internal, node to node: docs/transactions.md), carried out by
 //! `txn::owner::run`; STATUS, DECIDE and FORGET are the coordinator's (`commands::txn_coord`). And `SHARD.LOCKED command ...`: what
 //! the command filter makes of a client's command of a key a transaction locks
@@ -13,7 +13,7 @@ pub static TXN: CommandSpec = command! {
     name: "shard.txn",
     container,
     summary: "Internal, node to node: the owner's side of transactions across nodes",
-    subcommands: &[&TXN_WATCH, &TXN_UNWATCH, &TXN_APPLY, &TXN_PREPARE, &TXN_COMMIT, &TXN_ABORT, &TXN_SYNC, &txn_coord::STATUS, &txn_coord::DECIDE, &txn_coord::FORGET],
+    subcommands: &[&TXN_WATCH, &TXN_READ, &TXN_UNWATCH, &TXN_APPLY, &TXN_PREPARE, &TXN_COMMIT, &TXN_ABORT, &TXN_SYNC, &txn_coord::STATUS, &txn_coord::DECIDE, &txn_coord::FORGET],
 };
 
 pub static TXN_WATCH: CommandSpec = command! {
@@ -23,6 +23,17 @@ pub static TXN_WATCH: CommandSpec = command! {
     arity: -5,
     summary: "Internal: watches keys for a transaction at their owner, for ttl-ms without use",
     complexity: "O(N) with N the keys",
+    args: WATCH_ARGS,
+    acl: "admin dangerous slow",
+};
+
+pub static TXN_READ: CommandSpec = command! {
+    name: "shard.txn|read",
+    handler: run::read,
+    flags: "readonly",
+    arity: -5,
+    summary: "Internal: watches keys for a transaction at their owner, as WATCH, and reads each (its DUMP payload and PEXPIRETIME) in the same command",
+    complexity: "O(N) with N the keys, plus DUMP's",
     args: WATCH_ARGS,
     acl: "admin dangerous slow",
 };

@@ -47,6 +47,14 @@ pub(crate) fn link(call: Option<&Call>) -> Link {
 /// through restarts and failovers: its high-water mark goes to replicas and the AOF as
 /// `SHARD.GENKEY`'s does).
 pub(crate) fn new_txid(call: &Call) -> Result<String, CmdError> {
+    new_txids(call, 1)?
+        .pop()
+        .ok_or_else(|| CmdError::err("the generator issued no number"))
+}
+
+/// `n` new txids (`new_txid`'s), reserved from the generator at once: a gathered command's
+/// attempts take theirs in one reservation, one lock of the state.
+pub(crate) fn new_txids(call: &Call, n: u64) -> Result<Vec<String>, CmdError> {
     let now_ms =
         crate::clock::now_ms().ok_or_else(|| CmdError::err("the wall clock cannot be read"))?;
     if crate::topology::nodes::is_replica() {
@@ -57,30 +65,35 @@ pub(crate) fn new_txid(call: &Call) -> Result<String, CmdError> {
     }
     let mut st = state::lock();
     let st = &mut *st;
-    let name = st.config.ring.self_name.clone();
-    if name.is_empty() {
+    if st.config.ring.self_name.is_empty() {
         return Err(CmdError::err(
             "transactions need this node's name in the ring: set shard.self",
         ));
     }
+    let name = &st.config.ring.self_name;
     let keys = &st.keys;
     let request = crate::keys::Request {
         now_ms,
-        count: 1,
+        count: n.max(1),
         node: keys.node_id,
         key_type: keys.layout.default_type(),
         max_drift_ms: keys.max_drift_ms,
     };
-    let fields = st
+    let txids: Vec<String> = st
         .generator
         .reserve(&keys.layout, &keys.layout, &keys.shape, &request)
         .map_err(CmdError::err)?
-        .next()
-        .ok_or_else(|| CmdError::err("the generator issued no number"))?;
-    let number = match keys.layout.pack(&fields) {
-        0 => (fields.tick << 24) | (fields.seq & 0xff_ffff),
-        n => n,
-    };
+        .map(|fields| {
+            let number = match keys.layout.pack(&fields) {
+                0 => (fields.tick << 24) | (fields.seq & 0xff_ffff),
+                n => n,
+            };
+            format!("{name}/{number:x}")
+        })
+        .collect();
+    if txids.len() as u64 != n.max(1) {
+        return Err(CmdError::err("the generator issued too few numbers"));
+    }
     let mark = st
         .generator
         .high_water_ms(&keys.layout)
@@ -89,7 +102,7 @@ pub(crate) fn new_txid(call: &Call) -> Result<String, CmdError> {
         crate::host::replicate::replicate_with_int(call.ctx, c"shard.advance", mark);
         st.propagated_high_water = Some(mark);
     }
-    Ok(format!("{name}/{number:x}"))
+    Ok(txids)
 }
 
 /// `SHARD.WATCH key [key ...]`.

@@ -53,7 +53,7 @@ pub fn decision(txn: &Txn, db: u32) -> Decision {
 
 impl NetFleet {
     /// Waits while a test holds transactions at `step` (`SHARD.DEBUG TXN-HOLD`).
-    async fn wait_at(&self, step: Step) {
+    pub(crate) async fn wait_at(&self, step: Step) {
         if !hold::holds(step) {
             return;
         }

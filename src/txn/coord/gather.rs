@@ -5,11 +5,15 @@
 //! `Route::Gather`: several owners, no split, no key moving in a resharding, a client that may
 //! be blocked); the glue (`commands::call`) hands it here. Each attempt:
 //!
-//! 1. every key is watched at its owner, as `SHARD.WATCH` watches it (`SHARD.TXN WATCH`);
-//! 2. each key's `DUMP` and `PEXPIRETIME` are read at its owner, in the client's database;
+//! 1. every key is watched at its owner, as `SHARD.WATCH` watches it, and
+//! 2. read there, as `DUMP` and `PEXPIRETIME`, in the client's database: both in one request
+//!    per owner, `SHARD.TXN READ` (an owner of an older build: `WATCH`, then the reads);
 //! 3. in one main-thread step at this node (`gather_step`) the copies are restored in the
 //!    scratch database, the command runs there as the calling user, unreplicated, and every
-//!    key is read back; the copies are gone before the step returns;
+//!    key is read back; the copies are gone before the step returns. A pure move or copy
+//!    (`RENAME`, `RENAMENX`, `COPY` without `DB`) is worked out from the copies instead
+//!    (`moves`: the same writes, no scratch run; the user's ACL was checked for the command
+//!    and its keys when it was routed);
 //! 4. the keys the command changed are written at their owners (`RESTORE key at value REPLACE
 //!    ABSTTL`, or `DEL key`) as one transaction across the owners conditioned on the watches:
 //!    the coordinator's own path (`exec::drive`: `PREPARE` at every owner, the decision
@@ -46,10 +50,11 @@ use crate::route::command_table::Carried;
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::txn::coord::exec::{self, WATCH_TTL_MS};
 use crate::txn::coord::fleet::NetFleet;
-use crate::txn::coord::gather_step::{self, Job, KeyCopy};
+use crate::txn::coord::gather_step::{self, Job, KeyCopy, Ran};
+use crate::txn::coord::hold::Step;
 use crate::txn::coord::phases::{Fleet, Outcome};
 use crate::txn::coord::plan::{Part, Txn};
-use crate::txn::coord::{queue, wire};
+use crate::txn::coord::{moves, queue, wire};
 
 /// How many times a gathered command is tried when a watched key was written meanwhile.
 pub const ATTEMPTS: usize = 8;
@@ -93,9 +98,7 @@ pub fn gather(call: &Call, command: &Carried) -> CmdResult {
     }
     let user =
         acl::caller_name(call).ok_or_else(|| CmdError::err("cannot tell the calling user"))?;
-    let txids = (0..ATTEMPTS)
-        .map(|_| exec::new_txid(call))
-        .collect::<Result<Vec<_>, _>>()?;
+    let txids = exec::new_txids(call, ATTEMPTS as u64)?;
     let link = exec::link(Some(call));
     let job = Gathered {
         name: command.name_text.clone(),
@@ -156,33 +159,17 @@ impl Gathered {
 
     async fn attempt(&self, fleet: &NetFleet, txid: &str, lock_ms: u64) -> Attempt {
         let steps = &fleet.steps;
-        if let Err(line) = self.watch(steps, txid).await {
-            exec::unwatch_later(txid, &self.groups);
-            return Attempt::Done(CallReply::Error(line));
-        }
-        let copies = match self.read(steps).await {
+        let copies = match self.watch_read(steps, txid).await {
             Ok(c) => c,
             Err(line) => {
                 exec::unwatch_later(txid, &self.groups);
                 return Attempt::Done(CallReply::Error(line));
             }
         };
-        let (waiter, told) = steps.expect();
-        let job = Job {
-            copies,
-            command: self.args.clone(),
-            user: self.user.clone(),
-            resp3: self.resp3,
-        };
-        if !gather_step::start(waiter, job) {
-            exec::unwatch_later(txid, &self.groups);
-            return Attempt::Done(CallReply::Error(
-                "ERR the module's context is not ready: retry".into(),
-            ));
-        }
-        let ran = match told.await {
-            Ok(outcome) => gather_step::decode(outcome),
-            Err(e) => Err(format!("ERR shard.txn: {e}")),
+        fleet.wait_at(Step::Read).await;
+        let ran = match moves::moved(&self.args, &copies) {
+            Some(ran) => Ok(ran),
+            None => self.run_here(steps, copies).await,
         };
         let ran = match ran {
             Ok(r) => r,
@@ -201,55 +188,88 @@ impl Gathered {
         }
     }
 
-    /// Step 1: `SHARD.TXN WATCH` at every owner at once.
-    async fn watch(&self, steps: &NetSteps, txid: &str) -> Result<(), String> {
+    /// Step 3: the command run here on the copies (`gather_step`).
+    async fn run_here(&self, steps: &NetSteps, copies: Vec<KeyCopy>) -> Result<Ran, String> {
+        let (waiter, told) = steps.expect();
+        let job = Job {
+            copies,
+            command: self.args.clone(),
+            user: self.user.clone(),
+            resp3: self.resp3,
+        };
+        if !gather_step::start(waiter, job) {
+            return Err("ERR the module's context is not ready: retry".into());
+        }
+        match told.await {
+            Ok(outcome) => gather_step::decode(outcome),
+            Err(e) => Err(format!("ERR shard.txn: {e}")),
+        }
+    }
+
+    /// Steps 1 and 2: `SHARD.TXN READ` at every owner at once (the keys watched and read in
+    /// one command there). An owner of an older build, which has no `READ`, is sent `WATCH`,
+    /// then `DUMP` and `PEXPIRETIME` of each key.
+    async fn watch_read(&self, steps: &NetSteps, txid: &str) -> Result<Vec<KeyCopy>, String> {
         let sent = self
             .groups
             .iter()
-            .map(|(owner, ks)| steps.send_control(owner, &wire::watch(txid, WATCH_TTL_MS, ks)));
-        for reply in join_all(sent).await {
+            .map(|(owner, ks)| steps.send_control(owner, &wire::read(txid, WATCH_TTL_MS, ks)));
+        let mut copies = Vec::with_capacity(self.keys.len());
+        for ((owner, ks), reply) in self.groups.iter().zip(join_all(sent).await) {
             match reply {
+                Ok(Resp::Array(items)) if items.len() == 2 * ks.len() => {
+                    for (key, pair) in ks.iter().zip(items.chunks(2)) {
+                        copies.push(copy_of(key, &pair[0], &pair[1])?);
+                    }
+                }
+                Ok(Resp::Error(line)) if unknown_subcommand(&line) => {
+                    copies.extend(self.watch_then_read(steps, txid, owner, ks).await?);
+                }
                 Ok(Resp::Error(line)) => return Err(String::from_utf8_lossy(&line).into_owned()),
-                Ok(_) => {}
+                Ok(other) => return Err(format!("ERR SHARD.TXN READ replied {other:?}")),
                 Err(e) => return Err(format!("ERR shard.txn: {e}")),
             }
         }
-        Ok(())
-    }
-
-    /// Step 2: each key's `DUMP` and `PEXPIRETIME` at its owner, all at once.
-    async fn read(&self, steps: &NetSteps) -> Result<Vec<KeyCopy>, String> {
-        let mut asked = Vec::with_capacity(self.keys.len());
-        for (owner, ks) in &self.groups {
-            for k in ks {
-                let dump = steps.send(owner, &[b"DUMP".to_vec(), k.clone()]);
-                let at = steps.send(owner, &[b"PEXPIRETIME".to_vec(), k.clone()]);
-                asked.push(async move { (k.clone(), dump.await, at.await) });
-            }
-        }
-        let mut copies = Vec::with_capacity(asked.len());
-        let mut bytes = 0usize;
-        for (key, dump, at) in join_all(asked).await {
-            let value = match dump.map_err(|e| format!("ERR shard.call: {e}"))? {
-                Resp::Bulk(v) => Some(v),
-                Resp::Null => None,
-                Resp::Error(line) => return Err(String::from_utf8_lossy(&line).into_owned()),
-                other => return Err(format!("ERR DUMP replied {other:?}")),
-            };
-            let at_ms = match at.map_err(|e| format!("ERR shard.call: {e}"))? {
-                Resp::Int(n) if n >= 0 => n,
-                Resp::Int(_) => -1,
-                Resp::Error(line) => return Err(String::from_utf8_lossy(&line).into_owned()),
-                other => return Err(format!("ERR PEXPIRETIME replied {other:?}")),
-            };
-            bytes += value.as_ref().map_or(0, Vec::len);
-            copies.push(KeyCopy { key, value, at_ms });
-        }
+        let bytes: usize = copies
+            .iter()
+            .map(|c| c.value.as_ref().map_or(0, Vec::len))
+            .sum();
         if bytes > MAX_BYTES {
             return Err(format!(
                 "ERR the keys of '{}' hold {bytes} bytes (as DUMP): a command over keys of several owners gathers at most {MAX_BYTES} bytes, restored here in one step; give its keys one hash tag",
                 self.name
             ));
+        }
+        Ok(copies)
+    }
+
+    /// `watch_read` at an owner of an older build: `WATCH`, then each key's `DUMP` and
+    /// `PEXPIRETIME`.
+    async fn watch_then_read(
+        &self,
+        steps: &NetSteps,
+        txid: &str,
+        owner: &Endpoint,
+        ks: &[Vec<u8>],
+    ) -> Result<Vec<KeyCopy>, String> {
+        match steps
+            .send_control(owner, &wire::watch(txid, WATCH_TTL_MS, ks))
+            .await
+        {
+            Ok(Resp::Error(line)) => return Err(String::from_utf8_lossy(&line).into_owned()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("ERR shard.txn: {e}")),
+        }
+        let asked = ks.iter().map(|k| {
+            let dump = steps.send(owner, &[b"DUMP".to_vec(), k.clone()]);
+            let at = steps.send(owner, &[b"PEXPIRETIME".to_vec(), k.clone()]);
+            async move { (dump.await, at.await) }
+        });
+        let mut copies = Vec::with_capacity(ks.len());
+        for (key, (dump, at)) in ks.iter().zip(join_all(asked).await) {
+            let dump = dump.map_err(|e| format!("ERR shard.call: {e}"))?;
+            let at = at.map_err(|e| format!("ERR shard.call: {e}"))?;
+            copies.push(copy_of(key, &dump, &at)?);
         }
         Ok(copies)
     }
@@ -275,6 +295,34 @@ impl Gathered {
             slots: Vec::new(),
         }
     }
+}
+
+/// A key as read at its owner: its `DUMP` reply and its `PEXPIRETIME` reply.
+fn copy_of(key: &[u8], dump: &Resp, at: &Resp) -> Result<KeyCopy, String> {
+    let value = match dump {
+        Resp::Bulk(v) => Some(v.clone()),
+        Resp::Null => None,
+        Resp::Error(line) => return Err(String::from_utf8_lossy(line).into_owned()),
+        other => return Err(format!("ERR DUMP replied {other:?}")),
+    };
+    let at_ms = match at {
+        Resp::Int(n) if *n >= 0 => *n,
+        Resp::Int(_) => -1,
+        Resp::Error(line) => return Err(String::from_utf8_lossy(line).into_owned()),
+        other => return Err(format!("ERR PEXPIRETIME replied {other:?}")),
+    };
+    Ok(KeyCopy {
+        key: key.to_vec(),
+        value,
+        at_ms,
+    })
+}
+
+/// Whether an owner's error says it has no such subcommand (an older build).
+fn unknown_subcommand(line: &[u8]) -> bool {
+    String::from_utf8_lossy(line)
+        .to_ascii_lowercase()
+        .contains("unknown subcommand")
 }
 
 /// The write that leaves `copy` at its owner.

@@ -1,8 +1,10 @@
 //! A test's hold of this node's transactions at a named step of the two-phase commit
-//! (`SHARD.DEBUG TXN-HOLD prepared|decided|committed-one|OFF`), so that a test can kill,
+//! (`SHARD.DEBUG TXN-HOLD read|prepared|decided|committed-one|OFF`), so that a test can kill,
 //! stop or fail over a node at that exact step (as `SHARD.DEBUG FLEET-HOLD` holds the fleet
 //! coordinator):
 //!
+//! - `read`: a gathered command's keys are watched and read at their owners (`SHARD.TXN
+//!   READ`), nothing prepared yet;
 //! - `prepared`: every owner replied `PREPARED`, the decision is not recorded yet;
 //! - `decided`: the decision to commit is recorded (and acknowledged by a replica), no
 //!   `COMMIT` sent yet;
@@ -20,6 +22,7 @@ use std::cell::Cell;
 /// A step of the two-phase commit a test can hold transactions at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
+    Read,
     Prepared,
     Decided,
     CommittedOne,
@@ -29,6 +32,7 @@ pub enum Step {
 impl Step {
     pub fn named(name: &str) -> Option<Step> {
         match name {
+            "read" => Some(Step::Read),
             "prepared" => Some(Step::Prepared),
             "decided" => Some(Step::Decided),
             "committed-one" => Some(Step::CommittedOne),

@@ -21,7 +21,8 @@
 //! - `gather`: a command over keys of several owners that does not split, run as an
 //!   optimistic transaction across them (its keys watched and read, the command run here on
 //!   copies, its writes committed at the owners); `gather_step`: its main-thread step in the
-//!   scratch database.
+//!   scratch database; `moves`: the pure moves and copies (`RENAME`, `RENAMENX`, `COPY`)
+//!   worked out without it.
 //! - `hold`: a test's hold at a named step of the two-phase commit (`SHARD.DEBUG TXN-HOLD`).
 //!
 //! May import: `host`, `net`, `state`, `topology`, `route` and the pure rooms; never
@@ -35,6 +36,7 @@ pub mod gather;
 pub mod gather_step;
 pub mod hold;
 pub mod local;
+pub mod moves;
 pub mod phases;
 pub mod plan;
 pub mod queue;

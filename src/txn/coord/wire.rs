@@ -44,6 +44,15 @@ pub fn watch(txid: &str, ttl_ms: u64, keys: &[Vec<u8>]) -> Vec<Vec<u8>> {
     out
 }
 
+/// `SHARD.TXN READ txid ttl-ms key [key ...]`: `WATCH`, and each key's `DUMP` and
+/// `PEXPIRETIME` in the same command.
+pub fn read(txid: &str, ttl_ms: u64, keys: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out = txn("READ", txid);
+    out.push(ttl_ms.to_string().into_bytes());
+    out.extend(keys.iter().cloned());
+    out
+}
+
 /// `SHARD.TXN UNWATCH txid`.
 pub fn unwatch(txid: &str) -> Vec<Vec<u8>> {
     txn("UNWATCH", txid)

@@ -114,6 +114,54 @@ pub fn watch(call: &Call) -> CmdResult {
     Ok(())
 }
 
+/// `SHARD.TXN READ txid ttl-ms key [key ...]`: watches the keys as `WATCH` does, then reads
+/// each as `DUMP` and `PEXPIRETIME` in the same command (no other command runs between the
+/// watch and the reads): `[payload|nil, at-ms]` for each key, in order (at-ms -1: no expiry).
+/// A gathered command's first step (`txn::coord::gather`), one request per owner.
+pub fn read(call: &Call) -> CmdResult {
+    if call.args.len() < 5 {
+        return Err(CmdError::wrong_arity("shard.txn|read"));
+    }
+    let txid = txid_of(call)?;
+    let ttl = ms_arg(call, 3, "ttl-ms")?;
+    let keys: Vec<Vec<u8>> = (4..call.args.len())
+        .map(|i| call.args.get(i).to_vec())
+        .collect();
+    watch_here(call, &txid, ttl, &keys);
+    let run = |args: &[Vec<u8>]| {
+        caller::run_as_caller(call, args, |mut bytes| {
+            read_reply(&mut bytes).map_err(|e| CmdError::err(e.to_string()))
+        })
+    };
+    let refused = |line: &[u8]| {
+        let text = String::from_utf8_lossy(line);
+        let (code, rest) = text.split_once(' ').unwrap_or((&text, ""));
+        CmdError::code(code, rest)
+    };
+    let mut out = Vec::with_capacity(2 * keys.len());
+    for key in keys {
+        let mut args = vec![b"DUMP".to_vec(), key];
+        let value = run(&args)?;
+        let at = match &value {
+            Resp::Bulk(_) => {
+                args[0] = b"PEXPIRETIME".to_vec();
+                match run(&args)? {
+                    Resp::Int(n) if n >= 0 => n,
+                    Resp::Error(line) => return Err(refused(&line)),
+                    _ => -1,
+                }
+            }
+            Resp::Null => -1,
+            Resp::Error(line) => return Err(refused(line)),
+            other => return Err(CmdError::err(format!("DUMP replied {other:?}"))),
+        };
+        out.push(value);
+        out.push(Resp::Int(at));
+    }
+    call.reply.resp(&Resp::Array(out));
+    Ok(())
+}
+
 /// `SHARD.TXN WATCH`'s work, in the database of `call` (a coordinator of this very node calls
 /// it from its client's `SHARD.WATCH`: `txn::coord::local`).
 pub fn watch_here(call: &Call, txid: &str, ttl_ms: u64, keys: &[Vec<u8>]) {
