@@ -282,15 +282,15 @@ fn random_key(call: &Call, walk: Walk) -> CmdResult {
     .map_err(CmdError::err)
 }
 
-/// A random number for `RANDOMKEY`'s draw (the clock's nanoseconds mixed: no need for more).
+/// A random number for `RANDOMKEY`'s draw: from the OS (`getrandom`, one call per
+/// `RANDOMKEY`); the clock's nanoseconds if that fails.
 fn draw() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut x = nanos ^ 0x9e37_79b9_7f4a_7c15;
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^ (x >> 33)
+    use rand::TryRng;
+    rand::rngs::SysRng.try_next_u64().unwrap_or_else(|_| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    })
 }
 
 /// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]`: one step of the walk at the node the cursor
