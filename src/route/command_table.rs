@@ -64,23 +64,10 @@ impl CommandMeta {
     /// The key positions for `argc` arguments when the table fixes them (`args[0]` is the
     /// name); `None` for a command whose keys move, or a range the arguments do not fit.
     pub fn fixed_keys(&self, argc: usize) -> Option<KeyRange> {
-        if self.movable || self.first <= 0 || self.step <= 0 || !self.arity_ok(argc) {
+        if !self.arity_ok(argc) {
             return None;
         }
-        let argc = i64::try_from(argc).ok()?;
-        let last = if self.last < 0 {
-            argc + self.last
-        } else {
-            self.last
-        };
-        if last < self.first || last >= argc {
-            return None;
-        }
-        Some(KeyRange {
-            next: usize::try_from(self.first).ok()?,
-            last: usize::try_from(last).ok()?,
-            step: usize::try_from(self.step).ok()?,
-        })
+        self.key_range(argc)
     }
 
     /// The key positions for `argc` arguments of a command route-plain's filter may leave
@@ -89,7 +76,17 @@ impl CommandMeta {
     /// the command runs (and a call handed on is refused by the handler).
     #[inline]
     pub fn plain_keys(&self, argc: usize) -> Option<KeyRange> {
-        if self.apart || self.movable || self.first <= 0 || self.step <= 0 {
+        if self.apart {
+            return None;
+        }
+        self.key_range(argc)
+    }
+
+    /// The table's key range for `argc` arguments, whatever the arity: `None` for keys that
+    /// move, no key, or a range past the arguments.
+    #[inline]
+    fn key_range(&self, argc: usize) -> Option<KeyRange> {
+        if self.movable || self.first <= 0 || self.step <= 0 {
             return None;
         }
         let argc = i64::try_from(argc).ok()?;

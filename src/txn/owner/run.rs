@@ -101,8 +101,16 @@ fn refuse_locked(db: i32, keys: &[Vec<u8>], txid: &str) -> CmdResult {
 
 /// `SHARD.TXN WATCH txid ttl-ms key [key ...]`.
 pub fn watch(call: &Call) -> CmdResult {
+    watch_args(call, "shard.txn|watch")?;
+    call.reply.ok();
+    Ok(())
+}
+
+/// `SHARD.TXN WATCH`'s and `READ`'s arguments (`txid ttl-ms key [key ...]`, `name` for the
+/// refusal), the keys watched: the keys.
+fn watch_args(call: &Call, name: &str) -> Result<Vec<Vec<u8>>, CmdError> {
     if call.args.len() < 5 {
-        return Err(CmdError::wrong_arity("shard.txn|watch"));
+        return Err(CmdError::wrong_arity(name));
     }
     let txid = txid_of(call)?;
     let ttl = ms_arg(call, 3, "ttl-ms")?;
@@ -110,8 +118,7 @@ pub fn watch(call: &Call) -> CmdResult {
         .map(|i| call.args.get(i).to_vec())
         .collect();
     watch_here(call, &txid, ttl, &keys);
-    call.reply.ok();
-    Ok(())
+    Ok(keys)
 }
 
 /// `SHARD.TXN READ txid ttl-ms key [key ...]`: watches the keys as `WATCH` does, then reads
@@ -119,15 +126,7 @@ pub fn watch(call: &Call) -> CmdResult {
 /// watch and the reads): `[payload|nil, at-ms]` for each key, in order (at-ms -1: no expiry).
 /// A gathered command's first step (`txn::coord::gather`), one request per owner.
 pub fn read(call: &Call) -> CmdResult {
-    if call.args.len() < 5 {
-        return Err(CmdError::wrong_arity("shard.txn|read"));
-    }
-    let txid = txid_of(call)?;
-    let ttl = ms_arg(call, 3, "ttl-ms")?;
-    let keys: Vec<Vec<u8>> = (4..call.args.len())
-        .map(|i| call.args.get(i).to_vec())
-        .collect();
-    watch_here(call, &txid, ttl, &keys);
+    let keys = watch_args(call, "shard.txn|read")?;
     let run = |args: &[Vec<u8>]| {
         caller::run_as_caller(call, args, |mut bytes| {
             read_reply(&mut bytes).map_err(|e| CmdError::err(e.to_string()))
