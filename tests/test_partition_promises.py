@@ -394,6 +394,7 @@ def test_node_cut_off_from_a_ring_change_serves_nothing_by_the_old_ring(server_f
 
     print()
     assert not reads(f"{phase}, during the cut")[:5]
+    assert not in_step(c2), "n2 got the rings through the cut"
     partition.heal()
     assert not reads(f"{phase}, just healed")[:5]
     resume_until_over(c0, "the grow ends after the heal", timeout=60)
