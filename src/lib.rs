@@ -161,6 +161,8 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         txn::coord::clients::forget(id);
     }
     fn before_sleep(ctx: &redis_module::Context) {
+        // First: what a rescued timer queues on the network is flushed in this turn.
+        host::timers::rescue_overdue(ctx);
         net::pool::before_sleep();
         topology::watcher::tick();
         // After the pool's flush: the decisions recorded now are in the AOF before their
