@@ -161,6 +161,8 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         txn::coord::clients::forget(id);
     }
     fn before_sleep(ctx: &redis_module::Context) {
+        // First: what a rescued timer queues on the network is flushed in this turn.
+        host::timers::rescue_overdue(ctx);
         // Before the pool's flush: an unblock it asks for leaves in this turn.
         route::blocking_moves::check();
         net::pool::before_sleep();

@@ -135,19 +135,13 @@ pub fn forget_replicas() {
 }
 
 /// Runs `callback(data)` on the main thread after `delay`, on a timer of the server's event
-/// loop armed on the detached context. False (and nothing armed) before load.
+/// loop armed on the detached context (`timers::after_on`: kept by the monotonic clock too).
+/// False (and nothing armed) before load.
 pub fn after<T: 'static>(delay: std::time::Duration, callback: fn(&Context, T), data: T) -> bool {
     let Some(ctx) = detached() else {
         return false;
     };
-    // redis-module's timer entry point does not catch panics: the guard is here.
-    ctx.create_timer(
-        delay,
-        move |ctx: &Context, data: T| {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(ctx, data)));
-        },
-        data,
-    );
+    crate::host::timers::after_on(&ctx, delay, callback, data);
     true
 }
 

@@ -32,5 +32,6 @@ pub mod reply;
 pub mod scratch;
 pub mod strings;
 pub mod time;
+pub mod timers;
 pub mod walk;
 pub mod writes;

@@ -188,7 +188,7 @@ enum Next {
 }
 
 fn schedule(ctx: &Context, after: Duration) {
-    ctx.create_timer(after, |ctx: &Context, ()| on_timer(ctx), ());
+    crate::host::timers::after_on(ctx, after, |ctx: &Context, ()| on_timer(ctx), ());
 }
 
 fn on_timer(ctx: &Context) {

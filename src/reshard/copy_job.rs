@@ -32,7 +32,12 @@ pub(super) fn begin(ctx: &Context) {
             runner.list = moved::begin_copy(&runner.ring, &runner.self_name);
         }
     });
-    ctx.create_timer(Duration::ZERO, |ctx: &Context, ()| on_copy_timer(ctx), ());
+    crate::host::timers::after_on(
+        ctx,
+        Duration::ZERO,
+        |ctx: &Context, ()| on_copy_timer(ctx),
+        (),
+    );
 }
 
 fn on_copy_timer(ctx: &Context) {
@@ -45,7 +50,12 @@ fn on_copy_timer(ctx: &Context) {
         .record_step(micros.max(1));
     match outcome {
         Ok(true) => {
-            ctx.create_timer(POLL_INTERVAL, |ctx: &Context, ()| on_copy_timer(ctx), ());
+            crate::host::timers::after_on(
+                ctx,
+                POLL_INTERVAL,
+                |ctx: &Context, ()| on_copy_timer(ctx),
+                (),
+            );
         }
         Ok(false) => {}
         Err(_) => fail_job(),
