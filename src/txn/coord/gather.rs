@@ -131,8 +131,8 @@ pub fn exec_gathered(
             }
         }
         let groups = group(&keys)?;
-        let user = acl::caller_name(call)
-            .ok_or_else(|| CmdError::err("cannot tell the calling user"))?;
+        let user =
+            acl::caller_name(call).ok_or_else(|| CmdError::err("cannot tell the calling user"))?;
         // With watched keys the client's txid holds them at their owners: one attempt under
         // it (its watches are dropped by any abort). Without: a fresh txid per attempt.
         let txids = match &txid {

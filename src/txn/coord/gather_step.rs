@@ -21,8 +21,8 @@ use redis_module::Context;
 use crate::host::error::CmdError;
 use crate::host::scratch::Scratch;
 use crate::net::pool::Waiter;
-use crate::txn::coord::hold::{self, Step};
 use crate::net::resp::{read_reply, Resp};
+use crate::txn::coord::hold::{self, Step};
 
 /// One key as read at its owner, or as the command left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
