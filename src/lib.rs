@@ -135,6 +135,7 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
             // its writes refused until they are checked.
             reshard::fleet::repair::check_soon();
             txn::coord::exec::resume();
+            txn::coord::gather_step::empty_after_load();
         }
     }
     fn role_changed(replica: bool) {

@@ -2,7 +2,7 @@
 //! every name the key index holds for database `db`, with its bucket (the tests compare it with
 //! a full scan); `SHARD.DEBUG FLEET-HOLD phase n | OFF`: holds this node's fleet coordinator in
 //! `phase` once the plan's first `n` nodes have that phase's rings (the tests act between two
-//! nodes of a phase), or, in a phase that installs no rings (`copy`), once its jobs are done; `SHARD.DEBUG TXN-HOLD read|prepared|decided|committed-one|kill-after-commit|OFF|HELD`: holds this
+//! nodes of a phase), or, in a phase that installs no rings (`copy`), once its jobs are done; `SHARD.DEBUG TXN-HOLD read|scratch|prepared|decided|committed-one|kill-after-commit|OFF|HELD`: holds this
 //! node's transactions at that step of the two-phase commit (`txn::coord::hold`; `HELD`: how
 //! many wait there), so that a test kills or fails over a node at that exact step;
 //! `SHARD.DEBUG RING-CHECK HOLD | GO`: holds the check of this node's rings after a load or a
@@ -28,7 +28,7 @@ pub fn debug(call: &Call) -> CmdResult {
     let ring_check = call.args.len() == 3 && is(call.args.get(1), "RING-CHECK");
     if !panic && !index && !forget && !gone_limit && !hold && !txn_hold && !ring_check {
         return Err(CmdError::err(
-            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF | TXN-HOLD read|prepared|decided|committed-one|kill-after-commit|OFF|HELD | RING-CHECK HOLD|GO",
+            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF | TXN-HOLD read|scratch|prepared|decided|committed-one|kill-after-commit|OFF|HELD | RING-CHECK HOLD|GO",
         ));
     }
     let setting = call
@@ -120,7 +120,7 @@ fn txn_hold_step(call: &Call) -> CmdResult {
         "off" => hold::set(None),
         name => hold::set(Some(Step::named(name).ok_or_else(|| {
             CmdError::err(format!(
-                "no transaction step is named '{name}': prepared, decided, committed-one or kill-after-commit"
+                "no transaction step is named '{name}': read, scratch, prepared, decided, committed-one or kill-after-commit"
             ))
         })?)),
     }

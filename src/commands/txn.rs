@@ -104,19 +104,29 @@ pub static TXN_SYNC: CommandSpec = command! {
     acl: "admin dangerous slow",
 };
 
-/// `SHARD.LOCKED command arg ...`.
-/// `SHARD.LOCKED command ...`: a `SHARD.CALL` of a client inside `SHARD.MULTI` is queued (it
+/// `SHARD.LOCKED command ...`: a `SHARD.CALL` (or a route-plain client's `SHARD.PLAIN` /
+/// `SHARD.PLAINAS`) of a client inside `SHARD.MULTI` is queued (it
 /// touches no key now; the filter cannot tell the client on every server); anything else waits
 /// for the lock (`run::locked`).
 pub fn locked(call: &Call) -> CmdResult {
-    if call.args.get(1).eq_ignore_ascii_case(b"shard.call") {
+    let inner = call.args.get(1);
+    let plain = inner.eq_ignore_ascii_case(b"shard.plain");
+    let plain_as = inner.eq_ignore_ascii_case(b"shard.plainas");
+    if plain || plain_as || inner.eq_ignore_ascii_case(b"shard.call") {
         let carried = Call {
             ctx: call.ctx,
             args: call.args.skip(1),
             reply: call.reply,
         };
         if crate::txn::coord::exec::queueing(&carried) {
-            return crate::txn::coord::exec::queue_call(&carried);
+            // A route-plain client's command inside its transaction (`SHARD.PLAIN ...`): queued
+            // as its handler queues it, after the checks that handler makes; never run now,
+            // outside the transaction, once the lock ends.
+            return match (plain, plain_as) {
+                (true, _) => crate::commands::plain::plain(&carried),
+                (_, true) => crate::commands::plain::plain_as(&carried),
+                _ => crate::txn::coord::exec::queue_call(&carried),
+            };
         }
     }
     run::locked(call)

@@ -14,6 +14,7 @@ use rustc_hash::FxHashMap;
 
 use crate::net::endpoint::Endpoint;
 use crate::txn::coord::plan::Queued;
+use crate::txn::coord::queue::Entry;
 
 /// One client's transaction.
 #[derive(Debug, Default)]
@@ -28,6 +29,11 @@ pub struct Client {
 #[derive(Debug, Default)]
 pub struct Queue {
     pub commands: Vec<Queued>,
+    /// Every queued command whole, with its keys: what a gathered transaction runs.
+    pub entries: Vec<Entry>,
+    /// A command over keys of several owners that does not split was queued: the whole
+    /// transaction is gathered at `SHARD.EXEC` (`gather::exec_gathered`).
+    pub gathered: bool,
     /// A command was refused at queue time: `SHARD.EXEC` replies `EXECABORT`.
     pub refused: bool,
 }

@@ -222,16 +222,27 @@ pub fn queueing(call: &Call) -> bool {
 /// in `EXECABORT`).
 pub fn queue_call(call: &Call) -> CmdResult {
     let id = caller::client_id(call);
-    let queued = queue::queue(call);
+    let (queued, refused) = match queue::queue(call) {
+        Ok(entry) => (Some(entry), None),
+        Err(e) => (None, Some(e)),
+    };
     clients::with(id, |c| {
         if let Some(q) = c.queue.as_mut() {
-            match &queued {
-                Ok(command) => q.commands.push(command.clone()),
-                Err(_) => q.refused = true,
+            match queued {
+                Some(entry) => {
+                    match &entry.placed {
+                        Some(placed) => q.commands.push(placed.clone()),
+                        None => q.gathered = true,
+                    }
+                    q.entries.push(entry);
+                }
+                None => q.refused = true,
             }
         }
     });
-    queued?;
+    if let Some(e) = refused {
+        return Err(e);
+    }
     call.reply.simple(b"QUEUED");
     Ok(())
 }
@@ -267,6 +278,14 @@ pub fn exec(call: &Call) -> CmdResult {
             "EXECABORT",
             "Transaction discarded because of previous errors.",
         ));
+    }
+    if queue.gathered {
+        return crate::txn::coord::gather::exec_gathered(
+            call,
+            client.txid,
+            client.watched,
+            queue.entries,
+        );
     }
     let mut txn = Txn::build(
         client.txid.unwrap_or_default(),
@@ -373,7 +392,7 @@ pub(crate) fn lock_ms() -> u64 {
 }
 
 /// The client's reply to `SHARD.EXEC`, counted.
-fn reply(outcome: Outcome) -> CallReply {
+pub(crate) fn reply(outcome: Outcome) -> CallReply {
     match outcome {
         Outcome::Committed(replies) => {
             clients::count(&clients::COMMITTED);

@@ -54,7 +54,9 @@ use crate::txn::coord::gather_step::{self, Job, KeyCopy, Ran};
 use crate::txn::coord::hold::Step;
 use crate::txn::coord::phases::{Fleet, Outcome};
 use crate::txn::coord::plan::{Part, Txn};
-use crate::txn::coord::{moves, queue, wire};
+use crate::txn::coord::queue::Entry;
+use crate::txn::coord::wire::Command;
+use crate::txn::coord::{clients, moves, queue, wire};
 
 /// How many times a gathered command is tried when a watched key was written meanwhile.
 pub const ATTEMPTS: usize = 8;
@@ -79,30 +81,16 @@ pub fn gather(call: &Call, command: &Carried) -> CmdResult {
             }
         }
     }
-    let scratch = gather_step::scratch_db()?;
-    let db = caller::selected_db(call);
-    if i64::from(db) == i64::from(scratch) {
-        return Err(CmdError::err(format!(
-            "database {scratch} is the scratch database of commands over keys of several owners: run '{}' from another database, or give its keys one hash tag",
-            command.name_text
-        )));
-    }
-    let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-    let owners = queue::owners_of(&key_refs)?;
-    let mut groups: Groups = Vec::new();
-    for (owner, key) in owners.into_iter().zip(&keys) {
-        match groups.iter_mut().find(|(o, _)| o.name == owner.name) {
-            Some((_, ks)) => ks.push(key.clone()),
-            None => groups.push((owner, vec![key.clone()])),
-        }
-    }
+    check_db(call, &format!("'{}'", command.name_text))?;
+    let groups = group(&keys)?;
     let user =
         acl::caller_name(call).ok_or_else(|| CmdError::err("cannot tell the calling user"))?;
     let txids = exec::new_txids(call, ATTEMPTS as u64)?;
     let link = exec::link(Some(call));
     let job = Gathered {
-        name: command.name_text.clone(),
-        args,
+        name: format!("'{}'", command.name_text),
+        commands: vec![args],
+        exec: None,
         keys,
         groups,
         user,
@@ -116,12 +104,109 @@ pub fn gather(call: &Call, command: &Carried) -> CmdResult {
     .map_err(CmdError::err)
 }
 
-/// A gathered command on its way.
+/// `SHARD.EXEC` of a transaction one of whose queued commands has keys of several owners and
+/// does not split (`queue::Entry::placed` is `None`): the whole transaction is gathered, as
+/// one such command is. Every key of every queued command is watched and read at its owner
+/// (under the client's txid when it watched keys, beside its watches); the queued commands run
+/// one after another, in queue order, on the copies in one main-thread step (or, all pure
+/// moves, are worked out from them); the keys they changed are written at their owners by
+/// one two-phase commit whose parts check the client's watched keys and the keys read. The
+/// reply is each command's own, in queue order, as `EXEC`'s. A watched key written (or another
+/// transaction's lock met) when the client watched keys: nil, as `EXEC`; without watches the
+/// attempt is tried again, as a gathered command is, then `TRYAGAIN`.
+pub fn exec_gathered(
+    call: &Call,
+    txid: Option<String>,
+    watched: Groups,
+    entries: Vec<Entry>,
+) -> CmdResult {
+    let prepared = (|| {
+        check_db(call, "a transaction")?;
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for e in &entries {
+            for k in &e.keys {
+                if !keys.contains(k) {
+                    keys.push(k.clone());
+                }
+            }
+        }
+        let groups = group(&keys)?;
+        let user =
+            acl::caller_name(call).ok_or_else(|| CmdError::err("cannot tell the calling user"))?;
+        // With watched keys the client's txid holds them at their owners: one attempt under
+        // it (its watches are dropped by any abort). Without: a fresh txid per attempt.
+        let txids = match &txid {
+            Some(t) if !watched.is_empty() => vec![t.clone()],
+            _ => exec::new_txids(call, ATTEMPTS as u64)?,
+        };
+        Ok::<_, CmdError>((keys, groups, user, txids))
+    })();
+    let (keys, groups, user, txids) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(t) = &txid {
+                exec::unwatch_later(t, &watched);
+            }
+            clients::count(&clients::ABORTED_ERROR);
+            return Err(e);
+        }
+    };
+    let link = exec::link(Some(call));
+    let job = Gathered {
+        name: "the transaction".into(),
+        commands: entries.into_iter().map(|e| e.command).collect(),
+        exec: Some(watched),
+        keys,
+        groups,
+        user,
+        resp3: link.resp3,
+    };
+    let lock_ms = exec::lock_ms();
+    forward::run(call, link, move |steps| async move {
+        let fleet = NetFleet { steps };
+        job.run(&fleet, &txids, lock_ms).await
+    })
+    .map_err(CmdError::err)
+}
+
+/// Refuses a gather from the scratch database itself (`what` is gathered).
+fn check_db(call: &Call, what: &str) -> Result<(), CmdError> {
+    let scratch = gather_step::scratch_db()?;
+    let db = caller::selected_db(call);
+    if i64::from(db) == i64::from(scratch) {
+        return Err(CmdError::err(format!(
+            "database {scratch} is the scratch database of commands over keys of several owners: run {what} from another database, or give its keys one hash tag"
+        )));
+    }
+    Ok(())
+}
+
+/// The keys grouped by owner (in the order owners first appear).
+fn group(keys: &[Vec<u8>]) -> Result<Groups, CmdError> {
+    let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let owners = queue::owners_of(&key_refs)?;
+    let mut groups: Groups = Vec::new();
+    for (owner, key) in owners.into_iter().zip(keys) {
+        match groups.iter_mut().find(|(o, _)| o.name == owner.name) {
+            Some((_, ks)) => ks.push(key.clone()),
+            None => groups.push((owner, vec![key.clone()])),
+        }
+    }
+    Ok(groups)
+}
+
+/// A gathered command (or transaction) on its way.
 struct Gathered {
+    /// How messages name it: `'rename'`, or `the transaction`.
     name: String,
-    /// The command, its name first.
-    args: Vec<Vec<u8>>,
+    /// The commands, each its name first: one, or a transaction's in queue order.
+    commands: Vec<Command>,
+    /// Inside `SHARD.EXEC`: the client's watched keys by owner; the reply is an array of each
+    /// command's reply, counted as `SHARD.EXEC`'s.
+    exec: Option<Groups>,
+    /// Every key read.
     keys: Vec<Vec<u8>>,
+    /// Each owner and its keys read.
     groups: Groups,
     user: Vec<u8>,
     resp3: bool,
@@ -130,16 +215,20 @@ struct Gathered {
 /// How one attempt ended.
 enum Attempt {
     Done(CallReply),
-    /// A watched key was written, or locked: try again.
-    Again,
+    /// A watched key was written, or locked: try again (`Outcome` says which, for nil).
+    Again(Outcome),
 }
 
 impl Gathered {
     async fn run(&self, fleet: &NetFleet, txids: &[String], lock_ms: u64) -> CallReply {
+        let watching = self.exec.as_ref().is_some_and(|w| !w.is_empty());
         for (tried, txid) in txids.iter().enumerate() {
             match self.attempt(fleet, txid, lock_ms).await {
                 Attempt::Done(reply) => return reply,
-                Attempt::Again => {
+                // The client's watches are gone with the abort: nil, as EXEC (the client
+                // reads again and retries).
+                Attempt::Again(outcome) if watching => return exec::reply(outcome),
+                Attempt::Again(_) => {
                     let most = (5 * (tried as u64 + 1)).min(50);
                     fleet.pause(1 + fleet.random(most)).await;
                 }
@@ -150,41 +239,79 @@ impl Gathered {
             .iter()
             .map(|k| format!("'{}'", crate::host::args::printable(k)))
             .collect();
-        CallReply::Error(format!(
-            "TRYAGAIN '{}' was tried {ATTEMPTS} times, and each time another client wrote one of its keys ({}) first: retry",
+        let line = format!(
+            "TRYAGAIN {} was tried {ATTEMPTS} times, and each time another client wrote one of its keys ({}) first: retry",
             self.name,
             keys.join(", ")
-        ))
+        );
+        match self.exec {
+            Some(_) => exec::reply(Outcome::Locked(line)),
+            None => CallReply::Error(line),
+        }
+    }
+
+    /// The client's watches and the keys read, by owner: who takes part in the commit.
+    fn owners(&self) -> Groups {
+        let mut all = self.groups.clone();
+        for (owner, ks) in self.exec.iter().flatten() {
+            match all.iter_mut().find(|(o, _)| o.name == owner.name) {
+                Some((_, have)) => {
+                    for k in ks {
+                        if !have.contains(k) {
+                            have.push(k.clone());
+                        }
+                    }
+                }
+                None => all.push((owner.clone(), ks.clone())),
+            }
+        }
+        all
+    }
+
+    /// The reply of a run that ended in `line` (an error before any write).
+    fn failed(&self, txid: &str, line: String) -> Attempt {
+        exec::unwatch_later(txid, &self.owners());
+        Attempt::Done(match self.exec {
+            Some(_) => exec::reply(Outcome::Failed(line)),
+            None => CallReply::Error(line),
+        })
     }
 
     async fn attempt(&self, fleet: &NetFleet, txid: &str, lock_ms: u64) -> Attempt {
         let steps = &fleet.steps;
         let copies = match self.watch_read(steps, txid).await {
             Ok(c) => c,
-            Err(line) => {
-                exec::unwatch_later(txid, &self.groups);
-                return Attempt::Done(CallReply::Error(line));
-            }
+            Err(line) => return self.failed(txid, line),
         };
         fleet.wait_at(Step::Read).await;
-        let ran = match moves::moved(&self.args, &copies) {
+        let ran = match moved_all(&self.commands, &copies, self.exec.is_some()) {
             Some(ran) => Ok(ran),
             None => self.run_here(steps, copies).await,
         };
         let ran = match ran {
             Ok(r) => r,
-            Err(line) => {
-                exec::unwatch_later(txid, &self.groups);
-                return Attempt::Done(CallReply::Error(line));
-            }
+            Err(line) => return self.failed(txid, line),
         };
         let txn = self.writes(txid, &ran.changed);
-        match exec::drive(&txn, fleet, lock_ms).await {
-            Outcome::Committed(Ok(_)) => Attempt::Done(CallReply::Reply(ran.reply)),
-            Outcome::Committed(Err(line)) | Outcome::Failed(line) => {
+        let outcome = exec::drive(&txn, fleet, lock_ms).await;
+        match (outcome, &self.exec) {
+            (Outcome::Committed(Ok(_)), None) => Attempt::Done(CallReply::Reply(ran.reply)),
+            (Outcome::Committed(Ok(_)), Some(_)) => {
+                let replies = match ran.reply {
+                    Resp::Array(r) => r,
+                    other => vec![other],
+                };
+                Attempt::Done(exec::reply(Outcome::Committed(Ok(replies))))
+            }
+            (o @ (Outcome::Committed(Err(_)) | Outcome::Failed(_)), Some(_)) => {
+                Attempt::Done(exec::reply(o))
+            }
+            (Outcome::Committed(Err(line)) | Outcome::Failed(line), None) => {
                 Attempt::Done(CallReply::Error(line))
             }
-            Outcome::Watched | Outcome::Locked(_) | Outcome::LockedWatched(_) => Attempt::Again,
+            (o @ (Outcome::Watched | Outcome::Locked(_) | Outcome::LockedWatched(_)), _) => {
+                Attempt::Again(o)
+            }
         }
     }
 
@@ -193,7 +320,8 @@ impl Gathered {
         let (waiter, told) = steps.expect();
         let job = Job {
             copies,
-            command: self.args.clone(),
+            commands: self.commands.clone(),
+            multi: self.exec.is_some(),
             user: self.user.clone(),
             resp3: self.resp3,
         };
@@ -236,7 +364,7 @@ impl Gathered {
             .sum();
         if bytes > MAX_BYTES {
             return Err(format!(
-                "ERR the keys of '{}' hold {bytes} bytes (as DUMP): a command over keys of several owners gathers at most {MAX_BYTES} bytes, restored here in one step; give its keys one hash tag",
+                "ERR the keys of {} hold {bytes} bytes (as DUMP): a command over keys of several owners gathers at most {MAX_BYTES} bytes, restored here in one step; give its keys one hash tag",
                 self.name
             ));
         }
@@ -274,10 +402,11 @@ impl Gathered {
         Ok(copies)
     }
 
-    /// Step 4's transaction: one part per owner, its keys watched, the changed ones written.
+    /// Step 4's transaction: one part per owner, its keys (and the client's watched keys
+    /// there) watched, the changed ones written.
     fn writes(&self, txid: &str, changed: &[KeyCopy]) -> Txn {
         let parts = self
-            .groups
+            .owners()
             .iter()
             .map(|(owner, ks)| Part {
                 owner: owner.clone(),
@@ -295,6 +424,37 @@ impl Gathered {
             slots: Vec::new(),
         }
     }
+}
+
+/// What `commands` do to `copies`, one after another, when every one is a pure move or copy
+/// (`moves`): each one's reply (in an array when `multi`, else the only one's), and the keys
+/// changed in the end.
+fn moved_all(commands: &[Command], copies: &[KeyCopy], multi: bool) -> Option<Ran> {
+    let mut now = copies.to_vec();
+    let mut replies = Vec::with_capacity(commands.len());
+    for command in commands {
+        let ran = moves::moved(command, &now)?;
+        replies.push(ran.reply);
+        for c in ran.changed {
+            if let Some(at) = now.iter_mut().find(|n| n.key == c.key) {
+                *at = c;
+            }
+        }
+    }
+    let changed = now
+        .into_iter()
+        .zip(copies)
+        .filter(|(after, before)| after != *before)
+        .map(|(after, _)| after)
+        .collect();
+    let reply = match (multi, replies.pop()) {
+        (false, Some(one)) if replies.is_empty() => one,
+        (_, last) => {
+            replies.extend(last);
+            Resp::Array(replies)
+        }
+    };
+    Some(Ran { reply, changed })
 }
 
 /// A key as read at its owner: its `DUMP` reply and its `PEXPIRETIME` reply.

@@ -22,6 +22,7 @@ use crate::host::error::CmdError;
 use crate::host::scratch::Scratch;
 use crate::net::pool::Waiter;
 use crate::net::resp::{read_reply, Resp};
+use crate::txn::coord::hold::{self, Step};
 
 /// One key as read at its owner, or as the command left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,8 +37,11 @@ pub struct KeyCopy {
 /// What the step is given.
 pub struct Job {
     pub copies: Vec<KeyCopy>,
-    /// The command, its name first.
-    pub command: Vec<Vec<u8>>,
+    /// The commands, each its name first, run one after another.
+    pub commands: Vec<Vec<Vec<u8>>>,
+    /// A transaction's commands: the reply is an array of each one's (`EXEC`'s); else the one
+    /// command's own.
+    pub multi: bool,
     pub user: Vec<u8>,
     pub resp3: bool,
 }
@@ -79,12 +83,108 @@ pub fn start(waiter: Waiter, job: Job) -> bool {
 }
 
 fn on_timer(ctx: &Context, (waiter, job): (Waiter, Job)) {
-    let outcome = encode(run(ctx, &job));
+    if hold::holds(Step::Scratch) {
+        // A test's hold (`SHARD.DEBUG TXN-HOLD scratch`): the copies restored, then kept in
+        // the scratch database (the rest of the step on a later timer) until it is lifted.
+        if let Err(e) = restored_for_hold(ctx, &job) {
+            let outcome = encode(Err(e));
+            crate::route::forward::deliver_all(vec![(waiter, Ok(outcome))]);
+            return;
+        }
+        held(ctx, (waiter, job, hold::Waiting::start()));
+        return;
+    }
+    let outcome = encode(run(ctx, &job, false));
     crate::route::forward::deliver_all(vec![(waiter, Ok(outcome))]);
 }
 
-/// The step itself.
-fn run(ctx: &Context, job: &Job) -> Result<Ran, CmdError> {
+/// A step held at `scratch` with its copies restored: checked again every 10 ms; once the
+/// hold is lifted the command runs on them and the step ends as any other.
+fn held(ctx: &Context, (waiter, job, waiting): (Waiter, Job, hold::Waiting)) {
+    if hold::holds(Step::Scratch) {
+        let delay = std::time::Duration::from_millis(10);
+        if crate::host::context::after(delay, held, (waiter, job, waiting)) {
+            return;
+        }
+        let outcome = encode(Err(CmdError::err("no timer could be set")));
+        crate::route::forward::deliver_all(vec![(waiter, Ok(outcome))]);
+        return;
+    }
+    drop(waiting);
+    let outcome = encode(run(ctx, &job, true));
+    crate::route::forward::deliver_all(vec![(waiter, Ok(outcome))]);
+}
+
+/// The first half of a held step: the scratch database checked empty, the copies restored.
+fn restored_for_hold(ctx: &Context, job: &Job) -> Result<(), CmdError> {
+    let db = scratch_db()?;
+    let scratch = Scratch::enter(ctx, db, Some(&job.user))?;
+    check_empty(&scratch, db)?;
+    if let Err(e) = restore(&scratch, job) {
+        empty(&scratch)?;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Refused when the scratch database holds keys.
+fn check_empty(scratch: &Scratch, db: i32) -> Result<(), CmdError> {
+    match int(&scratch.own(&[b"DBSIZE"])?) {
+        Some(0) => Ok(()),
+        n => Err(CmdError::err(format!(
+            "database {db}, the scratch database of commands over keys of several owners, holds {} keys: it must stay empty (the server's last database is kept for this)",
+            n.unwrap_or(-1)
+        ))),
+    }
+}
+
+/// Deletes every key of the scratch database (unreplicated); how many there were.
+fn empty(scratch: &Scratch) -> Result<usize, CmdError> {
+    let Resp::Array(names) = reply_of(&scratch.own(&[b"KEYS", b"*"])?)? else {
+        return Ok(0);
+    };
+    if names.is_empty() {
+        return Ok(0);
+    }
+    let mut del: Vec<&[u8]> = vec![b"DEL"];
+    del.extend(names.iter().filter_map(|n| match n {
+        Resp::Bulk(b) => Some(b.as_slice()),
+        _ => None,
+    }));
+    scratch.own(&del)?;
+    Ok(names.len())
+}
+
+/// After a load (a restart, a replica's full sync): whatever the loaded data holds in the
+/// scratch database is deleted. It is empty between two turns of the event loop, so a
+/// snapshot never has keys there, but for a test's hold (`TXN-HOLD scratch`), which leaves
+/// copies there across turns: a snapshot then, loaded later, brought back copies that are no
+/// one's data, and every gather after would be refused.
+pub fn empty_after_load() {
+    crate::host::context::after(std::time::Duration::ZERO, emptied, ());
+}
+
+fn emptied(ctx: &Context, (): ()) {
+    if crate::host::context::writes_paused() {
+        crate::host::context::after(std::time::Duration::from_millis(1000), emptied, ());
+        return;
+    }
+    let Ok(db) = scratch_db() else { return };
+    let done = Scratch::enter(ctx, db, None).and_then(|scratch| empty(&scratch));
+    match done {
+        Ok(0) => {}
+        Ok(n) => redis_module::logging::log_notice(format!(
+            "shard: the scratch database ({db}) held {n} keys after the load (copies of a command over keys of several owners, saved while it was held): deleted"
+        )),
+        Err(e) => redis_module::logging::log_warning(format!(
+            "shard: the scratch database ({db}) could not be emptied after the load: {}",
+            e.message()
+        )),
+    }
+}
+
+/// The step itself; `restored`: the copies are in the scratch database already (a held step).
+fn run(ctx: &Context, job: &Job, restored: bool) -> Result<Ran, CmdError> {
     if crate::host::context::writes_paused() {
         // A key expiring in the scratch database would have its deletion propagated.
         return Err(CmdError::code(
@@ -94,16 +194,13 @@ fn run(ctx: &Context, job: &Job) -> Result<Ran, CmdError> {
     }
     let db = scratch_db()?;
     let scratch = Scratch::enter(ctx, db, Some(&job.user))?;
-    match int(&scratch.own(&[b"DBSIZE"])?) {
-        Some(0) => {}
-        n => {
-            return Err(CmdError::err(format!(
-                "database {db}, the scratch database of commands over keys of several owners, holds {} keys: it must stay empty (the server's last database is kept for this)",
-                n.unwrap_or(-1)
-            )))
-        }
+    if !restored {
+        check_empty(&scratch, db)?;
     }
-    let ran = restore_run_read(&scratch, job);
+    let ran = match restored {
+        true => run_read(&scratch, job),
+        false => restore(&scratch, job).and_then(|()| run_read(&scratch, job)),
+    };
     // Every copy goes, whatever happened; and what the command wrote undeclared.
     let mut del: Vec<&[u8]> = vec![b"DEL"];
     del.extend(job.copies.iter().map(|c| c.key.as_slice()));
@@ -119,7 +216,11 @@ fn run(ctx: &Context, job: &Job) -> Result<Ran, CmdError> {
             scratch.own(&del)?;
             return Err(CmdError::err(format!(
                 "'{}' wrote {} keys it did not declare: a command over keys of several owners may write only its declared keys; nothing was written",
-                String::from_utf8_lossy(job.command.first().map_or(&[][..], Vec::as_slice)).to_lowercase(),
+                job.commands
+                    .iter()
+                    .map(|c| String::from_utf8_lossy(c.first().map_or(&[][..], Vec::as_slice)).to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join("', '"),
                 names.len()
             )));
         }
@@ -127,7 +228,8 @@ fn run(ctx: &Context, job: &Job) -> Result<Ran, CmdError> {
     ran
 }
 
-fn restore_run_read(scratch: &Scratch, job: &Job) -> Result<Ran, CmdError> {
+/// The copies restored in the scratch database with their absolute expiry.
+fn restore(scratch: &Scratch, job: &Job) -> Result<(), CmdError> {
     for copy in &job.copies {
         let Some(value) = &copy.value else { continue };
         let at = copy.at_ms.max(0).to_string();
@@ -147,8 +249,23 @@ fn restore_run_read(scratch: &Scratch, job: &Job) -> Result<Ran, CmdError> {
             )));
         }
     }
-    let args: Vec<&[u8]> = job.command.iter().map(Vec::as_slice).collect();
-    let reply = reply_of(&scratch.as_user(&args, job.resp3)?)?;
+    Ok(())
+}
+
+/// The commands run on the copies, every key read back.
+fn run_read(scratch: &Scratch, job: &Job) -> Result<Ran, CmdError> {
+    let mut replies = Vec::with_capacity(job.commands.len());
+    for command in &job.commands {
+        let args: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
+        replies.push(reply_of(&scratch.as_user(&args, job.resp3)?)?);
+    }
+    let reply = match (job.multi, replies.pop()) {
+        (false, Some(one)) if replies.is_empty() => one,
+        (_, last) => {
+            replies.extend(last);
+            Resp::Array(replies)
+        }
+    };
     let mut changed = Vec::new();
     for copy in &job.copies {
         let after = read_back(scratch, &copy.key)?;

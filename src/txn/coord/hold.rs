@@ -1,10 +1,12 @@
 //! A test's hold of this node's transactions at a named step of the two-phase commit
-//! (`SHARD.DEBUG TXN-HOLD read|prepared|decided|committed-one|OFF`), so that a test can kill,
+//! (`SHARD.DEBUG TXN-HOLD read|scratch|prepared|decided|committed-one|OFF`), so that a test can kill,
 //! stop or fail over a node at that exact step (as `SHARD.DEBUG FLEET-HOLD` holds the fleet
 //! coordinator):
 //!
 //! - `read`: a gathered command's keys are watched and read at their owners (`SHARD.TXN
 //!   READ`), nothing prepared yet;
+//! - `scratch`: a gathered command's copies are restored in the scratch database and kept
+//!   there (the command not run yet) across turns of the event loop (`gather_step`);
 //! - `prepared`: every owner replied `PREPARED`, the decision is not recorded yet;
 //! - `decided`: the decision to commit is recorded (and acknowledged by a replica), no
 //!   `COMMIT` sent yet;
@@ -23,6 +25,7 @@ use std::cell::Cell;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     Read,
+    Scratch,
     Prepared,
     Decided,
     CommittedOne,
@@ -33,6 +36,7 @@ impl Step {
     pub fn named(name: &str) -> Option<Step> {
         match name {
             "read" => Some(Step::Read),
+            "scratch" => Some(Step::Scratch),
             "prepared" => Some(Step::Prepared),
             "decided" => Some(Step::Decided),
             "committed-one" => Some(Step::CommittedOne),

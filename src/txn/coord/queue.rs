@@ -1,11 +1,11 @@
 //! A `SHARD.CALL` inside `SHARD.MULTI`, checked and placed at queue time, as Redis checks a
 //! command queued in `MULTI`: a command the server does not know, a wrong number of
-//! arguments, a command that can block, the calling user's ACL, a key a resharding is moving
-//! now, or keys of several owners in a command that does not split (`route::split`) are
-//! refused here, naming what was wrong (the owners, for the last); the transaction then ends
-//! in `EXECABORT`. A command whose keys have one owner is queued whole for it; a splittable
-//! one over several owners, one piece per owner. Also here: where keys live, for
-//! `SHARD.WATCH`.
+//! arguments, a command that can block, the calling user's ACL, or a key a resharding is
+//! moving now are refused here, naming what was wrong; the transaction then ends in
+//! `EXECABORT`. A command whose keys have one owner is queued whole for it; a splittable one
+//! over several owners, one piece per owner; any other over keys of several owners is queued
+//! to be gathered (`Entry::placed` is `None`): the whole transaction then runs gathered at
+//! `SHARD.EXEC` (`gather::exec_gathered`). Also here: where keys live, for `SHARD.WATCH`.
 
 use crate::host::acl;
 use crate::host::command::Call;
@@ -16,9 +16,20 @@ use crate::route::decide::refuse_blocking;
 use crate::route::split;
 use crate::state;
 use crate::txn::coord::plan::Queued;
+use crate::txn::coord::wire::Command;
+
+/// A command as queued: its place at the owners (`None`: its keys have several owners and it
+/// does not split, so the transaction is gathered), the command whole and its keys (what a
+/// gathered transaction runs and reads).
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub placed: Option<Queued>,
+    pub command: Command,
+    pub keys: Vec<Vec<u8>>,
+}
 
 /// The queued form of the call's carried command (`SHARD.CALL command key ...`).
-pub fn queue(call: &Call) -> Result<Queued, CmdError> {
+pub fn queue(call: &Call) -> Result<Entry, CmdError> {
     if call.args.len() < 2 {
         return Err(CmdError::err(
             "SHARD.CALL needs a command and its key: SHARD.CALL command key [arg ...]",
@@ -48,6 +59,12 @@ pub fn queue(call: &Call) -> Result<Queued, CmdError> {
         .filter_map(|&p| args.get(p).copied())
         .collect();
     let owners = owners_of(&keys)?;
+    let whole: Command = args.iter().map(|a| a.to_vec()).collect();
+    let entry = |placed: Option<Queued>, command: Command| Entry {
+        placed,
+        command,
+        keys: keys.iter().map(|k| k.to_vec()).collect(),
+    };
     let Some(first) = owners.first() else {
         return Err(CmdError::err(format!(
             "'{}' has no key here: SHARD.CALL routes commands by their keys",
@@ -55,20 +72,16 @@ pub fn queue(call: &Call) -> Result<Queued, CmdError> {
         )));
     };
     if owners.iter().all(|o| o.name == first.name) {
-        return Ok(Queued::Whole {
+        let placed = Queued::Whole {
             owner: first.clone(),
-            command: args.iter().map(|a| a.to_vec()).collect(),
-        });
+            command: whole.clone(),
+        };
+        return Ok(entry(Some(placed), whole));
     }
     let Some(how) = split::splittable(command.name) else {
-        let mut names: Vec<&str> = owners.iter().map(|o| o.name.as_str()).collect();
-        names.sort_unstable();
-        names.dedup();
-        return Err(CmdError::err(format!(
-            "the keys of '{}' live on different nodes ({}): inside SHARD.MULTI only MGET, MSET, DEL, UNLINK, EXISTS and TOUCH split by owner; queue one command per node, or give the keys one hash tag",
-            command.name_text,
-            names.join(", ")
-        )));
+        // Gathered at EXEC, with the whole transaction: refused now what the gather refuses.
+        crate::txn::coord::gather_step::scratch_db()?;
+        return Ok(entry(None, whole));
     };
     let mut distinct: Vec<Endpoint> = Vec::new();
     let index: Vec<usize> = owners
@@ -85,11 +98,12 @@ pub fn queue(call: &Call) -> Result<Queued, CmdError> {
         .into_iter()
         .map(|p| (distinct[p.owner].clone(), p))
         .collect();
-    Ok(Queued::Split {
+    let placed = Queued::Split {
         merge: how.merge,
         pieces,
         keys: keys.len(),
-    })
+    };
+    Ok(entry(Some(placed), whole))
 }
 
 /// The owner of each key by the current ring; a key that a resharding is moving now is
@@ -126,7 +140,7 @@ pub fn owners_of(keys: &[&[u8]]) -> Result<Vec<Endpoint>, CmdError> {
 /// keys, as `keyless::runs_here` lets them run): queued for this node, where it runs with this
 /// node's part. Any other keyless command is refused at queue time (the transaction then ends
 /// in `EXECABORT`): the commands about a server are that server's, outside a transaction.
-fn queue_keyless(call: &Call, command: &Carried) -> Result<Queued, CmdError> {
+fn queue_keyless(call: &Call, command: &Carried) -> Result<Entry, CmdError> {
     let sub = (call.args.len() > 2).then(|| call.args.get(2));
     if !crate::route::keyless::runs_here(command.name, sub) {
         return Err(CmdError::err(format!(
@@ -141,11 +155,16 @@ fn queue_keyless(call: &Call, command: &Carried) -> Result<Queued, CmdError> {
             command.name_text
         ))
     })?;
-    Ok(Queued::Whole {
-        owner,
-        command: (1..call.args.len())
-            .map(|i| call.args.get(i).to_vec())
-            .collect(),
+    let whole: Command = (1..call.args.len())
+        .map(|i| call.args.get(i).to_vec())
+        .collect();
+    Ok(Entry {
+        placed: Some(Queued::Whole {
+            owner,
+            command: whole.clone(),
+        }),
+        command: whole,
+        keys: Vec::new(),
     })
 }
 
