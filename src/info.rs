@@ -7,7 +7,7 @@ use redis_module_macros::info_command_handler;
 
 use crate::clock;
 use crate::host::info::InfoSection;
-use crate::route::forward;
+use crate::route::stats;
 use crate::state;
 
 fn int(n: u64) -> c_longlong {
@@ -143,7 +143,7 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     section.int("txn_longest_lock_ms", int(longest_lock_ms));
     section.int("txn_in_doubt", int(in_doubt));
     section.int("txn_unacked", int(crate::txn::owner::acked::unacked()));
-    let calls = forward::stats();
+    let calls = stats::stats();
     section.int("call_local", int(calls.local));
     section.int("call_forwarded", int(calls.forwarded));
     section.int("call_fallbacks", int(calls.fallbacks));

@@ -27,6 +27,7 @@ use crate::route::decide::{decide, refuse_blocking, Facts, Placed, Route, Split}
 use crate::route::fields::{self, FieldDict, FieldsInReply};
 use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::split::{self, Part, Splittable};
+use crate::route::stats;
 use crate::route::steps::{execute, CommandKind, Plan, Routed};
 use crate::route::wait::{self, Acked, Wait};
 use crate::route::{filter, replica};
@@ -140,12 +141,12 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> Result<Handl
     let started = match (decision, translation) {
         (Route::Gather, _) => return Ok(Handled::Gather),
         (Route::Here, _) => {
-            forward::count(|s| s.local += 1);
+            stats::count(|s| s.local += 1);
             caller::pass_through(call, command.name, start + 1)?;
             return Ok(Handled::Routed);
         }
         (Route::HereTranslated, Some(t)) => {
-            forward::count(|s| s.local += 1);
+            stats::count(|s| s.local += 1);
             let reply = run_here(call, &t.stored)?;
             call.reply
                 .resp(&fields::maxify_reply(&t.dict, t.how, reply));
@@ -192,7 +193,7 @@ pub fn route(call: &Call, command: &Carried, wait: Option<Wait>) -> Result<Handl
             forward::run(call, link, move |steps| async move {
                 match replica::read(&steps, &primary, &args, mode).await {
                     Ok(reply) => {
-                        forward::count(|s| s.forwarded += 1);
+                        stats::count(|s| s.forwarded += 1);
                         CallReply::Reply(reply)
                     }
                     Err(e) => CallReply::failed(&e),
@@ -356,7 +357,7 @@ pub fn run_here(call: &Call, args: &[Vec<u8>]) -> Result<Resp, CmdError> {
 async fn run_plan(steps: NetSteps, plan: Plan) -> CallReply {
     match execute(&plan, &steps).await {
         Ok(routed) => {
-            forward::count(|s| {
+            stats::count(|s| {
                 s.forwarded += 1;
                 s.fallbacks += u64::from(routed.fallback);
                 s.copies += u64::from(routed.copied);
@@ -376,7 +377,7 @@ fn replied(wait: Option<Wait>, reply: Resp, acks: &[Acked]) -> CallReply {
     match wait::verdict(wait, reply, acks) {
         Ok(reply) => CallReply::Reply(reply),
         Err(line) => {
-            forward::count(|s| s.noreplicas += 1);
+            stats::count(|s| s.noreplicas += 1);
             CallReply::Error(line)
         }
     }
@@ -427,7 +428,7 @@ async fn run_parts(
     for outcome in outcomes {
         match outcome {
             Ok(routed) => {
-                forward::count(|s| {
+                stats::count(|s| {
                     s.fallbacks += u64::from(routed.fallback);
                     s.copies += u64::from(routed.copied);
                 });
@@ -437,7 +438,7 @@ async fn run_parts(
             Err(e) => return CallReply::failed(&e),
         }
     }
-    forward::count(|s| s.forwarded += 1);
+    stats::count(|s| s.forwarded += 1);
     let parts: Vec<Part> = parts.into_iter().map(|p| p.part).collect();
     replied(wait, split::merge(how.merge, &parts, replies, keys), &acks)
 }

@@ -8,14 +8,14 @@
 //! is written by the blocked client's reply callback (`host::blocked`), so no thread-safe
 //! context is needed. The counters of INFO's routed calls are kept here too. The steps of a
 //! call (`NetSteps`) send requests over the pool (a write and its `WAIT` together, on a
-//! connection of their own: `net::lanes`); a copy-before-write's requests are `copy`'s.
+//! connection of their own: `net::lanes`); a copy-before-write's requests are `copy`'s. The
+//! counters are `stats`'.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use rustc_hash::FxHashMap;
@@ -28,43 +28,9 @@ use crate::net::lanes::{self, Held};
 use crate::net::pool::{Link, Outcome, Waiter};
 use crate::net::resp::{ReplyResp, Resp};
 use crate::route::copy;
+use crate::route::stats::count;
 use crate::route::steps::Step;
 use crate::route::wait::Wait;
-
-/// Counters shown in `INFO shard`.
-#[derive(Debug, Default, Clone)]
-pub struct RouteStats {
-    pub local: u64,
-    pub forwarded: u64,
-    pub fallbacks: u64,
-    pub copies: u64,
-    pub timeouts: u64,
-    pub errors: u64,
-    /// Reads a replica answered (`shard.read-from`), and reads that fell back to the primary.
-    pub replica_reads: u64,
-    pub replica_fallbacks: u64,
-    /// `SHARD.CALL WAIT` calls answered `NOREPLICAS` (too few replicas acknowledged a write).
-    pub noreplicas: u64,
-    /// Per node: (errors, timeouts).
-    pub per_node: BTreeMap<String, (u64, u64)>,
-}
-
-static STATS: Mutex<Option<RouteStats>> = Mutex::new(None);
-
-pub fn stats() -> RouteStats {
-    let mut stats = STATS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
-        .unwrap_or_default();
-    stats.local += crate::route::filter::REWRITTEN.load(std::sync::atomic::Ordering::Relaxed);
-    stats
-}
-
-pub fn count(update: impl FnOnce(&mut RouteStats)) {
-    let mut guard = STATS.lock().unwrap_or_else(PoisonError::into_inner);
-    update(guard.get_or_insert_with(RouteStats::default));
-}
 
 /// What the client gets.
 pub enum CallReply {

@@ -19,6 +19,7 @@ use crate::route::forward::{self, CallReply, NetSteps};
 use crate::route::hot_sample;
 use crate::route::keyless::{self, Keyless, NodeReply};
 use crate::route::scan_cursor::{self, Cursor};
+use crate::route::stats;
 use crate::state;
 
 /// The nodes a keyless command goes to, sorted by name, and what places keys on them.
@@ -132,7 +133,7 @@ fn every_node(call: &Call, walk: Walk, args: Vec<Vec<u8>>, kind: Keyless) -> Cmd
             Ok(r) => r,
             Err(e) => return e,
         };
-        forward::count(|s| s.forwarded += 1);
+        stats::count(|s| s.forwarded += 1);
         CallReply::Reply(match kind {
             Keyless::Sum | Keyless::Publish => keyless::sum(&replies),
             Keyless::Keys => keyless::union_keys(replies, |n, k| walk.owns(n, k)),
@@ -227,7 +228,7 @@ pub fn hot_keys(call: &Call, count: usize, samples: u64) -> CmdResult {
             Ok(r) => r,
             Err(e) => return e,
         };
-        forward::count(|s| s.forwarded += 1);
+        stats::count(|s| s.forwarded += 1);
         CallReply::Reply(
             match keyless::hot_keys(replies, |n, k| walk.owns(n, k), count) {
                 Ok(hot) => keyless::hot_reply(hot),

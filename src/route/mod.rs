@@ -14,7 +14,7 @@
 //!   the client disconnects; `blocking_moves`: its wait ended (`TRYAGAIN`) when a ring change
 //!   moves its key away.
 //! - `forward`: calls in flight (the blocked client, the future over its steps, the network
-//!   steps `NetSteps`) and the counters of INFO; `copy`: copy-before-write's requests;
+//!   steps `NetSteps`); `stats`: the counters of INFO; `copy`: copy-before-write's requests;
 //!   `replica`: reads at replicas.
 //! - `filter`: the command filter's part that turns a call whose keys are all here into the
 //!   plain command; `plain`: its part under `shard.route-plain yes`, which hands a plain
@@ -56,6 +56,7 @@ pub mod plain;
 pub mod replica;
 pub mod scan_cursor;
 pub mod split;
+pub mod stats;
 pub mod steps;
 pub mod wait;
 

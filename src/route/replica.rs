@@ -8,7 +8,8 @@
 
 use crate::net::endpoint::{Endpoint, StepError};
 use crate::net::resp::Resp;
-use crate::route::forward::{self, NetSteps};
+use crate::route::forward::NetSteps;
+use crate::route::stats;
 use crate::topology::nodes::ReadFrom;
 
 /// Runs the read `args` at a replica of `primary` (or at `primary`, by `mode`'s rule).
@@ -22,7 +23,7 @@ pub async fn read(
     let why = match crate::topology::nodes::pick_replica(primary) {
         Ok(replica) => match steps.send(&replica, args).await {
             Ok(reply) if !cannot_serve(&reply) => {
-                forward::count(|s| s.replica_reads += 1);
+                stats::count(|s| s.replica_reads += 1);
                 return Ok(reply);
             }
             Ok(reply) => format!(
@@ -40,7 +41,7 @@ pub async fn read(
             format!("no replica to read from (shard.read-from replica): {why}"),
         ));
     }
-    forward::count(|s| s.replica_fallbacks += 1);
+    stats::count(|s| s.replica_fallbacks += 1);
     steps.send(primary, args).await
 }
 
