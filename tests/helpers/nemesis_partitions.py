@@ -90,14 +90,15 @@ class Partitions:
         names = [*self.fleet.ring_names, *([self.fleet.shards[-1]] if self.n.grown else [])]
         return [p for p in self._primaries() if self.fleet.shard_of(p) in names]
 
-    def _primaries(self):
+    def _primaries(self, down_too=False):
+        """The primary Sentinel names for each shard (those up, or all)."""
         out = []
         for n in self.fleet.shards:
             try:
                 p = self.fleet.primary(n)
             except StopIteration:
                 continue
-            if p.port not in self.fleet.down:
+            if down_too or p.port not in self.fleet.down:
                 out.append(p)
         return out
 
@@ -210,6 +211,7 @@ class Partitions:
         primaries = self._primaries()
         ring = [p for p in primaries if self.fleet.shard_of(p) in self.fleet.ring_names]
         if len(ring) < 3:
+            self.n._note(f"cut_txn_owner skipped: {len(ring)} primaries of the ring up")
             return
         c = self.rng.choice(ring)
         # Two keys of owners other than the coordinator, apart (the ring of its own node).
@@ -222,6 +224,7 @@ class Partitions:
                 return
         owners = [o for o in by_owner if o != self.fleet.shard_of(c)]
         if len(owners) < 2:
+            self.n._note("cut_txn_owner skipped: the tx lists have fewer than two other owners")
             return
         a, b = self.rng.sample(owners, 2)
         keys = (by_owner[a], by_owner[b])
@@ -248,9 +251,11 @@ class Partitions:
 
     def cut_ring(self, long=None):
         self._make_room()
-        ring = self._primaries()
+        # Down ones too (a server restarted meanwhile comes back into the ring).
+        ring = self._primaries(down_too=True)
         self.rng.shuffle(ring)
         if len(ring) < 4:
+            self.n._note(f"cut_ring skipped: {len(ring)} primaries named")
             return
         for i, p in enumerate(ring):
             far = [q for j, q in enumerate(ring)
