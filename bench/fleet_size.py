@@ -10,7 +10,8 @@ coordinator's fleet phase is `done` (fence, begin, copies, settle, commit, clean
 coordinator's own steps to every node), then the same for the shrink back to N. Checked after
 each: DBSIZE sums to the keys written, the joining node holds what moved and is empty after the
 shrink. The sizes alternate round by round; the medians go into bench/results.md's section
-"Fleet operations against the number of nodes". Standard library only.
+"Fleet operations against the number of nodes" (`--no-write`: printed only). `KEY_INDEX=yes`:
+the servers keep the key index (bench/copy.py). Standard library only.
 """
 
 import argparse
@@ -39,12 +40,25 @@ def slots_ring(nodes):
     return ["slots"] + [x for name, p in nodes for x in (name, f"127.0.0.1:{p.port}", 1)]
 
 
+def fleet(c):
+    st = c.call("SHARD.RESHARD", "STATUS")
+    f = dict(zip(st[::2], st[1::2])).get(b"fleet") or []
+    return dict(zip(f[::2], f[1::2]))
+
+
 def wait_done(c, what):
+    """Until the coordinator's fleet phase is `done`; returns the seconds it took, then waits
+    for the coordinator to let go of the operation (`running` no)."""
+    t0 = time.perf_counter()
     deadline = time.monotonic() + 600
-    while (phase := cp.fleet_phase(c)) != b"done":
+    while (phase := fleet(c).get(b"phase")) != b"done":
         if phase == b"cancelled" or time.monotonic() > deadline:
             sys.exit(f"{what}: the fleet ended {phase}")
         time.sleep(0.002)
+    took = time.perf_counter() - t0
+    while fleet(c).get(b"running") == b"yes":
+        time.sleep(0.01)
+    return took
 
 
 def round_(n, moved):
@@ -73,8 +87,7 @@ def round_(n, moved):
         reply = cs[0].call("SHARD.RESHARD", "START", *slots_ring(nodes))
         if reply not in (b"OK", "OK"):
             sys.exit(f"grow {n}: START said {reply}")
-        wait_done(cs[0], f"grow {n} -> {n + 1}")
-        grow = time.perf_counter() - t0
+        grow = time.perf_counter() - t0 + wait_done(cs[0], f"grow {n} -> {n + 1}")
         sizes = [c.call("DBSIZE") for c in cs]
         if sum(sizes) != total:
             sys.exit(f"grow {n}: DBSIZE {sizes}, {total} written")
@@ -83,8 +96,7 @@ def round_(n, moved):
         reply = cs[0].call("SHARD.RESHARD", "START", *slots_ring(nodes[:n]))
         if reply not in (b"OK", "OK"):
             sys.exit(f"shrink {n + 1}: START said {reply}")
-        wait_done(cs[0], f"shrink {n + 1} -> {n}")
-        shrink = time.perf_counter() - t1
+        shrink = time.perf_counter() - t1 + wait_done(cs[0], f"shrink {n + 1} -> {n}")
         sizes = [c.call("DBSIZE") for c in cs]
         if sum(sizes) != total or sizes[n] != 0:
             sys.exit(f"shrink {n + 1}: DBSIZE {sizes}, {total} written")
@@ -125,13 +137,16 @@ def main():
              f"this machine ({base.os.cpu_count()} cores), a `slots` ring, {args.moved} keys "
              "moved by the grow at either size; the median of the rounds, from START on n0 to "
              "its fleet phase `done`.", "",
-             "| operation | nodes | keys moved | seconds | keys/s |", "|---|---|---|---|---|"]
+             "| operation | nodes | key index | keys moved | seconds | keys/s |",
+             "|---|---|---|---|---|---|"]
     for n in sizes:
         g = statistics.median(x[0] for x in got[n])
         s = statistics.median(x[1] for x in got[n])
         m = int(statistics.median(x[2] for x in got[n]))
-        lines.append(f"| grow {n} -> {n + 1} | {n + 1} | {m} | {g:.2f} | {m / g:,.0f} |")
-        lines.append(f"| shrink {n + 1} -> {n} | {n + 1} | {m} | {s:.2f} | {m / s:,.0f} |")
+        ki = cp.KEY_INDEX
+        lines.append(f"| grow {n} -> {n + 1} | {n + 1} | {ki} | {m} | {g:.2f} | {m / g:,.0f} |")
+        lines.append(f"| shrink {n + 1} -> {n} | {n + 1} | {ki} | {m} | {s:.2f} | "
+                     f"{m / s:,.0f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
