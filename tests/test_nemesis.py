@@ -1,9 +1,14 @@
-"""The nemesis test (issue 33): many faults at once against a record of every operation, as
-Jepsen tests databases. Four shards of a primary and a replica behind three sentinels (AOF on,
-fsync always), cluster protocol on; list appends through `SHARD.CALL WAIT` and through a cluster
-client, registers set and deleted, reads checked as they happen, IDs drawn; meanwhile a seeded
-schedule of kills, pauses, failovers, a grow and a shrink, cancels, coordinator kills, RESUMEs on
-other nodes and clock steps (tests/helpers/nemesis.py says what each is and what is checked).
+"""The nemesis test (issues 33 and 44): many faults at once against a record of every
+operation, as Jepsen tests databases. Three shards (`NEMESIS_SHARDS=9`: nine) of a primary and a
+replica behind three sentinels (AOF on, fsync always), cluster protocol on, one more shard that
+a grow adds; every server and sentinel on a loopback address of its own. List appends through
+`SHARD.CALL WAIT` and through a cluster client, registers set and deleted, transactions across
+owners, reads checked as they happen, IDs drawn; meanwhile a seeded schedule of kills, pauses,
+failovers, a grow and a shrink, cancels, coordinator kills, RESUMEs on other nodes, clock steps
+and network partitions of seven kinds (tests/helpers/nemesis.py and nemesis_partitions.py say
+what each is and what is checked). The run prints its counters: acknowledged writes, lost (0),
+not acknowledged but applied, duplicates (0), stale reads in a partition's window (allowed) and
+otherwise (0), IDs issued twice (0), transactions lost or applied in part (counted: open).
 
 `NEMESIS_SECONDS` sets how long the nemesis runs (`make nemesis` runs 600); `NEMESIS_SEED`
 replays a schedule. The seed is printed; a failure prints it with the history of the run's last
@@ -17,8 +22,9 @@ the list (read with `SHARD.DUMP`, past the cluster protocol), and each server's 
 the bad reads and the elements out of order or stray likewise. Each server's log notes the fleet
 operation as it saw it (`shard: fleet: ...`).
 
-`make test` runs a short schedule (20 s, opening with a grow, seed `SHORT_SEED`); `make nemesis`
-runs `NEMESIS_SECONDS` (600 by default) on both servers with random seeds. Found and fixed
+`make test` runs a short schedule (30 s, seed `SHORT_SEED`: a grow, then each kind of partition
+once, other faults between them); `make nemesis` runs `NEMESIS_SECONDS` (600 by default) at
+three and nine shards on both servers with random seeds. Found and fixed
 with it: copies counted done at a destination whose primary had no replica following it, then
 lost when Sentinel promoted its partner (`test_fleet_landed`), and every fleet step likewise
 (`test_fleet_landed`'s ring-step test); an old primary passed over by Sentinel, back from an
