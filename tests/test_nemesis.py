@@ -50,7 +50,6 @@ cleanup then deleted (now a replica whose link is down routes no keyed command:
 (`NEMESIS_SEED=1228672270`) fit the cleanup's case; not reproduced by a replay.
 """
 
-import functools
 import os
 import random
 import time
@@ -84,13 +83,13 @@ def short_opening(nemesis):
     cut past every timeout), with other faults between them."""
     p = nemesis.parts
     cuts = [] if p is None else [
-        functools.partial(p.cut_destination, long=2.5), nemesis.kill,
-        functools.partial(p.cut_coordinator, long=True), nemesis.pause,
-        functools.partial(p.cut_txn_owner, long=2.5), nemesis.failover,
-        functools.partial(p.cut_primary, long=4), nemesis.clock_step,
-        functools.partial(p.cut_sentinels, long=3), nemesis.kill,
-        functools.partial(p.cut_ring, long=2.5), nemesis.pause,
-        functools.partial(p.cut_one_way, long=2.5)]
+        p.surely("cut_destination", 2.5), nemesis.kill,
+        p.surely("cut_coordinator", True), nemesis.pause,
+        p.surely("cut_txn_owner", 2.5), nemesis.failover,
+        p.surely("cut_primary", 4), nemesis.clock_step,
+        p.surely("cut_sentinels", 3), nemesis.kill,
+        p.surely("cut_ring", 2.5), nemesis.pause,
+        p.surely("cut_one_way", 2.5)]
     return [nemesis.reshard, *cuts]
 
 
