@@ -71,11 +71,11 @@ txn-chaos: build $(VENV)/.installed ## The bank under faults (transactions acros
 	done; \
 	if [ -n "$$failed" ]; then echo "the bank under faults failed on:$$failed"; exit 1; fi
 
-nemesis: build $(VENV)/.installed ## The nemesis test (many faults at once against a record of every operation) for NEMESIS_SECONDS (600) on every server; NEMESIS_SEED replays a schedule
-	@failed=""; for s in $(SERVERS); do \
-	  echo "== nemesis for $${NEMESIS_SECONDS:-600} s on $$s"; \
-	  NEMESIS_SECONDS=$${NEMESIS_SECONDS:-600} REDIS_SERVER=$$s $(PY) -m pytest -s tests/test_nemesis.py || failed="$$failed $$s"; \
-	done; \
+nemesis: build $(VENV)/.installed ## The nemesis test (many faults, network partitions among them, at once against a record of every operation) for NEMESIS_SECONDS (600) at three and at nine shards (NEMESIS_SHARDS picks one) on every server; NEMESIS_SEED replays a schedule
+	@failed=""; for s in $(SERVERS); do for n in $${NEMESIS_SHARDS:-3 9}; do \
+	  echo "== nemesis for $${NEMESIS_SECONDS:-600} s at $$n shards on $$s"; \
+	  NEMESIS_SECONDS=$${NEMESIS_SECONDS:-600} NEMESIS_SHARDS=$$n REDIS_SERVER=$$s $(PY) -m pytest -s tests/test_nemesis.py || failed="$$failed $$s($$n)"; \
+	done; done; \
 	if [ -n "$$failed" ]; then echo "nemesis test failed on:$$failed"; exit 1; fi
 
 redis-py-suite: build $(VENV)/.installed ## redis-py's own test suite (the release tests/requirements.txt pins) against a plain server and a route-plain fleet, on every server; REDISPY_WORKERS (1) xdist workers

@@ -1,5 +1,7 @@
-"""The nemesis test's parts (issue 33): a fleet of four shards of a primary and a replica behind
-three sentinels (AOF on, fsync always, the cluster protocol on a `slots` ring of three of them),
+"""The nemesis test's parts (issues 33 and 44): a fleet of shards of a primary and a replica
+behind three sentinels (AOF on, fsync always, the cluster protocol on a `slots` ring of all but
+the last shard, which a grow adds; each server and sentinel on an address of its own when the
+test cuts them apart: helpers.nemesis_partitions),
 a workload that records every operation's outcome, a nemesis that injects many faults at once
 from a seeded schedule, and the checks run on the healed fleet.
 
@@ -14,12 +16,16 @@ outcome unknown, as Jepsen's histories have it):
 - readers: `SHARD.CALL LRANGE` of a list, checked as read: no element twice, each writer's
   elements in its order, every element acknowledged before the read began present;
 - IDs: `SHARD.GENKEY COUNT 10` on random primaries; one of them has its wall clock stepped back
-  by the nemesis (tests/clockshim.c).
+  by the nemesis (tests/clockshim.c);
+- transactions: `SHARD.MULTI`, `RPUSH` of one id to two lists `tx:<i>`, `SHARD.EXEC`, through a
+  random primary; checked at the end: no id applied twice, none applied that EXEC refused; those
+  lost or applied at one list only are counted (docs/transactions.md's open case).
 
 The nemesis, every 0.5-2 s: `kill -9` (restarted later from its AOF) or `SIGSTOP` (then `SIGCONT`)
-of a primary, a replica or a sentinel; a Sentinel failover; a grow to the fourth shard and a
+of a primary, a replica or a sentinel; a Sentinel failover; a grow to the last shard and a
 shrink back (`SHARD.RESHARD START` on a random primary, which coordinates), `CANCEL`, a kill of
-the coordinator, and `RESUME` on another node; a clock step. At the end everything is healed,
+the coordinator, and `RESUME` on another node; a clock step; a partition
+(helpers.nemesis_partitions). At the end everything is healed,
 an unfinished resharding is resumed to its end, and the checks run: every acknowledged element
 is in its list exactly once and in its writer's order, no unknown one twice; every register
 holds its last acknowledged write (or a later unknown one), so no deleted key comes back; every
@@ -149,14 +155,25 @@ class Fleet:
     """The servers (primaries and replicas by shard, as started), the sentinels, and who is
     down or paused now."""
 
-    def __init__(self, server_factory, sentinel_factory, shim, workdir, config=()):
+    def __init__(self, server_factory, sentinel_factory, shim, workdir, config=(),
+                 shards=SHARDS, addresses=None):
+        """`shards`: the names of the shards, the last of which joins and leaves by START (the
+        ring holds the others). `addresses` (helpers.partition.Addresses): every server and
+        sentinel listens on a loopback address of its own, which its connections leave from,
+        so that a `Partition` can cut them apart; None: all on 127.0.0.1."""
+        self.shards = tuple(shards)
+        self.ring_names = self.shards[:-1]
         self.clocks = {}
-        # The sentinels' ports first: every server is started knowing them, so that a server
-        # restarted after a kill still follows Sentinel.
-        sentinel_ports = [free_port() for _ in range(3)]
-        common = [("shard.sentinels", " ".join(f"127.0.0.1:{p}" for p in sentinel_ports)),
+
+        def host():
+            return addresses.next() if addresses is not None else "127.0.0.1"
+        # The sentinels' addresses first: every server is started knowing them, so that a
+        # server restarted after a kill still follows Sentinel.
+        sentinel_at = [(host(), free_port()) for _ in range(3)]
+        common = [("shard.sentinels", " ".join(f"{h}:{p}" for h, p in sentinel_at)),
                   ("shard.topology-refresh-ms", 200), ("shard.call-timeout-ms", 1000),
-                  ("shard.max-drift-ms", 60000), ("repl-diskless-sync-delay", 0), *AOF,
+                  ("shard.max-drift-ms", 60000), ("repl-diskless-sync-delay", 0),
+                  ("enable-debug-command", "yes"), *AOF,
                   *config]
 
         def make(n, i, role, primary=None):
@@ -168,23 +185,28 @@ class Fleet:
             node_id = 2 * i + (role == "r")
             config = [("shard.self", n), ("shard.node-id", node_id), *common]
             if primary is not None:
-                config.append(("replicaof", "127.0.0.1", primary.port))
-            s = server_factory(config=config, env=env)
+                config.append(("replicaof", primary.host, primary.port))
+            s = server_factory(config=config, env=env,
+                               host=host() if addresses is not None else None)
             self.clocks[s.port] = clock
             return s
 
-        self.primaries = {n: make(n, i, "p") for i, n in enumerate(SHARDS)}
-        self.replicas = {n: make(n, i, "r", self.primaries[n]) for i, n in enumerate(SHARDS)}
-        for n in SHARDS:
+        self.primaries = {n: make(n, i, "p") for i, n in enumerate(self.shards)}
+        self.replicas = {n: make(n, i, "r", self.primaries[n])
+                         for i, n in enumerate(self.shards)}
+        for n in self.shards:
             c = self.replicas[n].client()
             until(lambda: c.info("replication")["master_link_status"] == "up",
                   f"{n}'s replica in sync")
-        self.sentinels = [sentinel_factory({n: self.primaries[n].port for n in SHARDS}, port=p)
-                          for p in sentinel_ports]
-        ring = ["slots", *[x for n in RING for x in (n, "sentinel", 1)]]
-        for n in SHARDS:  # the fourth too: it joins and leaves by START
+        self.sentinels = [
+            sentinel_factory({n: f"{self.primaries[n].host}:{self.primaries[n].port}"
+                              for n in self.shards}, port=p,
+                             host=h if addresses is not None else None)
+            for h, p in sentinel_at]
+        ring = ["slots", *[x for n in self.ring_names for x in (n, "sentinel", 1)]]
+        for n in self.shards:  # the last too: it joins and leaves by START
             self.primaries[n].client().execute_command("SHARD.RING", "SET", *ring)
-        for n in SHARDS:
+        for n in self.shards:
             self._sentinels_ready(n)
         for s in self.servers():
             c = s.client()
@@ -210,7 +232,7 @@ class Fleet:
         return [*self.primaries.values(), *self.replicas.values()]
 
     def shard_of(self, server):
-        for n in SHARDS:
+        for n in self.shards:
             if server in (self.primaries[n], self.replicas[n]):
                 return n
         raise KeyError(server.port)
@@ -286,7 +308,7 @@ class Fleet:
 
     def settled(self):
         """Each shard has one primary, the one Sentinel names, and its replica is linked."""
-        for n in SHARDS:
+        for n in self.shards:
             port = self.master_address(n)
             pair = (self.primaries[n], self.replicas[n])
             primary = [s for s in pair if s.port == port]
@@ -327,7 +349,8 @@ class Workload(Clients):
     """The clients: list writers (SHARD.CALL WAIT and a cluster client), register writers,
     readers and an ID drawer, each a thread, until `stop`."""
 
-    def __init__(self, fleet, history, rng, lists=12, registers=16, call_writers=3):
+    def __init__(self, fleet, history, rng, lists=12, registers=16, call_writers=3,
+                 txn_lists=8):
         super().__init__(fleet, history)
         self.lists = [f"list:{i}" for i in range(lists)]
         self.registers = [f"reg:{i}" for i in range(registers)]
@@ -342,12 +365,18 @@ class Workload(Clients):
         self.ids = []
         self.read_errors = []
         self.crashed = []
-        self.seeds = [rng.randrange(1 << 30) for _ in range(call_writers + 4)]
+        # Transactions across owners (SHARD.MULTI ... SHARD.EXEC): each appends its id to two
+        # lists `tx:<i>`; id -> (the two keys, outcome), the outcome as for appends.
+        self.tx_lists = [f"tx:{i}" for i in range(txn_lists)]
+        self.txns = {}
+        self.seeds = [rng.randrange(1 << 30) for _ in range(call_writers + 5)]
         for w in range(call_writers):
             self.spawn(self._call_writer, w)
         self.spawn(self._cluster_writer, call_writers)
         for body in (self._register_writer, self._reader, self._genkey):
             self.spawn(body, 0)
+        if txn_lists:
+            self.spawn(self._txn_writer, 0)
 
     def on_crash(self, body, _i, e):
         self.crashed.append(f"{body.__name__}: {e!r}")
@@ -394,7 +423,7 @@ class Workload(Clients):
             try:
                 if rc is None:
                     s = rng.choice(self.fleet.live() or self.fleet.servers())
-                    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", s.port)],
+                    rc = RedisCluster(startup_nodes=[ClusterNode(s.host, s.port)],
                                       socket_timeout=2, socket_connect_timeout=1,
                                       cluster_error_retry_attempts=0)
                 node = rc.get_node_from_key(key)
@@ -473,6 +502,54 @@ class Workload(Clients):
                 self.history.add("reader", f"LRANGE {key}", "bad", problems)
             time.sleep(0.01)
 
+    def _txn_writer(self, _):
+        rng = random.Random(self.seeds[-4])
+        n = 0
+        while not self.stop.is_set():
+            primaries = [s for s in self.fleet.live() if self.fleet.role(s) == "master"]
+            if not primaries:
+                time.sleep(0.05)
+                continue
+            s = rng.choice(primaries)
+            if self.transact(s.client(socket_timeout=10, socket_connect_timeout=1), rng,
+                             f"t{n}") is not None:
+                n += 1
+            else:
+                time.sleep(0.02)
+
+    def transact(self, c, rng, tid, keys=None):
+        """One transaction through `c`: `RPUSH` of `tid` to two lists `tx:<i>` (`keys`, or two
+        at random) in SHARD.MULTI ... SHARD.EXEC; its outcome (recorded), or None when it failed
+        before SHARD.EXEC (nothing sent to apply)."""
+        a, b = keys or rng.sample(self.tx_lists, 2)
+        try:
+            c.execute_command("SHARD.MULTI")
+            for k in (a, b):
+                if c.execute_command("SHARD.CALL", "RPUSH", k, tid) != b"QUEUED":
+                    raise redis.ResponseError(f"RPUSH {k} not queued")
+        except (redis.RedisError, OSError):
+            return None
+        began = self._now()
+        try:
+            got = c.execute_command("SHARD.EXEC")
+            outcome = FAIL if got is None else OK
+        except redis.ResponseError as e:
+            text = str(e)
+            if "the transaction committed" in text:
+                outcome = OK  # decided: applied, only an owner's reply is missing
+            elif text.startswith(("TRYAGAIN", "EXECABORT")):
+                outcome = FAIL
+            else:
+                outcome = INFO
+            self.history.add("txn", f"{tid} {a} {b}", outcome, e)
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            outcome = INFO
+            self.history.add("txn", f"{tid} {a} {b}", outcome, e)
+        port = c.connection_pool.connection_kwargs.get("port")
+        with self.lock:
+            self.txns[tid] = ((a, b), outcome, began, self._now(), port)
+        return outcome
+
     def _genkey(self, _):
         rng = random.Random(self.seeds[-1])
         while not self.stop.is_set():
@@ -485,6 +562,23 @@ class Workload(Clients):
                     self.ids.extend((i, port, at) for i in ids)
             except (redis.RedisError, OSError):
                 time.sleep(0.02)
+
+
+def fill(fleet, keys):
+    """`keys` string keys `fill:<i>`, each at its owner's primary: data for the copies of a grow
+    or a shrink to move (so that a fault can land in the middle of one)."""
+    via = fleet.primary(fleet.ring_names[0]).client(socket_timeout=30)
+    names = [f"fill:{i}" for i in range(keys)]
+    by_owner = defaultdict(list)
+    for k, o in zip(names, owners(via, names)):
+        by_owner[o].append(k)
+    for o, ks in by_owner.items():
+        c = fleet.primary(o).client(socket_timeout=30)
+        for i in range(0, len(ks), 1000):
+            p = c.pipeline(transaction=False)
+            for k in ks[i:i + 1000]:
+                p.set(k, "x" * 64)
+            p.execute()
 
 
 def list_problems(elements, acknowledged):
@@ -514,13 +608,21 @@ def list_problems(elements, acknowledged):
 class Nemesis:
     """Faults from a seeded schedule, one every 0.5-2 s, several in force at once."""
 
-    def __init__(self, fleet, history, rng):
+    def __init__(self, fleet, history, rng, partition=None, workload=None, maxrate=None):
+        """`partition` (helpers.partition.Partition, the fleet on addresses of its own): the
+        partitions of helpers.nemesis_partitions join the faults. `maxrate`: START's MAXRATE,
+        so that copies last long enough for faults to land in them."""
         self.fleet, self.history, self.rng = fleet, history, rng
         self.coordinator = None  # the server that ran the last START
         # When each fault in force ends: ("down", port) or ("paused", id) -> monotonic time.
         self.ends = {}
         self.grown = False
         self.counts = Counter()
+        self.maxrate = maxrate
+        self.parts = None
+        if partition is not None:
+            from helpers.nemesis_partitions import Partitions
+            self.parts = Partitions(self, partition, workload)
 
     def run(self, seconds, opening=()):
         """Faults for `seconds`: the `opening` actions first (a short schedule begins with a
@@ -529,14 +631,25 @@ class Nemesis:
         actions = [self.kill, self.kill, self.pause, self.pause, self.failover, self.reshard,
                    self.cancel, self.kill_coordinator, self.resume_elsewhere, self.clock_step,
                    self.restore]
+        if self.parts is not None:
+            actions += self.parts.actions()
         first = list(opening)
-        while time.monotonic() < end:
+        while time.monotonic() < end or (first and time.monotonic() < end + 60):
             self.heal_due()
+            if self.parts is not None:
+                self.parts.heal_due()
+                # An opening's partition waits for the one in force to heal (a random one
+                # heals it early).
+                if first and self.parts.current is not None and _is_cut(first[0]):
+                    time.sleep(0.2)
+                    continue
             action = first.pop(0) if first else self.rng.choice(actions)
             try:
                 action()
-            except (redis.RedisError, OSError) as e:
-                self.history.add("nemesis", action.__name__, "error", e)
+            except (redis.RedisError, OSError, IndexError, StopIteration) as e:
+                # IndexError, StopIteration: no server to choose (all down, or no primary
+                # named for a shard at the moment)
+                self.history.add("nemesis", _name(action), "error", repr(e))
             time.sleep(self.rng.uniform(0.5, 2.0))
 
     def _note(self, what, detail=""):
@@ -599,19 +712,21 @@ class Nemesis:
             self._note(f"restart {self.fleet.shard_of(s)}:{what}")
 
     def failover(self):
-        n = self.rng.choice(SHARDS)
+        n = self.rng.choice(self.fleet.shards)
         live = [s for s in self.fleet.sentinels if ("sentinel", s) not in self.fleet.paused]
         reply = self.rng.choice(live).client(socket_timeout=2).execute_command(
             "SENTINEL", "FAILOVER", n)
         self._note(f"SENTINEL FAILOVER {n}", reply)
 
     def reshard(self):
-        target = SHARDS if not self.grown else RING
+        target = self.fleet.shards if not self.grown else self.fleet.ring_names
         live = [s for s in self.fleet.live() if self.fleet.role(s) == "master"]
         if not live:
             return
         s = self.rng.choice(live)
         args = ["slots", *[x for n in target for x in (n, "sentinel", 1)]]
+        if self.maxrate:
+            args += ["MAXRATE", self.maxrate]
         try:
             # START asks every node first (5 s for one that does not answer).
             reply = s.client(socket_timeout=20).execute_command("SHARD.RESHARD", "START", *args)
@@ -665,6 +780,14 @@ class Nemesis:
         offset = self.rng.choice((-3000, -1500, 2000))
         self.fleet.clocks[s.port].set(offset)
         self._note(f"clock {offset:+} ms on {self.fleet.shard_of(s)}:{s.port}")
+
+
+def _name(action):
+    return getattr(getattr(action, "func", action), "__name__", str(action))
+
+
+def _is_cut(action):
+    return _name(action).startswith("cut_")
 
 
 def fleet_plan(server):
@@ -722,11 +845,92 @@ def ring_previous(server):
 # --- the checks, on the healed fleet ---------------------------------------------------------
 
 
-def check(fleet, workload):
-    """Everything the fleet must hold; returns the list of what is wrong (empty: all good)."""
+def excused(read, windows):
+    """Whether a bad read (an entry of `Workload.read_errors`) went through a server that a
+    partition hid from the sentinels, while it was cut off or before it learned of the
+    failover after the heal (helpers.nemesis_partitions.Window.excuses)."""
+    _, _, (began, answered), via, _ = read
+    port = int(via.rsplit(":", 1)[1])
+    return any(w.excuses(port, began, answered) for w in windows)
+
+
+def tally(fleet, workload, windows=()):
+    """The run's counters, read on the healed fleet: acknowledged writes (list appends, register
+    writes and deletes), those lost (appends), those not acknowledged but applied, elements
+    twice, stale reads (allowed: through a server a partition hid from the sentinels, in its
+    window; not: any other), IDs issued twice."""
+    via = fleet.primary("n0").client(socket_timeout=10)
+    lists = {k: [e.decode() for e in via.execute_command("SHARD.CALL", "LRANGE", k, 0, -1)]
+             for k in [*workload.lists, *workload.tx_lists]}
+    t = Counter()
+    for element, (key, outcome) in workload.appends.items():
+        present = element in lists[key]
+        t["acknowledged"] += outcome == OK
+        t["lost"] += outcome == OK and not present
+        t["not acknowledged, applied"] += outcome != OK and present
+    for key, writes in workload.writes.items():
+        t["acknowledged"] += sum(1 for _, o in writes if o == OK)
+    for tid, ((a, b), outcome, *_rest) in workload.txns.items():
+        at = (tid in lists[a]) + (tid in lists[b])
+        t["transactions acknowledged"] += outcome == OK
+        t["transactions acknowledged, lost (open)"] += outcome == OK and at == 0
+        t["transactions not acknowledged, applied"] += outcome != OK and at == 2
+        t["transactions applied in part (open)"] += at == 1
+    t["duplicates"] = sum(c - 1 for es in lists.values() for c in Counter(es).values() if c > 1)
+    bad = workload.read_errors
+    t["stale reads in a partition's window (allowed)"] = sum(1 for r in bad if excused(r, windows))
+    t["stale reads otherwise"] = sum(1 for r in bad if not excused(r, windows))
+    ids = Counter(i for i, _, _ in workload.ids)
+    t["IDs issued"] = len(workload.ids)
+    t["IDs issued twice"] = sum(1 for c in ids.values() if c > 1)
+    return dict(t)
+
+
+def check(fleet, workload, windows=()):
+    """Everything the fleet must hold; returns the list of what is wrong (empty: all good).
+    `windows`: the partitions' (helpers.nemesis_partitions.Window), whose stale reads through a
+    server hidden from the sentinels are allowed."""
     problems = [f"harness thread crashed: {c}" for c in workload.crashed]
-    primaries = {n: fleet.primary(n) for n in SHARDS}
+    primaries = {n: fleet.primary(n) for n in fleet.shards}
     via = primaries["n0"].client(socket_timeout=10)
+    # Transactions: each id in both of its lists or in neither, at most once; every acknowledged
+    # one in both, no refused one in either.
+    tx = {k: [e.decode() for e in via.execute_command("SHARD.CALL", "LRANGE", k, 0, -1)]
+          for k in workload.tx_lists}
+    for k, ids in tx.items():
+        twice = [i for i, c in Counter(ids).items() if c > 1]
+        if twice:
+            problems.append(f"{k}: transactions applied twice: {twice[:5]}")
+        never = set(ids) - set(workload.txns)
+        if never:
+            problems.append(f"{k}: transactions never sent: {sorted(never)[:5]}")
+    for tid, ((a, b), outcome, began, answered, port) in sorted(workload.txns.items()):
+        at = [k for k in (a, b) if tid in tx[k]]
+        story = f"(sent at {began:.3f} through :{port}, answered {answered:.3f})"
+        if outcome == FAIL and at:
+            problems.append(f"transaction {tid} applied, but its EXEC said it was not {story}")
+    return problems + check_rest(fleet, workload, windows, primaries, via)
+
+
+def txn_open_losses(workload, tx):
+    """The transactions lost or applied at one list only: what docs/transactions.md ("What is
+    still open") says an owner that lost its replica (a failover without a write pause, a
+    partition between it and its replica) may lose of what it acknowledged; counted, printed,
+    not failed on."""
+    out = []
+    for tid, ((a, b), outcome, began, answered, port) in sorted(workload.txns.items()):
+        at = [k for k in (a, b) if tid in tx[k]]
+        story = f"(sent at {began:.3f} through :{port}, answered {answered:.3f})"
+        if len(at) == 1:
+            out.append(f"transaction {tid} applied at {at[0]} only, not at "
+                       f"{({a, b} - set(at)).pop()}: {outcome} {story}")
+        elif outcome == OK and not at:
+            out.append(f"transaction {tid} acknowledged but not applied {story}")
+    return out
+
+
+def check_rest(fleet, workload, windows, primaries, via):
+    problems = []
     # Lists: each acknowledged element exactly once, each writer's elements in its order, no
     # element twice.
     acked = defaultdict(set)
@@ -781,7 +985,8 @@ def check(fleet, workload):
         problems.append(f"{len(twice)} IDs issued twice (the ID: (port, time) of each): "
                         f"{list(twice.items())[:5]}")
     problems += [f"read of {k} at {t[0]:.3f} via {via}: {p}"
-                 for k, p, t, via, _ in workload.read_errors]
+                 for k, p, t, via, _ in workload.read_errors
+                 if not excused((k, p, t, via, _), windows)]
     return problems
 
 
