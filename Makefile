@@ -18,7 +18,7 @@ SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
 TEST_WORKERS ?= 3
 
 .DEFAULT_GOAL := help
-.PHONY: help deps build run test unit integration chaos txn-chaos nemesis redis-py-suite bench bench-compare fuzz fmt lint clean valkey-path
+.PHONY: help deps build run test unit integration chaos txn-chaos nemesis partitions redis-py-suite bench bench-compare fuzz fmt lint clean valkey-path
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -70,6 +70,14 @@ txn-chaos: build $(VENV)/.installed ## The bank under faults (transactions acros
 	  TXN_CHAOS_SCALE=$${TXN_CHAOS_SCALE:-10} REDIS_SERVER=$$s $(PY) -m pytest -s tests/test_txn_bank_faults.py || failed="$$failed $$s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "the bank under faults failed on:$$failed"; exit 1; fi
+
+partitions: build $(VENV)/.installed ## Every partition test (tests/test_partition*.py: links cut by nft rules at exact steps; make test runs a few of them) on every server
+	@failed=""; for s in $(SERVERS); do \
+	  echo "== partition tests on $$s"; \
+	  REDIS_SERVER=$$s $(PY) -m pytest -q -n 2 tests/test_partition.py tests/test_partition_promises.py tests/test_partition_stall.py -m "not serial" || failed="$$failed $$s"; \
+	  REDIS_SERVER=$$s $(PY) -m pytest -q tests/test_partition.py tests/test_partition_promises.py tests/test_partition_stall.py -m serial || failed="$$failed $$s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "partition tests failed on:$$failed"; exit 1; fi
 
 nemesis: build $(VENV)/.installed ## The nemesis test (many faults, network partitions among them, at once against a record of every operation) for NEMESIS_SECONDS (600) at three and at nine shards (NEMESIS_SHARDS picks one) on every server; NEMESIS_SEED replays a schedule
 	@failed=""; for s in $(SERVERS); do for n in $${NEMESIS_SHARDS:-3 9}; do \

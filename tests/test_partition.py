@@ -203,7 +203,8 @@ def master_of(sentinel):
     return sentinel.client().execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "n0")
 
 
-@pytest.mark.parametrize("min_replicas", [1, 0], ids=["min-replicas-1", "min-replicas-0"])
+@pytest.mark.parametrize("min_replicas", [1, pytest.param(0, marks=pytest.mark.partitions)],
+                         ids=["min-replicas-1", "min-replicas-0"])
 def test_primary_cut_off_with_its_clients_keeps_every_write_acknowledged_by_its_replica(
         server_factory, sentinel_factory, partition, min_replicas):
     primary, replica, sentinels = sentinel_setup(server_factory, sentinel_factory, partition,
@@ -299,6 +300,7 @@ def ring_state(client):
     return as_map(client.execute_command("SHARD.RING", "STATE"))
 
 
+@pytest.mark.partitions
 @pytest.mark.parametrize("phase", ["copy", "settle", "commit"])
 def test_node_cut_off_from_the_coordinator_during_a_grow(server_factory, partition, phase):
     """n0 coordinates a grow of n0..n2 to n3; n2 is cut off from n0 (it still reaches n1 and

@@ -108,7 +108,7 @@ def no_lock_left(fleet):
     return True
 
 
-@pytest.mark.parametrize("cut", ["one-owner", "every-owner"])
+@pytest.mark.parametrize("cut", ["one-owner", pytest.param("every-owner", marks=pytest.mark.partitions)])
 def test_txn_owner_cut_off_between_prepare_and_commit_stays_in_doubt(server_factory, partition,
                                                                       cut):
     """n0 coordinates a transfer between n1 and n2, held once both prepared (TXN-HOLD
@@ -185,6 +185,7 @@ def load(fleet, names, keys, value="v"):
     return owner
 
 
+@pytest.mark.partitions
 def test_destination_cut_off_mid_copy_keeps_every_key_and_newer_data(server_factory, partition):
     """A grow of n0..n2 to n3 (MAXRATE): n3, the destination, is cut off from every other node
     while the copies run. The grow does not finish while it is cut. After the heal a value is
@@ -253,7 +254,9 @@ def node_state(client):
     return as_map(client.execute_command("SHARD.RING", "STATE"))
 
 
-@pytest.mark.parametrize("clocks", ["same", "others-ahead", "coordinator-behind"])
+@pytest.mark.parametrize("clocks", [pytest.param("same", marks=pytest.mark.partitions),
+                                    pytest.param("others-ahead", marks=pytest.mark.partitions),
+                                    "coordinator-behind"])
 def test_coordinator_cut_off_loses_its_lease_to_one_resume_and_is_fenced(
         server_factory, partition, clockshim, tmp_path, clocks):
     """n0 coordinates a grow (MAXRATE, `fleet-lease-ms` 4000) and is cut off from n1..n3 in
@@ -411,6 +414,7 @@ def flags(sentinel):
     return dict(zip(m[::2], m[1::2]))[b"flags"].decode()
 
 
+@pytest.mark.partitions
 def test_sentinels_split_the_minority_never_fails_over_the_majoritys_failover_is_followed(
         server_factory, sentinel_factory, partition):
     """A primary (n0), its replica, three sentinels (quorum 2). First the replica and one
@@ -477,6 +481,7 @@ class Pinger(threading.Thread):
 
 
 @pytest.mark.serial
+@pytest.mark.partitions
 def test_one_way_cut_fails_calls_in_time_half_applies_nothing_and_stalls_no_server(
         server_factory, partition):
     """n0 reaches n1, n1 does not reach n0 (its packets to n0 are dropped): TCP needs both
@@ -557,6 +562,7 @@ def test_one_way_cut_fails_calls_in_time_half_applies_nothing_and_stalls_no_serv
 # --- 7. SHARD.GENKEY through a cut and a failover --------------------------------------------
 
 
+@pytest.mark.partitions
 def test_genkey_never_issues_an_id_twice_through_a_cut_and_a_failover(server_factory,
                                                                      sentinel_factory, partition):
     """A primary and its replica, each with a node id of its own (docs/durability.md), three
