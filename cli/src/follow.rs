@@ -122,7 +122,7 @@ pub fn follow(opts: &ConnOpts, mut c: Node, coord: &RingNode) -> Result<i32, Str
     let began = Instant::now();
     let mut parts = Vec::new();
     let mut l = look(&mut c, &mut parts, opts)?;
-    let moving = estimate(&mut c, &mut parts, &l.new_digest)
+    let mut moving = estimate(&mut c, &mut parts, &l.new_digest)
         .max(l.sent)
         .max(1);
     let bar = if tty {
@@ -145,6 +145,12 @@ pub fn follow(opts: &ConnOpts, mut c: Node, coord: &RingNode) -> Result<i32, Str
             println!("`shard-cli status` reattaches to it.");
             return Ok(130);
         }
+        // Until the copy begins, the plan's nodes and rings may still be filling in.
+        if matches!(l.phase.as_str(), "fence" | "begin") || moving <= 1 {
+            moving = estimate(&mut c, &mut parts, &l.new_digest)
+                .max(l.sent)
+                .max(1);
+        }
         let copied_all = !matches!(
             l.phase.as_str(),
             "fence" | "begin" | "copy" | "cancel-stop" | "cancel-return"
@@ -162,7 +168,7 @@ pub fn follow(opts: &ConnOpts, mut c: Node, coord: &RingNode) -> Result<i32, Str
         bar.set_message(format!("phase {}", l.phase));
         if !tty && last_line.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
             let left = match (copied_all, rate) {
-                (false, r) if r > 0 => format!("{} s left", (len - pos) / r),
+                (false, r) if r > 0 => format!("{} s left", (len - pos + r - 1) / r),
                 _ => "-".to_string(),
             };
             println!(
