@@ -132,7 +132,7 @@ pub fn follow(opts: &ConnOpts, mut c: Node, coord: &RingNode) -> Result<i32, Str
     };
     bar.set_style(
         ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} keys, {per_sec}, {eta} left  {msg}",
+            "{spinner} [{elapsed_precise}] {bar:24} {pos}/{len} keys, {msg}",
         )
         .map_err(|e| e.to_string())?,
     );
@@ -165,12 +165,12 @@ pub fn follow(opts: &ConnOpts, mut c: Node, coord: &RingNode) -> Result<i32, Str
         };
         bar.set_length(len as u64);
         bar.set_position(pos as u64);
-        bar.set_message(format!("phase {}", l.phase));
+        let left = match (copied_all, rate) {
+            (false, r) if r > 0 => format!("{} s left", (len - pos + r - 1) / r),
+            _ => "-".to_string(),
+        };
+        bar.set_message(format!("{rate} keys/s, {left}, phase {}", l.phase));
         if !tty && last_line.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-            let left = match (copied_all, rate) {
-                (false, r) if r > 0 => format!("{} s left", (len - pos + r - 1) / r),
-                _ => "-".to_string(),
-            };
             println!(
                 "progress: {:>3}% {pos}/{len} keys, {rate} keys/s, {left}, phase {}",
                 pos * 100 / len.max(1),
