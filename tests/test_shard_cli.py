@@ -255,3 +255,31 @@ def test_a_tls_fleet_with_client_certificates(server_factory, certs):
     out = cli("--tls", "--cacert", "/nonexistent/ca.crt", "-n", addr(s[0]), "info")
     assert out.returncode == 1
     assert "cannot read the CA certificate '/nonexistent/ca.crt'" in out.stderr
+
+
+def test_check_agrees_with_redis_cli_cluster_check_and_compares_the_cluster_map(server_factory):
+    """A `slots` fleet with the cluster protocol on: `shard-cli check` and `redis-cli --cluster
+    check` both find it well; a node with the protocol off is named, with its mend."""
+    s = [server_factory() for _ in range(3)]
+    out = cli("create", "--algo", "slots", *map(addr, s))
+    assert out.returncode == 0 and "Creating a slots ring of 3 nodes:" in out.stdout, out.stderr
+    for srv in s:
+        srv.client().config_set("shard.cluster-protocol", "yes")
+    write_keys(s[0].client(), 200)
+    out = cli("-n", addr(s[0]), "check")
+    assert out.returncode == 0, out.stdout
+    assert "[OK] cluster: every node answers the same CLUSTER SLOTS map (3 ranges)" in out.stdout
+    theirs = subprocess.run(["redis-cli", "--cluster", "check", addr(s[0])],
+                            capture_output=True, text=True, timeout=30)
+    assert theirs.returncode == 0, theirs.stdout
+    assert "[OK] All nodes agree about slots configuration." in theirs.stdout
+    assert "[OK] All 16384 slots covered." in theirs.stdout
+
+    s[1].client().config_set("shard.cluster-protocol", "no")
+    out = cli("-n", addr(s[0]), "check")
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    i = lines.index("[ERR] cluster: n1 has shard.cluster-protocol off, other nodes on: cluster "
+                    "clients that reach it get no map")
+    assert lines[i + 1] == (f"      mend: redis-cli -h 127.0.0.1 -p {s[1].port} "
+                            "CONFIG SET shard.cluster-protocol yes")

@@ -239,6 +239,8 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
         });
     }
 
+    cluster_map(opts, &mut seen, &mut out);
+
     // Replicas online and close behind; fleet operations not stuck.
     let (mut replicas, mut lagging) = (0, Vec::new());
     let mut ops = Vec::new();
@@ -352,4 +354,86 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
         }
     }
     Ok(if well { 0 } else { 1 })
+}
+
+/// With the cluster protocol on (`shard.cluster-protocol yes` on any node), every node must
+/// have it on and answer the same `CLUSTER SLOTS` map, which cluster clients route by.
+fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
+    let mut on = Vec::new();
+    for s in seen.iter_mut() {
+        let reply = s.con.call(&["CONFIG", "GET", "shard.cluster-protocol"]);
+        let value = reply.map(|v| text(&get(&pairs(&v), "shard.cluster-protocol")));
+        on.push(value.unwrap_or_default() == "yes");
+    }
+    if !on.iter().any(|o| *o) {
+        return;
+    }
+    let mut maps: Vec<(usize, String)> = Vec::new();
+    for (i, s) in seen.iter_mut().enumerate() {
+        if !on[i] {
+            out.push(Finding {
+                check: "cluster",
+                ok: false,
+                detail: format!(
+                    "{} has shard.cluster-protocol off, other nodes on: cluster clients that reach it get no map",
+                    s.node.name
+                ),
+                mend: format!(
+                    "{} CONFIG SET shard.cluster-protocol yes",
+                    redis_cli(opts, s.node.reach())
+                ),
+            });
+            continue;
+        }
+        match s.con.call(&["CLUSTER", "SLOTS"]) {
+            Ok(v) => maps.push((i, format!("{v:?}"))),
+            Err(e) => out.push(Finding {
+                check: "cluster",
+                ok: false,
+                detail: e,
+                mend: String::new(),
+            }),
+        }
+    }
+    let Some((first, map)) = maps.first().cloned() else {
+        return;
+    };
+    let odd: Vec<usize> = maps
+        .iter()
+        .filter(|(_, m)| *m != map)
+        .map(|(i, _)| *i)
+        .collect();
+    if odd.is_empty() {
+        let ranges = match seen[first].con.call(&["CLUSTER", "SLOTS"]) {
+            Ok(v) => items(&v).len(),
+            Err(_) => 0,
+        };
+        out.push(Finding {
+            check: "cluster",
+            ok: true,
+            detail: format!(
+                "{} answers the same CLUSTER SLOTS map ({ranges} ranges)",
+                if on.iter().all(|o| *o) {
+                    "every node"
+                } else {
+                    "every node with it on"
+                }
+            ),
+            mend: String::new(),
+        });
+    }
+    for i in odd {
+        out.push(Finding {
+            check: "cluster",
+            ok: false,
+            detail: format!(
+                "{}'s CLUSTER SLOTS differs from {}'s",
+                seen[i].node.name, seen[first].node.name
+            ),
+            mend: format!(
+                "{} SHARD.RING PUSH   # the map follows the ring",
+                redis_cli(opts, seen[first].node.reach())
+            ),
+        });
+    }
 }
