@@ -204,6 +204,14 @@ def test_add_node_del_node_and_a_ctrl_c_then_status_reattaches(server_factory):
     st = fleet_status(s[2].client())
     assert st["phase"] == b"copy" and st["running"] == b"yes", st
 
+    got = json.loads(cli("-n", addr(s[1]), "status", "--json", env=env).stdout)
+    op = got["operation"]
+    assert got["resharding_open"] is True
+    assert (op["coordinator"], op["coordinator_address"]) == ("n2", addr(s[2]))
+    assert op["phase"] in ("copy", "settle", "commit", "cleanup", "done"), op
+    assert {n: m["role"] for n, m in op["nodes"].items()} == \
+        {"n0": "both", "n1": "both", "n2": "both", "n3": "new"}
+
     out = cli("-n", addr(s[0]), "status", env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"Reattached to the operation coordinated by n2 ({addr(s[2])}), phase copy." in out.stdout

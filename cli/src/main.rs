@@ -81,6 +81,9 @@ enum Command {
         /// Resume an operation whose coordinator stopped driving it (SHARD.RESHARD RESUME)
         #[arg(long)]
         resume: bool,
+        /// The operation as JSON, once, without following it
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -103,7 +106,7 @@ fn main() {
             maxrate,
         } => ops::add(o, spec, *weight, *maxrate),
         Command::DelNode { name, maxrate } => ops::del(o, name, *maxrate),
-        Command::Status { resume } => ops::status(o, *resume),
+        Command::Status { resume, json } => ops::status(o, *resume, *json),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -113,7 +113,7 @@ pub fn del(opts: &ConnOpts, name: &str, maxrate: Option<u64>) -> Result<i32, Str
 }
 
 /// `shard-cli status [--resume]`: the fleet's operation, followed to its end.
-pub fn status(opts: &ConnOpts, resume: bool) -> Result<i32, String> {
+pub fn status(opts: &ConnOpts, resume: bool, json_out: bool) -> Result<i32, String> {
     let fleet = Fleet::discover(opts)?;
     // Each node's plan: its phase, whether it is driven, its term.
     let mut plans = Vec::new();
@@ -142,6 +142,15 @@ pub fn status(opts: &ConnOpts, resume: bool) -> Result<i32, String> {
     }
     // An unfinished plan first, then the newest term.
     plans.sort_by_key(|p| (p.0, -p.1));
+    if json_out {
+        let plan = match plans.first_mut() {
+            Some(p) => plan_json(&p.2, &mut p.3)?,
+            None => serde_json::Value::Null,
+        };
+        let out = serde_json::json!({"resharding_open": fleet.ring.previous.is_some(), "operation": plan});
+        println!("{out:#}");
+        return Ok(0);
+    }
     let Some((over, _, node, mut c, phase, running)) = plans.into_iter().next() else {
         if fleet.ring.previous.is_some() {
             println!("A resharding is open but no node holds its plan: SHARD.RESHARD RESUME on any node adopts it (`shard-cli status --resume`).");
@@ -187,4 +196,42 @@ pub fn status(opts: &ConnOpts, resume: bool) -> Result<i32, String> {
         node.reach()
     );
     follow(opts, c, &node)
+}
+
+/// The coordinator's plan (`SHARD.RESHARD STATUS`'s `fleet`) as JSON: its fields as text, and
+/// `nodes` as a map of each node's fields.
+fn plan_json(node: &RingNode, c: &mut Node) -> Result<serde_json::Value, String> {
+    let f = pairs(&get(
+        &pairs(&c.call(&["SHARD.RESHARD", "STATUS"])?),
+        "fleet",
+    ));
+    let mut out = serde_json::Map::new();
+    out.insert("coordinator".into(), node.name.clone().into());
+    out.insert("coordinator_address".into(), node.reach().into());
+    for (k, v) in &f {
+        let value = if k == "nodes" {
+            let nodes = pairs(v).into_iter().map(|(name, fields)| {
+                let fields: serde_json::Map<String, serde_json::Value> = pairs(&fields)
+                    .iter()
+                    .map(|(k, v)| (k.clone(), scalar(k, v)))
+                    .collect();
+                (name, serde_json::Value::Object(fields))
+            });
+            serde_json::Value::Object(nodes.collect())
+        } else {
+            scalar(k, v)
+        };
+        out.insert(k.clone(), value);
+    }
+    Ok(serde_json::Value::Object(out))
+}
+
+/// The plan's counters as JSON numbers (sent as integers or as text), anything else as text.
+fn scalar(field: &str, v: &redis::Value) -> serde_json::Value {
+    const NUMBERS: [&str; 4] = ["copied", "percent", "attempts", "term"];
+    match (v, text(v).parse::<i64>()) {
+        (redis::Value::Int(i), _) => (*i).into(),
+        (_, Ok(i)) if NUMBERS.contains(&field) => i.into(),
+        (other, _) => text(other).into(),
+    }
 }
