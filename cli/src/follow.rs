@@ -192,7 +192,10 @@ pub fn follow(opts: &ConnOpts, mut c: Node, coord: &RingNode) -> Result<i32, Str
             return Ok(1);
         }
         std::thread::sleep(Duration::from_millis(200));
-        l = look(&mut c, &mut parts, opts)?;
+        l = look(&mut c, &mut parts, opts).map_err(|e| {
+            bar.abandon();
+            format!("{e}\nLost the coordinator {}: the operation may go on without this tool; `shard-cli status` finds it (`--resume` once its coordinator is back)", coord.name)
+        })?;
     }
     let took = began.elapsed().as_secs_f64();
     println!(

@@ -90,13 +90,11 @@ pub fn node_info(node: &mut Node) -> Result<NodeInfo, String> {
 pub fn gather(opts: &ConnOpts, fleet: &Fleet) -> Vec<NodeInfo> {
     // Each node's share of the keyspace, as the module computes it for its ring.
     let mut shares = Vec::new();
-    if let Some(n) = fleet.nodes.first() {
-        if let Ok(mut seed) = opts.connect(&n.name, &opts.node) {
-            if let Ok(check) = seed.call(&["SHARD.RING", "CHECK"]) {
-                for (name, v) in pairs(&get(&pairs(&check), "nodes")) {
-                    let share = text(&get(&pairs(&v), "share")).parse::<f64>().ok();
-                    shares.push((name, share));
-                }
+    if let Ok(mut seed) = opts.connect(&opts.node, &opts.node) {
+        if let Ok(check) = seed.call(&["SHARD.RING", "CHECK"]) {
+            for (name, v) in pairs(&get(&pairs(&check), "nodes")) {
+                let share = text(&get(&pairs(&v), "share")).parse::<f64>().ok();
+                shares.push((name, share));
             }
         }
     }

@@ -152,6 +152,17 @@ pub fn status(opts: &ConnOpts, resume: bool, json_out: bool) -> Result<i32, Stri
         return Ok(0);
     }
     let Some((over, _, node, mut c, phase, running)) = plans.into_iter().next() else {
+        if fleet.ring.previous.is_some() && resume {
+            // RESUME on a node without the plan adopts the operation whose rings the fleet holds.
+            let node = coordinator(opts, &fleet, None)?;
+            let mut c = fleet.connect(opts, node)?;
+            c.call(&["SHARD.RESHARD", "RESUME"])?;
+            println!(
+                "{} adopted the open resharding (SHARD.RESHARD RESUME).",
+                node.name
+            );
+            return follow(opts, c, node);
+        }
         if fleet.ring.previous.is_some() {
             println!("A resharding is open but no node holds its plan: SHARD.RESHARD RESUME on any node adopts it (`shard-cli status --resume`).");
             return Ok(1);
