@@ -36,9 +36,9 @@ deps: ## Install what is missing: Debian packages (redis-server 7.0, libclang fo
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; \
 	fi
 
-build: deps ## Build the module (target/release/libshard.so) and shard-cli (target/release/shard-cli)
+build: deps ## Build the module (target/release/libshard.so) and shard-cli (target/cli/shard-cli)
 	$(CARGO) build --release
-	$(CARGO) build --release -p shard-cli
+	$(CARGO) build --profile cli -p shard-cli
 
 $(VENV)/.installed: tests/requirements.txt
 	python3 -m venv $(VENV)
@@ -50,12 +50,12 @@ run: build ## Start a server (REDIS_SERVER, default redis-server) on port 6379 w
 
 test: build $(VENV)/.installed ## Unit tests, then the integration tests on Redis 7.0 and on Valkey 9.1
 	$(CARGO) test --release
-	$(CARGO) test --release -p shard-cli
+	$(CARGO) test --profile cli -p shard-cli
 	@$(MAKE) --no-print-directory integration
 
 unit: ## Run only the Rust unit tests
 	$(CARGO) test --release
-	$(CARGO) test --release -p shard-cli
+	$(CARGO) test --profile cli -p shard-cli
 
 integration: build $(VENV)/.installed ## Only the Python integration tests, on every server at once (tests/run.py)
 	@$(PY) tests/run.py --workers $(TEST_WORKERS) $(SERVERS)
@@ -132,7 +132,7 @@ fmt: ## Format the Rust code
 
 lint: deps ## Clippy with warnings as errors (the module and shard-cli), a formatting check, no circle of imports between the rooms of src/, the raw module API only under src/host/, no file over 600 lines
 	$(CARGO) clippy --release --all-targets -- -D warnings
-	$(CARGO) clippy --release -p shard-cli --all-targets -- -D warnings
+	$(CARGO) clippy --profile cli -p shard-cli --all-targets -- -D warnings
 	$(CARGO) fmt --check
 	$(CARGO) fmt -p shard-cli --check
 	python3 tools/import_graph.py

@@ -29,7 +29,7 @@ from helpers.server import REDIS_SERVER, ServerFailed, until
 ROOT = Path(__file__).resolve().parent.parent
 # What a server built without TLS says when asked for a TLS port (as tests/test_tls.py).
 NO_TLS = ("Failed finding TLS support", "Missing implement of connection type tls")
-CLI = Path(os.environ.get("SHARD_CLI", ROOT / "target" / "release" / "shard-cli"))
+CLI = Path(os.environ.get("SHARD_CLI", ROOT / "target" / "cli" / "shard-cli"))
 
 
 def cli(*args, env=None, timeout=60):
