@@ -71,7 +71,11 @@ pub fn check_caller_in(call: &Call, within: std::ops::Range<usize>, name: &str) 
 ///
 /// # Safety
 /// `user` is a live module user; `argv` the call's live arguments.
-unsafe fn log_denial(call: &Call, user: *mut raw::RedisModuleUser, argv: &[*mut raw::RedisModuleString]) {
+unsafe fn log_denial(
+    call: &Call,
+    user: *mut raw::RedisModuleUser,
+    argv: &[*mut raw::RedisModuleString],
+) {
     // SAFETY: as the caller promises; the API table is filled at load.
     unsafe {
         let (Some(check), Some(check_key), Some(add), Some(create), Some(free_string)) = (
@@ -93,7 +97,12 @@ unsafe fn log_denial(call: &Call, user: *mut raw::RedisModuleUser, argv: &[*mut 
             };
             let lower = text.to_ascii_lowercase();
             let object = create(ctx, lower.as_ptr().cast(), lower.len());
-            add(ctx, user, object, raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_CMD);
+            add(
+                ctx,
+                user,
+                object,
+                raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_CMD,
+            );
             free_string(ctx, object);
             return;
         }
@@ -101,7 +110,12 @@ unsafe fn log_denial(call: &Call, user: *mut raw::RedisModuleUser, argv: &[*mut 
             .iter()
             .find(|&&key| check_key(user, key, 0) != raw::REDISMODULE_OK as c_int)
         {
-            add(ctx, user, key, raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_KEY);
+            add(
+                ctx,
+                user,
+                key,
+                raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_KEY,
+            );
         }
     }
 }

@@ -144,6 +144,7 @@ pub fn after<T: 'static>(delay: std::time::Duration, callback: fn(&Context, T), 
     ctx.create_timer(
         delay,
         move |ctx: &Context, data: T| {
+            let _step = crate::host::latency::step_with_cpu(c"shard-timer", c"shard-timer-cpu");
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(ctx, data)));
         },
         data,
