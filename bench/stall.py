@@ -4,7 +4,9 @@
 
 Three servers with the module (n0 n1 n2, a ketama ring of the three, `shard.key-index` on unless
 `--no-key-index`) hold 3 x grow-keys small strings between them, each only its own (as
-bench/copy.py's grow: each populates the same names, a cleanup leaves it its own), plus an
+bench/copy.py's grow: each populates the same names, a cleanup leaves it its own, then `DEBUG
+RELOAD` leaves it the memory of its own keys, as after a restart: else its memory is that of
+3 x grow-keys keys, whose page tables every fork copies; `--no-compact` keeps it), plus an
 empty n3. Every server runs with `latency-monitor-threshold 5` (`LATENCY RESET` once filled);
 one `SHARD.RESHARD START` of the four on n0 grows the fleet (the coordinator's plan, the rings
 installed everywhere, the copies, the commit, the cleanups, the key index rebuilt for the new
@@ -43,18 +45,24 @@ THRESHOLD_MS = 5
 def start(name, key_index):
     port = base.free_port()
     log = base.TMP / f"stall-{name}.log"
+    rdb = f"stall-{name}.rdb"  # its own, for DEBUG RELOAD (and none left from a run before)
+    (base.TMP / rdb).unlink(missing_ok=True)
     argv = [base.REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", str(base.TMP), "--logfile", str(log),
-            "--enable-debug-command", "yes",
+            "--dbfilename", rdb, "--enable-debug-command", "yes",
             "--loadmodule", str(base.MODULE), "self", name]
     if key_index:
         argv += ["key-index", "yes"]
     return fleet.Proc(argv, port, None, log)
 
 
-def index_ready(c):
-    st = c.call("SHARD.RESHARD", "STATUS")
-    return dict(zip(st[::2], st[1::2]))
+def cpu_pressure():
+    """The share of the last 10 s in which some task waited for a CPU (%), or '?'."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        return dict(f.split("=") for f in line.split()[1:])["avg10"] + "%"
+    except (OSError, KeyError, IndexError, ValueError):
+        return "?"
 
 
 def latest(c):
@@ -83,7 +91,7 @@ def wait_index(cs, timeout=300):
     return phases
 
 
-def grow_round(keys, key_index):
+def grow_round(keys, key_index, compact):
     names = ("n0", "n1", "n2", "n3")
     procs = []
     try:
@@ -95,6 +103,14 @@ def grow_round(keys, key_index):
             c.call("SHARD.RING", "SET", *cp.ring(nodes[:3]))
         held = cp.fill_old(cs[:3], keys)
         wait_index(cs)
+        if compact:
+            # Each old node populated 3 x keys and deleted two thirds: its memory is as large as
+            # 3 x keys' (the survivors are spread over every page), and a fork copies the page
+            # tables of all of it. `DEBUG RELOAD` (save, empty, load) leaves the memory of the
+            # keys it holds, as a node of `keys` keys has after a restart.
+            for c in cs[:3]:
+                c.call("DEBUG", "RELOAD")
+            wait_index(cs)
         for c in cs:
             c.call("CONFIG", "SET", "latency-monitor-threshold", THRESHOLD_MS)
             c.call("LATENCY", "RESET")
@@ -102,6 +118,7 @@ def grow_round(keys, key_index):
         for p in pingers:
             p.start()
         load_before = os.getloadavg()
+        psi_before = cpu_pressure()
         t0 = time.perf_counter()
         reply = cs[0].call("SHARD.RESHARD", "START", *cp.ring(nodes))
         if reply not in (b"OK", "OK"):
@@ -116,31 +133,39 @@ def grow_round(keys, key_index):
         time.sleep(0.5)
         pings = [p.finish() for p in pingers]
         load_after = os.getloadavg()
+        psi_after = cpu_pressure()
         sizes = [c.call("DBSIZE") for c in cs]
         if sum(sizes) != sum(held):
             sys.exit(f"stall: DBSIZE {sizes}, held {held} before")
+        forks = [(int(c.info("stats").get("latest_fork_usec", 0)) / 1000,
+                  int(c.info("memory").get("used_memory_rss", 0)) >> 20) for c in cs]
         events = {}
         for name, c in zip(names, cs):
             for event, (_, worst) in latest(c).items():
                 events[(name, event)] = (worst, history_count(c, event))
-        return dict(wall_s=wall, sizes=sizes, pings=pings, events=events, phases=phases,
-                    load=(load_before[0], load_after[0]))
+        return dict(wall_s=wall, sizes=sizes, pings=pings, events=events, phases=phases, forks=forks,
+                    load=(load_before[0], load_after[0]), psi=(psi_before, psi_after))
     finally:
         for p in procs:
             p.stop()
+        for n in names:
+            (base.TMP / f"stall-{n}.rdb").unlink(missing_ok=True)
 
 
 def report(r, names=("n0", "n1", "n2", "n3")):
     lines = [f"grow of {sum(r['sizes']):,} keys, {r['sizes'][3]:,} moved, {r['wall_s']:.1f} s; "
-             f"load average {r['load'][0]:.1f} before, {r['load'][1]:.1f} after (2 cores)", "",
+             f"load average {r['load'][0]:.1f} before, {r['load'][1]:.1f} after (2 cores); "
+             f"CPU pressure (some avg10, /proc/pressure/cpu) {r['psi'][0]} before, "
+             f"{r['psi'][1]} after", "",
              "| server | event | worst ms | seconds over 5 ms |", "|---|---|---|---|"]
     for (name, event), (worst, count) in sorted(r["events"].items()):
         lines.append(f"| {name} | {event} | {worst} | {count} |")
     if not r["events"]:
         lines.append("| all | (none over 5 ms) | | |")
-    lines += ["", "| server | PING p99 ms | PING worst ms |", "|---|---|---|"]
-    for name, (p99, worst) in zip(names, r["pings"]):
-        lines.append(f"| {name} | {p99:.2f} | {worst:.2f} |")
+    lines += ["", "| server | PING p99 ms | PING worst ms | last fork ms | RSS MB |",
+              "|---|---|---|---|---|"]
+    for name, (p99, worst), (fork_ms, rss) in zip(names, r["pings"], r["forks"]):
+        lines.append(f"| {name} | {p99:.2f} | {worst:.2f} | {fork_ms:.1f} | {rss} |")
     return lines
 
 
@@ -163,6 +188,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--no-key-index", action="store_true")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--no-compact", action="store_true",
+                    help="no DEBUG RELOAD of the old nodes after the fill (their memory stays "
+                         "that of 3 x grow-keys keys)")
     opts = ap.parse_args()
     base.TMP.mkdir(parents=True, exist_ok=True)
     out = [f"`python3 bench/stall.py --grow-keys {opts.grow_keys}` on "
@@ -172,7 +200,7 @@ def main():
            "server and event (the module's own events are `shard-...`), and a PING every ms."]
     for i in range(opts.rounds):
         print(f"round {i + 1} ...", flush=True)
-        r = grow_round(opts.grow_keys, not opts.no_key_index)
+        r = grow_round(opts.grow_keys, not opts.no_key_index, not opts.no_compact)
         lines = report(r)
         print("\n".join(lines), flush=True)
         out += ["", f"Round {i + 1}:", ""] + lines
