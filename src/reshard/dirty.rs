@@ -254,10 +254,7 @@ pub fn end() {
 
 /// Frees a record on a thread of its own when it is large (a million keys take tens of ms to
 /// free); a small one here.
-fn free_later<T: Send + 'static>(record: Option<T>)
-where
-    T: RecordLen,
-{
+fn free_later<T: RecordLen + Send + 'static>(record: Option<T>) {
     match record {
         Some(r) if r.keys() >= FREE_ELSEWHERE => crate::index::free_later(r),
         other => drop(other),
