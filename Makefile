@@ -104,6 +104,7 @@ bench: build $(VENV)/.installed ## Benchmarks side by side with the server's own
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/fleet.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/fields.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) VALKEY_SERVER=$(VALKEY_SERVER) python3 bench/copy.py
+	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/stall.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/tls.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/txn.py
 	REDIS_SERVER=$(or $(REDIS_SERVER),redis-server) python3 bench/plain.py

@@ -58,6 +58,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     // SAFETY: OnLoad's own context.
     unsafe { host::context::detach(ctx.ctx) };
+    host::latency::refresh_threshold();
     if let Err(e) = config::finish_load() {
         ctx.log_warning(&format!("invalid configuration: {e}"));
         return Status::Err;
@@ -166,10 +167,13 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
         host::timers::rescue_overdue(ctx);
         // Before the pool's flush: an unblock it asks for leaves in this turn.
         route::blocking_moves::check();
+        let flush = host::latency::step(c"shard-pool-flush");
         net::pool::before_sleep();
+        flush.end();
         topology::watcher::tick();
         // After the pool's flush: the decisions recorded now are in the AOF before their
         // COMMITs leave, at the next turn (`txn::coord::turn`).
+        let _turn = host::latency::step(c"shard-txn-turn");
         txn::coord::turn::before_sleep(ctx);
     }
     // SAFETY: as the caller promises.

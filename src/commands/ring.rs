@@ -24,6 +24,8 @@ use crate::state;
 /// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [SLOTS ranges] [...]`: replaces
 /// the ring whole (`SLOTS`: a `slots` ring's explicit slot map, given on every node).
 pub fn set(call: &Call) -> CmdResult {
+    let _step =
+        crate::host::latency::step_with_cpu(c"shard-ring-install", c"shard-ring-install-cpu");
     let placement = parse_ring(call, "shard.ring|set")?;
     refuse_moving_locks(call, &[&placement])?;
     crate::cluster::protocol::check_ring_change(call, &placement)?;
@@ -43,6 +45,8 @@ pub fn set(call: &Call) -> CmdResult {
 /// resharding to the ring exactly as given (a `slots` ring without `SLOTS` is the contiguous
 /// split, as SET makes it: every node of a resharding by hand must hold the same ring).
 pub fn begin(call: &Call) -> CmdResult {
+    let _step =
+        crate::host::latency::step_with_cpu(c"shard-ring-install", c"shard-ring-install-cpu");
     let placement = parse_ring(call, "shard.ring|begin")?;
     refuse_moving_locks(call, &[&placement])?;
     crate::cluster::protocol::check_ring_change(call, &placement)?;
@@ -109,6 +113,8 @@ fn change(
     command: &str,
     apply: fn(&mut crate::ring::placement::RingState) -> Result<(), &'static str>,
 ) -> CmdResult {
+    let _step =
+        crate::host::latency::step_with_cpu(c"shard-ring-install", c"shard-ring-install-cpu");
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity(command));
     }
@@ -250,6 +256,8 @@ fn reply_nodes(call: &Call, placement: &Placement) {
 /// the coordinator's term, refused when this node follows a newer one (`fleet::fencing`);
 /// replicated with the rings.
 pub fn install(call: &Call) -> CmdResult {
+    let _step =
+        crate::host::latency::step_with_cpu(c"shard-ring-install", c"shard-ring-install-cpu");
     let (n, term) = fencing::split_term(&call.args, 3)?;
     let mark = Mark::WORDS
         .iter()

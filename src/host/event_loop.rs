@@ -61,6 +61,7 @@ pub trait SocketEvents {
 pub fn watch<H: SocketEvents>(fd: RawFd, what: Ready, id: usize) -> io::Result<()> {
     extern "C" fn on_event<H: SocketEvents>(_fd: c_int, data: *mut c_void, mask: c_int) {
         // A panic must not reach the server: the handler's own guard has already dealt with it.
+        let _step = crate::host::latency::step(c"shard-socket-event");
         let _ = std::panic::catch_unwind(|| H::ready(data as usize, Ready::of(mask)));
     }
     // SAFETY: the API table is filled at load and read-only after; the callback reads only
@@ -93,6 +94,7 @@ pub fn on_main_thread<T: Send + 'static>(f: fn(T), data: T) -> bool {
     extern "C" fn run<T>(data: *mut c_void) {
         // SAFETY: made by Box::into_raw below, handed over exactly once.
         let (f, data) = *unsafe { Box::from_raw(data.cast::<(fn(T), T)>()) };
+        let _step = crate::host::latency::step(c"shard-main-thread-call");
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(data)));
     }
     // SAFETY: the API table is filled at load and read-only after.

@@ -81,8 +81,13 @@ pub unsafe fn on_event_loop(
         let _ = std::panic::catch_unwind(|| {
             crate::host::time::turn_over();
             if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
+                let _step = crate::host::latency::step_with_cpu(
+                    c"shard-before-sleep",
+                    c"shard-before-sleep-cpu",
+                );
                 (handlers().before_sleep)(&redis_module::Context::new(ctx));
             } else {
+                let _step = crate::host::latency::step(c"shard-after-sleep");
                 (handlers().after_sleep)();
             }
         });
@@ -107,6 +112,7 @@ pub unsafe fn on_role_change(ctx: *mut raw::RedisModuleCtx, role: fn(bool)) {
         _data: *mut c_void,
     ) {
         crate::host::context::forget_replicas();
+        let _step = crate::host::latency::step(c"shard-role-change");
         let _ = std::panic::catch_unwind(|| {
             (handlers().role)(subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA);
         });
@@ -155,6 +161,7 @@ pub unsafe fn on_master_link_change(ctx: *mut raw::RedisModuleCtx, changed: fn(b
         _data: *mut c_void,
     ) {
         let up = subevent == raw::REDISMODULE_SUBEVENT_MASTER_LINK_UP;
+        let _step = crate::host::latency::step(c"shard-role-change");
         let _ = std::panic::catch_unwind(|| (handlers().master_link)(up));
     }
     // SAFETY: as the caller promises.
@@ -190,6 +197,7 @@ pub unsafe fn on_client_gone(ctx: *mut raw::RedisModuleCtx, gone: fn(u64)) {
             // SAFETY: Redis passes a RedisModuleClientInfo for this event, valid during the
             // callback.
             let info = unsafe { &*(data as *const raw::RedisModuleClientInfo) };
+            let _step = crate::host::latency::step(c"shard-client-gone");
             (handlers().client_gone)(info.id);
         });
     }
@@ -223,6 +231,10 @@ pub unsafe fn on_config_change(ctx: *mut raw::RedisModuleCtx, config: fn(&[&[u8]
                     (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) }.to_bytes())
                 })
                 .collect();
+            if names.contains(&crate::host::latency::SETTING) {
+                crate::host::latency::refresh_threshold();
+            }
+            let _step = crate::host::latency::step(c"shard-config-change");
             (handlers().config)(&names);
         });
     }
@@ -289,6 +301,7 @@ pub unsafe fn on_keyspace_change(ctx: *mut raw::RedisModuleCtx, change: fn(Keysp
                 }
                 _ => return,
             };
+            let _step = crate::host::latency::step(c"shard-keyspace-change");
             (handlers().keyspace)(change);
         });
     }

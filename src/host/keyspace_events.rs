@@ -122,6 +122,7 @@ extern "C" fn deliver<const S: usize>(
     key: *mut raw::RedisModuleString,
 ) -> c_int {
     if let Some(subscriber) = SUBSCRIBERS[S].get() {
+        let _step = crate::host::latency::step(c"shard-keyspace-event");
         let _ = std::panic::catch_unwind(|| subscriber(&KeyspaceEvent { ctx, event, key }));
     }
     0

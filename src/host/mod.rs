@@ -24,6 +24,7 @@ pub mod fork;
 pub mod info;
 pub mod keyspace;
 pub mod keyspace_events;
+pub mod latency;
 pub mod names;
 pub mod published;
 pub mod register;

@@ -74,6 +74,7 @@ fn fire(ctx: &Context, key: (u64, u64)) {
 }
 
 fn run(ctx: &Context, due: Due) {
+    let _step = crate::host::latency::step_with_cpu(c"shard-timer", c"shard-timer-cpu");
     // redis-module's timer entry point does not catch panics: the guard is here.
     let _ = catch_unwind(AssertUnwindSafe(|| due(ctx)));
 }

@@ -150,6 +150,7 @@ pub fn wait_for_load() {
 
 /// Adds what the child sent, for at most `STEP_BUDGET`; then another step, or the end.
 fn step(ctx: &Context) {
+    let _step = crate::host::latency::step_with_cpu(c"shard-index-build", c"shard-index-build-cpu");
     let deadline = Instant::now() + STEP_BUDGET;
     let mut pending: VecDeque<DbKey> = VecDeque::with_capacity(READ_BATCH);
     loop {

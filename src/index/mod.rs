@@ -66,7 +66,9 @@ pub(crate) struct Tracker {
     pub(crate) buckets: Option<Arc<Placement>>,
     /// During a build: the names deleted since the child's fork, which must not be added when
     /// the child sends them.
-    pub(crate) gone: rustc_hash::FxHashSet<(i32, Vec<u8>)>,
+    /// (Tables never resized, `ChunkedSet`: one table of a million names grown at once would
+    /// hold the main thread for tens of ms in one keyspace event.)
+    pub(crate) gone: crate::keyindex::chunked::ChunkedSet<(i32, Vec<u8>)>,
     /// During a build whose `gone` grew past its bound (a server deleting faster than the
     /// build reads): `gone` is dropped and each name the child sends is looked up before it is
     /// added, so that the build ends however many keys are deleted meanwhile.

@@ -22,6 +22,7 @@
 //! bucket, not one per name.
 
 mod bucket;
+pub mod chunked;
 mod page;
 
 use std::collections::hash_map::RandomState;

@@ -192,6 +192,8 @@ fn schedule(ctx: &Context, after: Duration) {
 }
 
 fn on_timer(ctx: &Context) {
+    let _step =
+        crate::host::latency::step_with_cpu(c"shard-cleanup-step", c"shard-cleanup-step-cpu");
     let started = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(|| step(ctx)));
     let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);

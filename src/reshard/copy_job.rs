@@ -41,6 +41,7 @@ pub(super) fn begin(ctx: &Context) {
 }
 
 fn on_copy_timer(ctx: &Context) {
+    let _step = crate::host::latency::step_with_cpu(c"shard-copy-step", c"shard-copy-step-cpu");
     let started = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(|| copy_tick(ctx)));
     // What the main thread spent (the fork, mostly): how long the job held the server.

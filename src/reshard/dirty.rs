@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use redis_module::Context;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::host::keyspace_events::{self, KeyspaceEvent};
+use crate::keyindex::chunked::ChunkedSet;
 use crate::ring::placement::Placement;
 
 /// A database number and a key of it (the same type as `host::names`'s).
@@ -24,7 +25,9 @@ pub use crate::host::names::DbKey;
 /// The keys written, per database.
 #[derive(Default, Clone)]
 struct Written {
-    by_db: FxHashMap<i32, FxHashSet<Vec<u8>>>,
+    /// (Tables never resized, `ChunkedSet`: a table of a million keys grown at once would hold
+    /// the main thread for tens of ms in one keyspace event.)
+    by_db: FxHashMap<i32, ChunkedSet<Vec<u8>>>,
     len: usize,
 }
 
@@ -60,8 +63,7 @@ impl Written {
             return false;
         }
         let set = self.by_db.entry(db).or_default();
-        if !set.contains(key) {
-            set.insert(key.to_vec());
+        if !set.contains(key) && set.insert(key.to_vec()) {
             self.len += 1;
         }
         true
@@ -81,7 +83,7 @@ impl Written {
     /// The keys, by database in ascending order (the databases sorted, not the keys: up to
     /// a million keys are moved, never compared).
     fn into_keys(self) -> Vec<DbKey> {
-        let mut dbs: Vec<(i32, FxHashSet<Vec<u8>>)> = self.by_db.into_iter().collect();
+        let mut dbs: Vec<(i32, ChunkedSet<Vec<u8>>)> = self.by_db.into_iter().collect();
         dbs.sort_unstable_by_key(|(db, _)| *db);
         let mut keys = Vec::with_capacity(self.len);
         for (db, set) in dbs {
@@ -125,7 +127,7 @@ fn on_event(event: &KeyspaceEvent) {
         DIRTY.with(|d| {
             let mut d = d.borrow_mut();
             if d.as_mut().is_some_and(|written| !written.add(db, bytes)) {
-                *d = None;
+                free_later(d.take());
             }
         });
     }
@@ -139,7 +141,7 @@ fn on_event(event: &KeyspaceEvent) {
                     return;
                 }
                 if since.written.as_mut().is_some_and(|w| !w.add(db, bytes)) {
-                    since.written = None;
+                    free_later(since.written.take());
                 }
             }
         });
@@ -181,7 +183,7 @@ pub fn give_back_since(keys: impl IntoIterator<Item = DbKey>) {
         for (db, key) in keys {
             if !written.add_owned(db, key) {
                 if let Some(s) = s.as_mut() {
-                    s.written = None;
+                    free_later(s.written.take());
                 }
                 return;
             }
@@ -203,7 +205,7 @@ pub fn stop_recording() {
 /// Stops the `since` record and forgets it.
 pub fn end_since() {
     SINCE_TRACKING.store(false, Ordering::Relaxed);
-    SINCE.with(|s| *s.borrow_mut() = None);
+    SINCE.with(|s| free_later(s.borrow_mut().take()));
 }
 
 /// Starts recording, with nothing recorded (at a child's fork), the keys written that `ring`
@@ -211,7 +213,7 @@ pub fn end_since() {
 /// under writes of keys it keeps ends once none of the others is written.
 pub fn begin(ring: &Arc<Placement>, self_name: &str) {
     DIRTY_RING.with(|r| *r.borrow_mut() = Some((Arc::clone(ring), self_name.to_owned())));
-    DIRTY.with(|d| *d.borrow_mut() = Some(Written::default()));
+    DIRTY.with(|d| free_later(d.borrow_mut().replace(Written::default())));
     TRACKING.store(true, Ordering::Relaxed);
 }
 
@@ -231,7 +233,7 @@ pub fn restore(keys: Vec<DbKey>) {
         if let Some(written) = d.as_mut() {
             for (db, key) in keys {
                 if !written.add_owned(db, key) {
-                    *d = None;
+                    free_later(d.take());
                     return;
                 }
             }
@@ -247,5 +249,34 @@ pub fn count() -> Option<usize> {
 /// Stops recording and forgets what was recorded.
 pub fn end() {
     TRACKING.store(false, Ordering::Relaxed);
-    DIRTY.with(|d| *d.borrow_mut() = Some(Written::default()));
+    DIRTY.with(|d| free_later(d.borrow_mut().replace(Written::default())));
+}
+
+/// Frees a record on a thread of its own when it is large (a million keys take tens of ms to
+/// free); a small one here.
+fn free_later<T: RecordLen + Send + 'static>(record: Option<T>) {
+    match record {
+        Some(r) if r.keys() >= FREE_ELSEWHERE => crate::index::free_later(r),
+        other => drop(other),
+    }
+}
+
+/// Records of at least this many keys are freed on a thread of their own.
+const FREE_ELSEWHERE: usize = 10_000;
+
+/// How many keys a record holds.
+trait RecordLen {
+    fn keys(&self) -> usize;
+}
+
+impl RecordLen for Written {
+    fn keys(&self) -> usize {
+        self.len
+    }
+}
+
+impl RecordLen for Since {
+    fn keys(&self) -> usize {
+        self.written.as_ref().map_or(0, |w| w.len)
+    }
 }

@@ -51,6 +51,7 @@ pub fn check_keys(keys: &[Vec<u8>]) -> Result<(), CmdError> {
 /// `Ok` when no locked key is placed on another node by any of `rings` than by the rings in
 /// force (`SHARD.RING SET|BEGIN|INSTALL`: the step would move it).
 pub fn refuse_moving_locks(rings: &[&Placement]) -> Result<(), CmdError> {
+    let _step = crate::host::latency::step(c"shard-lock-scan");
     if !super::active() {
         return Ok(());
     }

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""No stall (issue 44): what held each server's main thread during a grow 3 -> 4 of 3 x
+`--grow-keys` keys, by the server's own latency monitor, per event.
+
+Three servers with the module (n0 n1 n2, a ketama ring of the three, `shard.key-index` on unless
+`--no-key-index`) hold 3 x grow-keys small strings between them, each only its own (as
+bench/copy.py's grow: each populates the same names, a cleanup leaves it its own, then `DEBUG
+RELOAD` leaves it the memory of its own keys, as after a restart: else its memory is that of
+3 x grow-keys keys, whose page tables every fork copies; `--no-compact` keeps it), plus an
+empty n3. Every server runs with `latency-monitor-threshold 5` (`LATENCY RESET` once filled);
+one `SHARD.RESHARD START` of the four on n0 grows the fleet (the coordinator's plan, the rings
+installed everywhere, the copies, the commit, the cleanups, the key index rebuilt for the new
+ring), while a client on each server PINGs it every millisecond. Once the fleet is `done` (and
+every index ready again), `LATENCY LATEST` of each server: every event over 5 ms, the module's
+own (`shard-...`, `host::latency`) beside the server's (`command`, `fork`, ...), with its worst
+and its count of seconds over the threshold; and each server's worst PING wait, a cross-check.
+The machine's load average is printed beside them: on this 2-core machine other processes take
+the CPU, and a step that waits for it shows longer than it worked.
+
+Writes the section "No stall" into bench/results.md (`--no-write`: print only). Standard
+library only.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as base  # noqa: E402
+import fleet  # noqa: E402
+import importlib.util  # noqa: E402
+
+# bench/copy.py (its grow's helpers), under another name than the standard library's `copy`.
+_spec = importlib.util.spec_from_file_location("bench_copy", Path(__file__).resolve().parent / "copy.py")
+cp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cp)
+
+RESULTS = base.ROOT / "bench" / "results.md"
+SECTION = "## No stall: the main thread during a grow (issue 44)"
+THRESHOLD_MS = 5
+
+
+def start(name, key_index):
+    port = base.free_port()
+    log = base.TMP / f"stall-{name}.log"
+    rdb = f"stall-{name}.rdb"  # its own, for DEBUG RELOAD (and none left from a run before)
+    (base.TMP / rdb).unlink(missing_ok=True)
+    argv = [base.REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", str(base.TMP), "--logfile", str(log),
+            "--dbfilename", rdb, "--enable-debug-command", "yes",
+            "--loadmodule", str(base.MODULE), "self", name]
+    if key_index:
+        argv += ["key-index", "yes"]
+    return fleet.Proc(argv, port, None, log)
+
+
+def cpu_pressure():
+    """The share of the last 10 s in which some task waited for a CPU (%), or '?'."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        return dict(f.split("=") for f in line.split()[1:])["avg10"] + "%"
+    except (OSError, KeyError, IndexError, ValueError):
+        return "?"
+
+
+def latest(c):
+    """LATENCY LATEST as {event: (latest ms, max ms)}."""
+    out = {}
+    for row in c.call("LATENCY", "LATEST") or []:
+        name = row[0].decode() if isinstance(row[0], bytes) else row[0]
+        out[name] = (int(row[2]), int(row[3]))
+    return out
+
+
+def history_count(c, event):
+    """Seconds in which `event` went over the threshold (LATENCY HISTORY keeps 160)."""
+    return len(c.call("LATENCY", "HISTORY", event) or [])
+
+
+def wait_index(cs, timeout=300):
+    """Until every server's key index is ready (INFO shard's key_index line), or the time is up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        phases = [next((v for k, v in c.info("shard").items() if k.endswith("key_index")),
+                       "off") for c in cs]
+        if all(p.strip() in ("ready", "off") for p in phases):
+            return phases
+        time.sleep(0.05)
+    return phases
+
+
+def grow_round(keys, key_index, compact):
+    names = ("n0", "n1", "n2", "n3")
+    procs = []
+    try:
+        for n in names:
+            procs.append(start(n, key_index))
+        cs = [p.client() for p in procs]
+        nodes = list(zip(names, procs))
+        for c in cs:
+            c.call("SHARD.RING", "SET", *cp.ring(nodes[:3]))
+        held = cp.fill_old(cs[:3], keys)
+        wait_index(cs)
+        if compact:
+            # Each old node populated 3 x keys and deleted two thirds: its memory is as large as
+            # 3 x keys' (the survivors are spread over every page), and a fork copies the page
+            # tables of all of it. `DEBUG RELOAD` (save, empty, load) leaves the memory of the
+            # keys it holds, as a node of `keys` keys has after a restart.
+            for c in cs[:3]:
+                c.call("DEBUG", "RELOAD")
+            wait_index(cs)
+        for c in cs:
+            c.call("CONFIG", "SET", "latency-monitor-threshold", THRESHOLD_MS)
+            c.call("LATENCY", "RESET")
+        pingers = [cp.Pinger(p.port) for p in procs]
+        for p in pingers:
+            p.start()
+        load_before = os.getloadavg()
+        psi_before = cpu_pressure()
+        t0 = time.perf_counter()
+        reply = cs[0].call("SHARD.RESHARD", "START", *cp.ring(nodes))
+        if reply not in (b"OK", "OK"):
+            sys.exit(f"stall: START said {reply}")
+        deadline = time.monotonic() + 900
+        while (phase := cp.fleet_phase(cs[0])) != b"done":
+            if phase == b"cancelled" or time.monotonic() > deadline:
+                sys.exit(f"stall: the fleet ended {phase}")
+            time.sleep(0.01)
+        wall = time.perf_counter() - t0
+        phases = wait_index(cs)
+        time.sleep(0.5)
+        pings = [p.finish() for p in pingers]
+        load_after = os.getloadavg()
+        psi_after = cpu_pressure()
+        sizes = [c.call("DBSIZE") for c in cs]
+        if sum(sizes) != sum(held):
+            sys.exit(f"stall: DBSIZE {sizes}, held {held} before")
+        forks = [(int(c.info("stats").get("latest_fork_usec", 0)) / 1000,
+                  int(c.info("memory").get("used_memory_rss", 0)) >> 20) for c in cs]
+        events = {}
+        for name, c in zip(names, cs):
+            for event, (_, worst) in latest(c).items():
+                events[(name, event)] = (worst, history_count(c, event))
+        return dict(wall_s=wall, sizes=sizes, pings=pings, events=events, phases=phases, forks=forks,
+                    load=(load_before[0], load_after[0]), psi=(psi_before, psi_after))
+    finally:
+        for p in procs:
+            p.stop()
+        for n in names:
+            (base.TMP / f"stall-{n}.rdb").unlink(missing_ok=True)
+
+
+def report(r, names=("n0", "n1", "n2", "n3")):
+    lines = [f"grow of {sum(r['sizes']):,} keys, {r['sizes'][3]:,} moved, {r['wall_s']:.1f} s; "
+             f"load average {r['load'][0]:.1f} before, {r['load'][1]:.1f} after (2 cores); "
+             f"CPU pressure (some avg10, /proc/pressure/cpu) {r['psi'][0]} before, "
+             f"{r['psi'][1]} after", "",
+             "| server | event | worst ms | seconds over 5 ms |", "|---|---|---|---|"]
+    for (name, event), (worst, count) in sorted(r["events"].items()):
+        lines.append(f"| {name} | {event} | {worst} | {count} |")
+    if not r["events"]:
+        lines.append("| all | (none over 5 ms) | | |")
+    lines += ["", "| server | PING p99 ms | PING worst ms | last fork ms | RSS MB |",
+              "|---|---|---|---|---|"]
+    for name, (p99, worst), (fork_ms, rss) in zip(names, r["pings"], r["forks"]):
+        lines.append(f"| {name} | {p99:.2f} | {worst:.2f} | {fork_ms:.1f} | {rss} |")
+    return lines
+
+
+def write_section(lines):
+    text = RESULTS.read_text() if RESULTS.exists() else ""
+    body = SECTION + "\n\n" + "\n".join(lines) + "\n"
+    if SECTION in text:
+        head, rest = text.split(SECTION, 1)
+        nxt = rest.find("\n## ")
+        text = head + body + (rest[nxt + 1:] if nxt >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + body
+    RESULTS.write_text(text)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grow-keys", type=int, default=1_000_000,
+                    help="keys on each of the three old nodes")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--no-key-index", action="store_true")
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--no-compact", action="store_true",
+                    help="no DEBUG RELOAD of the old nodes after the fill (their memory stays "
+                         "that of 3 x grow-keys keys)")
+    opts = ap.parse_args()
+    base.TMP.mkdir(parents=True, exist_ok=True)
+    out = [f"`python3 bench/stall.py --grow-keys {opts.grow_keys}` on "
+           f"{base.first_line([base.REDIS_SERVER, '--version'])}, key index "
+           f"{'off' if opts.no_key_index else 'on'}: `SHARD.RESHARD START` 3 -> 4 with "
+           f"`latency-monitor-threshold {THRESHOLD_MS}` on every server; `LATENCY LATEST` per "
+           "server and event (the module's own events are `shard-...`), and a PING every ms."]
+    for i in range(opts.rounds):
+        print(f"round {i + 1} ...", flush=True)
+        r = grow_round(opts.grow_keys, not opts.no_key_index, not opts.no_compact)
+        lines = report(r)
+        print("\n".join(lines), flush=True)
+        out += ["", f"Round {i + 1}:", ""] + lines
+    if not opts.no_write:
+        write_section(out)
+
+
+if __name__ == "__main__":
+    main()
