@@ -179,10 +179,6 @@ fn apply(config: &Config) {
     crate::cluster::protocol::set_enabled(config.cluster_protocol == "yes");
     crate::index::set_wanted(config.key_index == "yes");
     crate::route::plain::set_enabled(config.route_plain == "yes");
-    if config.route_plain == "yes" {
-        // Which clients may have their commands handed over authorised as themselves.
-        crate::cluster::auth::watch();
-    }
     crate::route::split::set_atomic_mset(config.atomic_mset == "yes");
     // Checked before: the mode parses.
     crate::topology::nodes::set_read_from(

@@ -59,8 +59,7 @@ static WATCHING: AtomicBool = AtomicBool::new(false);
 
 const EVERY: Duration = Duration::from_secs(1);
 
-/// The protocol or `route-plain` was turned on: read the users now and every second while one
-/// of them stays on.
+/// The protocol was turned on: read the users now and every second while it stays on.
 pub fn watch() {
     if !WATCHING.swap(true, Ordering::Relaxed)
         && !crate::host::context::after(Duration::ZERO, tick, ())
@@ -70,7 +69,7 @@ pub fn watch() {
 }
 
 fn tick(_: &redis_module::Context, (): ()) {
-    if !crate::cluster::protocol::enabled() && !crate::route::plain::enabled() {
+    if !crate::cluster::protocol::enabled() {
         WATCHING.store(false, Ordering::Relaxed);
         return;
     }
@@ -124,13 +123,15 @@ pub fn route(kind: Emulated, user: Option<&[u8]>) -> Route {
     }
 }
 
-/// Whether route-plain's filter knows that the client whose user `user` gives (`None`: the
-/// filter cannot tell, Redis 7.0) has authenticated, so that its command may be handed over as
-/// `SHARD.PLAINAS`, authorised as the command it carries (`commands::plain`): its user is not
-/// `default` (a client gets another user only by authenticating), or the `default` user lets
-/// everyone in. The user is asked only when the `default` user does not.
+/// Whether route-plain's filter hands the command of the client whose user `user` gives
+/// (`None`: the filter cannot tell, Redis 7.0) over as `SHARD.PLAINAS`, authorised as the
+/// command it carries (`commands::plain`): its user is not `default` (a client gets another
+/// user only by authenticating). The `default` user's commands go to `SHARD.PLAIN`, which the
+/// server checks as itself: whether such a client has authenticated is known only to the
+/// server (a client that connected while `default` was `nopass` has, whatever its flags are
+/// now), and reading the user's flags on every command costs an `ACL GETUSER`.
 pub fn known_authenticated(user: impl FnOnce() -> Option<Vec<u8>>) -> bool {
-    DEFAULT_OPEN.load(Ordering::Relaxed) || user().is_some_and(|u| u != b"default")
+    user().is_some_and(|u| u != b"default")
 }
 
 /// `SHARD.PLAINAS`'s check, in place of the server's: the client has authenticated (as

@@ -37,8 +37,9 @@ use crate::route::keyless;
 /// The command the filter hands a plain client's routed command to.
 pub const COMMAND: &[u8] = b"SHARD.PLAIN";
 
-/// The same, for a client the filter knows has authenticated: a `no-auth` command whose
-/// handler checks what the server would have checked for the command it carries (a user
+/// The same, for a client the filter knows has authenticated (a user other than `default`): a
+/// `no-auth` command whose handler checks what the server would have checked for the command
+/// it carries (a user
 /// granted `+get` but not the module's commands runs its plain `GET` of any node's key). Plain
 /// transaction commands come this way too (`SHARD.PLAINAS MULTI`), run as `SHARD.MULTI` ...
 pub const AUTHORISED: &[u8] = b"SHARD.PLAINAS";
