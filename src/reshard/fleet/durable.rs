@@ -36,19 +36,17 @@ pub async fn send(steps: &NetSteps, at: &Endpoint, args: &[Vec<u8>]) -> Result<R
 /// lists none: one for a `sentinel` node whose replicas Sentinel could promote (or whose
 /// replicas are not looked up yet), none for another node.
 pub fn least_for(name: &str) -> i64 {
-    least(name, is_sentinel(name))
-}
-
-/// Whether the node called `name` is a `sentinel` node in the current or previous ring.
-pub fn is_sentinel(name: &str) -> bool {
-    let st = crate::state::lock();
-    let found = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
-        .into_iter()
-        .flatten()
-        .flat_map(|p| p.spec.nodes.iter())
-        .find(|n| n.name == name)
-        .is_some_and(|n| n.via_sentinel());
-    found
+    let sentinel = {
+        let st = crate::state::lock();
+        let found = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p.spec.nodes.iter())
+            .find(|n| n.name == name)
+            .is_some_and(|n| n.via_sentinel());
+        found
+    };
+    least(name, sentinel)
 }
 
 /// `least_for` of a node whose being a `sentinel` node the caller knows (`sentinel`).

@@ -128,7 +128,19 @@ pub const APPLIED: &str = "APPLIED";
 /// for data only a primary holds (`reshard::fleet::durable::least_for_data`). A node with no
 /// replica configured (not a `sentinel` node, or one Sentinel lists none of) expects none.
 fn replica_expected(name: &str) -> bool {
-    crate::reshard::fleet::durable::least_for_data(name, crate::reshard::fleet::durable::is_sentinel(name)) > 0
+    let sentinel = {
+        let st = crate::state::lock();
+        let found = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p.spec.nodes.iter())
+            .find(|n| n.name == name)
+            .is_some_and(|n| n.via_sentinel());
+        found
+    };
+    sentinel
+        && (crate::topology::nodes::replicas_pending(name)
+            || crate::topology::nodes::replicas_it_may_promote(name) > 0)
 }
 
 /// The `APPLIED` refusal: `txid` applied, `why` not confirmed.
