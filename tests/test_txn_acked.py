@@ -3,8 +3,9 @@ the owner"): when the owner has a replica online, its reply to COMMIT (two owner
 (one owner, another node) and the client's reply to a block run inside SHARD.EXEC at the
 owner itself wait until one replica has the block (`WAIT 1` at the owner), so that the
 replica promoted right after the reply holds the transaction's writes. A replica that does not
-acknowledge within the bound (stopped): the reply comes after the bound, the block applied,
-counted in `INFO shard`'s `txn_unacked`.
+acknowledge a COMMIT within the bound (stopped): the part stays applied, counted in `INFO
+shard`'s `txn_unacked`, and the owner answers `APPLIED` (not confirmed): the coordinator keeps
+its decision and sends the COMMIT again until the replica has it.
 
 n1 has a replica; n0 and n2 have none.
 """
@@ -13,6 +14,7 @@ import signal
 import time
 
 import pytest
+import redis
 
 from helpers.fleet import make_fleet
 from helpers.server import command_calls, info_shard, until, wait_in_sync
@@ -85,24 +87,34 @@ def test_the_promoted_replica_holds_a_block_the_owner_acknowledged(fleet, path):
         assert r.get(b) == b"135"
 
 
-def test_a_replica_that_does_not_acknowledge_delays_the_reply_by_the_bound(fleet):
+def test_a_replica_that_does_not_acknowledge_leaves_the_commit_unconfirmed(fleet):
+    """COMMIT at n1 whose replica is stopped: n1 applies its part, waits the bound in vain and
+    answers `APPLIED` (not confirmed); the client is told the transaction committed but is not
+    confirmed, and the coordinator keeps its decision and sends the COMMIT again until n1's
+    replica has the part: then `DONE`, and the decision is forgotten."""
     a, b = transfer_keys(fleet, ("n1", "n2"))
     n1 = fleet["n1"].client()
     c = fleet.client("n0")
     fleet.replica.proc.send_signal(signal.SIGSTOP)
     try:
         start = time.monotonic()
-        assert run_queued(c, [("DECRBY", a, 30), ("INCRBY", b, 30)]) == [70, 130]
+        with pytest.raises(redis.ResponseError, match="has not confirmed its part yet.*APPLIED"):
+            run_queued(c, [("DECRBY", a, 30), ("INCRBY", b, 30)])
         waited = time.monotonic() - start
+        # The reply came once the bound passed (no replica could acknowledge), the block
+        # applied at the primary and counted; the decision kept.
+        assert waited >= BOUND_S, waited
+        assert n1.get(a) == b"70" and fleet.client("n2").get(b) == b"130"
+        assert int(info_shard(n1)["txn_unacked"]) >= 1
+        assert info_shard(c)["txn_decisions_held"] == "1"
     finally:
         fleet.replica.proc.send_signal(signal.SIGCONT)
-    # The reply came once the bound passed (no replica could acknowledge), the block applied
-    # at the primary and counted.
-    assert waited >= BOUND_S, waited
-    assert n1.get(a) == b"70"
-    assert info_shard(n1)["txn_unacked"] == "1"
-    # The replica back: acknowledged again, nothing more counted.
+    # The replica back: the COMMIT sent again is answered DONE, the decision forgotten.
+    until(lambda: info_shard(c)["txn_decisions_held"] == "0", "the decision forgotten",
+          timeout=30)
     wait_in_sync(n1, fleet.replica.client())
+    assert n1.get(a) == b"70" and fleet.replica.client().get(a) == b"70", "applied once"
+    unacked = info_shard(n1)["txn_unacked"]
     assert run_queued(c, [("DECRBY", a, 1), ("INCRBY", b, 1)]) == [69, 131]
-    assert info_shard(n1)["txn_unacked"] == "1"
+    assert info_shard(n1)["txn_unacked"] == unacked
     assert fleet.replica.client().get(a) == b"69"

@@ -10,7 +10,13 @@ Sentinel promotes its replica; then the coordinator goes on:
   replica by `SHARD.TXN ABORT`, which leaves the state of a replica that never got the
   PREPARE): the COMMIT carries the part and applies it.
 
-Either way the transfer is applied exactly once on both owners.
+Either way the transfer is applied exactly once on both owners, and confirmed (the decision
+forgotten) only once a replica of n1's promoted server has it.
+
+A part that n1's primary applied but no replica acknowledged (its replica stopped, its link
+dropped or not) is not confirmed (`APPLIED`): the coordinator keeps the decision and sends the
+COMMIT with the part again to the promoted stale replica (the nemesis's transaction applied at
+one owner only).
 """
 
 import signal
@@ -44,6 +50,24 @@ def promoted(fleet, n, via):
     return replica.client()
 
 
+def confirmed_or_not_yet(result):
+    """The transfer's reply: its replies, or (the owner's old primary killed: the promoted one
+    has no replica linked while Sentinel lists it) applied but not confirmed yet."""
+    if result == [70, 130]:
+        return True
+    return (isinstance(result, redis.ResponseError)
+            and "has not confirmed its part yet" in str(result) and "APPLIED" in str(result))
+
+
+def back_as_replica(fleet, server):
+    """`server` (a primary killed) started again, given the sentinels, until Sentinel made it a
+    replica."""
+    server.start()
+    server.client().config_set("shard.sentinels", " ".join(s.address for s in fleet.sentinels))
+    until(lambda: server.client().execute_command("ROLE")[0] == b"slave",
+          "the old primary demoted", timeout=30)
+
+
 def start_transfer(fleet, step):
     c = fleet.primaries["n0"].client()
     a = fleet.keys_of(c, "n1", 1, prefix="acct")[0]
@@ -68,10 +92,15 @@ def test_the_promoted_replica_holds_the_prepared_part(ha, how):
     new = promoted(ha, "n1", c)
     assert info_shard(new)["txn_locks_held"] == "1", "still locked after the promotion"
     hold(c, "OFF")
-    assert ex.join() == [70, 130]
-    assert new.get(a) == b"70" and ha.primaries["n2"].client().get(b) == b"130"
+    assert confirmed_or_not_yet(ex.join())
+    until(lambda: new.get(a) == b"70", "applied at the promoted replica")
+    assert ha.primaries["n2"].client().get(b) == b"130"
+    if how == "kill":
+        # Confirmed once a replica of n1 has it: its old primary back as its replica.
+        back_as_replica(ha, old)
     until(lambda: info_shard(new)["txn_locks_held"] == "0"
-          and info_shard(c)["txn_decisions_held"] == "0", "no lock, no decision left")
+          and info_shard(c)["txn_decisions_held"] == "0", "no lock, no decision left",
+          timeout=30)
     if how == "sentinel-failover":
         # The old primary, now its replica, holds the same: applied once, no lock.
         demoted = old.client()
@@ -96,10 +125,17 @@ def test_the_promoted_replica_gets_the_part_with_the_commit(ha):
     assert new.execute_command("SHARD.TXN", "ABORT", txid) == b"OK"
     assert info_shard(new)["txn_locks_held"] == "0" and new.get(a) == b"100"
     hold(c, "OFF")
-    assert ex.join() == [70, 130]
-    assert new.get(a) == b"70" and ha.primaries["n2"].client().get(b) == b"130"
+    assert confirmed_or_not_yet(ex.join())
+    until(lambda: new.get(a) == b"70", "applied at the promoted replica")
+    assert ha.primaries["n2"].client().get(b) == b"130"
+    # Not confirmed while n1 has no replica linked (Sentinel lists its old primary, down).
+    with pytest.raises(redis.ResponseError, match="^APPLIED"):
+        new.execute_command("SHARD.TXN", "COMMIT", txid)
+    back_as_replica(ha, old)
+    until(lambda: info_shard(c)["txn_decisions_held"] == "0", "the decision forgotten",
+          timeout=30)
     assert new.execute_command("SHARD.TXN", "COMMIT", txid) == b"DONE"
-    until(lambda: info_shard(c)["txn_decisions_held"] == "0", "the decision forgotten")
+    assert new.get(a) == b"70", "applied once"
 
 
 @pytest.mark.slow
@@ -148,3 +184,73 @@ def test_a_coordinator_failed_over_then_shrunk_out_is_asked_at_the_primary_its_o
     until(lambda: info_shard(n1)["txn_locks_held"] == "0" and info_shard(n2)["txn_locks_held"]
           == "0", "both parts ended", timeout=60)
     assert n1.get(a) == b"100" and n2.get(b) == b"100", "aborted: nothing applied"
+
+
+
+@pytest.mark.parametrize("how", ["link-dropped", "stopped"])
+def test_a_part_no_replica_acknowledged_is_sent_again_to_the_promoted_replica(
+        server_factory, sentinel_factory, how):
+    """The nemesis's case (Redis seed 1218370420, t1976 in `tx:2`, not in `tx:0`, after
+    `cut_primary n2`): n1's replica stopped before the transfer, so it gets neither the
+    PREPARE nor the COMMIT, its link to n1's primary either dropped (n1 then has no replica
+    linked, while Sentinel lists one: before, it confirmed at once) or kept (`stopped`: n1
+    waits 2 s for it, in vain, and confirmed all the same; the replica is then restarted from
+    its AOF, without the part, as a stopped process's socket would still hand it the bytes
+    sent meanwhile). n1's primary is killed and Sentinel promotes that stale replica. Before,
+    the coordinator had counted n1's part applied and forgotten the decision: the transfer
+    stood at n2 only. Now n1 answers `APPLIED` (not confirmed), the coordinator keeps the
+    decision and sends the COMMIT with the part again, to the promoted replica, which applies
+    it; that one, with no replica linked while Sentinel lists n1's old primary, answers
+    `APPLIED` again until that server is back as its replica and has the part: then `DONE`, and
+    the decision is forgotten. Applied once at both owners."""
+    ha = start_sentinel_fleet(server_factory, sentinel_factory,
+                              extra=[("enable-debug-command", "yes"),
+                                     ("shard.txn-lock-ms", LONG_MS), *AOF])
+    c = ha.primaries["n0"].client()
+    a = ha.keys_of(c, "n1", 1, prefix="acct")[0]
+    b = ha.keys_of(c, "n2", 1, prefix="acct")[0]
+    call(c, "MSET", a, 100, b, 100)
+    old, replica = ha.primaries["n1"], ha.replicas["n1"]
+    wait_in_sync(old.client(), replica.client())
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        if how == "link-dropped":
+            assert old.client().execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+            until(lambda: old.client().info("replication")["connected_slaves"] == 0,
+                  "n1's replica link dropped")
+        hold(c, "prepared")
+        ex = Exec(ha.primaries["n0"], [("DECRBY", a, 30), ("INCRBY", b, 30)])
+        until(lambda: held(c) == 1, "both owners prepared, n1's replica stopped")
+        hold(c, "OFF")
+        result = ex.join()
+        assert old.client().get(a) == b"70" and ha.primaries["n2"].client().get(b) == b"130"
+        kept = info_shard(c)["txn_decisions_held"]
+        old.stop(signal.SIGKILL)
+        if how == "stopped":
+            replica.stop(signal.SIGKILL)
+            replica.start()
+            # (`shard.sentinels` was set at run time: not in the restarted server's config.)
+            replica.client().config_set("shard.sentinels",
+                                        " ".join(s.address for s in ha.sentinels))
+    finally:
+        if replica.proc and replica.proc.poll() is None:
+            replica.proc.send_signal(signal.SIGCONT)
+    assert replica.client().get(a) == b"100", "n1's replica lacks the part"
+    new = promoted(ha, "n1", c)
+    # The promoted replica lacked the part; the COMMIT sent again carried it (before: 100
+    # there, 130 at n2, for good).
+    until(lambda: new.get(a) == b"70", "the part applied at n1's promoted replica", timeout=30)
+    assert ha.primaries["n2"].client().get(b) == b"130"
+    # Applied at n1's primary, which no replica acknowledged: not confirmed, the decision kept.
+    assert isinstance(result, redis.ResponseError), result
+    assert "has not confirmed its part yet" in str(result) and "APPLIED" in str(result)
+    assert kept == "1", "the decision is kept"
+    # No replica of n1 has it yet (its old primary, which Sentinel lists, is down).
+    assert info_shard(c)["txn_decisions_held"] == "1"
+    back_as_replica(ha, old)
+    until(lambda: info_shard(c)["txn_decisions_held"] == "0", "the decision forgotten",
+          timeout=30)
+    wait_in_sync(new, old.client())
+    assert new.get(a) == b"70" and old.client().get(a) == b"70", "applied once"
+    assert ha.primaries["n2"].client().get(b) == b"130"
+    assert info_shard(new)["txn_locks_held"] == "0"

@@ -273,6 +273,15 @@ async fn commit_one<F: Fleet>(txn: &Txn, part: &Part, fleet: &F) -> Committed {
         {
             Ok(Resp::Array(replies)) => return Committed::Replies(replies),
             Ok(Resp::Simple(s)) if s.eq_ignore_ascii_case(b"DONE") => return Committed::Done,
+            // Applied at the owner, but not at a replica of it yet (its replica cut off,
+            // stopped, or none linked while Sentinel lists one): not confirmed. A failover
+            // of the owner now would lose the part, so the decision is kept and the COMMIT
+            // (with the part) sent again later, to whichever server is the owner's primary
+            // then, until it answers `DONE` (docs/transactions.md, "Durable at the owners").
+            // Not at once: the owner has waited for its replica already.
+            Ok(Resp::Error(line)) if wire::applied(&line) => {
+                return Committed::Unknown(String::from_utf8_lossy(&line).into_owned())
+            }
             Ok(other) => last = format!("COMMIT replied {other:?}"),
             Err(e) => last = e.to_string(),
         }

@@ -367,6 +367,27 @@ fn a_commit_is_sent_again_and_kept_when_an_owner_stays_silent() {
 }
 
 #[test]
+fn an_owner_applied_but_not_at_a_replica_is_kept_not_retried_at_once() {
+    // `APPLIED ...`: the part is applied at n2, no replica of n2 has it; the decision is kept
+    // for the resend, and the COMMIT not sent again at once (the owner waited already).
+    let fake = Fake::new(|node, args, before| match (node, sub(args)) {
+        ("n2", b"COMMIT") => Ok(Resp::Error(
+            b"APPLIED me/1 is applied here, but no replica acknowledged it".to_vec(),
+        )),
+        _ => willing(node, args, before),
+    });
+    match block_on(run(&txn(2, false), &fake, 100)) {
+        Outcome::Committed(Err(line)) => {
+            assert!(line.contains("node n2 has not confirmed"), "{line}");
+            assert!(line.contains("APPLIED"), "{line}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fake.log().iter().filter(|l| *l == "n2 COMMIT").count(), 1);
+    assert!(fake.forgotten.borrow().is_empty());
+}
+
+#[test]
 fn split_commands_merge_across_owners() {
     let how = splittable(b"DEL").unwrap();
     let args: Vec<&[u8]> = vec![b"DEL", b"x", b"y"];

@@ -95,6 +95,12 @@ pub fn commit(txid: &str, commands: &[Command]) -> Vec<Vec<u8>> {
     out
 }
 
+/// Whether a `COMMIT`'s error reply is the owner's `APPLIED ...`: its part applied there, not
+/// yet at a replica (`txn::owner::acked::commit_reply`).
+pub fn applied(line: &[u8]) -> bool {
+    line.starts_with(b"APPLIED ")
+}
+
 /// `SHARD.TXN ABORT txid`.
 pub fn abort(txid: &str) -> Vec<Vec<u8>> {
     txn("ABORT", txid)

@@ -42,7 +42,7 @@ pub fn unacked() -> u64 {
 }
 
 /// Whether `cmds` may write (a command the table does not know counts as a write).
-fn writes(cmds: &[Command]) -> bool {
+pub fn writes(cmds: &[Command]) -> bool {
     cmds.iter().any(|cmd| {
         cmd.first()
             .and_then(|name| crate::route::command_table::known(name))
@@ -114,6 +114,103 @@ pub fn reply(call: &Call, cmds: &[Command], reply: Resp) -> CmdResult {
         // Not blocked (nothing was sent): the block is applied, so its reply, at once.
         UNACKED.fetch_add(1, Ordering::Relaxed);
         call.reply.resp(&at_once);
+    }
+    Ok(())
+}
+
+/// The code of `COMMIT`'s reply when the part is applied here but no replica has it
+/// (`commit_reply`): the coordinator keeps its decision and sends the `COMMIT` again.
+pub const APPLIED: &str = "APPLIED";
+
+/// Whether this node (`name`) should have a replica that could be promoted in its place
+/// though none is linked now: a `sentinel` node of which Sentinel lists a replica it may
+/// promote (up or down now), or whose replicas are not looked up yet: the fleet steps' rule
+/// for data only a primary holds (`reshard::fleet::durable::least_for_data`). A node with no
+/// replica configured (not a `sentinel` node, or one Sentinel lists none of) expects none.
+fn replica_expected(name: &str) -> bool {
+    let sentinel = {
+        let st = crate::state::lock();
+        let found = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p.spec.nodes.iter())
+            .find(|n| n.name == name)
+            .is_some_and(|n| n.via_sentinel());
+        found
+    };
+    sentinel
+        && (crate::topology::nodes::replicas_pending(name)
+            || crate::topology::nodes::replicas_it_may_promote(name) > 0)
+}
+
+/// The `APPLIED` refusal: `txid` applied, `why` not confirmed.
+fn not_at_a_replica(txid: &str, why: &str) -> String {
+    format!(
+        "{APPLIED} {txid} is applied here, but {why}: not confirmed, send COMMIT again (it is not applied twice)"
+    )
+}
+
+/// The reply to `SHARD.TXN COMMIT` of `txid` once its part is applied here (`writes`: the part
+/// may have written; `ok`: the replies, or `DONE` for a part applied before): `ok` only once
+/// a replica of this server has it, when one may be promoted in this server's place (a replica
+/// online, or one expected: `replica_expected`); else the error `APPLIED ...`, counted in
+/// `txn_unacked`, on which the coordinator keeps its decision and sends the `COMMIT` again
+/// until it gets `ok` (docs/transactions.md, "Durable at the owners"): a confirmation counts
+/// only once the part would survive a failover of this owner. A server that is not its node's
+/// primary now (Sentinel names another) answers `APPLIED` too. Without a replica, online or
+/// expected, `ok` at once.
+pub fn commit_reply(call: &Call, writes: bool, txid: &str, ok: Resp) -> CmdResult {
+    let flags = call.ctx.get_flags();
+    let unblockable = flags.contains(ContextFlags::MULTI)
+        || flags.contains(ContextFlags::LUA)
+        || flags.contains(ContextFlags::DENY_BLOCKING);
+    let me = crate::txn::coord::queue::this_node();
+    let me = match me {
+        Some(me) if writes && !unblockable => me,
+        // Nothing written, a client that cannot wait, or a server no ring of which names
+        // this node (it left): as before, at once.
+        _ => {
+            call.reply.resp(&ok);
+            return Ok(());
+        }
+    };
+    if !me.is_self {
+        let line = not_at_a_replica(txid, "this server is not its node's primary now");
+        UNACKED.fetch_add(1, Ordering::Relaxed);
+        call.reply.resp(&Resp::Error(line.into_bytes()));
+        return Ok(());
+    }
+    if crate::host::context::connected_replicas() == 0 {
+        if replica_expected(&me.name) {
+            let line = not_at_a_replica(
+                txid,
+                &format!(
+                    "node {} has no replica linked now while Sentinel lists one it may promote",
+                    me.name
+                ),
+            );
+            UNACKED.fetch_add(1, Ordering::Relaxed);
+            call.reply.resp(&Resp::Error(line.into_bytes()));
+        } else {
+            call.reply.resp(&ok);
+        }
+        return Ok(());
+    }
+    let (txid, at_once) = (txid.to_string(), txid.to_string());
+    let blocked = forward::run(call, link(), move |steps| async move {
+        if replica_has_it(&steps, &me).await {
+            CallReply::Reply(ok)
+        } else {
+            CallReply::Error(not_at_a_replica(
+                &txid,
+                &format!("no replica acknowledged it within {REPLICA_WAIT_MS} ms"),
+            ))
+        }
+    });
+    if blocked.is_err() {
+        let line = not_at_a_replica(&at_once, "the wait for a replica could not start");
+        UNACKED.fetch_add(1, Ordering::Relaxed);
+        call.reply.resp(&Resp::Error(line.into_bytes()));
     }
     Ok(())
 }

@@ -327,8 +327,9 @@ pub fn commit(call: &Call) -> CmdResult {
         return Ok(());
     }
     if with(|t| t.is_done(&txid)) {
-        call.reply.simple(b"DONE");
-        return Ok(());
+        // Applied here before: confirmed once a replica has it (what this server replicated
+        // so far), as the first reply would have been.
+        return acked::commit_reply(call, true, &txid, Resp::Simple(b"DONE".to_vec()));
     }
     let record = with(|t| t.prepared(&txid).cloned());
     if record.is_none() && with(|t| t.forgot(&txid)) {
@@ -367,7 +368,8 @@ pub fn commit(call: &Call) -> CmdResult {
         crate::host::keyspace::select_db(call.ctx, selected);
     }
     finish(&txid);
-    acked::reply(call, &cmds, Resp::Array(replies?))
+    let replies = replies?;
+    acked::commit_reply(call, acked::writes(&cmds), &txid, Resp::Array(replies))
 }
 
 /// The commands of a part as text, for the log (each at most 60 characters).
