@@ -86,16 +86,26 @@ pub fn gather(call: &Call, command: &Carried) -> CmdResult {
     let user =
         acl::caller_name(call).ok_or_else(|| CmdError::err("cannot tell the calling user"))?;
     let txids = exec::new_txids(call, ATTEMPTS as u64)?;
+    launch(
+        call,
+        |resp3| Gathered {
+            name: format!("'{}'", command.name_text),
+            commands: vec![args],
+            exec: None,
+            keys,
+            groups,
+            user,
+            resp3,
+        },
+        txids,
+    )
+}
+
+/// Blocks the client of `call` and runs the gather `job` makes (given whether the client
+/// speaks RESP3) over the network, trying the txids `txids` in turn; its reply is the client's.
+fn launch(call: &Call, job: impl FnOnce(bool) -> Gathered, txids: Vec<String>) -> CmdResult {
     let link = exec::link(Some(call));
-    let job = Gathered {
-        name: format!("'{}'", command.name_text),
-        commands: vec![args],
-        exec: None,
-        keys,
-        groups,
-        user,
-        resp3: link.resp3,
-    };
+    let job = job(link.resp3);
     let lock_ms = exec::lock_ms();
     forward::run(call, link, move |steps| async move {
         let fleet = NetFleet { steps };
@@ -151,22 +161,19 @@ pub fn exec_gathered(
             return Err(e);
         }
     };
-    let link = exec::link(Some(call));
-    let job = Gathered {
-        name: "the transaction".into(),
-        commands: entries.into_iter().map(|e| e.command).collect(),
-        exec: Some(watched),
-        keys,
-        groups,
-        user,
-        resp3: link.resp3,
-    };
-    let lock_ms = exec::lock_ms();
-    forward::run(call, link, move |steps| async move {
-        let fleet = NetFleet { steps };
-        job.run(&fleet, &txids, lock_ms).await
-    })
-    .map_err(CmdError::err)
+    launch(
+        call,
+        |resp3| Gathered {
+            name: "the transaction".into(),
+            commands: entries.into_iter().map(|e| e.command).collect(),
+            exec: Some(watched),
+            keys,
+            groups,
+            user,
+            resp3,
+        },
+        txids,
+    )
 }
 
 /// Refuses a gather from the scratch database itself (`what` is gathered).
