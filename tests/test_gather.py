@@ -17,7 +17,8 @@ import pytest
 import redis
 
 from helpers.fleet import NAMES, make_fleet
-from helpers.server import AOF, info_shard, until
+from helpers.server import AOF, until
+from helpers.txn import hold, held, no_lock_left
 
 # The scratch database: the last of the default 16.
 SCRATCH = 15
@@ -250,14 +251,6 @@ def test_concurrent_moves_between_owners_lose_and_double_nothing(server_factory)
         assert local(fleet, n, db=SCRATCH).dbsize() == 0
 
 
-def no_lock_left(fleet):
-    for n in fleet:
-        i = info_shard(fleet.client(n))
-        if (i["txn_locks_held"], i["txn_in_doubt"], i["txn_decisions_held"]) != ("0", "0", "0"):
-            return False
-    return True
-
-
 @pytest.mark.parametrize("step,applied", [("prepared", False), ("decided", True),
                                           ("kill-after-commit", True)])
 def test_the_gathering_node_killed_before_the_commit_leaves_nothing_half_applied(
@@ -272,7 +265,7 @@ def test_the_gathering_node_killed_before_the_commit_leaves_nothing_half_applied
     c = fleet.client("n0")
     c.set(a, "moving", px=TTL)
     c.rpush(b, "old")
-    assert c.execute_command("SHARD.DEBUG", "TXN-HOLD", step) == b"OK"
+    hold(c, step)
     result = {}
 
     def rename():
@@ -285,7 +278,7 @@ def test_the_gathering_node_killed_before_the_commit_leaves_nothing_half_applied
     if step == "kill-after-commit":
         until(lambda: not fleet["n0"].alive(), "n0 killed itself")
     else:
-        until(lambda: c.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD") == 1,
+        until(lambda: held(c) == 1,
               "the gather waits at the hold")
         fleet["n0"].stop(signal.SIGKILL)
     t.join(60)
@@ -312,7 +305,7 @@ def test_the_gathering_node_killed_after_the_read_writes_nothing(server_factory)
     c = fleet.client("n0")
     c.set(a, "moving", px=TTL)
     c.set(b, "old")
-    assert c.execute_command("SHARD.DEBUG", "TXN-HOLD", "read") == b"OK"
+    hold(c, "read")
     result = {}
 
     def rename():
@@ -322,7 +315,7 @@ def test_the_gathering_node_killed_after_the_read_writes_nothing(server_factory)
             result["r"] = e
     t = threading.Thread(target=rename, daemon=True)
     t.start()
-    until(lambda: c.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD") == 1,
+    until(lambda: held(c) == 1,
           "the gather waits after its read")
     fleet["n0"].stop(signal.SIGKILL)
     t.join(60)

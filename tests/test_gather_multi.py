@@ -16,8 +16,9 @@ import redis
 
 from helpers.fleet import NAMES
 from helpers.server import AOF, until
+from helpers.txn import hold, held, no_lock_left
 from test_gather import (CASES, FUNCTION, SCRATCH, TTL, TTL_SLACK, bare, content, gather_fleet,
-                         local, no_lock_left, ttl_kind)
+                         local, ttl_kind)
 
 
 def errors_as_words(replies):
@@ -269,13 +270,13 @@ def test_the_gathering_node_killed_at_each_step_of_a_gathered_transaction(
     c.set(a, "moving", px=TTL)
     c.rpush(b, "old")
     c.set(cc, 10)
-    assert c.execute_command("SHARD.DEBUG", "TXN-HOLD", step) == b"OK"
+    hold(c, step)
     result = {}
     t = start_txn(fleet, a, b, cc, result)
     if step == "kill-after-commit":
         until(lambda: not fleet["n0"].alive(), "n0 killed itself")
     else:
-        until(lambda: c.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD") == 1,
+        until(lambda: held(c) == 1,
               "the transaction waits at the hold")
         if step == "scratch":
             s = local(fleet, "n0", db=SCRATCH)

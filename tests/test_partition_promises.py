@@ -28,14 +28,11 @@ import redis
 
 from helpers.fleet import Fleet, assert_owned_only, owners
 from helpers.reshard import assert_one_ring, fleet_status, resume_until_over, wait_copying
-from helpers.server import PRIMARY, as_map, info_shard, until, wait_in_sync
+from helpers.server import as_map, info_shard, until, wait_in_sync
+from helpers.txn import Exec, call, counter, held, hold, no_lock_left
 from test_partition import master_of, ring_args, ring_state, sentinel_setup
 
 pytestmark = pytest.mark.slow
-
-
-def call(c, *args):
-    return c.execute_command("SHARD.CALL", *args)
 
 
 def part_fleet(server_factory, partition, names, ring, module_args=(), config=(), env=None):
@@ -53,40 +50,9 @@ def part_fleet(server_factory, partition, names, ring, module_args=(), config=()
     return fleet
 
 
-def counter(client, name):
-    return int(info_shard(client)[name])
-
-
 # --- 1. a transaction's owners cut off from the coordinator after PREPARE --------------------
 
 LOCK_MS = 1000
-
-
-class Exec:
-    """SHARD.MULTI, the commands queued, then SHARD.EXEC in a thread; `.result` its reply or
-    error, `.took` its seconds."""
-
-    def __init__(self, server, commands):
-        self.result, self.took = None, None
-        c = server.client(socket_timeout=60)
-        assert c.execute_command("SHARD.MULTI") == b"OK"
-        for command in commands:
-            assert call(c, *command) == b"QUEUED"
-
-        def run():
-            t = time.monotonic()
-            try:
-                self.result = c.execute_command("SHARD.EXEC")
-            except (redis.RedisError, OSError) as e:
-                self.result = e
-            self.took = time.monotonic() - t
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-
-    def join(self, timeout=30):
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "SHARD.EXEC did not reply"
-        return self.result
 
 
 def locked_by(client, key):
@@ -98,14 +64,6 @@ def locked_by(client, key):
         return str(e)
     finally:
         client.config_set("shard.txn-lock-ms", LOCK_MS)
-
-
-def no_lock_left(fleet):
-    for n in fleet:
-        i = info_shard(fleet.client(n))
-        if (i["txn_locks_held"], i["txn_in_doubt"], i["txn_decisions_held"]) != ("0", "0", "0"):
-            return False
-    return True
 
 
 @pytest.mark.parametrize("cut", ["one-owner", pytest.param("every-owner", marks=pytest.mark.partitions)])
@@ -126,15 +84,15 @@ def test_txn_owner_cut_off_between_prepare_and_commit_stays_in_doubt(server_fact
     # A second transfer, committed before the cut, proves the path works.
     ex = Exec(fleet["n0"], [("DECRBY", a, 1), ("INCRBY", b, 1)])
     assert ex.join() == [99, 101]
-    assert c0.execute_command("SHARD.DEBUG", "TXN-HOLD", "prepared") == b"OK"
+    hold(c0, "prepared")
     ex = Exec(fleet["n0"], [("DECRBY", a, 30), ("INCRBY", b, 30)])
-    until(lambda: c0.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD") == 1,
+    until(lambda: held(c0) == 1,
           "the transfer waits with both parts prepared")
     assert [counter(fleet.client(n), "txn_locks_held") for n in ("n1", "n2")] == [1, 1]
     cut_off = ["n1"] if cut == "one-owner" else ["n1", "n2"]
     partition.cut(fleet["n0"], [fleet[n] for n in cut_off])
     cut_at = time.monotonic()
-    assert c0.execute_command("SHARD.DEBUG", "TXN-HOLD", "OFF") == b"OK"
+    hold(c0, "OFF")
     result = ex.join()
     # The decision was commit: the client is told so, and that n1 has not confirmed.
     assert isinstance(result, redis.ResponseError), result
@@ -195,7 +153,7 @@ def test_destination_cut_off_mid_copy_keeps_every_key_and_newer_data(server_fact
     fleet = part_fleet(server_factory, partition, NAMES4, NAMES3)
     c0, c3 = fleet.client("n0"), fleet.client("n3", socket_timeout=10)
     keys = [f"k:{i}" for i in range(KEYS)]
-    old_owner = load(fleet, NAMES3, keys)
+    load(fleet, NAMES3, keys)
     assert c0.execute_command("SHARD.RESHARD", "START", "ketama", *ring_args(fleet, NAMES4),
                               "MAXRATE", RATE) == b"OK"
     wait_copying(c0)

@@ -36,6 +36,7 @@ from helpers.fleet import (NAMES3, NAMES4, check_placement, make_fleet, owners, 
                            ring_args, ring_get, snapshot, start_fleet)
 from helpers.reshard import start_resharding, status, wait_fleet, wait_job
 from helpers.server import AOF, info_shard, until
+from helpers.txn import held, hold
 
 PAUSE_MS = 1500
 
@@ -166,7 +167,7 @@ def test_a_transaction_whose_coordinators_writes_pause_midway_completes_after(se
     n0 = fleet.client("n0")
     a, b = fleet.key_of("n1", prefix="acct"), fleet.key_of("n2", prefix="acct")
     n0.execute_command("SHARD.CALL", "MSET", a, 100, b, 100)
-    assert n0.execute_command("SHARD.DEBUG", "TXN-HOLD", step) == b"OK"
+    hold(n0, step)
     result = {}
     w = fleet["n0"].client(socket_timeout=60)
     assert w.execute_command("SHARD.MULTI") == b"OK"
@@ -180,11 +181,11 @@ def test_a_transaction_whose_coordinators_writes_pause_midway_completes_after(se
             result["reply"] = e
     ex = threading.Thread(target=run, daemon=True)
     ex.start()
-    until(lambda: n0.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD") == 1,
+    until(lambda: held(n0) == 1,
           "the transaction to wait at the hold")
     assert n0.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE") == b"OK"
     # (SHARD.DEBUG writes nothing: the server runs it in the pause.)
-    assert n0.execute_command("SHARD.DEBUG", "TXN-HOLD", "OFF") == b"OK"
+    hold(n0, "OFF")
     ex.join(60)
     assert alive(fleet["n0"]), "the coordinator died while its writes were paused"
     assert result["reply"] == [70, 130], result

@@ -27,7 +27,8 @@ import redis
 from helpers.reshard import wait_fleet
 from helpers.sentinel import start_sentinel_fleet
 from helpers.server import AOF, info_shard, until, wait_in_sync
-from test_txn_faults import LONG_MS, Exec, call, held, hold
+from helpers.txn import Exec, call, held, hold
+from test_txn_faults import LONG_MS
 
 
 @pytest.fixture

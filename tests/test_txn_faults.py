@@ -23,7 +23,6 @@ The Sentinel failovers of an owner after PREPARE are in test_txn_failover.py.
 
 import re
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -31,16 +30,13 @@ import pytest
 import redis
 
 from helpers.fleet import make_fleet
-from helpers.server import AOF, command_calls, info_shard, until
+from helpers.server import AOF, command_calls, until
+from helpers.txn import Exec, call, counter, held, hold, no_lock_left
 
 # The owners' waits for a lock, and the lock of a transaction the test lets expire.
 LOCK_MS = 3000
 # The lock of a transaction the test ends itself (no owner asks its coordinator meanwhile).
 LONG_MS = 60_000
-
-
-def call(c, *args):
-    return c.execute_command("SHARD.CALL", *args)
 
 
 def txn_fleet(server_factory, lock_ms=LOCK_MS):
@@ -57,10 +53,6 @@ def fleet(server_factory):
     return txn_fleet(server_factory)
 
 
-def counter(client, name):
-    return int(info_shard(client)[name])
-
-
 def long_locks(fleet):
     """n0's transactions lock for a minute: what ends them is the test's doing, not the lock."""
     fleet.client("n0").config_set("shard.txn-lock-ms", LONG_MS)
@@ -73,39 +65,6 @@ def prepared_txid(server):
         found |= set(re.findall(rb"PREPARE\r\n\$\d+\r\n(n0/[0-9a-f]+)\r\n", f.read_bytes()))
     assert len(found) == 1, found
     return found.pop().decode()
-
-
-def hold(client, step):
-    assert client.execute_command("SHARD.DEBUG", "TXN-HOLD", step) == b"OK"
-
-
-def held(client):
-    return client.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD")
-
-
-class Exec:
-    """SHARD.MULTI, the commands queued, then SHARD.EXEC on its own connection in a thread
-    (it waits at the hold); `.result` is its reply, or the error it got."""
-
-    def __init__(self, server, commands):
-        self.result = None
-        c = server.client(socket_timeout=60)
-        assert c.execute_command("SHARD.MULTI") == b"OK"
-        for command in commands:
-            assert call(c, *command) == b"QUEUED"
-
-        def run():
-            try:
-                self.result = c.execute_command("SHARD.EXEC")
-            except (redis.RedisError, OSError) as e:
-                self.result = e
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-
-    def join(self):
-        self.thread.join(60)
-        assert not self.thread.is_alive()
-        return self.result
 
 
 def transfer(fleet, coordinator="n0", amount=30):
@@ -122,15 +81,6 @@ def transfer(fleet, coordinator="n0", amount=30):
 
 def values(fleet, a, b):
     return [fleet.client("n1").get(a), fleet.client("n2").get(b)]
-
-
-def no_lock_left(fleet):
-    """No owner holds a lock, none is in doubt, and the coordinator holds no decision."""
-    for n in fleet:
-        i = info_shard(fleet.client(n))
-        if (i["txn_locks_held"], i["txn_in_doubt"], i["txn_decisions_held"]) != ("0", "0", "0"):
-            return False
-    return True
 
 
 def txid_locking(fleet, node, key):

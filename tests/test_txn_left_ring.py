@@ -27,7 +27,8 @@ import redis
 from helpers.fleet import ring_get
 from helpers.reshard import start_resharding, wait_fleet
 from helpers.server import info_shard, until
-from test_txn_faults import Exec, call, held, txn_fleet
+from helpers.txn import Exec, call, held, hold, no_lock_left
+from test_txn_faults import txn_fleet
 
 LOCK_MS = 2000
 # How long the parts may take to end once the coordinator is back: past the lock, the owners
@@ -40,21 +41,13 @@ def fleet(server_factory):
     return txn_fleet(server_factory, LOCK_MS)
 
 
-def no_lock_left(fleet, names):
-    for n in names:
-        i = info_shard(fleet.client(n))
-        if (i["txn_locks_held"], i["txn_in_doubt"], i["txn_decisions_held"]) != ("0", "0", "0"):
-            return False
-    return True
-
-
 def transfer_held(fleet, step):
     """n0 coordinates 30 from a (at n1) to b (at n2), held at `step`; returns (a, b, the Exec)
     once both parts are prepared and n0 waits at the hold (n1's applied past `committed-one`)."""
     n0 = fleet.client("n0")
     a, b = fleet.key_of("n1", prefix="acct"), fleet.key_of("n2", prefix="acct")
     call(n0, "MSET", a, 100, b, 100)
-    assert n0.execute_command("SHARD.DEBUG", "TXN-HOLD", step) == b"OK"
+    hold(n0, step)
     ex = Exec(fleet["n0"], [("DECRBY", a, 30), ("INCRBY", b, 30)])
     until(lambda: held(n0) == 1, "the transaction waits at the hold")
     locked = [0 if step == "committed-one" else 1, 1]
@@ -83,7 +76,7 @@ def held_then_shrunk(fleet, step):
 
 def end(fleet, ex, how):
     if how == "let go":
-        assert fleet.client("n0").execute_command("SHARD.DEBUG", "TXN-HOLD", "OFF") == b"OK"
+        hold(fleet.client("n0"), "OFF")
         return ex.join()
     fleet["n0"].stop(signal.SIGKILL)
     assert isinstance(ex.join(), redis.ConnectionError)

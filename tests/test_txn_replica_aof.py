@@ -15,7 +15,8 @@ import pytest
 
 from helpers.fleet import make_fleet
 from helpers.server import AOF, info_shard, until, wait_in_sync
-from test_txn_faults import LONG_MS, Exec, call, held, hold, prepared_txid
+from helpers.txn import Exec, call, held, hold
+from test_txn_faults import LONG_MS, prepared_txid
 
 
 @pytest.fixture

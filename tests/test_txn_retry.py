@@ -26,6 +26,7 @@ import redis
 from helpers.fleet import make_fleet
 from helpers.resp import Raw, raw_reply
 from helpers.server import info_shard, until
+from helpers.txn import held, hold
 
 ACCOUNTS = 20  # few: transfers meet each other's locks often
 START = 100
@@ -167,7 +168,7 @@ def test_a_watched_key_locked_by_a_commit_replies_nil(fleet, server_factory, pro
     assert raw.execute("SHARD.WATCH", a) == b"+OK\r\n"
     assert raw.execute("SHARD.CALL", "GET", a).endswith(b"100\r\n")
 
-    assert n0.execute_command("SHARD.DEBUG", "TXN-HOLD", "decided") == b"OK"
+    hold(n0, "decided")
     holder = fleet["n0"].client(socket_timeout=60)
     assert holder.execute_command("SHARD.MULTI") == b"OK"
     assert call(holder, "DECRBY", a, 30) == b"QUEUED"
@@ -182,7 +183,7 @@ def test_a_watched_key_locked_by_a_commit_replies_nil(fleet, server_factory, pro
     t = threading.Thread(target=run, daemon=True)
     t.start()
     try:
-        until(lambda: n0.execute_command("SHARD.DEBUG", "TXN-HOLD", "HELD") == 1,
+        until(lambda: held(n0) == 1,
               "the transfer to wait at its decision")
         locks = {n: counters(fleet.client(n))["txn_locks_held"] for n in ("n1", "n2")}
         assert locks == {"n1": 1, "n2": 1}, locks
@@ -201,7 +202,7 @@ def test_a_watched_key_locked_by_a_commit_replies_nil(fleet, server_factory, pro
         assert locks == {"n1": 1, "n2": 1}, locks
         assert n2.get(c_) == b"0"
     finally:
-        n0.execute_command("SHARD.DEBUG", "TXN-HOLD", "OFF")
+        hold(n0, "OFF")
     t.join(60)
     assert result["reply"] == [70, 130], result
     until(lambda: all(counters(fleet.client(n))["txn_locks_held"] == 0 for n in fleet),
