@@ -154,6 +154,21 @@ impl Ring {
         &self.spec.nodes[self.owner(key)]
     }
 
+    /// The owner's spec once `key` is settled: `Err` with the node it moves to when
+    /// `previous` (the ring a resharding moves from) places it at another node. What runs at
+    /// one settled owner (a blocking command, a transaction's part) refuses a moving key.
+    pub fn settled_owner(
+        &self,
+        previous: Option<&Ring>,
+        key: &[u8],
+    ) -> Result<&NodeSpec, &NodeSpec> {
+        let node = self.owner_spec(key);
+        match previous {
+            Some(p) if p.owner_spec(key).name != node.name => Err(node),
+            _ => Ok(node),
+        }
+    }
+
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
         self.spec.nodes.len()

@@ -623,3 +623,38 @@ fn big_ketama_rings_build_small() {
         assert!(r.point_count() > 160 * n - 100);
     }
 }
+
+#[test]
+fn a_key_is_settled_only_where_both_rings_place_it_alike() {
+    let old = ring("ketama", None, &[("a", 1), ("b", 1)]);
+    let new = ring("ketama", None, &[("a", 1), ("b", 1), ("c", 1)]);
+    let (mut settled, mut moving) = (0, 0);
+    for i in 0..2000 {
+        let key = format!("k:{i}");
+        let to = owner_name(&new, key.as_bytes());
+        match new.settled_owner(Some(&old), key.as_bytes()) {
+            Ok(n) => {
+                assert_eq!(
+                    (n.name.as_str(), owner_name(&old, key.as_bytes())),
+                    (to, to)
+                );
+                settled += 1;
+            }
+            Err(n) => {
+                assert_eq!(n.name, to);
+                assert_ne!(owner_name(&old, key.as_bytes()), to);
+                moving += 1;
+            }
+        }
+        // With no resharding open every key is settled at its owner.
+        assert_eq!(
+            new.settled_owner(None, key.as_bytes())
+                .map(|n| n.name.as_str()),
+            Ok(to)
+        );
+    }
+    assert!(
+        settled > 0 && moving > 0,
+        "{settled} settled, {moving} moving"
+    );
+}

@@ -86,16 +86,15 @@ fn owner_of(
     let mut first = None;
     for &pos in &command.positions {
         let key = call.args.get(pos + command.start);
-        let node = ring.owner_spec(key);
-        if previous.is_some_and(|p| p.owner_spec(key).name != node.name) {
-            return Err(CmdError::code(
+        let node = ring.settled_owner(previous, key).map_err(|to| {
+            CmdError::code(
                 "TRYAGAIN",
                 format!(
                     "a resharding is moving a key of '{}' (to {}): a blocking command waits at one owner, try again once the move is done",
-                    command.name_text, node.name
+                    command.name_text, to.name
                 ),
-            ));
-        }
+            )
+        })?;
         if !owners.contains(&node.name.as_str()) {
             owners.push(node.name.as_str());
         }

@@ -213,6 +213,15 @@ pub fn replicas_pending(name: &str) -> bool {
     .unwrap_or(true)
 }
 
+/// Whether data only the primary of the node called `name` holds may be lost to a failover:
+/// a `sentinel` node (`sentinel`) of which Sentinel lists a replica it may promote (up or down
+/// now), or whose replicas are not looked up yet. The rule for a resharding's copies
+/// (`reshard::fleet::durable::least_for_data`) and a transaction's applied part
+/// (`txn::owner::acked`); a node with no replica configured expects none.
+pub fn replica_expected(name: &str, sentinel: bool) -> bool {
+    sentinel && (replicas_pending(name) || replicas_it_may_promote(name) > 0)
+}
+
 /// A replica of `primary` to read from (each in turn), or why there is none.
 pub fn pick_replica(primary: &Endpoint) -> Result<Endpoint, String> {
     TABLE.with(|t| {

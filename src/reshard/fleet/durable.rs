@@ -66,11 +66,7 @@ pub fn least(name: &str, sentinel: bool) -> i64 {
 /// the replica restarted and was promoted, and reads of `list:7` missed 186 acknowledged
 /// elements after the cleanup).
 pub fn least_for_data(name: &str, sentinel: bool) -> i64 {
-    i64::from(
-        sentinel
-            && (crate::topology::nodes::replicas_pending(name)
-                || crate::topology::nodes::replicas_it_may_promote(name) > 0),
-    )
+    i64::from(crate::topology::nodes::replica_expected(name, sentinel))
 }
 
 /// `send`, waiting for at least `least` replicas (at most one) even when `ROLE` lists none

@@ -120,17 +120,16 @@ pub fn owners_of(keys: &[&[u8]]) -> Result<Vec<Endpoint>, CmdError> {
     let previous = st.rings.previous.as_ref().and_then(|p| p.ring.as_ref());
     let mut out = Vec::with_capacity(keys.len());
     for key in keys {
-        let node = ring.owner_spec(key);
-        if previous.is_some_and(|p| p.owner_spec(key).name != node.name) {
-            return Err(CmdError::code(
+        let node = ring.settled_owner(previous, key).map_err(|to| {
+            CmdError::code(
                 "TRYAGAIN",
                 format!(
                     "key '{}' is moving to node {} in a resharding: transactions wait until it is there; retry in a moment",
                     crate::host::args::printable(key),
-                    node.name
+                    to.name
                 ),
-            ));
-        }
+            )
+        })?;
         out.push(crate::topology::nodes::endpoint_of(node, self_name));
     }
     Ok(out)

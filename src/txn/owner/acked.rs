@@ -123,10 +123,8 @@ pub fn reply(call: &Call, cmds: &[Command], reply: Resp) -> CmdResult {
 pub const APPLIED: &str = "APPLIED";
 
 /// Whether this node (`name`) should have a replica that could be promoted in its place
-/// though none is linked now: a `sentinel` node of which Sentinel lists a replica it may
-/// promote (up or down now), or whose replicas are not looked up yet: the fleet steps' rule
-/// for data only a primary holds (`reshard::fleet::durable::least_for_data`). A node with no
-/// replica configured (not a `sentinel` node, or one Sentinel lists none of) expects none.
+/// though none is linked now (`topology::nodes::replica_expected`, the fleet steps' rule for
+/// data only a primary holds), looking up whether the rings name it a `sentinel` node.
 fn replica_expected(name: &str) -> bool {
     let sentinel = {
         let st = crate::state::lock();
@@ -138,9 +136,7 @@ fn replica_expected(name: &str) -> bool {
             .is_some_and(|n| n.via_sentinel());
         found
     };
-    sentinel
-        && (crate::topology::nodes::replicas_pending(name)
-            || crate::topology::nodes::replicas_it_may_promote(name) > 0)
+    crate::topology::nodes::replica_expected(name, sentinel)
 }
 
 /// The `APPLIED` refusal: `txid` applied, `why` not confirmed.
