@@ -63,7 +63,38 @@ pub fn route(call: &Call, command: &Carried) -> CmdResult {
             .collect(),
         name: command.name_text.clone(),
     };
-    forward::forward_blocking(call, &owner, &link, &args, watched).map_err(CmdError::err)
+    let bound = wait_bound(&args);
+    forward::forward_blocking(call, &owner, &link, &args, watched, bound).map_err(CmdError::err)
+}
+
+/// How long the owner may take to answer the blocking command `args` (its name first) beyond
+/// the call timeout: the command's own timeout, or `None` for one that waits for ever (`0`).
+/// Past it the owner's reply is overdue (its link cut, or the node stopped): the client gets
+/// an error naming the node instead of waiting past the timeout it asked for. A timeout that
+/// does not parse is the owner's to refuse: no bound is added.
+pub fn wait_bound(args: &[Vec<u8>]) -> Option<std::time::Duration> {
+    let name = args.first()?.to_ascii_lowercase();
+    let (text, unit_ms) = match name.as_slice() {
+        b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" | b"brpoplpush" | b"blmove" => {
+            (args.last()?, false)
+        }
+        b"blmpop" | b"bzmpop" => (args.get(1)?, false),
+        b"xread" | b"xreadgroup" => {
+            let streams = args
+                .iter()
+                .position(|a| a.eq_ignore_ascii_case(b"streams"))
+                .unwrap_or(args.len());
+            let block = args[..streams]
+                .iter()
+                .position(|a| a.eq_ignore_ascii_case(b"block"))?;
+            (args.get(block + 1)?, true)
+        }
+        _ => return None,
+    };
+    let value: f64 = std::str::from_utf8(text).ok()?.trim().parse().ok()?;
+    let ms = if unit_ms { value } else { value * 1000.0 };
+    (ms.is_finite() && ms > 0.0 && ms < 1e12)
+        .then(|| std::time::Duration::from_millis(ms.ceil() as u64))
 }
 
 /// The one node that owns every key of the command: its endpoint, its name, and the link to
@@ -117,4 +148,54 @@ fn owner_of(
     let owner = crate::topology::nodes::endpoint_of(node, self_name);
     let link = crate::route::call::link_for(call, &st);
     Ok((owner, node.name.clone(), link))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wait_bound;
+    use std::time::Duration;
+
+    fn bound(words: &str) -> Option<Duration> {
+        let args: Vec<Vec<u8>> = words.split(' ').map(|w| w.as_bytes().to_vec()).collect();
+        wait_bound(&args)
+    }
+
+    #[test]
+    fn the_bound_is_the_commands_own_timeout_wherever_it_stands() {
+        let s = Duration::from_secs;
+        assert_eq!(bound("BLPOP a b 2"), Some(s(2)));
+        assert_eq!(bound("brpop a 0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(
+            bound("BZPOPMAX z 1.0001"),
+            Some(Duration::from_millis(1001))
+        );
+        assert_eq!(bound("BRPOPLPUSH a b 3"), Some(s(3)));
+        assert_eq!(bound("BLMOVE a b LEFT RIGHT 4"), Some(s(4)));
+        assert_eq!(bound("BLMPOP 5 2 a b LEFT"), Some(s(5)));
+        assert_eq!(bound("BZMPOP 6 1 z MIN COUNT 2"), Some(s(6)));
+        assert_eq!(
+            bound("XREAD COUNT 2 BLOCK 700 STREAMS s 0"),
+            Some(Duration::from_millis(700))
+        );
+        assert_eq!(
+            bound("XREADGROUP GROUP g c BLOCK 50 NOACK STREAMS block 0"),
+            Some(Duration::from_millis(50))
+        );
+    }
+
+    #[test]
+    fn a_command_that_waits_for_ever_or_cannot_be_read_has_none() {
+        for words in [
+            "BLPOP a 0",
+            "BLMPOP 0 1 a LEFT",
+            "XREAD BLOCK 0 STREAMS s $",
+            "XREAD STREAMS block 5",
+            "BLPOP a nope",
+            "BLPOP a -1",
+            "BLPOP a inf",
+            "GET a",
+        ] {
+            assert_eq!(bound(words), None, "{words}");
+        }
+    }
 }

@@ -137,9 +137,11 @@ pub fn forward(
 }
 
 /// Forwards a blocking command (`BLPOP`, `XREAD ... BLOCK` ...) to `at` on a connection of its
-/// own (`net::lanes`), with no time limit beyond the command's own (the node replies at its
-/// timeout; a node that goes away fails the connection). If the client disconnects first, that
-/// connection is closed, so that the node stops waiting and pops nothing for a client gone.
+/// own (`net::lanes`), given the call timeout plus `bound`, the command's own timeout
+/// (`blocking::wait_bound`; none for one that waits for ever): the node replies at its
+/// timeout, and a reply overdue past that (the link cut) fails the call naming the node. A
+/// node that goes away fails the connection. If the client disconnects first, that connection
+/// is closed, so that the node stops waiting and pops nothing for a client gone.
 ///
 /// The connection's id at the owner is asked first, on the same connection, so that the wait
 /// can be ended there if a ring change moves one of `keys` (owned by `owner`) away while it
@@ -150,6 +152,7 @@ pub fn forward_blocking(
     link: &Link,
     args: &[Vec<u8>],
     waits: crate::route::blocking_moves::Watched,
+    bound: Option<std::time::Duration>,
 ) -> Result<(), String> {
     let client = blocked::block(call)?;
     let epoch = begin_call();
@@ -179,7 +182,7 @@ pub fn forward_blocking(
             Held {
                 args,
                 waiter,
-                extra: None,
+                extra: bound,
             },
         ],
     );
