@@ -55,6 +55,7 @@ def outcome(f):
         return e
 
 
+@pytest.mark.partitions  # as the transaction's test in make test, 12 s: make partitions
 def test_gathered_command_owner_cut_off_after_prepare_stays_in_doubt_then_applies_once(
         server_factory, partition):
     """n0 gathers RENAME a b for a plain client (a at n1, b at n2), held once both owners
