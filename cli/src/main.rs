@@ -17,6 +17,7 @@ mod fleet;
 mod follow;
 mod info;
 mod ops;
+mod rebalance;
 
 use clap::{Parser, Subcommand};
 
@@ -76,6 +77,17 @@ enum Command {
         #[arg(long)]
         maxrate: Option<u64>,
     },
+    /// The same nodes at new weights (all 1 unless --weight): an even split, the fewest keys moving
+    Rebalance {
+        /// A node's weight, NAME=W (repeatable; the nodes not named get 1)
+        #[arg(long = "weight", value_name = "NAME=W")]
+        weights: Vec<String>,
+        /// Print the plan (each node's share now and after, the keys it gains or loses) only
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        maxrate: Option<u64>,
+    },
     /// The fleet's operation: reattaches to it and follows it to its end
     Status {
         /// Resume an operation whose coordinator stopped driving it (SHARD.RESHARD RESUME)
@@ -106,6 +118,11 @@ fn main() {
             maxrate,
         } => ops::add(o, spec, *weight, *maxrate),
         Command::DelNode { name, maxrate } => ops::del(o, name, *maxrate),
+        Command::Rebalance {
+            weights,
+            dry_run,
+            maxrate,
+        } => rebalance::run(o, weights, *dry_run, *maxrate),
         Command::Status { resume, json } => ops::status(o, *resume, *json),
     };
     match result {

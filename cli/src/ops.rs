@@ -73,7 +73,7 @@ pub fn add(opts: &ConnOpts, arg: &str, weight: i64, maxrate: Option<u64>) -> Res
         coord.name
     );
     let c = start(opts, &fleet, coord, &nodes, maxrate)?;
-    follow(opts, c, coord)
+    follow(opts, c, coord, None)
 }
 
 /// `shard-cli del-node NAME [--maxrate n]`.
@@ -109,7 +109,7 @@ pub fn del(opts: &ConnOpts, name: &str, maxrate: Option<u64>) -> Result<i32, Str
         coord.name
     );
     let c = start(opts, &fleet, coord, &nodes, maxrate)?;
-    follow(opts, c, coord)
+    follow(opts, c, coord, None)
 }
 
 /// `shard-cli status [--resume]`: the fleet's operation, followed to its end.
@@ -161,7 +161,7 @@ pub fn status(opts: &ConnOpts, resume: bool, json_out: bool) -> Result<i32, Stri
                 "{} adopted the open resharding (SHARD.RESHARD RESUME).",
                 node.name
             );
-            return follow(opts, c, node);
+            return follow(opts, c, node, None);
         }
         if fleet.ring.previous.is_some() {
             println!("A resharding is open but no node holds its plan: SHARD.RESHARD RESUME on any node adopts it (`shard-cli status --resume`).");
@@ -206,7 +206,7 @@ pub fn status(opts: &ConnOpts, resume: bool, json_out: bool) -> Result<i32, Stri
         node.name,
         node.reach()
     );
-    follow(opts, c, &node)
+    follow(opts, c, &node, None)
 }
 
 /// The coordinator's plan (`SHARD.RESHARD STATUS`'s `fleet`) as JSON: its fields as text, and
