@@ -16,6 +16,7 @@ mod create;
 mod fleet;
 mod follow;
 mod info;
+mod jobs;
 mod ops;
 mod rebalance;
 
