@@ -10,12 +10,38 @@ use serde_json::json;
 use crate::conn::{get, int, items, pairs, split_addr, text, ConnOpts, Node};
 use crate::fleet::{ring_of, Fleet, RingNode};
 
-/// One check's finding: `mend` is empty when all is well.
-struct Finding {
-    check: &'static str,
-    ok: bool,
-    detail: String,
-    mend: String,
+/// One check's finding: `mend` is empty when all is well; `action` is what `fix` runs.
+#[derive(Default)]
+pub struct Finding {
+    pub check: &'static str,
+    pub ok: bool,
+    pub detail: String,
+    pub mend: String,
+    pub action: Action,
+}
+
+/// What mends a finding, for `shard-cli fix`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Action {
+    /// Nothing `fix` can do (a node down, a replica behind): the mend is for a person.
+    #[default]
+    None,
+    /// A fleet operation runs: `fix` changes nothing meanwhile.
+    Running,
+    /// A command to run on a node (its name, its address, the command).
+    Run {
+        node: String,
+        addr: String,
+        args: Vec<String>,
+    },
+}
+
+fn run_on(node: &RingNode, args: &[&str]) -> Action {
+    Action::Run {
+        node: node.name.clone(),
+        addr: node.reach().to_string(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    }
 }
 
 /// A replica this far behind (seconds since its last ack) counts as out of sync.
@@ -36,8 +62,8 @@ struct Seen {
     term: i64,
 }
 
-/// `shard-cli check [--json] [--sample N]`.
-pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String> {
+/// Every check's findings, in the order they are printed.
+pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> {
     let fleet = Fleet::discover(opts)?;
     let mut out = Vec::new();
     let mut seen = Vec::new();
@@ -84,6 +110,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
         } else {
             "start the node, or remove it from the ring with `shard-cli del-node NAME`".into()
         },
+        ..Default::default()
     });
 
     // Rings: the digest most nodes hold is the fleet's; the others are named.
@@ -113,6 +140,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                 ok: true,
                 detail,
                 mend: String::new(),
+                ..Default::default()
             });
         }
         for s in odd {
@@ -140,6 +168,8 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                     redis_cli(opts, good.node.reach()),
                     good.node.name
                 ),
+                action: run_on(&good.node, &["SHARD.RING", "PUSH"]),
+                ..Default::default()
             });
         }
         let top = seen.iter().map(|s| s.term).max().unwrap_or(0);
@@ -154,6 +184,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             mend: if behind.is_empty() { String::new() } else {
                 "a node follows the newer term at the next fleet step; if an operation is unfinished, `shard-cli status` resumes it".into()
             },
+            ..Default::default()
         });
     }
 
@@ -195,6 +226,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             ok: true,
             detail: "not sampled: a resharding is open".into(),
             mend: String::new(),
+            ..Default::default()
         });
     } else if strays.is_empty() {
         out.push(Finding {
@@ -202,6 +234,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             ok: true,
             detail: format!("{sampled} keys sampled, each at its owner"),
             mend: String::new(),
+            ..Default::default()
         });
     }
     for (i, key, owner, held) in strays {
@@ -236,6 +269,20 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                     redis_cli(opts, s.node.reach())
                 )
             },
+            action: if held == Some(true) {
+                run_on(&s.node, &["SHARD.RESHARD", "CLEANUP"])
+            } else {
+                let port = port.to_string();
+                let mut args = vec!["MIGRATE", &host, &port, &key, "0", "5000"];
+                // The destination asks the fleet's credentials, as the tool was given them.
+                match (&opts.user, &opts.password) {
+                    (Some(u), Some(p)) => args.extend(["AUTH2", u, p]),
+                    (None, Some(p)) => args.extend(["AUTH", p]),
+                    _ => {}
+                }
+                run_on(&s.node, &args)
+            },
+            ..Default::default()
         });
     }
 
@@ -283,6 +330,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
         } else {
             "see the replica's `INFO replication` (master_link_status) and its log".into()
         },
+        ..Default::default()
     });
     if ops.is_empty() && open {
         out.push(Finding {
@@ -293,6 +341,8 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                 "{} SHARD.RESHARD RESUME   # adopts the operation whose rings the fleet holds",
                 redis_cli(opts, fleet.nodes[0].reach())
             ),
+            action: run_on(&fleet.nodes[0], &["SHARD.RESHARD", "RESUME"]),
+            ..Default::default()
         });
     } else if ops.is_empty() {
         out.push(Finding {
@@ -300,6 +350,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             ok: true,
             detail: "no fleet operation open".into(),
             mend: String::new(),
+            ..Default::default()
         });
     }
     for (n, phase, running, error) in ops {
@@ -324,9 +375,36 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                     redis_cli(opts, n.reach())
                 )
             },
+            action: if running {
+                Action::Running
+            } else {
+                run_on(&n, &["SHARD.RESHARD", "RESUME"])
+            },
+            ..Default::default()
         });
     }
 
+    Ok(out)
+}
+
+/// Prints findings as `check` does: `[OK]` or `[ERR]`, the detail, the mend.
+pub fn print(out: &[Finding]) {
+    for f in out {
+        println!(
+            "[{}] {}: {}",
+            if f.ok { "OK" } else { "ERR" },
+            f.check,
+            f.detail
+        );
+        if !f.mend.is_empty() {
+            println!("      mend: {}", f.mend);
+        }
+    }
+}
+
+/// `shard-cli check [--json] [--sample N]`.
+pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String> {
+    let out = findings(opts, sample)?;
     let well = out.iter().all(|f| f.ok);
     if json_out {
         let checks: Vec<_> = out
@@ -335,17 +413,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             .collect();
         println!("{:#}", json!({"ok": well, "checks": checks}));
     } else {
-        for f in &out {
-            println!(
-                "[{}] {}: {}",
-                if f.ok { "OK" } else { "ERR" },
-                f.check,
-                f.detail
-            );
-            if !f.mend.is_empty() {
-                println!("      mend: {}", f.mend);
-            }
-        }
+        print(&out);
         let bad = out.iter().filter(|f| !f.ok).count();
         if well {
             println!("All is well.");
@@ -382,6 +450,8 @@ fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
                     "{} CONFIG SET shard.cluster-protocol yes",
                     redis_cli(opts, s.node.reach())
                 ),
+                action: run_on(&s.node, &["CONFIG", "SET", "shard.cluster-protocol", "yes"]),
+                ..Default::default()
             });
             continue;
         }
@@ -392,6 +462,7 @@ fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
                 ok: false,
                 detail: e,
                 mend: String::new(),
+                ..Default::default()
             }),
         }
     }
@@ -420,6 +491,7 @@ fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
                 }
             ),
             mend: String::new(),
+            ..Default::default()
         });
     }
     for i in odd {
@@ -434,6 +506,8 @@ fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
                 "{} SHARD.RING PUSH   # the map follows the ring",
                 redis_cli(opts, seen[first].node.reach())
             ),
+            action: run_on(&seen[first].node, &["SHARD.RING", "PUSH"]),
+            ..Default::default()
         });
     }
 }

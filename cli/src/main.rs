@@ -13,6 +13,7 @@
 mod check;
 mod conn;
 mod create;
+mod fix;
 mod fleet;
 mod follow;
 mod info;
@@ -47,6 +48,12 @@ enum Command {
     Check {
         #[arg(long)]
         json: bool,
+        /// Keys sampled per node
+        #[arg(long, default_value_t = 20)]
+        sample: usize,
+    },
+    /// Runs the mends `check` prints, each one shown as it is applied (nothing while an operation runs)
+    Fix {
         /// Keys sampled per node
         #[arg(long, default_value_t = 20)]
         sample: usize,
@@ -112,6 +119,7 @@ fn main() {
     let result = match &cli.command {
         Command::Info { json } => info::run(o, *json),
         Command::Check { json, sample } => check::run(o, *json, *sample),
+        Command::Fix { sample } => fix::run(o, *sample),
         Command::Create { algo, force, nodes } => create::run(o, algo, *force, nodes),
         Command::AddNode {
             spec,
