@@ -169,7 +169,6 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
                     good.node.name
                 ),
                 action: run_on(&good.node, &["SHARD.RING", "PUSH"]),
-                ..Default::default()
             });
         }
         let top = seen.iter().map(|s| s.term).max().unwrap_or(0);
@@ -282,7 +281,6 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
                 }
                 run_on(&s.node, &args)
             },
-            ..Default::default()
         });
     }
 
@@ -342,7 +340,6 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
                 redis_cli(opts, fleet.nodes[0].reach())
             ),
             action: run_on(&fleet.nodes[0], &["SHARD.RESHARD", "RESUME"]),
-            ..Default::default()
         });
     } else if ops.is_empty() {
         out.push(Finding {
@@ -380,7 +377,6 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
             } else {
                 run_on(&n, &["SHARD.RESHARD", "RESUME"])
             },
-            ..Default::default()
         });
     }
 
@@ -451,7 +447,6 @@ fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
                     redis_cli(opts, s.node.reach())
                 ),
                 action: run_on(&s.node, &["CONFIG", "SET", "shard.cluster-protocol", "yes"]),
-                ..Default::default()
             });
             continue;
         }
@@ -507,7 +502,6 @@ fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
                 redis_cli(opts, seen[first].node.reach())
             ),
             action: run_on(&seen[first].node, &["SHARD.RING", "PUSH"]),
-            ..Default::default()
         });
     }
 }
