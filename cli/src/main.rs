@@ -20,6 +20,7 @@ mod info;
 mod jobs;
 mod ops;
 mod rebalance;
+mod top;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,21 @@ enum Command {
     /// Per node: keys, memory, ops/s, share of the ring, role and replicas, key index, transactions in doubt
     Info {
         /// JSON for scripts
+        #[arg(long)]
+        json: bool,
+    },
+    /// The fleet's figures refreshed in place, as redis-cli --stat (a line a refresh when not a terminal)
+    Top {
+        /// Seconds between refreshes
+        #[arg(long, short = 'i', default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many refreshes
+        #[arg(long)]
+        count: Option<u64>,
+        /// One refresh, then exit
+        #[arg(long)]
+        once: bool,
+        /// One JSON object a line per refresh
         #[arg(long)]
         json: bool,
     },
@@ -118,6 +134,12 @@ fn main() {
     let o = &cli.conn;
     let result = match &cli.command {
         Command::Info { json } => info::run(o, *json),
+        Command::Top {
+            interval,
+            count,
+            once,
+            json,
+        } => top::run(o, *interval, *count, *once, *json),
         Command::Check { json, sample } => check::run(o, *json, *sample),
         Command::Fix { sample } => fix::run(o, *sample),
         Command::Create { algo, force, nodes } => create::run(o, algo, *force, nodes),
