@@ -291,3 +291,149 @@ def test_check_agrees_with_redis_cli_cluster_check_and_compares_the_cluster_map(
                     "clients that reach it get no map")
     assert lines[i + 1] == (f"      mend: redis-cli -h 127.0.0.1 -p {s[1].port} "
                             "CONFIG SET shard.cluster-protocol yes")
+
+
+def plan_row(out, name):
+    """A node's row of a rebalance plan: weight, now, after, keys, moving."""
+    m = re.search(rf"^  {name} +(\d+->\d+) +(\d+ slots|[\d.]+%) +(\d+ slots|[\d.]+%) +(\d+) +"
+                  rf"([+-]\d+)$", out, re.M)
+    assert m, out
+    return m.groups()
+
+
+@pytest.mark.slow
+def test_rebalance_top_fix_and_a_cleanup_run_by_hand(server_factory):
+    """One `slots` fleet of four: `rebalance` to other weights and back (its plan, `--dry-run`
+    changing nothing, the summary, then nothing left to do); `top` once and as JSON; `fix` on a
+    well fleet, refused while a rebalance runs, then mending a node given another ring, a stray
+    key its owner does not hold and one it holds too (a cleanup, followed); a cleanup run by
+    hand, paused, that `status` names and `status --resume` follows to its end."""
+    s = [server_factory() for _ in range(4)]
+    out = cli("-n", addr(s[0]), "create", "--algo", "slots", *map(addr, s))
+    assert out.returncode == 0, out.stderr
+    write_keys(s[0].client(), 3000)
+    keys = lambda: [srv.client().dbsize() for srv in s]  # noqa: E731
+
+    # To n3=3: its slots from 4096 to 8192, the others' down to their share of 1/6.
+    out = cli("-n", addr(s[0]), "rebalance", "--weight", "n3=3", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Rebalancing the slots ring of 4 nodes to weights n0=1 n1=1 "
+                                 "n2=1 n3=3 (slots after: the map that moves the fewest slots):")
+    before = keys()
+    assert plan_row(out.stdout, "n3")[:4] == ("1->3", "4096 slots", "8192 slots", str(before[3]))
+    assert plan_row(out.stdout, "n1")[:3] == ("1->1", "4096 slots", "2730 slots")
+    assert plan_row(out.stdout, "n3")[4] == "+750" and int(plan_row(out.stdout, "n0")[4]) < 0
+    assert "Dry run: nothing moved." in out.stdout
+    assert keys() == before and len(ring_get(s[0].client())["nodes"]) == 4
+    assert cli("-n", addr(s[0]), "rebalance", "--weight", "n9=2").stderr == \
+        "shard-cli: --weight n9=2: n9 is not a node of the ring (n0 n1 n2 n3)\n"
+
+    # `fix` on a well fleet does nothing; while a rebalance runs, it refuses.
+    out = cli("-n", addr(s[1]), "fix")
+    assert (out.returncode, out.stdout) == (0, "Nothing to mend: all is well.\n"), out.stdout
+    p = subprocess.Popen([str(CLI), "-n", addr(s[0]), "rebalance", "--weight", "n3=3",
+                          "--maxrate", "150"], stdout=subprocess.PIPE, text=True)
+    until(lambda: (fleet_status(s[0].client()) or {}).get("phase") == b"copy",
+          "the rebalance copies")
+    out = cli("-n", addr(s[1]), "fix")
+    assert out.returncode == 1, out.stdout
+    assert out.stdout.startswith("A fleet operation runs: n0 coordinates an operation in phase ")
+    assert "fix changes nothing while it runs: `shard-cli status` follows it" in out.stdout
+    rest, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, rest
+    assert progress_lines(rest) and "Operation done after" in rest, rest
+    assert sum(keys()) == 3000 and keys()[3] > 1300
+    assert re.search(rf"^  n3 +stayed +sent +0 keys, holds +{keys()[3]} keys$", rest, re.M), rest
+
+    # Back to even: the plan, then the move; then nothing left to do.
+    out = cli("-n", addr(s[2]), "rebalance")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert plan_row(out.stdout, "n3")[:3] == ("3->1", "8192 slots", "4096 slots")
+    assert "n2 coordinates." in out.stdout and "Operation done after" in out.stdout
+    assert [n["weight"] for n in ring_get(s[0].client())["nodes"]] == [1, 1, 1, 1]
+    assert sum(keys()) == 3000 and all(600 < k < 900 for k in keys()), keys()
+    out = cli("-n", addr(s[2]), "rebalance")
+    assert out.stdout == ("The fleet is balanced already: the slots ring has weights n0=1 n1=1 "
+                          "n2=1 n3=1, and every node holds its slots of them.\n"), out.stdout
+
+    # top: once, as a table; as JSON lines.
+    out = cli("-n", addr(s[0]), "top", "--once")
+    assert out.returncode == 0, out.stderr
+    epoch = ring_get(s[0].client())["epoch"]
+    assert out.stdout.startswith(f"ring slots (4 nodes, epoch {epoch})\n")
+    for i, srv in enumerate(s):
+        row = next(line for line in out.stdout.splitlines() if f" n{i} " in line)
+        cells = [c.strip() for c in re.split(r"[│┆]", row)[1:-1]]
+        assert cells[:5] == [f"n{i}", addr(srv), "master", str(srv.client().dbsize()), "-"], row
+        assert cells[7] == "25.0%", row
+    assert re.search(r"^3000 keys, \d+ ops/s in all$", out.stdout, re.M), out.stdout
+    out = cli("-n", addr(s[0]), "top", "--json", "--count", "2", "--interval", "0.2")
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(lines) == 2 and lines[1]["time"] >= lines[0]["time"]
+    assert sum(n["keys"] for n in lines[1]["nodes"]) == 3000
+    assert cli("top", "--interval", "0").stderr == \
+        "shard-cli: --interval must be at least 0.1 seconds, got 0\n"
+
+    # Faults: n1 given another ring; a key of n0's on n2 alone; a key of n1's on n3 as well.
+    c1 = s[1].client()
+    c1.execute_command("SHARD.RING", "SET", "slots", "n0", addr(s[0]), 1, "n1", addr(s[1]), 2,
+                       "n2", addr(s[2]), 1, "n3", addr(s[3]), 1)
+    other = ring_get(c1)["digest"].decode()
+    digest = ring_get(s[0].client())["digest"].decode()
+    owner = lambda k: s[0].client().execute_command("SHARD.WHEREIS", k)  # noqa: E731
+    stray = next(k for k in (f"stray:{i}" for i in range(1000)) if owner(k) == b"n0")
+    s[2].client().set(stray, "lost")
+    twin = next(k for k in (f"key:{i}" for i in range(3000)) if owner(k) == b"n1")
+    s[3].client().set(twin, "old copy")
+    out = cli("-n", addr(s[0]), "fix", "--sample", "2000")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    i = lines.index(f"Mending rings: n1 holds ring {other}, the fleet {digest}")
+    assert lines[i + 1] == f"  on n0 ({addr(s[0])}): SHARD.RING PUSH"
+    assert lines[i + 2:i + 6] == [f"    n{j}: OK" for j in range(4)]
+    i = lines.index(f"Mending keys: key '{stray}' is on n2, its owner is n0 (which does not hold it)")
+    assert lines[i + 1] == f'  on n2 ({addr(s[2])}): MIGRATE 127.0.0.1 {s[0].port} {stray} 0 5000'
+    assert lines[i + 2] == "    OK"
+    i = lines.index(f"Mending keys: key '{twin}' is on n3, its owner is n1 (which holds it too)")
+    assert lines[i + 1] == f"  on n3 ({addr(s[3])}): SHARD.RESHARD CLEANUP"
+    ended = next(line for line in lines[i:] if line.startswith("cleanup on n3 "))
+    assert re.fullmatch(r"cleanup on n3 ended done after [\d.]+ s: \d+ keys walked, 0 copied, "
+                        r"1 deleted, 0 failed", ended), ended
+    assert "3 mends applied; the fleet checked again:" in lines
+    assert lines[-1] == "All is well."
+    assert ring_get(c1)["digest"].decode() == digest
+    assert s[0].client().get(stray) == b"lost" and not s[2].client().exists(stray)
+    assert not s[3].client().exists(twin) and s[1].client().exists(twin)
+    out = cli("-n", addr(s[0]), "fix", "--sample", "2000")
+    assert (out.returncode, out.stdout) == (0, "Nothing to mend: all is well.\n"), out.stdout
+
+    # A cleanup run by hand, paused at once: status names it; --resume follows it to its end.
+    pipe = s[1].client().pipeline(transaction=False)
+    for i in range(20_000):
+        pipe.set(f"junk:{i}", i)
+    pipe.execute()
+    pipe = s[0].client().pipeline(transaction=False)
+    for i in range(20_000):
+        pipe.execute_command("SHARD.WHEREIS", f"junk:{i}")
+    junk_mine = pipe.execute().count(b"n1")
+    mine = s[1].client().dbsize() - 20_000 + junk_mine
+    assert s[1].client().pipeline(transaction=False).execute_command(
+        "SHARD.RESHARD", "CLEANUP").execute_command("SHARD.RESHARD", "PAUSE").execute() == \
+        [b"OK", b"OK"]
+    out = cli("-n", addr(s[0]), "status")
+    assert out.returncode == 1
+    assert out.stdout == (f"A cleanup on n1 ({addr(s[1])}) is paused at 0%.\n"
+                          "`shard-cli status --resume` resumes it (SHARD.RESHARD RESUME on the "
+                          "node).\n"), out.stdout
+    got = json.loads(cli("-n", addr(s[0]), "status", "--json").stdout)
+    assert got["jobs"] == [{"node": "n1", "job": "cleanup", "paused": True, "percent": 0}]
+    out = cli("-n", addr(s[0]), "status", "--resume")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["Resumed the cleanup on n1.",
+                         f"Following the cleanup on n1 ({addr(s[1])}), run by hand: 0% walked."]
+    assert re.fullmatch(r"progress: 100% (\d+)/\1 keys walked, \d+ keys/s, 0 s left, cleanup on "
+                        r"n1", lines[-2]), lines[-2]
+    assert re.fullmatch(rf"cleanup on n1 ended done after [\d.]+ s: \d+ keys walked, 0 copied, "
+                        rf"{20_000 - junk_mine} deleted, 0 failed", lines[-1]), lines[-1]
+    assert s[1].client().dbsize() == mine

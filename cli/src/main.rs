@@ -20,6 +20,7 @@ mod info;
 mod jobs;
 mod ops;
 mod rebalance;
+mod sentinel;
 mod top;
 
 use clap::{Parser, Subcommand};
@@ -82,6 +83,18 @@ enum Command {
         /// Take servers that hold keys or a ring
         #[arg(long)]
         force: bool,
+        /// A replica of a node, NAME=HOST:PORT (repeatable): shard.self NAME, REPLICAOF its primary
+        #[arg(long = "replica", value_name = "NAME=HOST:PORT")]
+        replicas: Vec<String>,
+        /// A sentinel, HOST:PORT (repeatable): the ring's nodes written `sentinel`, named as Sentinel's masters
+        #[arg(long = "sentinel", value_name = "HOST:PORT")]
+        sentinels: Vec<String>,
+        /// The sentinels' ACL user (shard.sentinel-user)
+        #[arg(long)]
+        sentinel_user: Option<String>,
+        /// The sentinels' password (shard.sentinel-password)
+        #[arg(long)]
+        sentinel_password: Option<String>,
         #[arg(required = true, value_name = "NODE")]
         nodes: Vec<String>,
     },
@@ -142,7 +155,23 @@ fn main() {
         } => top::run(o, *interval, *count, *once, *json),
         Command::Check { json, sample } => check::run(o, *json, *sample),
         Command::Fix { sample } => fix::run(o, *sample),
-        Command::Create { algo, force, nodes } => create::run(o, algo, *force, nodes),
+        Command::Create {
+            algo,
+            force,
+            nodes,
+            replicas,
+            sentinels,
+            sentinel_user,
+            sentinel_password,
+        } => {
+            let extra = create::Extra {
+                replicas,
+                sentinels,
+                sentinel_user: sentinel_user.as_deref(),
+                sentinel_password: sentinel_password.as_deref(),
+            };
+            create::run(o, algo, *force, nodes, &extra)
+        }
         Command::AddNode {
             spec,
             weight,

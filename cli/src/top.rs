@@ -57,7 +57,13 @@ fn row(n: &NodeInfo, before: Option<i64>) -> Vec<String> {
     ]
 }
 
-fn screen(fleet: &Fleet, nodes: &[NodeInfo], before: &BTreeMap<String, i64>, every: f64) -> String {
+/// The table; `every`: the refresh's period, said on a terminal redrawn in place.
+fn screen(
+    fleet: &Fleet,
+    nodes: &[NodeInfo],
+    before: &BTreeMap<String, i64>,
+    every: Option<f64>,
+) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header([
@@ -80,7 +86,7 @@ fn screen(fleet: &Fleet, nodes: &[NodeInfo], before: &BTreeMap<String, i64>, eve
     let keys: i64 = nodes.iter().map(|n| n.keys).sum();
     let ops: i64 = nodes.iter().map(|n| n.ops_per_sec).sum();
     format!(
-        "ring {} ({} nodes, epoch {}{}), every {every} s, Ctrl-C quits\n{t}\n{keys} keys, {ops} ops/s in all\n",
+        "ring {} ({} nodes, epoch {}{}){}\n{t}\n{keys} keys, {ops} ops/s in all\n",
         fleet.ring.algo,
         fleet.ring.nodes.len(),
         fleet.ring.epoch,
@@ -88,7 +94,8 @@ fn screen(fleet: &Fleet, nodes: &[NodeInfo], before: &BTreeMap<String, i64>, eve
             ", resharding"
         } else {
             ""
-        }
+        },
+        every.map_or(String::new(), |e| format!(", every {e} s, Ctrl-C quits"))
     )
 }
 
@@ -132,10 +139,10 @@ pub fn run(
             write!(
                 out,
                 "\x1b[H\x1b[2J{}",
-                screen(&fleet, &nodes, &before, interval)
+                screen(&fleet, &nodes, &before, Some(interval))
             )
         } else {
-            writeln!(out, "{}", screen(&fleet, &nodes, &before, interval))
+            writeln!(out, "{}", screen(&fleet, &nodes, &before, None))
         };
         written
             .and_then(|_| out.flush())
