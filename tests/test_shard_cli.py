@@ -437,3 +437,68 @@ def test_rebalance_top_fix_and_a_cleanup_run_by_hand(server_factory):
     assert re.fullmatch(rf"cleanup on n1 ended done after [\d.]+ s: \d+ keys walked, 0 copied, "
                         rf"{20_000 - junk_mine} deleted, 0 failed", lines[-1]), lines[-1]
     assert s[1].client().dbsize() == mine
+
+
+@pytest.mark.slow
+def test_create_with_replicas_and_sentinel_then_a_failover(server_factory, sentinel_factory):
+    """`create` names each node's replica and the sentinels: the ring's nodes are written
+    `sentinel`, each server gets `shard.sentinels`, each replica its primary's name and
+    REPLICAOF; an address Sentinel does not give is refused. The tool then finds the fleet at
+    the addresses Sentinel gives (`resolved`), before and after a failover of n0."""
+    common = [("shard.topology-refresh-ms", 200), ("repl-diskless-sync-delay", 0)]
+    names = ["n0", "n1", "n2"]
+    prim = [server_factory(config=common) for _ in names]
+    reps = [server_factory(config=common) for _ in names]
+    sentinels = [sentinel_factory({n: p.port for n, p in zip(names, prim)}) for _ in range(3)]
+    listed = " ".join(st.address for st in sentinels)
+    given = [f"{n}={addr(p)}" for n, p in zip(names, prim)]
+    opts = [x for st in sentinels for x in ("--sentinel", st.address)]
+    opts += [x for n, r in zip(names, reps) for x in ("--replica", f"{n}={addr(r)}")]
+
+    wrong = cli("create", f"n0={addr(reps[0])}", *given[1:], *opts)
+    assert wrong.returncode == 1
+    assert wrong.stderr == (f"shard-cli: sentinel {sentinels[0].address} gives master n0 at "
+                            f"{addr(prim[0])}, not at {addr(reps[0])} as given: give the "
+                            "primary's address\n"), wrong.stderr
+
+    out = cli("create", *given, *opts)
+    assert out.returncode == 0, out.stdout + out.stderr
+    digest = ring_get(prim[0].client())["digest"].decode()
+    assert out.stdout.splitlines() == [
+        f"Creating a ketama ring of 3 nodes, their addresses from Sentinel ({listed}):",
+        *[f"  {n} {addr(p)} (shard.self {n}): ring set" for n, p in zip(names, prim)],
+        f"Every node holds ring {digest} (3 nodes).",
+        *[f"  {n}'s replica {addr(r)} (shard.self {n}): replicaof 127.0.0.1 {p.port}, in sync, "
+          f"ring {digest}" for n, p, r in zip(names, prim, reps)],
+        "Every node resolves every ring node's address through Sentinel.",
+    ]
+    ring = ring_get(reps[2].client())
+    assert [(n["address"], n["resolved"]) for n in ring["nodes"]] == \
+        [(b"sentinel", addr(p).encode()) for p in prim]
+    for n, srv in zip(names * 2, prim + reps):
+        got = srv.client().config_get("shard.*")
+        assert (got["shard.self"], got["shard.sentinels"]) == (n, listed)
+
+    write_keys(prim[0].client(), 300)
+    # From a replica: the fleet at the addresses Sentinel gives, each primary with its replica.
+    got = json.loads(cli("-n", addr(reps[1]), "info", "--json").stdout)
+    for n, p, r in zip(got["nodes"], prim, reps):
+        assert (n["address"], n["role"], n["keys"]) == (addr(p), "master", p.client().dbsize())
+        assert [x["address"] for x in n["replicas"]] == [addr(r)]
+    until(lambda: "All is well." in cli("-n", addr(prim[0]), "check").stdout, "check well")
+    out = cli("-n", addr(prim[0]), "check")
+    assert "[OK] replicas: 3 replicas, all online and in sync" in out.stdout, out.stdout
+
+    # A failover of n0: its replica is the primary Sentinel gives, and the tool finds it there.
+    s0 = sentinels[0].client()
+    s0.execute_command("SENTINEL", "RESET", "n0")  # at once asks n0 for its replicas
+    # Refused (NOGOODSLAVE) until the sentinel has heard from the replica: tried until taken.
+    until(lambda: s0.execute_command("SENTINEL", "FAILOVER", "n0"), "a failover of n0 taken")
+    until(lambda: ring_get(prim[1].client())["nodes"][0]["resolved"] == addr(reps[0]).encode(),
+          "n1 resolves n0 at its former replica", timeout=30)
+    got = json.loads(cli("-n", addr(prim[1]), "info", "--json").stdout)
+    n0 = got["nodes"][0]
+    assert (n0["name"], n0["address"], n0["role"]) == ("n0", addr(reps[0]), "master")
+    assert sum(n["keys"] for n in got["nodes"]) == 300
+    until(lambda: "All is well." in cli("-n", addr(prim[2]), "check").stdout,
+          "check well after the failover", timeout=30)
