@@ -292,6 +292,27 @@ def test_check_agrees_with_redis_cli_cluster_check_and_compares_the_cluster_map(
     assert lines[i + 1] == (f"      mend: redis-cli -h 127.0.0.1 -p {s[1].port} "
                             "CONFIG SET shard.cluster-protocol yes")
 
+    # `fix` turns it on again (most nodes have it on); then redis-cli agrees again.
+    out = cli("-n", addr(s[0]), "fix")
+    assert out.returncode == 0, out.stdout
+    assert out.stdout.splitlines()[:3] == [
+        "Mending cluster: n1 has shard.cluster-protocol off, other nodes on: cluster clients that "
+        "reach it get no map",
+        f"  on n1 ({addr(s[1])}): CONFIG SET shard.cluster-protocol yes",
+        "    OK"]
+    assert out.stdout.rstrip().endswith("All is well.")
+    assert s[1].client().config_get("shard.cluster-protocol")["shard.cluster-protocol"] == "yes"
+    # On one node of three only: that one is the odd one, and its mend turns it off.
+    for srv in s[1:]:
+        srv.client().config_set("shard.cluster-protocol", "no")
+    out = cli("-n", addr(s[1]), "check")
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    i = lines.index("[ERR] cluster: n0 has shard.cluster-protocol on, most nodes off: cluster "
+                    "clients that reach it find a fleet whose other nodes do not answer them")
+    assert lines[i + 1] == (f"      mend: redis-cli -h 127.0.0.1 -p {s[0].port} "
+                            "CONFIG SET shard.cluster-protocol no   # or yes on every other node")
+
 
 def plan_row(out, name):
     """A node's row of a rebalance plan: weight, now, after, keys, moving."""

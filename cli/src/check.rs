@@ -36,7 +36,7 @@ pub enum Action {
     },
 }
 
-fn run_on(node: &RingNode, args: &[&str]) -> Action {
+pub fn run_on(node: &RingNode, args: &[&str]) -> Action {
     Action::Run {
         node: node.name.clone(),
         addr: node.reach().to_string(),
@@ -48,15 +48,15 @@ fn run_on(node: &RingNode, args: &[&str]) -> Action {
 const MAX_LAG_S: i64 = 10;
 
 /// `redis-cli` pointed at an address, with `--tls` when the tool speaks TLS.
-fn redis_cli(opts: &ConnOpts, addr: &str) -> String {
+pub fn redis_cli(opts: &ConnOpts, addr: &str) -> String {
     let (host, port) = split_addr(addr).unwrap_or((addr.to_string(), 0));
     let tls = if opts.tls { " --tls" } else { "" };
     format!("redis-cli -h {host} -p {port}{tls}")
 }
 
-struct Seen {
-    node: RingNode,
-    con: Node,
+pub struct Seen {
+    pub node: RingNode,
+    pub con: Node,
     digest: String,
     previous: String,
     term: i64,
@@ -237,6 +237,12 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
         });
     }
     for (i, key, owner, held) in strays {
+        // With the cluster protocol on, the node answers MOVED to any command of the key.
+        let cluster_on = seen[i]
+            .con
+            .call(&["CONFIG", "GET", "shard.cluster-protocol"])
+            .map(|v| text(&get(&pairs(&v), "shard.cluster-protocol")) == "yes")
+            .unwrap_or(false);
         let s = &seen[i];
         let to = fleet
             .ring
@@ -264,11 +270,18 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
                 )
             } else {
                 format!(
-                    "{} MIGRATE {host} {port} \"{key}\" 0 5000   # moves it to {owner}",
-                    redis_cli(opts, s.node.reach())
+                    "{} MIGRATE {host} {port} \"{key}\" 0 5000   # moves it to {owner}{}",
+                    redis_cli(opts, s.node.reach()),
+                    if cluster_on {
+                        &" (with shard.cluster-protocol on the node answers MOVED: turn it off there for the move)"
+                    } else {
+                        ""
+                    }
                 )
             },
-            action: if held == Some(true) {
+            action: if held != Some(true) && cluster_on {
+                Action::None
+            } else if held == Some(true) {
                 run_on(&s.node, &["SHARD.RESHARD", "CLEANUP"])
             } else {
                 let port = port.to_string();
@@ -284,7 +297,7 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
         });
     }
 
-    cluster_map(opts, &mut seen, &mut out);
+    crate::cluster::cluster_map(opts, &mut seen, &mut out);
 
     // Replicas online and close behind; fleet operations not stuck.
     let (mut replicas, mut lagging) = (0, Vec::new());
@@ -418,90 +431,4 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
         }
     }
     Ok(if well { 0 } else { 1 })
-}
-
-/// With the cluster protocol on (`shard.cluster-protocol yes` on any node), every node must
-/// have it on and answer the same `CLUSTER SLOTS` map, which cluster clients route by.
-fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
-    let mut on = Vec::new();
-    for s in seen.iter_mut() {
-        let reply = s.con.call(&["CONFIG", "GET", "shard.cluster-protocol"]);
-        let value = reply.map(|v| text(&get(&pairs(&v), "shard.cluster-protocol")));
-        on.push(value.unwrap_or_default() == "yes");
-    }
-    if !on.iter().any(|o| *o) {
-        return;
-    }
-    let mut maps: Vec<(usize, String)> = Vec::new();
-    for (i, s) in seen.iter_mut().enumerate() {
-        if !on[i] {
-            out.push(Finding {
-                check: "cluster",
-                ok: false,
-                detail: format!(
-                    "{} has shard.cluster-protocol off, other nodes on: cluster clients that reach it get no map",
-                    s.node.name
-                ),
-                mend: format!(
-                    "{} CONFIG SET shard.cluster-protocol yes",
-                    redis_cli(opts, s.node.reach())
-                ),
-                action: run_on(&s.node, &["CONFIG", "SET", "shard.cluster-protocol", "yes"]),
-            });
-            continue;
-        }
-        match s.con.call(&["CLUSTER", "SLOTS"]) {
-            Ok(v) => maps.push((i, format!("{v:?}"))),
-            Err(e) => out.push(Finding {
-                check: "cluster",
-                ok: false,
-                detail: e,
-                mend: String::new(),
-                ..Default::default()
-            }),
-        }
-    }
-    let Some((first, map)) = maps.first().cloned() else {
-        return;
-    };
-    let odd: Vec<usize> = maps
-        .iter()
-        .filter(|(_, m)| *m != map)
-        .map(|(i, _)| *i)
-        .collect();
-    if odd.is_empty() {
-        let ranges = match seen[first].con.call(&["CLUSTER", "SLOTS"]) {
-            Ok(v) => items(&v).len(),
-            Err(_) => 0,
-        };
-        out.push(Finding {
-            check: "cluster",
-            ok: true,
-            detail: format!(
-                "{} answers the same CLUSTER SLOTS map ({ranges} ranges)",
-                if on.iter().all(|o| *o) {
-                    "every node"
-                } else {
-                    "every node with it on"
-                }
-            ),
-            mend: String::new(),
-            ..Default::default()
-        });
-    }
-    for i in odd {
-        out.push(Finding {
-            check: "cluster",
-            ok: false,
-            detail: format!(
-                "{}'s CLUSTER SLOTS differs from {}'s",
-                seen[i].node.name, seen[first].node.name
-            ),
-            mend: format!(
-                "{} SHARD.RING PUSH   # the map follows the ring",
-                redis_cli(opts, seen[first].node.reach())
-            ),
-            action: run_on(&seen[first].node, &["SHARD.RING", "PUSH"]),
-        });
-    }
 }

@@ -1,8 +1,11 @@
 //! `shard-cli`: a fleet of servers running the `shard` module at a glance, and its operations
 //! with progress, as `redis-cli --cluster` serves a Redis Cluster (issue 45). One module per
 //! job: `conn` (connections, options, replies), `fleet` (the ring a node replies), `info`,
-//! `check`, `create`, `ops` (add-node, del-node, status) and `follow` (the progress of an
-//! operation). Errors print what was wrong and exit 1; `check` exits 1 on any problem.
+//! `top` (info refreshed in place), `check` (and `cluster`, its cluster-protocol part), `fix`
+//! (check's mends applied), `create` (and `sentinel`, Sentinel as create meets it), `ops`
+//! (add-node, del-node, status), `rebalance`, `follow` (the progress of an operation) and `jobs`
+//! (a copy or cleanup run by hand). Errors print what was wrong and exit 1; `check` exits 1 on
+//! any problem.
 //!
 //! The module's crate is not linked in: it is built with the server's allocator as its global
 //! allocator (only its `system-alloc` feature turns that off, and a feature asked for by this
@@ -11,6 +14,7 @@
 //! digests, shares and slot maps, and `SHARD.RESHARD START` computes the new ring itself.
 
 mod check;
+mod cluster;
 mod conn;
 mod create;
 mod fix;
