@@ -125,6 +125,8 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
         .iter()
         .max_by_key(|(_, v)| v.len())
         .map(|(k, v)| (k.clone(), v[0]));
+    // Keys are judged by a node that holds the fleet's rings, not by each node's own.
+    let judge_name = major.as_ref().map(|(_, g)| g.node.name.clone());
     if let Some(((digest, previous), good)) = major {
         let odd: Vec<&Seen> = seen
             .iter()
@@ -190,7 +192,8 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
     // Sampled keys at their owner (not while a resharding is open: keys are on their way).
     let open = seen.iter().any(|s| !s.previous.is_empty());
     let (mut sampled, mut strays) = (0, Vec::new());
-    if !open {
+    let judge = judge_name.and_then(|j| seen.iter().position(|s| s.node.name == j));
+    if let (false, Some(judge)) = (open, judge) {
         for i in 0..seen.len() {
             let keys = items(
                 &items(
@@ -205,7 +208,7 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
             for k in keys.iter().take(sample) {
                 let key = text(k);
                 sampled += 1;
-                let owner = text(&seen[i].con.call(&["SHARD.WHEREIS", &key])?);
+                let owner = text(&seen[judge].con.call(&["SHARD.WHEREIS", &key])?);
                 if owner != seen[i].node.name {
                     let held = seen.iter_mut().find(|s| s.node.name == owner).map(|s| {
                         int(&s
@@ -396,9 +399,27 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
     Ok(out)
 }
 
+/// Keys away from their owner printed one by one at most; the rest are counted (`--json` and
+/// `fix` have them all).
+const KEYS_SHOWN: usize = 10;
+
 /// Prints findings as `check` does: `[OK]` or `[ERR]`, the detail, the mend.
 pub fn print(out: &[Finding]) {
+    let strays = out.iter().filter(|f| f.check == "keys" && !f.ok).count();
+    let mut shown = 0;
     for f in out {
+        if f.check == "keys" && !f.ok {
+            shown += 1;
+            if shown > KEYS_SHOWN {
+                if shown == strays {
+                    println!(
+                        "[ERR] keys: and {} more keys away from their owner (`check --json` lists them; `fix` mends them)",
+                        strays - KEYS_SHOWN
+                    );
+                }
+                continue;
+            }
+        }
         println!(
             "[{}] {}: {}",
             if f.ok { "OK" } else { "ERR" },
