@@ -13,6 +13,7 @@
 
 import json
 import os
+import pty
 import re
 import shlex
 import signal
@@ -346,6 +347,15 @@ def test_rebalance_top_fix_and_a_cleanup_run_by_hand(server_factory):
     assert plan_row(out.stdout, "n3")[4] == "+750" and int(plan_row(out.stdout, "n0")[4]) < 0
     assert "Dry run: nothing moved." in out.stdout
     assert keys() == before and len(ring_get(s[0].client())["nodes"]) == 4
+    got = json.loads(cli("-n", addr(s[0]), "rebalance", "--weight", "n3=3", "--dry-run",
+                         "--json").stdout)
+    assert (got["algo"], got["balanced"], got["keys_total"]) == ("slots", False, 3000)
+    n3 = got["nodes"][3]
+    assert (n3["name"], n3["weight_before"], n3["weight"], n3["slots"], n3["slots_after"],
+            n3["keys_moving"]) == ("n3", 1, 3, 4096, 8192, 750)
+    assert got["keys_moving"] == sum(max(n["keys_moving"], 0) for n in got["nodes"])
+    assert cli("rebalance", "--json").stderr == \
+        "shard-cli: --json goes with --dry-run: a rebalance that runs is followed, as a grow\n"
     assert cli("-n", addr(s[0]), "rebalance", "--weight", "n9=2").stderr == \
         "shard-cli: --weight n9=2: n9 is not a node of the ring (n0 n1 n2 n3)\n"
 
@@ -392,6 +402,24 @@ def test_rebalance_top_fix_and_a_cleanup_run_by_hand(server_factory):
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(lines) == 2 and lines[1]["time"] >= lines[0]["time"]
     assert sum(n["keys"] for n in lines[1]["nodes"]) == 3000
+    # On a terminal, the screen is cleared and redrawn at each refresh.
+    master, slave = pty.openpty()
+    p = subprocess.Popen([str(CLI), "-n", addr(s[0]), "top", "--count", "2", "--interval", "0.3"],
+                         stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the pty's other end closed: top has ended
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(master)
+    assert p.wait(timeout=10) == 0
+    assert screen.count(b"\x1b[H\x1b[2J") == 2, screen
+    assert screen.count(b"every 0.3 s, Ctrl-C quits") == 2, screen
     assert cli("top", "--interval", "0").stderr == \
         "shard-cli: --interval must be at least 0.1 seconds, got 0\n"
 

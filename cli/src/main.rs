@@ -126,6 +126,9 @@ enum Command {
         /// Print the plan (each node's share now and after, the keys it gains or loses) only
         #[arg(long)]
         dry_run: bool,
+        /// The plan as JSON (with --dry-run)
+        #[arg(long)]
+        json: bool,
         #[arg(long)]
         maxrate: Option<u64>,
     },
@@ -185,8 +188,9 @@ fn main() {
         Command::Rebalance {
             weights,
             dry_run,
+            json,
             maxrate,
-        } => rebalance::run(o, weights, *dry_run, *maxrate),
+        } => rebalance::run(o, weights, *dry_run, *json, *maxrate),
         Command::Status { resume, json } => ops::status(o, *resume, *json),
     };
     match result {

@@ -150,8 +150,14 @@ pub fn run(
     opts: &ConnOpts,
     weights: &[String],
     dry_run: bool,
+    json_out: bool,
     maxrate: Option<u64>,
 ) -> Result<i32, String> {
+    if json_out && !dry_run {
+        return Err(
+            "--json goes with --dry-run: a rebalance that runs is followed, as a grow".into(),
+        );
+    }
     let fleet = Fleet::discover(opts)?;
     if fleet.ring.previous.is_some() {
         return Err("a resharding is open in the fleet: `shard-cli status` follows it".into());
@@ -177,6 +183,29 @@ pub fn run(
     } else {
         rows.iter().all(|r| r.old_weight == r.weight)
     };
+    if json_out {
+        let slots = fleet.ring.algo == "slots";
+        let per: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let mut m = serde_json::json!({
+                    "name": r.name, "weight_before": r.old_weight, "weight": r.weight,
+                    "share": r.share, "share_after": r.after, "keys": r.keys, "keys_moving": r.delta,
+                });
+                if slots {
+                    m["slots"] = ((r.share * SLOTS as f64).round() as i64).into();
+                    m["slots_after"] = ((r.after * SLOTS as f64).round() as i64).into();
+                }
+                m
+            })
+            .collect();
+        let out = serde_json::json!({
+            "algo": fleet.ring.algo, "balanced": unchanged, "nodes": per,
+            "keys_moving": if unchanged { 0 } else { moving }, "keys_total": total,
+        });
+        println!("{out:#}");
+        return Ok(0);
+    }
     if unchanged {
         println!(
             "The fleet is balanced already: the {} ring has weights {weights_text}{}.",
