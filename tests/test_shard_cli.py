@@ -497,7 +497,10 @@ def test_create_with_replicas_and_sentinel_then_a_failover(server_factory, senti
     common = [("shard.topology-refresh-ms", 200), ("repl-diskless-sync-delay", 0)]
     names = ["n0", "n1", "n2"]
     prim = [server_factory(config=common) for _ in names]
-    reps = [server_factory(config=common) for _ in names]
+    # The replicas follow their primaries from the start, so that the sentinels know them at
+    # once (a sentinel asks a primary for its replicas every 10 s); `create` gives them their
+    # names and REPLICAOF all the same.
+    reps = [server_factory(config=[*common, ("replicaof", "127.0.0.1", p.port)]) for p in prim]
     sentinels = [sentinel_factory({n: p.port for n, p in zip(names, prim)}) for _ in range(3)]
     listed = " ".join(st.address for st in sentinels)
     given = [f"{n}={addr(p)}" for n, p in zip(names, prim)]
@@ -519,7 +522,7 @@ def test_create_with_replicas_and_sentinel_then_a_failover(server_factory, senti
         f"Every node holds ring {digest} (3 nodes).",
         *[f"  {n}'s replica {addr(r)} (shard.self {n}): replicaof 127.0.0.1 {p.port}, in sync, "
           f"ring {digest}" for n, p, r in zip(names, prim, reps)],
-        "Every node resolves every ring node's address through Sentinel.",
+        "Every server resolves every ring node's address through Sentinel.",
     ]
     ring = ring_get(reps[2].client())
     assert [(n["address"], n["resolved"]) for n in ring["nodes"]] == \
@@ -540,7 +543,6 @@ def test_create_with_replicas_and_sentinel_then_a_failover(server_factory, senti
 
     # A failover of n0: its replica is the primary Sentinel gives, and the tool finds it there.
     s0 = sentinels[0].client()
-    s0.execute_command("SENTINEL", "RESET", "n0")  # at once asks n0 for its replicas
     # Refused (NOGOODSLAVE) until the sentinel has heard from the replica: tried until taken.
     until(lambda: s0.execute_command("SENTINEL", "FAILOVER", "n0"), "a failover of n0 taken")
     until(lambda: ring_get(prim[1].client())["nodes"][0]["resolved"] == addr(reps[0]).encode(),

@@ -187,8 +187,17 @@ pub fn run(
         );
     }
     if !sentinels.is_empty() {
-        crate::sentinel::wait_resolved(opts, &nodes)?;
-        println!("Every node resolves every ring node's address through Sentinel.");
+        let mut servers: Vec<(String, String)> = nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.resolved.clone()))
+            .collect();
+        servers.extend(
+            replicas
+                .iter()
+                .map(|(n, a)| (format!("{n}'s replica"), a.clone())),
+        );
+        crate::sentinel::wait_resolved(opts, &servers)?;
+        println!("Every server resolves every ring node's address through Sentinel.");
     }
     Ok(0)
 }

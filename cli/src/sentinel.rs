@@ -1,8 +1,8 @@
 //! Sentinel, as `create` meets it: before a ring of `sentinel` nodes is set, every sentinel
 //! given that answers is asked where each node's master is (`SENTINEL
 //! get-master-addr-by-name`, the node's name being its master name), and the address given for
-//! the node must be the one Sentinel gives; afterwards, `create` waits until every node has
-//! resolved every ring node (`SHARD.RING GET`'s `resolved`), so that the commands that follow
+//! the node must be the one Sentinel gives; afterwards, `create` waits until every server
+//! (replicas included) has resolved every ring node (`SHARD.RING GET`'s `resolved`), so that the commands that follow
 //! find the fleet. The sentinels are reached with their own credentials (`--sentinel-user`,
 //! `--sentinel-password`, as the module's `shard.sentinel-*` settings take them), and the TLS
 //! options of every command.
@@ -57,11 +57,12 @@ pub fn check_masters(opts: &ConnOpts, extra: &Extra, nodes: &[RingNode]) -> Resu
     Ok(())
 }
 
-/// Waits (up to 10 s) until every node has resolved every ring node through Sentinel.
-pub fn wait_resolved(opts: &ConnOpts, nodes: &[RingNode]) -> Result<(), String> {
+/// Waits (up to 10 s) until every server (`(label, address)`: the primaries and their
+/// replicas) has resolved every ring node through Sentinel.
+pub fn wait_resolved(opts: &ConnOpts, servers: &[(String, String)]) -> Result<(), String> {
     let until = Instant::now() + Duration::from_secs(10);
-    for n in nodes {
-        let mut c = opts.connect(&n.name, &n.resolved)?;
+    for (label, address) in servers {
+        let mut c = opts.connect(label, address)?;
         loop {
             let ring = pairs(&c.call(&["SHARD.RING", "GET"])?);
             let unresolved: Vec<String> = items(&get(&ring, "nodes"))
@@ -75,8 +76,7 @@ pub fn wait_resolved(opts: &ConnOpts, nodes: &[RingNode]) -> Result<(), String> 
             }
             if Instant::now() > until {
                 return Err(format!(
-                    "{} has not resolved {} through Sentinel after 10 s: see its log (shard.sentinels)",
-                    n.name,
+                    "{label} ({address}) has not resolved {} through Sentinel after 10 s: see its log (shard.sentinels)",
                     unresolved.join(" ")
                 ));
             }
