@@ -121,6 +121,11 @@ pub fn follow(mut jobs: Vec<Job>) -> Result<i32, String> {
             );
             return Ok(130);
         }
+        if last.iter().all(|st| text(&get(st, "paused")) == "yes") {
+            bar.abandon();
+            println!("The job was paused ({what}): `shard-cli status --resume` resumes it.");
+            return Ok(1);
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     let mut code = 0;
