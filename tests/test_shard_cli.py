@@ -9,6 +9,10 @@
   `del-node` (the node that left is empty, every key is still in the fleet), a Ctrl-C (SIGINT)
   during a grow (the operation goes on in the fleet) and `status`, which reattaches and follows
   it to its end. This fleet has a password, given to the tool as REDISCLI_AUTH.
+- `rebalance` (its plan, `--dry-run`, to other weights and back), `top` (once, as JSON, and on a
+  terminal redrawn in place), `fix` (nothing on a well fleet, refused while an operation runs,
+  then the mends of a ring, a stray and a key held twice), a cleanup run by hand that `status`
+  names and follows; `create` with replicas and sentinels, and a failover found by the tool.
 """
 
 import json
