@@ -10,34 +10,60 @@ use serde_json::json;
 use crate::conn::{get, int, items, pairs, split_addr, text, ConnOpts, Node};
 use crate::fleet::{ring_of, Fleet, RingNode};
 
-/// One check's finding: `mend` is empty when all is well.
-struct Finding {
-    check: &'static str,
-    ok: bool,
-    detail: String,
-    mend: String,
+/// One check's finding: `mend` is empty when all is well; `action` is what `fix` runs.
+#[derive(Default)]
+pub struct Finding {
+    pub check: &'static str,
+    pub ok: bool,
+    pub detail: String,
+    pub mend: String,
+    pub action: Action,
+}
+
+/// What mends a finding, for `shard-cli fix`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Action {
+    /// Nothing `fix` can do (a node down, a replica behind): the mend is for a person.
+    #[default]
+    None,
+    /// A fleet operation runs: `fix` changes nothing meanwhile.
+    Running,
+    /// A command to run on a node (its name, its address, the command).
+    Run {
+        node: String,
+        addr: String,
+        args: Vec<String>,
+    },
+}
+
+pub fn run_on(node: &RingNode, args: &[&str]) -> Action {
+    Action::Run {
+        node: node.name.clone(),
+        addr: node.reach().to_string(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+    }
 }
 
 /// A replica this far behind (seconds since its last ack) counts as out of sync.
 const MAX_LAG_S: i64 = 10;
 
 /// `redis-cli` pointed at an address, with `--tls` when the tool speaks TLS.
-fn redis_cli(opts: &ConnOpts, addr: &str) -> String {
+pub fn redis_cli(opts: &ConnOpts, addr: &str) -> String {
     let (host, port) = split_addr(addr).unwrap_or((addr.to_string(), 0));
     let tls = if opts.tls { " --tls" } else { "" };
     format!("redis-cli -h {host} -p {port}{tls}")
 }
 
-struct Seen {
-    node: RingNode,
-    con: Node,
+pub struct Seen {
+    pub node: RingNode,
+    pub con: Node,
     digest: String,
     previous: String,
     term: i64,
 }
 
-/// `shard-cli check [--json] [--sample N]`.
-pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String> {
+/// Every check's findings, in the order they are printed.
+pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> {
     let fleet = Fleet::discover(opts)?;
     let mut out = Vec::new();
     let mut seen = Vec::new();
@@ -84,6 +110,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
         } else {
             "start the node, or remove it from the ring with `shard-cli del-node NAME`".into()
         },
+        ..Default::default()
     });
 
     // Rings: the digest most nodes hold is the fleet's; the others are named.
@@ -98,6 +125,8 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
         .iter()
         .max_by_key(|(_, v)| v.len())
         .map(|(k, v)| (k.clone(), v[0]));
+    // Keys are judged by a node that holds the fleet's rings, not by each node's own.
+    let judge_name = major.as_ref().map(|(_, g)| g.node.name.clone());
     if let Some(((digest, previous), good)) = major {
         let odd: Vec<&Seen> = seen
             .iter()
@@ -113,6 +142,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                 ok: true,
                 detail,
                 mend: String::new(),
+                ..Default::default()
             });
         }
         for s in odd {
@@ -140,6 +170,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                     redis_cli(opts, good.node.reach()),
                     good.node.name
                 ),
+                action: run_on(&good.node, &["SHARD.RING", "PUSH"]),
             });
         }
         let top = seen.iter().map(|s| s.term).max().unwrap_or(0);
@@ -154,13 +185,15 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             mend: if behind.is_empty() { String::new() } else {
                 "a node follows the newer term at the next fleet step; if an operation is unfinished, `shard-cli status` resumes it".into()
             },
+            ..Default::default()
         });
     }
 
     // Sampled keys at their owner (not while a resharding is open: keys are on their way).
     let open = seen.iter().any(|s| !s.previous.is_empty());
     let (mut sampled, mut strays) = (0, Vec::new());
-    if !open {
+    let judge = judge_name.and_then(|j| seen.iter().position(|s| s.node.name == j));
+    if let (false, Some(judge)) = (open, judge) {
         for i in 0..seen.len() {
             let keys = items(
                 &items(
@@ -175,7 +208,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             for k in keys.iter().take(sample) {
                 let key = text(k);
                 sampled += 1;
-                let owner = text(&seen[i].con.call(&["SHARD.WHEREIS", &key])?);
+                let owner = text(&seen[judge].con.call(&["SHARD.WHEREIS", &key])?);
                 if owner != seen[i].node.name {
                     let held = seen.iter_mut().find(|s| s.node.name == owner).map(|s| {
                         int(&s
@@ -195,6 +228,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             ok: true,
             detail: "not sampled: a resharding is open".into(),
             mend: String::new(),
+            ..Default::default()
         });
     } else if strays.is_empty() {
         out.push(Finding {
@@ -202,9 +236,16 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             ok: true,
             detail: format!("{sampled} keys sampled, each at its owner"),
             mend: String::new(),
+            ..Default::default()
         });
     }
     for (i, key, owner, held) in strays {
+        // With the cluster protocol on, the node answers MOVED to any command of the key.
+        let cluster_on = seen[i]
+            .con
+            .call(&["CONFIG", "GET", "shard.cluster-protocol"])
+            .map(|v| text(&get(&pairs(&v), "shard.cluster-protocol")) == "yes")
+            .unwrap_or(false);
         let s = &seen[i];
         let to = fleet
             .ring
@@ -232,14 +273,34 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                 )
             } else {
                 format!(
-                    "{} MIGRATE {host} {port} \"{key}\" 0 5000   # moves it to {owner}",
-                    redis_cli(opts, s.node.reach())
+                    "{} MIGRATE {host} {port} \"{key}\" 0 5000   # moves it to {owner}{}",
+                    redis_cli(opts, s.node.reach()),
+                    if cluster_on {
+                        &" (with shard.cluster-protocol on the node answers MOVED: turn it off there for the move)"
+                    } else {
+                        ""
+                    }
                 )
+            },
+            action: if held != Some(true) && cluster_on {
+                Action::None
+            } else if held == Some(true) {
+                run_on(&s.node, &["SHARD.RESHARD", "CLEANUP"])
+            } else {
+                let port = port.to_string();
+                let mut args = vec!["MIGRATE", &host, &port, &key, "0", "5000"];
+                // The destination asks the fleet's credentials, as the tool was given them.
+                match (&opts.user, &opts.password) {
+                    (Some(u), Some(p)) => args.extend(["AUTH2", u, p]),
+                    (None, Some(p)) => args.extend(["AUTH", p]),
+                    _ => {}
+                }
+                run_on(&s.node, &args)
             },
         });
     }
 
-    cluster_map(opts, &mut seen, &mut out);
+    crate::cluster::cluster_map(opts, &mut seen, &mut out);
 
     // Replicas online and close behind; fleet operations not stuck.
     let (mut replicas, mut lagging) = (0, Vec::new());
@@ -283,6 +344,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
         } else {
             "see the replica's `INFO replication` (master_link_status) and its log".into()
         },
+        ..Default::default()
     });
     if ops.is_empty() && open {
         out.push(Finding {
@@ -293,6 +355,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                 "{} SHARD.RESHARD RESUME   # adopts the operation whose rings the fleet holds",
                 redis_cli(opts, fleet.nodes[0].reach())
             ),
+            action: run_on(&fleet.nodes[0], &["SHARD.RESHARD", "RESUME"]),
         });
     } else if ops.is_empty() {
         out.push(Finding {
@@ -300,6 +363,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             ok: true,
             detail: "no fleet operation open".into(),
             mend: String::new(),
+            ..Default::default()
         });
     }
     for (n, phase, running, error) in ops {
@@ -324,9 +388,53 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
                     redis_cli(opts, n.reach())
                 )
             },
+            action: if running {
+                Action::Running
+            } else {
+                run_on(&n, &["SHARD.RESHARD", "RESUME"])
+            },
         });
     }
 
+    Ok(out)
+}
+
+/// Keys away from their owner printed one by one at most; the rest are counted (`--json` and
+/// `fix` have them all).
+const KEYS_SHOWN: usize = 10;
+
+/// Prints findings as `check` does: `[OK]` or `[ERR]`, the detail, the mend.
+pub fn print(out: &[Finding]) {
+    let strays = out.iter().filter(|f| f.check == "keys" && !f.ok).count();
+    let mut shown = 0;
+    for f in out {
+        if f.check == "keys" && !f.ok {
+            shown += 1;
+            if shown > KEYS_SHOWN {
+                if shown == strays {
+                    println!(
+                        "[ERR] keys: and {} more keys away from their owner (`check --json` lists them; `fix` mends them)",
+                        strays - KEYS_SHOWN
+                    );
+                }
+                continue;
+            }
+        }
+        println!(
+            "[{}] {}: {}",
+            if f.ok { "OK" } else { "ERR" },
+            f.check,
+            f.detail
+        );
+        if !f.mend.is_empty() {
+            println!("      mend: {}", f.mend);
+        }
+    }
+}
+
+/// `shard-cli check [--json] [--sample N]`.
+pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String> {
+    let out = findings(opts, sample)?;
     let well = out.iter().all(|f| f.ok);
     if json_out {
         let checks: Vec<_> = out
@@ -335,17 +443,7 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
             .collect();
         println!("{:#}", json!({"ok": well, "checks": checks}));
     } else {
-        for f in &out {
-            println!(
-                "[{}] {}: {}",
-                if f.ok { "OK" } else { "ERR" },
-                f.check,
-                f.detail
-            );
-            if !f.mend.is_empty() {
-                println!("      mend: {}", f.mend);
-            }
-        }
+        print(&out);
         let bad = out.iter().filter(|f| !f.ok).count();
         if well {
             println!("All is well.");
@@ -354,86 +452,4 @@ pub fn run(opts: &ConnOpts, json_out: bool, sample: usize) -> Result<i32, String
         }
     }
     Ok(if well { 0 } else { 1 })
-}
-
-/// With the cluster protocol on (`shard.cluster-protocol yes` on any node), every node must
-/// have it on and answer the same `CLUSTER SLOTS` map, which cluster clients route by.
-fn cluster_map(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) {
-    let mut on = Vec::new();
-    for s in seen.iter_mut() {
-        let reply = s.con.call(&["CONFIG", "GET", "shard.cluster-protocol"]);
-        let value = reply.map(|v| text(&get(&pairs(&v), "shard.cluster-protocol")));
-        on.push(value.unwrap_or_default() == "yes");
-    }
-    if !on.iter().any(|o| *o) {
-        return;
-    }
-    let mut maps: Vec<(usize, String)> = Vec::new();
-    for (i, s) in seen.iter_mut().enumerate() {
-        if !on[i] {
-            out.push(Finding {
-                check: "cluster",
-                ok: false,
-                detail: format!(
-                    "{} has shard.cluster-protocol off, other nodes on: cluster clients that reach it get no map",
-                    s.node.name
-                ),
-                mend: format!(
-                    "{} CONFIG SET shard.cluster-protocol yes",
-                    redis_cli(opts, s.node.reach())
-                ),
-            });
-            continue;
-        }
-        match s.con.call(&["CLUSTER", "SLOTS"]) {
-            Ok(v) => maps.push((i, format!("{v:?}"))),
-            Err(e) => out.push(Finding {
-                check: "cluster",
-                ok: false,
-                detail: e,
-                mend: String::new(),
-            }),
-        }
-    }
-    let Some((first, map)) = maps.first().cloned() else {
-        return;
-    };
-    let odd: Vec<usize> = maps
-        .iter()
-        .filter(|(_, m)| *m != map)
-        .map(|(i, _)| *i)
-        .collect();
-    if odd.is_empty() {
-        let ranges = match seen[first].con.call(&["CLUSTER", "SLOTS"]) {
-            Ok(v) => items(&v).len(),
-            Err(_) => 0,
-        };
-        out.push(Finding {
-            check: "cluster",
-            ok: true,
-            detail: format!(
-                "{} answers the same CLUSTER SLOTS map ({ranges} ranges)",
-                if on.iter().all(|o| *o) {
-                    "every node"
-                } else {
-                    "every node with it on"
-                }
-            ),
-            mend: String::new(),
-        });
-    }
-    for i in odd {
-        out.push(Finding {
-            check: "cluster",
-            ok: false,
-            detail: format!(
-                "{}'s CLUSTER SLOTS differs from {}'s",
-                seen[i].node.name, seen[first].node.name
-            ),
-            mend: format!(
-                "{} SHARD.RING PUSH   # the map follows the ring",
-                redis_cli(opts, seen[first].node.reach())
-            ),
-        });
-    }
 }

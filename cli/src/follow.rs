@@ -113,7 +113,14 @@ fn estimate(c: &mut Node, parts: &mut [Part], new_digest: &str) -> i64 {
 }
 
 /// Follows the operation `c` (connected to the coordinator `coord`) coordinates; the exit status.
-pub fn follow(opts: &ConnOpts, mut c: Node, coord: &RingNode) -> Result<i32, String> {
+/// `expected`: the keys the operation moves, when the caller knows better than the estimate
+/// (a rebalance, where no node joins or leaves).
+pub fn follow(
+    opts: &ConnOpts,
+    mut c: Node,
+    coord: &RingNode,
+    expected: Option<i64>,
+) -> Result<i32, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     // Installed once per process; a second install (never made here) would only fail.
@@ -122,9 +129,10 @@ pub fn follow(opts: &ConnOpts, mut c: Node, coord: &RingNode) -> Result<i32, Str
     let began = Instant::now();
     let mut parts = Vec::new();
     let mut l = look(&mut c, &mut parts, opts)?;
-    let mut moving = estimate(&mut c, &mut parts, &l.new_digest)
-        .max(l.sent)
-        .max(1);
+    let guess = |c: &mut Node, parts: &mut Vec<Part>, new_digest: &str| {
+        expected.unwrap_or_else(|| estimate(c, parts, new_digest))
+    };
+    let mut moving = guess(&mut c, &mut parts, &l.new_digest).max(l.sent).max(1);
     let bar = if tty {
         ProgressBar::new(moving as u64)
     } else {
@@ -147,9 +155,7 @@ pub fn follow(opts: &ConnOpts, mut c: Node, coord: &RingNode) -> Result<i32, Str
         }
         // Until the copy begins, the plan's nodes and rings may still be filling in.
         if matches!(l.phase.as_str(), "fence" | "begin") || moving <= 1 {
-            moving = estimate(&mut c, &mut parts, &l.new_digest)
-                .max(l.sent)
-                .max(1);
+            moving = guess(&mut c, &mut parts, &l.new_digest).max(l.sent).max(1);
         }
         let copied_all = !matches!(
             l.phase.as_str(),

@@ -1,7 +1,8 @@
 //! `shard-cli add-node`, `del-node` and `status`: a grow or a shrink started by
 //! `SHARD.RESHARD START` on a node of the fleet (the coordinator), then followed with
 //! `crate::follow`; `status` finds the coordinator of the fleet's operation again (after a
-//! Ctrl-C, or from another terminal) and reattaches, or resumes one that stopped.
+//! Ctrl-C, or from another terminal) and reattaches, or resumes one that stopped; without one,
+//! it follows the copies and cleanups run by hand (`crate::jobs`).
 
 use crate::conn::{get, int, pairs, text, ConnOpts, Node};
 use crate::create::parse_node;
@@ -73,7 +74,7 @@ pub fn add(opts: &ConnOpts, arg: &str, weight: i64, maxrate: Option<u64>) -> Res
         coord.name
     );
     let c = start(opts, &fleet, coord, &nodes, maxrate)?;
-    follow(opts, c, coord)
+    follow(opts, c, coord, None)
 }
 
 /// `shard-cli del-node NAME [--maxrate n]`.
@@ -109,7 +110,7 @@ pub fn del(opts: &ConnOpts, name: &str, maxrate: Option<u64>) -> Result<i32, Str
         coord.name
     );
     let c = start(opts, &fleet, coord, &nodes, maxrate)?;
-    follow(opts, c, coord)
+    follow(opts, c, coord, None)
 }
 
 /// `shard-cli status [--resume]`: the fleet's operation, followed to its end.
@@ -147,9 +148,20 @@ pub fn status(opts: &ConnOpts, resume: bool, json_out: bool) -> Result<i32, Stri
             Some(p) => plan_json(&p.2, &mut p.3)?,
             None => serde_json::Value::Null,
         };
-        let out = serde_json::json!({"resharding_open": fleet.ring.previous.is_some(), "operation": plan});
+        let jobs: Vec<_> = crate::jobs::running(opts, &fleet)
+            .iter()
+            .map(|j| serde_json::json!({"node": j.node.name, "job": j.kind, "paused": j.paused, "percent": j.percent}))
+            .collect();
+        let out = serde_json::json!({"resharding_open": fleet.ring.previous.is_some(), "operation": plan, "jobs": jobs});
         println!("{out:#}");
         return Ok(0);
+    }
+    let open = plans.first().is_some_and(|p| !p.0);
+    if !open {
+        // No fleet operation runs: a copy or cleanup run by hand may.
+        if let Some(code) = crate::jobs::status(opts, &fleet, resume)? {
+            return Ok(code);
+        }
     }
     let Some((over, _, node, mut c, phase, running)) = plans.into_iter().next() else {
         if fleet.ring.previous.is_some() && resume {
@@ -161,7 +173,7 @@ pub fn status(opts: &ConnOpts, resume: bool, json_out: bool) -> Result<i32, Stri
                 "{} adopted the open resharding (SHARD.RESHARD RESUME).",
                 node.name
             );
-            return follow(opts, c, node);
+            return follow(opts, c, node, None);
         }
         if fleet.ring.previous.is_some() {
             println!("A resharding is open but no node holds its plan: SHARD.RESHARD RESUME on any node adopts it (`shard-cli status --resume`).");
@@ -206,7 +218,7 @@ pub fn status(opts: &ConnOpts, resume: bool, json_out: bool) -> Result<i32, Stri
         node.name,
         node.reach()
     );
-    follow(opts, c, &node)
+    follow(opts, c, &node, None)
 }
 
 /// The coordinator's plan (`SHARD.RESHARD STATUS`'s `fleet`) as JSON: its fields as text, and
