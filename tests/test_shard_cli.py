@@ -117,6 +117,30 @@ def test_create_info_and_check_before_and_after_faults(server_factory):
     assert "[OK] replicas: 1 replicas, all online and in sync" in out.stdout
     assert out.stdout.rstrip().endswith("All is well.")
 
+    # n0's replica paused (SIGSTOP) while n0 takes 2 MiB: named as behind, exit 1; in sync
+    # again once it runs.
+    big = next(k for k in (f"big:{i}" for i in range(1000))
+               if s[0].client().execute_command("SHARD.WHEREIS", k) == b"n0")
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        s[0].client().set(big, "x" * (2 << 20))
+        out = cli("-n", addr(s[0]), "check")
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    assert out.returncode == 1, out.stdout
+    lines = out.stdout.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("[ERR] replicas:"))
+    assert re.fullmatch(rf"\[ERR\] replicas: n0's replica 127\.0\.0\.1:{replica.port} is \d+ B "
+                        r"behind, its last ack \d+ s ago \(out of sync beyond 10 s or 1048576 B\)",
+                        lines[i]), lines[i]
+    assert int(lines[i].split(" is ")[1].split(" B ")[0]) > 2 << 20
+    assert lines[i + 1] == ("      mend: see the replica: is it running (not paused), what its log "
+                            f"and `redis-cli -h 127.0.0.1 -p {replica.port} INFO replication` say; "
+                            "it catches up once it answers")
+    assert lines[-1] == "1 problem found."
+    s[0].client().delete(big)
+    until(lambda: cli("-n", addr(s[0]), "check").returncode == 0, "n0's replica in sync again")
+
     # Faults: n1 given another ring; a key of n0's on n2 (n0 does not hold it).
     c1 = s[1].client()
     c1.execute_command("SHARD.RING", "SET", "ketama", "n0", addr(s[0]), 1, "n1", addr(s[1]), 2,
@@ -131,10 +155,10 @@ def test_create_info_and_check_before_and_after_faults(server_factory):
     ring_line = lines.index(f"[ERR] rings: n1 holds ring {other}, the fleet {digest}")
     push = f"redis-cli -h 127.0.0.1 -p {s[0].port} SHARD.RING PUSH"
     assert lines[ring_line + 1] == f"      mend: {push}   # sends n0's rings to every node"
-    key_line = lines.index(f"[ERR] keys: key '{stray}' is on n2, its owner is n0 "
+    key_line = lines.index(f'[ERR] keys: key "{stray}" is on n2, its owner is n0 '
                            "(which does not hold it)")
     migrate = (f'redis-cli -h 127.0.0.1 -p {s[2].port} MIGRATE 127.0.0.1 {s[0].port} '
-               f'"{stray}" 0 5000')
+               f'{stray} 0 5000')
     assert lines[key_line + 1] == f"      mend: {migrate}   # moves it to n0"
     assert lines[-1] == "2 problems found."
     got = json.loads(cli("-n", addr(s[0]), "check", "--json", "--sample", "1000").stdout)
@@ -307,6 +331,38 @@ def test_check_agrees_with_redis_cli_cluster_check_and_compares_the_cluster_map(
         "    OK"]
     assert out.stdout.rstrip().endswith("All is well.")
     assert s[1].client().config_get("shard.cluster-protocol")["shard.cluster-protocol"] == "yes"
+
+    # Two strays of n0's planted on n1, where a client's command of them is answered MOVED: check
+    # names them; the mend printed moves one (on a connection marked SHARD.CLUSTER INTERNAL),
+    # fix the other (one name not UTF-8).
+    owner = lambda k: s[0].client().execute_command("SHARD.WHEREIS", k)  # noqa: E731
+    strays = [next(k for k in (b"%s%d" % (p, i) for i in range(1000)) if owner(k) == b"n0")
+              for p in (b"lost:", b"lost\xfe:")]
+    plant = s[1].client(single_connection_client=True)
+    assert plant.execute_command("SHARD.CLUSTER", "INTERNAL") == b"OK"
+    for k in strays:
+        plant.set(k, "lost")
+    out = cli("-n", addr(s[0]), "check", "--sample", 1000)
+    assert out.returncode == 1, out.stdout
+    lines = out.stdout.splitlines()
+    mends = []
+    for k in strays:
+        shown = k.decode("latin-1").replace("\xfe", "\\xfe")
+        i = lines.index(f'[ERR] keys: key "{shown}" is on n1, its owner is n0 (which does not hold it)')
+        mends.append(lines[i + 1].removeprefix("      mend: "))
+        assert mends[-1] == (
+            "printf '%s\\n' 'SHARD.CLUSTER INTERNAL' "
+            f"'MIGRATE 127.0.0.1 {s[0].port} \"{shown}\" 0 5000' | "
+            f"redis-cli -h 127.0.0.1 -p {s[1].port}   # moves it to n0; the cluster protocol "
+            "redirects a client's MIGRATE, not the node's own connections'")
+    ran = subprocess.run(["bash", "-c", mends[0]], capture_output=True, text=True, timeout=30)
+    assert (ran.returncode, ran.stdout) == (0, "OK\nOK\n"), ran.stdout + ran.stderr
+    out = cli("-n", addr(s[0]), "fix", "--sample", 1000)
+    assert out.returncode == 0, out.stdout
+    assert f"  on n1 ({addr(s[1])}): MIGRATE 127.0.0.1 {s[0].port} $'lost\\xfe:" in out.stdout
+    assert out.stdout.rstrip().endswith("All is well.")
+    assert [s[0].client().get(k) for k in strays] == [b"lost", b"lost"]
+    assert [plant.exists(k) for k in strays] == [0, 0]
     # On one node of three only: that one is the odd one, and its mend turns it off.
     for srv in s[1:]:
         srv.client().config_set("shard.cluster-protocol", "no")
@@ -434,7 +490,9 @@ def test_rebalance_top_fix_and_a_cleanup_run_by_hand(server_factory):
     other = ring_get(c1)["digest"].decode()
     digest = ring_get(s[0].client())["digest"].decode()
     owner = lambda k: s[0].client().execute_command("SHARD.WHEREIS", k)  # noqa: E731
-    stray = next(k for k in (f"stray:{i}" for i in range(1000)) if owner(k) == b"n0")
+    # The stray's name is not UTF-8: it is shown as redis-cli shows it, and moved all the same.
+    stray = next(k for k in (b"stray\xff:%d" % i for i in range(1000)) if owner(k) == b"n0")
+    shown = stray.decode("latin-1").replace("\xff", "\\xff")
     s[2].client().set(stray, "lost")
     twin = next(k for k in (f"key:{i}" for i in range(3000)) if owner(k) == b"n1")
     s[3].client().set(twin, "old copy")
@@ -444,10 +502,10 @@ def test_rebalance_top_fix_and_a_cleanup_run_by_hand(server_factory):
     i = lines.index(f"Mending rings: n1 holds ring {other}, the fleet {digest}")
     assert lines[i + 1] == f"  on n0 ({addr(s[0])}): SHARD.RING PUSH"
     assert lines[i + 2:i + 6] == [f"    n{j}: OK" for j in range(4)]
-    i = lines.index(f"Mending keys: key '{stray}' is on n2, its owner is n0 (which does not hold it)")
-    assert lines[i + 1] == f'  on n2 ({addr(s[2])}): MIGRATE 127.0.0.1 {s[0].port} {stray} 0 5000'
+    i = lines.index(f'Mending keys: key "{shown}" is on n2, its owner is n0 (which does not hold it)')
+    assert lines[i + 1] == f"  on n2 ({addr(s[2])}): MIGRATE 127.0.0.1 {s[0].port} $'{shown}' 0 5000"
     assert lines[i + 2] == "    OK"
-    i = lines.index(f"Mending keys: key '{twin}' is on n3, its owner is n1 (which holds it too)")
+    i = lines.index(f'Mending keys: key "{twin}" is on n3, its owner is n1 (which holds it too)')
     assert lines[i + 1] == f"  on n3 ({addr(s[3])}): SHARD.RESHARD CLEANUP"
     ended = next(line for line in lines[i:] if line.startswith("cleanup on n3 "))
     assert re.fullmatch(r"cleanup on n3 ended done after [\d.]+ s: \d+ keys walked, 0 copied, "
@@ -544,6 +602,31 @@ def test_create_with_replicas_and_sentinel_then_a_failover(server_factory, senti
     until(lambda: "All is well." in cli("-n", addr(prim[0]), "check").stdout, "check well")
     out = cli("-n", addr(prim[0]), "check")
     assert "[OK] replicas: 3 replicas, all online and in sync" in out.stdout, out.stdout
+
+    # n1's replica stopped: Sentinel lists it still; check names it, not linked, then down by
+    # Sentinel's flags, with what mends it (exit 1); well again once it is started again.
+    reps[1].stop()
+
+    def replica_line():
+        out = cli("-n", addr(prim[0]), "check")
+        assert out.returncode == 1, out.stdout
+        lines = out.stdout.splitlines()
+        i = next(i for i, line in enumerate(lines) if line.startswith("[ERR] replicas:"))
+        return lines[i:i + 2]
+
+    line, mend = replica_line()
+    assert line.startswith(f"[ERR] replicas: n1's replica {addr(reps[1])}, which Sentinel lists, "
+                           "is "), line
+    assert line.endswith("not linked to the primary (0 of 1 listed linked)"), line
+    reset = "; ".join(f"redis-cli -h 127.0.0.1 -p {st.port} SENTINEL RESET n1" for st in sentinels)
+    assert mend == (f"      mend: start the replica at {addr(reps[1])} again (it resyncs from its "
+                    f"primary); if it is gone for good, on every sentinel: {reset}")
+    until(lambda: re.search(r"is down by Sentinel's flags \([a-z_,]*s_down[a-z_,]*\), "
+                            r"not linked to the primary", replica_line()[0]),
+          "Sentinel's s_down named", timeout=10)
+    reps[1].start()
+    until(lambda: "All is well." in cli("-n", addr(prim[0]), "check").stdout,
+          "check well with n1's replica back", timeout=30)
 
     # A failover of n0: its replica is the primary Sentinel gives, and the tool finds it there.
     s0 = sentinels[0].client()

@@ -1,13 +1,15 @@
 //! `shard-cli check`: whether the fleet is well. Every node answers and holds the same rings
-//! (digests) and term; keys sampled on each node (SCAN) are at their owner (SHARD.WHEREIS);
-//! replicas are online and close behind; no fleet operation is stuck. Each problem is printed
-//! with the command that mends it; the exit status is 0 only when there is none.
+//! (digests) and term; keys sampled on each node (SCAN) are at their owner (SHARD.WHEREIS;
+//! `strays`); with the cluster protocol on, every node answers the same map (`cluster`);
+//! replicas are linked, online and close behind, Sentinel's too (`replicas`); no fleet
+//! operation is stuck. Each problem is printed with the command that mends it; the exit status
+//! is 0 only when there is none.
 
 use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::conn::{get, int, items, pairs, split_addr, text, ConnOpts, Node};
+use crate::conn::{get, int, pairs, split_addr, text, ConnOpts, Node};
 use crate::fleet::{ring_of, Fleet, RingNode};
 
 /// One check's finding: `mend` is empty when all is well; `action` is what `fix` runs.
@@ -28,11 +30,14 @@ pub enum Action {
     None,
     /// A fleet operation runs: `fix` changes nothing meanwhile.
     Running,
-    /// A command to run on a node (its name, its address, the command).
+    /// A command to run on a node (its name, its address, the command as bytes: a key's name
+    /// need not be UTF-8), on a connection marked `SHARD.CLUSTER INTERNAL` when `internal` (the
+    /// node's own keyspace, not redirected by the cluster protocol).
     Run {
         node: String,
         addr: String,
-        args: Vec<String>,
+        args: Vec<Vec<u8>>,
+        internal: bool,
     },
 }
 
@@ -40,12 +45,10 @@ pub fn run_on(node: &RingNode, args: &[&str]) -> Action {
     Action::Run {
         node: node.name.clone(),
         addr: node.reach().to_string(),
-        args: args.iter().map(|a| a.to_string()).collect(),
+        args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+        internal: false,
     }
 }
-
-/// A replica this far behind (seconds since its last ack) counts as out of sync.
-const MAX_LAG_S: i64 = 10;
 
 /// `redis-cli` pointed at an address, with `--tls` when the tool speaks TLS.
 pub fn redis_cli(opts: &ConnOpts, addr: &str) -> String {
@@ -57,9 +60,9 @@ pub fn redis_cli(opts: &ConnOpts, addr: &str) -> String {
 pub struct Seen {
     pub node: RingNode,
     pub con: Node,
-    digest: String,
-    previous: String,
-    term: i64,
+    pub(crate) digest: String,
+    pub(crate) previous: String,
+    pub(crate) term: i64,
 }
 
 /// Every check's findings, in the order they are printed.
@@ -191,37 +194,11 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
 
     // Sampled keys at their owner (not while a resharding is open: keys are on their way).
     let open = seen.iter().any(|s| !s.previous.is_empty());
-    let (mut sampled, mut strays) = (0, Vec::new());
-    let judge = judge_name.and_then(|j| seen.iter().position(|s| s.node.name == j));
-    if let (false, Some(judge)) = (open, judge) {
-        for i in 0..seen.len() {
-            let keys = items(
-                &items(
-                    &seen[i]
-                        .con
-                        .call(&["SCAN", "0", "COUNT", &sample.max(1).to_string()])?,
-                )
-                .get(1)
-                .cloned()
-                .unwrap_or(redis::Value::Nil),
-            );
-            for k in keys.iter().take(sample) {
-                let key = text(k);
-                sampled += 1;
-                let owner = text(&seen[judge].con.call(&["SHARD.WHEREIS", &key])?);
-                if owner != seen[i].node.name {
-                    let held = seen.iter_mut().find(|s| s.node.name == owner).map(|s| {
-                        int(&s
-                            .con
-                            .call(&["EXISTS", &key])
-                            .unwrap_or(redis::Value::Int(0)))
-                            == 1
-                    });
-                    strays.push((i, key, owner, held));
-                }
-            }
-        }
-    }
+    let (sampled, strays) =
+        match judge_name.and_then(|j| seen.iter().position(|s| s.node.name == j)) {
+            Some(judge) if !open => crate::strays::sample(&mut seen, judge, sample)?,
+            _ => (0, Vec::new()),
+        };
     if open {
         out.push(Finding {
             check: "keys",
@@ -239,83 +216,17 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
             ..Default::default()
         });
     }
-    for (i, key, owner, held) in strays {
-        // With the cluster protocol on, the node answers MOVED to any command of the key.
-        let cluster_on = seen[i]
-            .con
-            .call(&["CONFIG", "GET", "shard.cluster-protocol"])
-            .map(|v| text(&get(&pairs(&v), "shard.cluster-protocol")) == "yes")
-            .unwrap_or(false);
-        let s = &seen[i];
-        let to = fleet
-            .ring
-            .node(&owner)
-            .map(|n| n.reach().to_string())
-            .unwrap_or_default();
-        let (host, port) = split_addr(&to).unwrap_or_default();
-        out.push(Finding {
-            check: "keys",
-            ok: false,
-            detail: format!(
-                "key '{key}' is on {}, its owner is {owner}{}",
-                s.node.name,
-                if held == Some(true) {
-                    " (which holds it too)"
-                } else {
-                    " (which does not hold it)"
-                }
-            ),
-            mend: if held == Some(true) {
-                format!(
-                    "{} SHARD.RESHARD CLEANUP   # deletes the keys {} holds that another node owns",
-                    redis_cli(opts, s.node.reach()),
-                    s.node.name
-                )
-            } else {
-                format!(
-                    "{} MIGRATE {host} {port} \"{key}\" 0 5000   # moves it to {owner}{}",
-                    redis_cli(opts, s.node.reach()),
-                    if cluster_on {
-                        &" (with shard.cluster-protocol on the node answers MOVED: turn it off there for the move)"
-                    } else {
-                        ""
-                    }
-                )
-            },
-            action: if held != Some(true) && cluster_on {
-                Action::None
-            } else if held == Some(true) {
-                run_on(&s.node, &["SHARD.RESHARD", "CLEANUP"])
-            } else {
-                let port = port.to_string();
-                let mut args = vec!["MIGRATE", &host, &port, &key, "0", "5000"];
-                // The destination asks the fleet's credentials, as the tool was given them.
-                match (&opts.user, &opts.password) {
-                    (Some(u), Some(p)) => args.extend(["AUTH2", u, p]),
-                    (None, Some(p)) => args.extend(["AUTH", p]),
-                    _ => {}
-                }
-                run_on(&s.node, &args)
-            },
-        });
+    for stray in strays {
+        out.push(crate::strays::finding(opts, &fleet, &mut seen, stray));
     }
 
     crate::cluster::cluster_map(opts, &mut seen, &mut out);
 
-    // Replicas online and close behind; fleet operations not stuck.
-    let (mut replicas, mut lagging) = (0, Vec::new());
+    crate::replicas::check(opts, &mut seen, &mut out)?;
+
+    // Fleet operations not stuck.
     let mut ops = Vec::new();
     for s in &mut seen {
-        let m = s.con.info("replication")?;
-        for r in crate::info::replicas(&m) {
-            replicas += 1;
-            if r.state != "online" || r.lag_s > MAX_LAG_S {
-                lagging.push(format!(
-                    "{}'s replica {} is {} (lag {} s, {} B)",
-                    s.node.name, r.address, r.state, r.lag_s, r.lag_bytes
-                ));
-            }
-        }
         let st = pairs(&s.con.call(&["SHARD.RESHARD", "STATUS"])?);
         let fleet_st = pairs(&get(&st, "fleet"));
         if !fleet_st.is_empty() {
@@ -331,21 +242,6 @@ pub fn findings(opts: &ConnOpts, sample: usize) -> Result<Vec<Finding>, String> 
             }
         }
     }
-    out.push(Finding {
-        check: "replicas",
-        ok: lagging.is_empty(),
-        detail: if lagging.is_empty() {
-            format!("{replicas} replicas, all online and in sync")
-        } else {
-            lagging.join("; ")
-        },
-        mend: if lagging.is_empty() {
-            String::new()
-        } else {
-            "see the replica's `INFO replication` (master_link_status) and its log".into()
-        },
-        ..Default::default()
-    });
     if ops.is_empty() && open {
         out.push(Finding {
             check: "operations",

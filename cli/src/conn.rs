@@ -137,12 +137,23 @@ impl Node {
     /// Runs a command; an error reply or a network failure comes back as text naming the node
     /// and the command.
     pub fn call(&mut self, args: &[&str]) -> Result<Value, String> {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.call_bytes(&argv)
+    }
+
+    /// `call` with arguments as bytes (key names need not be UTF-8).
+    pub fn call_bytes(&mut self, args: &[&[u8]]) -> Result<Value, String> {
         let mut cmd = redis::Cmd::new();
         for a in args {
             cmd.arg(*a);
         }
         cmd.query::<Value>(&mut self.con).map_err(|e| {
-            let what = args.iter().take(2).copied().collect::<Vec<_>>().join(" ");
+            let what = args
+                .iter()
+                .take(2)
+                .map(|a| String::from_utf8_lossy(a))
+                .collect::<Vec<_>>()
+                .join(" ");
             format!("{}: {what}: {e}", self.label)
         })
     }
@@ -173,6 +184,58 @@ pub fn text(v: &Value) -> String {
         Value::VerbatimString { text, .. } => text.clone(),
         _ => String::new(),
     }
+}
+
+/// A reply's bytes, as sent (a key name need not be UTF-8); `text` for anything else.
+pub fn bytes(v: &Value) -> Vec<u8> {
+    match v {
+        Value::BulkString(b) => b.clone(),
+        other => text(other).into_bytes(),
+    }
+}
+
+/// A name as `redis-cli` shows one: in double quotes, `\`, `"` and control characters
+/// escaped, and every byte outside printable ASCII as `\xHH` (`"caf\xc3\xa9"`).
+pub fn repr(b: &[u8]) -> String {
+    let mut out = String::from("\"");
+    for &c in b {
+        match c {
+            b'\\' => out.push_str("\\\\"),
+            b'"' => out.push_str("\\\""),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x07 => out.push_str("\\a"),
+            0x08 => out.push_str("\\b"),
+            0x20..=0x7e => out.push(c as char),
+            _ => out.push_str(&format!("\\x{c:02x}")),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// An argument as a POSIX shell reads it back: as is when it is plain, else in single quotes;
+/// bytes outside printable ASCII in bash's `$'\xHH'` (a `redis-cli` argument is taken as is).
+pub fn shell_word(b: &[u8]) -> String {
+    let plain = |c: &u8| c.is_ascii_alphanumeric() || b"_-.:/@%+=,{}".contains(c);
+    if !b.is_empty() && b.iter().all(plain) {
+        return String::from_utf8_lossy(b).into_owned();
+    }
+    if b.iter().all(|c| (0x20..=0x7e).contains(c)) {
+        return format!("'{}'", String::from_utf8_lossy(b).replace('\'', "'\\''"));
+    }
+    let mut out = String::from("$'");
+    for &c in b {
+        match c {
+            b'\\' => out.push_str("\\\\"),
+            b'\'' => out.push_str("\\'"),
+            0x20..=0x7e => out.push(c as char),
+            _ => out.push_str(&format!("\\x{c:02x}")),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 /// A reply as an integer (0 when it is not one).
@@ -222,6 +285,16 @@ mod tests {
         assert!(split_addr("10.0.0.1").unwrap_err().contains("HOST:PORT"));
         assert!(split_addr("h:99999").unwrap_err().contains("bad port"));
         assert!(split_addr(":6379").unwrap_err().contains("no host"));
+    }
+
+    #[test]
+    fn names_shown_as_redis_cli_and_a_shell_read_them() {
+        assert_eq!(repr(b"key:1"), "\"key:1\"");
+        assert_eq!(repr(b"a\"b\\\n\xff\x00"), "\"a\\\"b\\\\\\n\\xff\\x00\"");
+        assert_eq!(shell_word(b"key:1"), "key:1");
+        assert_eq!(shell_word(b"a b'c"), "'a b'\\''c'");
+        assert_eq!(shell_word(b"st\xffray'"), "$'st\\xffray\\''");
+        assert_eq!(shell_word(b""), "''");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `shard-cli`: a fleet of servers running the `shard` module at a glance, and its operations
 //! with progress, as `redis-cli --cluster` serves a Redis Cluster (issue 45). One module per
 //! job: `conn` (connections, options, replies), `fleet` (the ring a node replies), `info`,
-//! `top` (info refreshed in place), `check` (and `cluster`, its cluster-protocol part), `fix`
+//! `top` (info refreshed in place), `check` (and its parts: `strays`, the keys away from their
+//! owner, `cluster`, the cluster protocol, `replicas`, Sentinel's too), `fix`
 //! (check's mends applied), `create` (and `sentinel`, Sentinel as create meets it), `ops`
 //! (add-node, del-node, status), `rebalance`, `follow` (the progress of an operation) and `jobs`
 //! (a copy or cleanup run by hand). Errors print what was wrong and exit 1; `check` exits 1 on
@@ -24,7 +25,9 @@ mod info;
 mod jobs;
 mod ops;
 mod rebalance;
+mod replicas;
 mod sentinel;
+mod strays;
 mod top;
 
 use clap::{Parser, Subcommand};
