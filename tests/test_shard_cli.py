@@ -13,6 +13,10 @@
   terminal redrawn in place), `fix` (nothing on a well fleet, refused while an operation runs,
   then the mends of a ring, a stray and a key held twice), a cleanup run by hand that `status`
   names and follows; `create` with replicas and sentinels, and a failover found by the tool.
+- Replicas: a paused one (SIGSTOP) behind its primary by 2 MiB, and in a Sentinel fleet a
+  stopped one that Sentinel still lists, each named with its mend (exit 1), then well again.
+- Strays moved whatever their names (one not UTF-8) and under the cluster protocol (on a
+  connection marked SHARD.CLUSTER INTERNAL: the mend as printed, and `fix`).
 """
 
 import json
@@ -348,7 +352,8 @@ def test_check_agrees_with_redis_cli_cluster_check_and_compares_the_cluster_map(
     mends = []
     for k in strays:
         shown = k.decode("latin-1").replace("\xfe", "\\xfe")
-        i = lines.index(f'[ERR] keys: key "{shown}" is on n1, its owner is n0 (which does not hold it)')
+        i = lines.index(f'[ERR] keys: key "{shown}" is on n1, its owner is n0 '
+                        "(which does not hold it)")
         mends.append(lines[i + 1].removeprefix("      mend: "))
         assert mends[-1] == (
             "printf '%s\\n' 'SHARD.CLUSTER INTERNAL' "
@@ -502,8 +507,10 @@ def test_rebalance_top_fix_and_a_cleanup_run_by_hand(server_factory):
     i = lines.index(f"Mending rings: n1 holds ring {other}, the fleet {digest}")
     assert lines[i + 1] == f"  on n0 ({addr(s[0])}): SHARD.RING PUSH"
     assert lines[i + 2:i + 6] == [f"    n{j}: OK" for j in range(4)]
-    i = lines.index(f'Mending keys: key "{shown}" is on n2, its owner is n0 (which does not hold it)')
-    assert lines[i + 1] == f"  on n2 ({addr(s[2])}): MIGRATE 127.0.0.1 {s[0].port} $'{shown}' 0 5000"
+    i = lines.index(f'Mending keys: key "{shown}" is on n2, its owner is n0 '
+                    "(which does not hold it)")
+    assert lines[i + 1] == \
+        f"  on n2 ({addr(s[2])}): MIGRATE 127.0.0.1 {s[0].port} $'{shown}' 0 5000"
     assert lines[i + 2] == "    OK"
     i = lines.index(f'Mending keys: key "{twin}" is on n3, its owner is n1 (which holds it too)')
     assert lines[i + 1] == f"  on n3 ({addr(s[3])}): SHARD.RESHARD CLEANUP"
@@ -606,6 +613,8 @@ def test_create_with_replicas_and_sentinel_then_a_failover(server_factory, senti
     # n1's replica stopped: Sentinel lists it still; check names it, not linked, then down by
     # Sentinel's flags, with what mends it (exit 1); well again once it is started again.
     reps[1].stop()
+    until(lambda: prim[1].client().info("replication")["connected_slaves"] == 0,
+          "n1 without its replica")
 
     def replica_line():
         out = cli("-n", addr(prim[0]), "check")
