@@ -33,8 +33,19 @@ struct Sentinels {
 }
 
 impl Sentinels {
-    fn of(opts: &ConnOpts, node: &mut Node) -> Result<Sentinels, String> {
-        let config = pairs(&node.call(&["CONFIG", "GET", "shard.sentinel*"])?);
+    /// The sentinels of `node`'s `shard.sentinels`, the first that answers connected; when
+    /// none can be, `error` says why.
+    fn of(opts: &ConnOpts, node: &mut Node) -> Sentinels {
+        let config = match node.call(&["CONFIG", "GET", "shard.sentinel*"]) {
+            Ok(v) => pairs(&v),
+            Err(e) => {
+                return Sentinels {
+                    con: None,
+                    addresses: Vec::new(),
+                    error: e,
+                }
+            }
+        };
         let value = |k: &str| Some(text(&get(&config, k))).filter(|v| !v.is_empty());
         let addresses: Vec<String> = value("shard.sentinels")
             .unwrap_or_default()
@@ -51,11 +62,11 @@ impl Sentinels {
         for a in &addresses {
             match as_sentinel.connect(&format!("sentinel {a}"), a) {
                 Ok(con) => {
-                    return Ok(Sentinels {
+                    return Sentinels {
                         con: Some(con),
                         addresses,
                         error: String::new(),
-                    })
+                    }
                 }
                 Err(e) => errors.push(e),
             }
@@ -65,11 +76,11 @@ impl Sentinels {
         } else {
             errors.join("; ")
         };
-        Ok(Sentinels {
+        Sentinels {
             con: None,
             addresses,
             error,
-        })
+        }
     }
 
     fn replicas(&mut self, name: &str) -> Result<Vec<Listed>, String> {
@@ -150,7 +161,7 @@ pub fn check(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) -> Resu
             continue;
         }
         if sentinels.is_none() {
-            sentinels = Some(Sentinels::of(opts, &mut s.con)?);
+            sentinels = Some(Sentinels::of(opts, &mut s.con));
         }
         let Some(st) = sentinels.as_mut() else {
             continue;
@@ -173,7 +184,23 @@ pub fn check(opts: &ConnOpts, seen: &mut [Seen], out: &mut Vec<Finding>) -> Resu
             }
             continue;
         }
-        let listed = st.replicas(&s.node.name)?;
+        let listed = match st.replicas(&s.node.name) {
+            Ok(listed) => listed,
+            Err(e) => {
+                bad += 1;
+                out.push(Finding {
+                    check: "replicas",
+                    ok: false,
+                    detail: format!("{}'s replicas not checked: {e}", s.node.name),
+                    mend: format!(
+                        "the sentinels must monitor a master named {} (`sentinel monitor {} HOST PORT QUORUM`), and let the tool ask them (shard.sentinel-user, shard.sentinel-password)",
+                        s.node.name, s.node.name
+                    ),
+                    ..Default::default()
+                });
+                continue;
+            }
+        };
         for l in &listed {
             let Some(why) = down(l, &linked) else {
                 continue;
