@@ -121,3 +121,52 @@ fn refusal(fenced: &Fenced) -> CmdError {
         None => CmdError::err(text),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::lease::Holder;
+
+    fn args(words: &[&[u8]]) -> Vec<Vec<u8>> {
+        words.iter().map(|w| w.to_vec()).collect()
+    }
+
+    #[test]
+    fn a_push_carries_the_record_it_is_read_back_as() {
+        assert!(
+            pushed_args(&Record::default()).is_empty(),
+            "no term: no suffix"
+        );
+        let record = Record {
+            term: 7,
+            lease_ms: 10_000,
+            holder: Holder {
+                name: "n0".into(),
+                address: "10.0.0.1:6379".into(),
+                run_id: "abc".into(),
+            },
+            released: true,
+        };
+        let mut sent = args(&[b"SHARD.RING", b"INSTALL", b"ring"]);
+        sent.extend(pushed_args(&record));
+        let list: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
+        let (n, got) = split_pushed(list.as_slice(), 3).unwrap();
+        assert_eq!((n, got), (3, Some(record)));
+        let bare: Vec<&[u8]> = vec![b"SHARD.RING", b"INSTALL", b"ring"];
+        assert_eq!(split_pushed(bare.as_slice(), 3).unwrap(), (3, None));
+        let mut bad = list.clone();
+        *bad.last_mut().unwrap() = b"maybe";
+        assert!(split_pushed(bad.as_slice(), 3).is_err());
+    }
+
+    #[test]
+    fn a_change_by_hand_reads_its_term_off_the_end() {
+        let set: Vec<&[u8]> = vec![b"SHARD.RING", b"SET", b"ketama", b"a", b"h:1", b"1"];
+        assert_eq!(split_term(set.as_slice(), 3).unwrap(), (6, 0));
+        let mut with = set.clone();
+        with.extend([b"TERM".as_slice(), b"4"]);
+        assert_eq!(split_term(with.as_slice(), 3).unwrap(), (6, 4));
+        let commit: Vec<&[u8]> = vec![b"SHARD.RING", b"COMMIT", b"TERM", b"x"];
+        assert!(split_term(commit.as_slice(), 2).is_err());
+    }
+}
