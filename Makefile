@@ -77,8 +77,8 @@ txn-chaos: build $(VENV)/.installed ## The bank under faults (transactions acros
 partitions: build $(VENV)/.installed ## Every partition test (tests/test_partition*.py: links cut by nft rules at exact steps; make test runs a few of them) on every server
 	@failed=""; for s in $(SERVERS); do \
 	  echo "== partition tests on $$s"; \
-	  REDIS_SERVER=$$s $(PY) -m pytest -q -n 2 tests/test_partition.py tests/test_partition_promises.py tests/test_partition_stall.py tests/test_partition_routes.py -m "not serial" || failed="$$failed $$s"; \
-	  REDIS_SERVER=$$s $(PY) -m pytest -q tests/test_partition.py tests/test_partition_promises.py tests/test_partition_stall.py tests/test_partition_routes.py -m serial || failed="$$failed $$s"; \
+	  REDIS_SERVER=$$s $(PY) -m pytest -q -n 2 tests/test_partition*.py -m "not serial" || failed="$$failed $$s"; \
+	  REDIS_SERVER=$$s $(PY) -m pytest -q tests/test_partition*.py -m serial || failed="$$failed $$s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "partition tests failed on:$$failed"; exit 1; fi
 

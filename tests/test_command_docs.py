@@ -21,7 +21,7 @@ COMMANDS = {
 }
 SUBCOMMANDS = {
     "shard.ring": {"set": (-3, {"admin"}), "get": (2, {"readonly", "fast"}), "begin": (-3, {"admin"}),
-                   "settle": (2, {"admin"}), "commit": (2, {"admin"}), "abort": (2, {"admin"}),
+                   "settle": (-2, {"admin"}), "commit": (-2, {"admin"}), "abort": (-2, {"admin"}),
                    "install": (-3, {"admin"}), "state": (2, {"readonly"}),
                    "push": (2, {"admin", "blocking"}), "check": (2, {"admin", "blocking"}),
                    "lease": (-7, {"admin"})},
@@ -87,9 +87,13 @@ def test_command_docs_summary_and_arguments(r):
                          b"shard.ring|settle", b"shard.ring|commit", b"shard.ring|abort",
                          b"shard.ring|install", b"shard.ring|state", b"shard.ring|push",
                          b"shard.ring|check", b"shard.ring|lease"}
-    # INSTALL's arguments end with one optional mark of the rings, then the term.
+    # INSTALL's arguments end with one optional mark of the rings, then the term (a
+    # coordinator's step) or the pushing node's term (SHARD.RING PUSH).
     install = dict(zip(subs[b"shard.ring|install"][::2], subs[b"shard.ring|install"][1::2]))
-    mark = dict(zip(install[b"arguments"][-2][::2], install[b"arguments"][-2][1::2]))
+    mark = dict(zip(install[b"arguments"][-3][::2], install[b"arguments"][-3][1::2]))
+    term, pushed = ({k: v for k, v in zip(a[::2], a[1::2])} for a in install[b"arguments"][-2:])
+    assert (term[b"token"], pushed[b"token"]) == (b"TERM", b"PUSHED")
+    assert all(b"optional" in a[b"flags"] for a in (term, pushed))
     assert mark[b"type"] == b"oneof" and b"optional" in mark[b"flags"], mark
     assert [dict(zip(a[::2], a[1::2]))[b"token"] for a in mark[b"arguments"]] == [
         b"RETURNING", b"FENCE", b"SETTLED"]

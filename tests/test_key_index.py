@@ -331,3 +331,29 @@ def test_a_bucket_of_one_hash_tag_travels_in_bounded_batches(server_factory):
     assert st["copied"] == 5000 == servers["b"].client().dbsize()
     calls = command_calls(servers["b"], "shard.apply")
     assert calls >= 5000 / 256, calls
+
+
+def test_a_copy_ends_when_the_server_reaps_its_child_while_a_build_waits_to_fork(server_factory):
+    """The copy seen in `copying` for ever with nothing in flight (fixed in 44951d3): the key
+    index's build, refused a fork while the copy's child ran, took the running child's done
+    handler for its own, so when the server's cron reaped the copy's child the copy never
+    learned it ended. Made deterministic by `SHARD.DEBUG COPY-CHILD-END ms`: the child waits at
+    its end while the build is turned on and refused its fork, and the copy leaves reaping the
+    child to the server."""
+    servers = start_fleet(server_factory, ["a", "b"], ring=["a"], config=DEBUG)
+    a = servers["a"].client()
+    pipelined(a, [("SET", f"k:{i}", i) for i in range(2000)])
+    servers.ring({"a": 1, "b": 1}, verb="BEGIN")
+    assert a.execute_command("SHARD.DEBUG", "COPY-CHILD-END", 1500) == b"OK"
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    until(lambda: a.info("persistence")["module_fork_in_progress"] == 1, "the copy's child")
+    # The build tries to fork while the copy's child runs: refused, it waits and tries again.
+    a.config_set("shard.key-index", "yes")
+    time.sleep(0.3)
+    assert info_shard(a)["key_index"] == "waiting", info_shard(a)["key_index"]
+    assert status(a)["state"] == b"copying"
+    st = wait_job(a, timeout=15)
+    assert st["state"] == b"done", st
+    assert st["copied"] == servers["b"].client().dbsize() > 0
+    a.execute_command("SHARD.DEBUG", "COPY-CHILD-END", 0)
+    indexed(a)

@@ -7,7 +7,9 @@
 //! many wait there), so that a test kills or fails over a node at that exact step;
 //! `SHARD.DEBUG RING-CHECK HOLD | GO`: holds the check of this node's rings after a load or a
 //! promotion (its writes refused meanwhile), or lets it go on (a hold at start:
-//! `SHARD_DEBUG_HOLD_RING_CHECK=yes` in the server's environment). Refused unless redis-server
+//! `SHARD_DEBUG_HOLD_RING_CHECK=yes` in the server's environment); `SHARD.DEBUG COPY-CHILD-END
+//! ms`: a copy's child waits `ms` before it exits and the job leaves reaping it to the server's
+//! cron (0: off; `reshard::copy_child`). Refused unless redis-server
 //! runs with `enable-debug-command yes` (or
 //! `local`, from a local connection), like Redis's own DEBUG command.
 
@@ -26,9 +28,11 @@ pub fn debug(call: &Call) -> CmdResult {
     let hold = (3..=4).contains(&call.args.len()) && is(call.args.get(1), "FLEET-HOLD");
     let txn_hold = call.args.len() == 3 && is(call.args.get(1), "TXN-HOLD");
     let ring_check = call.args.len() == 3 && is(call.args.get(1), "RING-CHECK");
-    if !panic && !index && !forget && !gone_limit && !hold && !txn_hold && !ring_check {
+    let child_end = call.args.len() == 3 && is(call.args.get(1), "COPY-CHILD-END");
+    if !panic && !index && !forget && !gone_limit && !hold && !txn_hold && !ring_check && !child_end
+    {
         return Err(CmdError::err(
-            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF | TXN-HOLD read|scratch|prepared|decided|committed-one|kill-after-commit|OFF|HELD | RING-CHECK HOLD|GO",
+            "usage: SHARD.DEBUG PANIC | KEYINDEX db | KEYINDEX-FORGET db key | KEYINDEX-GONE-LIMIT n | FLEET-HOLD phase n | FLEET-HOLD OFF | TXN-HOLD read|scratch|prepared|decided|committed-one|kill-after-commit|OFF|HELD | RING-CHECK HOLD|GO | COPY-CHILD-END ms",
         ));
     }
     let setting = call
@@ -68,6 +72,12 @@ pub fn debug(call: &Call) -> CmdResult {
             _ => return Err(CmdError::err("usage: SHARD.DEBUG RING-CHECK HOLD|GO")),
         };
         crate::reshard::fleet::repair::hold(on);
+        call.reply.ok();
+        return Ok(());
+    }
+    if child_end {
+        let ms = int_in(call.args.get(2), "ms", 0, 60_000)?;
+        crate::reshard::copy_child::hold_end(ms.unsigned_abs());
         call.reply.ok();
         return Ok(());
     }
@@ -180,7 +190,7 @@ pub static COMMAND: CommandSpec = command! {
     handler: debug,
     flags: "admin",
     arity: -2,
-    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes (copy: after its jobs); TXN-HOLD step holds transactions at a step of the two-phase commit; RING-CHECK HOLD|GO holds the check of rings after a load or a promotion (needs enable-debug-command)",
+    summary: "Debugging: PANIC proves the panic guard; KEYINDEX db lists the key index; KEYINDEX-FORGET db key drops a name from it; FLEET-HOLD phase n holds the fleet coordinator in a phase after n nodes (copy: after its jobs); TXN-HOLD step holds transactions at a step of the two-phase commit; RING-CHECK HOLD|GO holds the check of rings after a load or a promotion; COPY-CHILD-END ms holds a copy's child at its end and leaves reaping it to the server (needs enable-debug-command)",
     complexity: "O(1)",
     args: &[],
     acl: "admin dangerous slow",

@@ -23,6 +23,7 @@ pub mod plain;
 pub mod registry;
 pub mod reshard;
 pub mod ring;
+pub mod ring_args;
 pub mod shardjs;
 pub mod txn;
 pub mod txn_coord;

@@ -6,27 +6,30 @@
 
 use crate::command;
 use crate::host::register::{arg, block, flag, one_of, opt, tok, Arg, CommandSpec, Kind};
-use redis_module::ContextFlags;
 
+pub use crate::commands::ring_args::{parse_ring, parse_spec};
 use crate::commands::whereis::current_ring;
 use crate::commands::{Call, CmdError, CmdResult};
-use crate::host::args::{is, ArgList};
+use crate::host::args::is;
 use crate::net::resp::ReplyResp;
 use crate::reshard::fleet::push::Push;
 use crate::reshard::fleet::survey::Survey;
-use crate::reshard::fleet::{fencing, journal, node_state};
+use crate::reshard::fleet::{fencing, journal, node_state, unstepped};
 use crate::reshard::jobs;
 use crate::ring::placement::{Mark, Placement};
-use crate::ring::{format_ranges, Algo, HashTag, RingSpec};
+use crate::ring::{format_ranges, Algo, RingSpec};
 use crate::route::forward;
 use crate::state;
 
-/// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [SLOTS ranges] [...]`: replaces
-/// the ring whole (`SLOTS`: a `slots` ring's explicit slot map, given on every node).
+/// `SHARD.RING SET algo [HASHTAG rule] name host:port weight [SLOTS ranges] [...] [TERM n]`:
+/// replaces the ring whole (`SLOTS`: a `slots` ring's explicit slot map, given on every node).
+/// `TERM`: the fleet term the change is made under (none: 0), refused when older than this
+/// node's, as is any change by hand while a coordinator's lease runs here (`fleet::unstepped`).
 pub fn set(call: &Call) -> CmdResult {
     let _step =
         crate::host::latency::step_with_cpu(c"shard-ring-install", c"shard-ring-install-cpu");
-    let placement = parse_ring(call, "shard.ring|set")?;
+    let (placement, term) = parse_ring(call, "shard.ring|set")?;
+    unstepped::check_by_hand(call.ctx, term)?;
     refuse_moving_locks(call, &[&placement])?;
     crate::cluster::protocol::check_ring_change(call, &placement)?;
     if jobs::running() {
@@ -41,13 +44,15 @@ pub fn set(call: &Call) -> CmdResult {
     Ok(())
 }
 
-/// `SHARD.RING BEGIN algo [HASHTAG rule] name host:port weight [SLOTS ranges] [...]`: opens a
-/// resharding to the ring exactly as given (a `slots` ring without `SLOTS` is the contiguous
-/// split, as SET makes it: every node of a resharding by hand must hold the same ring).
+/// `SHARD.RING BEGIN algo [HASHTAG rule] name host:port weight [SLOTS ranges] [...] [TERM n]`:
+/// opens a resharding to the ring exactly as given (a `slots` ring without `SLOTS` is the
+/// contiguous split, as SET makes it: every node of a resharding by hand must hold the same
+/// ring); `TERM` as SET's.
 pub fn begin(call: &Call) -> CmdResult {
     let _step =
         crate::host::latency::step_with_cpu(c"shard-ring-install", c"shard-ring-install-cpu");
-    let placement = parse_ring(call, "shard.ring|begin")?;
+    let (placement, term) = parse_ring(call, "shard.ring|begin")?;
+    unstepped::check_by_hand(call.ctx, term)?;
     refuse_moving_locks(call, &[&placement])?;
     crate::cluster::protocol::check_ring_change(call, &placement)?;
     let current_is_cluster = state::lock()
@@ -74,7 +79,7 @@ pub fn begin(call: &Call) -> CmdResult {
     Ok(())
 }
 
-/// `SHARD.RING SETTLE`: the open resharding's copies are done (COMMIT's first step, by hand):
+/// `SHARD.RING SETTLE [TERM n]` (`TERM` as SET's): the open resharding's copies are done (COMMIT's first step, by hand):
 /// routed calls read and write a moving key at its new owner only, and a delete still reaches
 /// both owners, so that once every node has settled, a node that commits (and deletes at the
 /// new owner alone) leaves no copy that another node reads or copies back.
@@ -86,7 +91,7 @@ pub fn settle(call: &Call) -> CmdResult {
     )
 }
 
-/// `SHARD.RING COMMIT`: drops the previous ring and closes the resharding.
+/// `SHARD.RING COMMIT [TERM n]`: drops the previous ring and closes the resharding.
 pub fn commit(call: &Call) -> CmdResult {
     change(
         call,
@@ -95,8 +100,13 @@ pub fn commit(call: &Call) -> CmdResult {
     )
 }
 
-/// `SHARD.RING ABORT`: puts the previous ring back as current.
+/// `SHARD.RING ABORT [TERM n]`: puts the previous ring back as current.
 pub fn abort(call: &Call) -> CmdResult {
+    let (n, term) = unstepped::split_term(&call.args, 2)?;
+    if n != 2 {
+        return Err(CmdError::wrong_arity("shard.ring|abort"));
+    }
+    unstepped::check_by_hand(call.ctx, term)?;
     let previous = state::lock().rings.previous.clone();
     if let Some(previous) = previous {
         crate::cluster::protocol::check_ring_change(call, &previous)?;
@@ -115,9 +125,11 @@ fn change(
 ) -> CmdResult {
     let _step =
         crate::host::latency::step_with_cpu(c"shard-ring-install", c"shard-ring-install-cpu");
-    if call.args.len() != 2 {
+    let (n, term) = unstepped::split_term(&call.args, 2)?;
+    if n != 2 {
         return Err(CmdError::wrong_arity(command));
     }
+    unstepped::check_by_hand(call.ctx, term)?;
     if jobs::running() {
         return Err(CmdError::err(
             "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",
@@ -137,55 +149,6 @@ fn refuse_moving_locks(call: &Call, rings: &[&Placement]) -> CmdResult {
         return Ok(());
     }
     crate::txn::owner::owned::refuse_moving_locks(rings)
-}
-
-/// Reads `algo [HASHTAG rule] name host:port weight [SLOTS ranges] ...` from argument 2 on.
-pub fn parse_spec<A: ArgList + ?Sized>(args: &A, command: &str) -> Result<RingSpec, CmdError> {
-    if args.count() < 3 {
-        return Err(CmdError::wrong_arity(command));
-    }
-    let algo = args.arg(2);
-    let (hashtag, first_node) = if args.count() > 3 && is(args.arg(3), "HASHTAG") {
-        if args.count() < 5 {
-            return Err(CmdError::err(
-                "HASHTAG needs a rule: cluster, jedis, greedy, none or shardjs",
-            ));
-        }
-        (Some(args.arg(4)), 5)
-    } else {
-        (None, 3)
-    };
-    let fields: Vec<&[u8]> = (first_node..args.count()).map(|i| args.arg(i)).collect();
-    let spec = RingSpec::from_args(algo, hashtag, &fields).map_err(CmdError::err)?;
-    if spec.algo == Algo::Cluster {
-        if spec.hashtag != HashTag::Cluster {
-            return Err(CmdError::err(
-                "the cluster algo always uses the cluster hash-tag rule",
-            ));
-        }
-        if !spec.nodes.is_empty() {
-            return Err(CmdError::err(
-                "the cluster algo takes no nodes: the live cluster's slot map is the ring",
-            ));
-        }
-    }
-    Ok(spec)
-}
-
-/// Reads and builds the ring of a SET or BEGIN; the cluster algo needs cluster mode.
-pub fn parse_ring(call: &Call, command: &str) -> Result<Placement, CmdError> {
-    let mut spec = parse_spec(&call.args, command)?;
-    let hashtag_given = call.args.len() > 3 && is(call.args.get(3), "HASHTAG");
-    let shardjs = state::lock().keys.layout.kind == crate::keys::LayoutKind::Shardjs;
-    if !hashtag_given && shardjs {
-        spec = spec.with_shardjs_default().map_err(CmdError::err)?;
-    }
-    if spec.algo == Algo::Cluster && !call.ctx.get_flags().contains(ContextFlags::CLUSTER) {
-        return Err(CmdError::err(
-            "the cluster algo needs a server started with cluster-enabled yes",
-        ));
-    }
-    Placement::build(spec).map_err(CmdError::err)
 }
 
 /// `SHARD.RING GET`: algo, hashtag, epoch, digest and nodes of the current ring (with each
@@ -254,11 +217,17 @@ fn reply_nodes(call: &Call, placement: &Placement) {
 /// `RETURNING`: a cancel brings keys back; `FENCE`: a fleet operation's fence (the same rings
 /// and refusals, which then name the fence); `SETTLED`: the copies are done (`SETTLE`). `TERM`:
 /// the coordinator's term, refused when this node follows a newer one (`fleet::fencing`);
-/// replicated with the rings.
+/// replicated with the rings. `PUSHED ...` instead: rings pushed from another node, under its
+/// term (no suffix: term 0), refused when older than this node's or while the holder's lease
+/// runs here (`fleet::unstepped`).
 pub fn install(call: &Call) -> CmdResult {
     let _step =
         crate::host::latency::step_with_cpu(c"shard-ring-install", c"shard-ring-install-cpu");
-    let (n, term) = fencing::split_term(&call.args, 3)?;
+    let (n, pushed) = unstepped::split_pushed(&call.args, 3)?;
+    let (n, term) = match pushed {
+        Some(_) => (n, None),
+        None => fencing::split_term(&call.args, 3)?,
+    };
     let mark = Mark::WORDS
         .iter()
         .find(|(word, _)| n > 3 && is(call.args.get(n - 1), word))
@@ -292,6 +261,10 @@ pub fn install(call: &Call) -> CmdResult {
     let brought: Vec<&RingSpec> = std::iter::once(&current.spec)
         .chain(previous.as_ref().map(|p| &p.spec))
         .collect();
+    let adopt = match &term {
+        Some(_) => None,
+        None => unstepped::check_push(call.ctx, pushed.as_ref())?,
+    };
     fencing::accept_step(call.ctx, term.as_ref(), &brought)?;
     crate::cluster::protocol::check_ring_change(call, &current)?;
     if jobs::running() {
@@ -307,12 +280,20 @@ pub fn install(call: &Call) -> CmdResult {
             |p| journal::short(&p.spec.digest()).to_string()
         ),
         mark,
-        term.as_ref().map_or(0, |t| t.term)
+        term.as_ref()
+            .map(|t| t.term)
+            .or(pushed.as_ref().map(|p| p.term))
+            .unwrap_or(0)
     );
-    state::lock()
-        .rings
-        .install(current, previous, mark)
-        .map_err(CmdError::err)?;
+    {
+        let mut st = state::lock();
+        st.rings
+            .install(current, previous, mark)
+            .map_err(CmdError::err)?;
+        if let Some(record) = adopt {
+            st.lease.adopt(record);
+        }
+    }
     journal::note(&text);
     crate::index::ring_changed();
     call.ctx.replicate_verbatim();
@@ -357,7 +338,7 @@ pub fn lease(call: &Call) -> CmdResult {
     Ok(())
 }
 
-/// `SHARD.RING PUSH`: sends this node's rings to every node they name.
+/// `SHARD.RING PUSH`: sends this node's rings to every node they name, under its term.
 pub fn push(call: &Call) -> CmdResult {
     if call.args.len() != 2 {
         return Err(CmdError::wrong_arity("shard.ring|push"));
@@ -432,10 +413,10 @@ pub static RING_SETTLE: CommandSpec = command! {
     name: "shard.ring|settle",
     handler: settle,
     flags: "admin may-replicate",
-    arity: 2,
+    arity: -2,
     summary: "Marks the open resharding's copies done: a moving key is read and written at its new owner only, deleted at both (COMMIT's first step)",
     complexity: "O(1)",
-    args: &[],
+    args: BY_HAND_ARGS,
     acl: "admin dangerous slow",
 };
 
@@ -443,10 +424,10 @@ pub static RING_COMMIT: CommandSpec = command! {
     name: "shard.ring|commit",
     handler: commit,
     flags: "admin may-replicate",
-    arity: 2,
+    arity: -2,
     summary: "Closes the resharding, dropping the previous ring",
     complexity: "O(1)",
-    args: &[],
+    args: BY_HAND_ARGS,
     acl: "admin dangerous slow",
 };
 
@@ -454,10 +435,10 @@ pub static RING_ABORT: CommandSpec = command! {
     name: "shard.ring|abort",
     handler: abort,
     flags: "admin may-replicate",
-    arity: 2,
+    arity: -2,
     summary: "Closes the resharding, putting the previous ring back",
     complexity: "O(1)",
-    args: &[],
+    args: BY_HAND_ARGS,
     acl: "admin dangerous slow",
 };
 
@@ -520,7 +501,11 @@ static RING_ARGS: &[Arg] = &[
     arg(c"algo", Kind::Str),
     opt(c"rule", c"HASHTAG", Kind::Str),
     block(c"node", NODE_FIELDS, true),
+    opt(c"term", c"TERM", Kind::Int),
 ];
+
+/// `TERM n`: the fleet term a change by hand is made under.
+static BY_HAND_ARGS: &[Arg] = &[opt(c"term", c"TERM", Kind::Int)];
 
 pub(crate) static NODE_FIELDS: &[Arg] = &[
     arg(c"name", Kind::Str),
@@ -547,6 +532,23 @@ static INSTALL_ARGS: &[Arg] = &[
         )
     },
     TERM_ARG,
+    Arg {
+        name: c"pushed",
+        token: Some(c"PUSHED"),
+        subargs: PUSHED_FIELDS,
+        ..TERM_ARG
+    },
+];
+
+/// `PUSHED term lease-ms holder address run-id released`: the pushing node's fleet term, at the
+/// end of an INSTALL that `SHARD.RING PUSH` sends.
+const PUSHED_FIELDS: &[Arg] = &[
+    arg(c"term", Kind::Int),
+    arg(c"lease-ms", Kind::Int),
+    arg(c"holder", Kind::Str),
+    arg(c"address", Kind::Str),
+    arg(c"run-id", Kind::Str),
+    arg(c"released", Kind::Str),
 ];
 
 /// `TERM term lease-ms holder address run-id`: a fleet coordinator's term, at the end of each

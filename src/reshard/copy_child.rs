@@ -20,7 +20,7 @@
 //! their destination.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +89,21 @@ pub fn targets(ring: &Placement) -> Vec<Target> {
         .collect()
 }
 
+/// `SHARD.DEBUG COPY-CHILD-END ms`: a copy's child waits `ms` after its pass before it exits,
+/// and the job leaves reaping it to the server's cron (the tests make the server reap the
+/// child, and a refused fork happen while it runs, deterministically). 0: off.
+static END_HOLD_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Sets `END_HOLD_MS` (0: off).
+pub fn hold_end(ms: u64) {
+    END_HOLD_MS.store(ms, Ordering::Relaxed);
+}
+
+/// Whether the job leaves reaping its child to the server (`END_HOLD_MS`).
+pub fn end_held() -> bool {
+    END_HOLD_MS.load(Ordering::Relaxed) > 0
+}
+
 /// Forks a child that runs `pass`; its pid, or why it could not start (another child, such as
 /// a `BGSAVE`, is running: Redis runs one at a time). `done` is told on the main thread when
 /// the child exits.
@@ -103,6 +118,10 @@ pub fn start(ctx: &Context, pass: &Pass, done: fn(Exit)) -> Result<Pid, String> 
         Forked::Parent(pid) => Ok(pid),
         Forked::Child => {
             let outcome = catch_unwind(AssertUnwindSafe(|| run(ctx, pass, shared)));
+            let hold = END_HOLD_MS.load(Ordering::Relaxed);
+            if hold > 0 {
+                std::thread::sleep(Duration::from_millis(hold));
+            }
             let code = match outcome {
                 Ok(()) => {
                     shared.finished.store(1, Ordering::Release);

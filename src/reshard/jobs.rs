@@ -228,11 +228,13 @@ pub(super) fn forget_child_outcome() {
     CHILD_DONE.with(|d| d.set(None));
 }
 
-/// How the job's child ended, once it has: (exit code, killed by a signal).
+/// How the job's child ended, once it has: (exit code, killed by a signal). Reaped here when
+/// the server has not yet, unless the tests leave it to the server (`copy_child::end_held`).
 pub(super) fn child_outcome(runner: &Runner) -> Option<Exit> {
-    CHILD_DONE
-        .with(Cell::take)
-        .or_else(|| runner.child.and_then(fork::reap_if_exited))
+    CHILD_DONE.with(Cell::take).or_else(|| {
+        let reap = !crate::reshard::copy_child::end_held();
+        runner.child.filter(|_| reap).and_then(fork::reap_if_exited)
+    })
 }
 
 /// Told by the server on the main thread when the job's child has exited.

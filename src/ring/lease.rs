@@ -11,6 +11,11 @@
 //! long the holder's lease still runs there (`left_ms`). The record (`Record`) is durable with
 //! the rings; when the holder was last heard is not (a record restored from disk counts as heard
 //! at its load, so a restart never makes a lease look run out).
+//!
+//! Rings that come without a step (`Unstepped`) are held to the same term: rings pushed from
+//! another node carry that node's record and are refused when older than this node's, or while
+//! the holder's lease runs here (`Lease::check_push`); a ring change by hand names a term (none:
+//! 0) and is refused the same way, leaving the record as it is (`Lease::check_by_hand`).
 
 use std::fmt;
 
@@ -165,6 +170,160 @@ impl Lease {
     }
 }
 
+/// Rings that come without a coordinator's step: pushed from another node (`SHARD.RING PUSH`,
+/// carrying that node's record) or changed by hand (`SHARD.RING SET|BEGIN|...`, with the term
+/// the operator names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unstepped {
+    Push,
+    ByHand,
+}
+
+/// Why rings that came without a step were refused; its text is the error reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fenced {
+    /// Of an older term than this node's, or of its term but from another holder, or not
+    /// handed over where this node's was (the pusher missed the operation's end).
+    Stale {
+        how: Unstepped,
+        term: u64,
+        current: Record,
+    },
+    /// The holder's lease runs here for `left_ms` more: its operation drives the rings.
+    Held {
+        how: Unstepped,
+        current: Record,
+        left_ms: u64,
+    },
+}
+
+impl fmt::Display for Fenced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = |how: &Unstepped| match how {
+            Unstepped::Push => "rings pushed",
+            Unstepped::ByHand => "a ring change by hand",
+        };
+        match self {
+            Fenced::Stale { how, term, current } => {
+                let state = if current.released {
+                    ", handed over"
+                } else {
+                    ""
+                };
+                write!(
+                    f,
+                    "STALETERM {} under term {term} refused: this node follows term {} of {} \
+                     ({}){state}",
+                    what(how),
+                    current.term,
+                    current.holder.name,
+                    current.holder.address
+                )?;
+                match how {
+                    Unstepped::Push => write!(
+                        f,
+                        ": push from a node of term {} (SHARD.RING STATE's term)",
+                        current.term
+                    ),
+                    Unstepped::ByHand => write!(
+                        f,
+                        ": this node's rings came from that operation; give TERM {} (SHARD.RING \
+                         STATE's term) once sure the change should replace them",
+                        current.term
+                    ),
+                }
+            }
+            Fenced::Held {
+                how,
+                current,
+                left_ms,
+            } => write!(
+                f,
+                "LEASEHELD term {} of {} ({}) holds this fleet operation: its lease runs here for \
+                 {left_ms} ms more, and {} waits until it has run out, or SHARD.RESHARD HANDOVER \
+                 on {}",
+                current.term,
+                current.holder.name,
+                current.holder.address,
+                what(how),
+                current.holder.name
+            ),
+        }
+    }
+}
+
+impl Lease {
+    /// Rings pushed from a node whose record is `pushed` (the default record: a node that
+    /// followed no term, or a build that sends none), at `now`. Accepted when of a newer term
+    /// (with the record this node then takes on), or of this node's own term from its holder,
+    /// its lease not running here (with the record when the pusher saw the term handed over and
+    /// this node did not); refused, changing nothing, when older (`Fenced::Stale`) or while the
+    /// holder's lease runs here (`Fenced::Held`).
+    pub fn check_push(&self, pushed: &Record, now: u64) -> Result<Option<Record>, Box<Fenced>> {
+        let current = &self.record;
+        let stale = || {
+            Box::new(Fenced::Stale {
+                how: Unstepped::Push,
+                term: pushed.term,
+                current: current.clone(),
+            })
+        };
+        if pushed.term > current.term {
+            return Ok(Some(pushed.clone()));
+        }
+        if pushed.term < current.term {
+            return Err(stale());
+        }
+        if current.term == 0 {
+            return Ok(None);
+        }
+        if pushed.holder.run_id != current.holder.run_id || (current.released && !pushed.released) {
+            return Err(stale());
+        }
+        if pushed.released {
+            return Ok((!current.released).then(|| pushed.clone()));
+        }
+        let left_ms = self.left_ms(now);
+        if left_ms > 0 {
+            return Err(Box::new(Fenced::Held {
+                how: Unstepped::Push,
+                current: current.clone(),
+                left_ms,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// A ring change by hand naming `term` (0: none named), at `now`: refused while the
+    /// holder's lease runs here, or when `term` is older than this node's; the record is left
+    /// as it is (a change by hand takes no term).
+    pub fn check_by_hand(&self, term: u64, now: u64) -> Result<(), Box<Fenced>> {
+        let left_ms = self.left_ms(now);
+        if left_ms > 0 {
+            return Err(Box::new(Fenced::Held {
+                how: Unstepped::ByHand,
+                current: self.record.clone(),
+                left_ms,
+            }));
+        }
+        if term < self.record.term {
+            return Err(Box::new(Fenced::Stale {
+                how: Unstepped::ByHand,
+                term,
+                current: self.record.clone(),
+            }));
+        }
+        Ok(())
+    }
+
+    /// Takes on the record rings were pushed with (`check_push`): the term, not the lease (its
+    /// holder was not heard here).
+    pub fn adopt(&mut self, record: Record) {
+        self.record = record;
+        self.heard_ms = None;
+    }
+}
+
 fn record_of(step: &Claim, released: bool) -> Record {
     Record {
         term: step.term,
@@ -263,5 +422,80 @@ mod tests {
         assert!(!lease.follow(&claim(2, "n1", "h:2", "r1"), false, 1));
         assert!(lease.follow(&claim(2, "n1", "h:2", "r1"), true, 2));
         assert!(lease.record.released);
+    }
+
+    fn record(term: u64, run: &str, released: bool) -> Record {
+        Record {
+            term,
+            lease_ms: 1000,
+            holder: claim(term, "n0", "h:1", run).holder,
+            released,
+        }
+    }
+
+    #[test]
+    fn pushed_rings_of_an_older_term_are_refused_and_a_newer_term_is_taken_on() {
+        let mut lease = Lease::default();
+        assert_eq!(
+            lease.check_push(&Record::default(), 0),
+            Ok(None),
+            "a fresh fleet"
+        );
+        lease
+            .accept(&claim(4, "n0", "h:1", "r0"), How::Step, 0)
+            .unwrap();
+        let old = lease.check_push(&record(3, "r9", true), 5).unwrap_err();
+        assert_eq!(
+            old.to_string(),
+            "STALETERM rings pushed under term 3 refused: this node follows term 4 of n0 (h:1): \
+             push from a node of term 4 (SHARD.RING STATE's term)"
+        );
+        assert!(lease.check_push(&Record::default(), 5).is_err(), "no term");
+        // Its own term, while the lease runs here: the coordinator drives the rings.
+        let held = lease.check_push(&record(4, "r0", false), 500).unwrap_err();
+        assert!(
+            held.to_string().starts_with("LEASEHELD term 4 of n0 (h:1)"),
+            "{held}"
+        );
+        assert!(held.to_string().contains("500 ms more"), "{held}");
+        assert_eq!(lease.check_push(&record(4, "r0", false), 2000), Ok(None));
+        // The pusher saw the term handed over: taken on.
+        let released = record(4, "r0", true);
+        assert_eq!(lease.check_push(&released, 500), Ok(Some(released.clone())));
+        lease.adopt(released.clone());
+        assert_eq!(lease.left_ms(500), 0);
+        // The pusher missed the end of the operation, or is of another holder.
+        assert!(lease.check_push(&record(4, "r0", false), 600).is_err());
+        assert!(lease.check_push(&record(4, "r1", true), 600).is_err());
+        let newer = record(5, "r1", false);
+        assert_eq!(lease.check_push(&newer, 600), Ok(Some(newer.clone())));
+        lease.adopt(newer);
+        assert_eq!(
+            lease.left_ms(600),
+            0,
+            "a push brings the term, not the lease"
+        );
+    }
+
+    #[test]
+    fn a_change_by_hand_is_refused_while_a_lease_runs_or_under_an_older_term() {
+        let mut lease = Lease::default();
+        assert_eq!(lease.check_by_hand(0, 0), Ok(()), "a fresh fleet");
+        lease
+            .accept(&claim(2, "n0", "h:1", "r0"), How::Step, 0)
+            .unwrap();
+        let held = lease.check_by_hand(2, 10).unwrap_err().to_string();
+        assert!(held.starts_with("LEASEHELD term 2 of n0 (h:1)"), "{held}");
+        assert!(held.contains("a ring change by hand waits"), "{held}");
+        let stale = lease.check_by_hand(0, 1000).unwrap_err().to_string();
+        assert!(
+            stale.starts_with(
+                "STALETERM a ring change by hand under term 0 refused: this node follows term 2"
+            ),
+            "{stale}"
+        );
+        assert_eq!(lease.check_by_hand(2, 1000), Ok(()));
+        assert_eq!(lease.check_by_hand(3, 1000), Ok(()));
+        assert_eq!(lease.record.term, 2, "the record is left as it is");
     }
 }

@@ -20,7 +20,8 @@
 //! - `lease`: one coordinator at a time: the term a coordinator takes before it drives (refused
 //!   while another's lease runs), claims, renews, stamps on every step and releases; `fencing`
 //!   the nodes' side: a step's `TERM ...` read, accepted or refused (`STALETERM`), and made
-//!   durable (the record's rules: `ring::lease`).
+//!   durable (the record's rules: `ring::lease`); `unstepped` the same term held against
+//!   rings that come without a step (pushed from another node, changed by hand).
 //! - `reach`: how this node reaches the fleet (link, the rings' nodes, the coordinator's
 //!   `Reach`), and whether there is a plan to resume.
 //! - `operation`: START's checks and start, RESUME, CANCEL, HANDOVER, PLAN, as the commands ask
@@ -55,3 +56,4 @@ pub mod status;
 pub mod survey;
 #[cfg(test)]
 mod tests;
+pub mod unstepped;

@@ -1,6 +1,7 @@
 //! `SHARD.RING PUSH`: this node's rings sent to every node they name, as one
-//! `SHARD.RING INSTALL` each (the same call repeated changes nothing); the reply maps each node
-//! to `OK` or what went wrong there.
+//! `SHARD.RING INSTALL` each (the same call repeated changes nothing), ending with this node's
+//! fleet term (`PUSHED ...`: a node of a newer term refuses the rings, `fleet::unstepped`); the
+//! reply maps each node to `OK` or what went wrong there.
 
 use std::sync::Arc;
 
@@ -29,7 +30,7 @@ impl Push {
     pub fn prepare(st: &ModuleState, current: &Arc<Placement>) -> Result<Push, CmdError> {
         let nodes: Vec<Endpoint> = fleet_nodes(st, current)?.into_iter().map(|n| n.0).collect();
         let previous = st.rings.previous.as_ref();
-        let args = Install {
+        let mut args = Install {
             current: &current.spec,
             previous: previous.map(|p| &p.spec),
             returning: st.rings.returning,
@@ -37,6 +38,9 @@ impl Push {
             settled: st.rings.settled,
         }
         .command();
+        args.extend(crate::reshard::fleet::unstepped::pushed_args(
+            &st.lease.record,
+        ));
         Ok(Push {
             nodes,
             args,

@@ -327,9 +327,9 @@ fn outcome(reply: Result<Resp, crate::net::endpoint::StepError>) -> String {
     }
 }
 
-/// `SHARD.RING INSTALL` of `newer`'s rings, as its `SHARD.RING STATE` gives them, when they
-/// do not name this node (`me`); `None` when they do (its push reaches this node) or cannot
-/// be read.
+/// `SHARD.RING INSTALL` of `newer`'s rings, as its `SHARD.RING STATE` gives them (pushed
+/// under its term), when they do not name this node (`me`); `None` when they do (its push
+/// reaches this node) or cannot be read.
 fn install_here(newer: &NodeState, me: &str) -> Option<Vec<Vec<u8>>> {
     let current = crate::persist::parse_canonical(newer.ring.as_bytes()).ok()?;
     if current.node_index(me).is_some() {
@@ -346,16 +346,29 @@ fn install_here(newer: &NodeState, me: &str) -> Option<Vec<Vec<u8>>> {
     {
         return None;
     }
-    Some(
-        crate::reshard::fleet::plan::Install {
-            current: &current,
-            previous: previous.as_ref(),
-            returning: newer.returning,
-            fence: newer.fence,
-            settled: newer.settled,
-        }
-        .command(),
-    )
+    let mut args = crate::reshard::fleet::plan::Install {
+        current: &current,
+        previous: previous.as_ref(),
+        returning: newer.returning,
+        fence: newer.fence,
+        settled: newer.settled,
+    }
+    .command();
+    // As that node's push would: under its term (a ring change without a term is refused here,
+    // this node following one).
+    let lease_ms = state::lock().config.fleet_lease_ms.max(1).unsigned_abs();
+    let record = crate::ring::lease::Record {
+        term: newer.term,
+        lease_ms,
+        holder: crate::ring::lease::Holder {
+            name: newer.term_holder.clone(),
+            address: newer.term_address.clone(),
+            run_id: newer.term_run_id.clone(),
+        },
+        released: newer.term_released,
+    };
+    args.extend(crate::reshard::fleet::unstepped::pushed_args(&record));
+    Some(args)
 }
 
 /// After a repair: this node's keys of buckets it does not own are removed (see the module's
