@@ -91,6 +91,10 @@ pub(super) struct Runner {
     pub(super) followed: Followed,
     pub(super) pass_targets: Vec<Target>,
     pub(super) pass_walked: Option<Vec<bool>>,
+    /// A copy's pass under way in steps on the main thread (`copy_steps`), instead of a child.
+    pub(super) steps: Option<crate::reshard::copy_steps::Steps>,
+    /// Big keys a pass in steps left for a forked pass (they travel in pieces).
+    pub(super) big: Vec<DbKey>,
 }
 
 thread_local! {
@@ -155,6 +159,8 @@ pub fn start(
             followed: Followed::default(),
             pass_targets: Vec::new(),
             pass_walked: None,
+            steps: None,
+            big: Vec::new(),
         })
     });
     match kind {
@@ -289,11 +295,13 @@ pub(super) fn finish(runner: &Runner) {
 }
 
 impl Runner {
-    /// Kills the job's child, if one runs, and stops recording written keys.
+    /// Kills the job's child, if one runs (or gives up its pass in steps, whose thread stops
+    /// at once), and stops recording written keys.
     pub(super) fn end_child(&mut self) {
         if let Some(pid) = self.child.take() {
             fork::kill_child(pid);
         }
+        self.steps = None;
         self.names = None;
         dirty::end();
     }

@@ -34,6 +34,7 @@ pub mod copy_child;
 pub mod copy_job;
 pub mod copy_page;
 pub mod copy_serialize;
+pub mod copy_steps;
 pub mod current;
 pub mod dirty;
 pub mod failover;
@@ -45,6 +46,7 @@ pub mod pace;
 pub mod pieces;
 pub mod progress;
 pub mod ship;
+pub mod ship_thread;
 
 pub use fate::{cleanup_deletes, copy_target, is_member};
 pub use progress::{Job, JobKind, JobState, Outcome};
