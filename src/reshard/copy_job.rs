@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use redis_module::Context;
 
 use crate::reshard::copy_child::{self, Pass, Source};
-use crate::reshard::copy_steps::{self, Mode, Progress};
 use crate::reshard::copy_page::{self, Shared};
+use crate::reshard::copy_steps::{self, Mode, Progress};
 use crate::reshard::jobs::{
     child_outcome, fail_job, finish, forget_child_outcome, on_child_done, Runner, RUNNER,
 };
@@ -64,12 +64,8 @@ fn on_copy_timer(ctx: &Context) {
 fn copy_tick(ctx: &Context) -> Option<Duration> {
     RUNNER.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let Some(runner) = slot.as_mut() else {
-            return None;
-        };
-        let Some(shared) = copy_page::shared() else {
-            return None;
-        };
+        let runner = slot.as_mut()?;
+        let shared = copy_page::shared()?;
         if crate::reshard::current::lock().job.stop_requested() {
             runner.end_child();
             // A walk cut short leaves no list to trust.
@@ -377,9 +373,10 @@ pub fn in_flight_now(job: &crate::reshard::Job) -> u64 {
     // of 0 after a PAUSE means nothing more will be sent: the steps queue nothing while
     // paused).
     let in_steps = super::jobs::RUNNER.with(|r| {
-        r.try_borrow()
-            .ok()
-            .and_then(|r| r.as_ref().and_then(|r| r.steps.as_ref().map(|s| s.in_flight())))
+        r.try_borrow().ok().and_then(|r| {
+            r.as_ref()
+                .and_then(|r| r.steps.as_ref().map(|s| s.in_flight()))
+        })
     });
     if let Some(in_flight) = in_steps {
         return in_flight;

@@ -190,7 +190,8 @@ impl<'a, S: Sink> Copier<'a, S> {
     /// Waits while the job is paused (its connections closed) or ahead of its rate for `keys`
     /// more keys.
     fn wait_turn_for(&mut self, keys: u64) {
-        self.shipper.wait_turn_for(self.shared, &mut self.pace, keys);
+        self.shipper
+            .wait_turn_for(self.shared, &mut self.pace, keys);
     }
 
     /// Ships strings (all for destination `owner`) in one `SHARD.APPLY NX|REPLACE key value

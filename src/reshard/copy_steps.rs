@@ -137,6 +137,8 @@ pub struct Steps {
     list: Option<ListWriter>,
     pace: Pace,
     replaced: u64,
+    /// The thread was told to close its connections (the job is paused).
+    closed: bool,
     /// Why the pass ended before its end.
     pub broken: Option<String>,
 }
@@ -224,6 +226,7 @@ pub fn start(ctx: &Context, pass: &mut Pass) -> Result<Steps, String> {
         list,
         pace: Pace::default(),
         replaced: REPLACED.load(Ordering::Relaxed),
+        closed: false,
         broken: None,
     })
 }
@@ -241,7 +244,9 @@ impl Steps {
             };
         }
         if self.replaced != REPLACED.load(Ordering::Relaxed) {
-            self.end(Some("the keyspace was replaced (a load or SWAPDB) during the pass"));
+            self.end(Some(
+                "the keyspace was replaced (a load or SWAPDB) during the pass",
+            ));
             return Progress::More;
         }
         keyspace::select_db(ctx, self.db);
@@ -250,15 +255,21 @@ impl Steps {
                 return Progress::Wait(Duration::from_millis(1));
             }
             if paused {
+                if !self.closed {
+                    self.copier.shipper.close();
+                    self.closed = true;
+                }
                 self.pace.restart();
                 return Progress::Wait(Duration::from_millis(10));
             }
+            self.closed = false;
             let now = Instant::now();
             if rate > 0 && self.pace.allowance(rate, now) == 0 {
-                return Progress::Wait(self.pace.wait(now).clamp(
-                    Duration::from_millis(1),
-                    Duration::from_millis(50),
-                ));
+                return Progress::Wait(
+                    self.pace
+                        .wait(now)
+                        .clamp(Duration::from_millis(1), Duration::from_millis(50)),
+                );
             }
             if started.elapsed() >= budget {
                 return Progress::More;

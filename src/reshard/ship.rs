@@ -222,7 +222,12 @@ impl Shipper {
     }
 
     /// Queues a command that `encode` appends to the output (returning its length).
-    fn queue(&mut self, target: &Target, expect: Expect, encode: impl FnOnce(&mut Vec<u8>) -> usize) {
+    fn queue(
+        &mut self,
+        target: &Target,
+        expect: Expect,
+        encode: impl FnOnce(&mut Vec<u8>) -> usize,
+    ) {
         let at = (target.address.clone(), self.db);
         if !self.dests.contains_key(&at) {
             let dest = self.open(target);

@@ -34,6 +34,9 @@ const IDLE_WAIT: Duration = Duration::from_millis(1);
 enum Msg {
     Select(i32),
     Send(usize, Vec<u8>, Expect),
+    /// The job is paused: wait for the replies and close every connection (the next command
+    /// opens them again), as a paused child does.
+    Close,
     /// Every command is queued: wait for their replies, publish, and exit.
     End,
 }
@@ -102,6 +105,11 @@ impl Outbox {
     pub fn in_flight(&self) -> u64 {
         self.queued_keys
             .saturating_sub(self.link.answered.load(Ordering::Acquire))
+    }
+
+    /// The job is paused: the thread closes its connections once what is in flight is answered.
+    pub fn close(&mut self) {
+        self.queue(Msg::Close);
     }
 
     /// Every command is queued: the thread waits for the replies and exits.
@@ -183,8 +191,10 @@ fn run(
             return false;
         }
         let t = &shipper.tally;
-        link.answered
-            .store(t.copied + t.skipped + t.failed + t.lost(), Ordering::Release);
+        link.answered.store(
+            t.copied + t.skipped + t.failed + t.lost(),
+            Ordering::Release,
+        );
         shared.publish_tally(t, shipper.in_flight());
         if done {
             if !t.last_error.is_empty() {
@@ -200,6 +210,10 @@ fn run(
         }
         match rx.recv_timeout(IDLE_WAIT) {
             Ok(Msg::Select(db)) => shipper.select(db),
+            Ok(Msg::Close) => {
+                shipper.finish();
+                shipper.close();
+            }
             Ok(Msg::Send(index, bytes, expect)) => {
                 if let Some(target) = targets.get(index) {
                     shipper.send_encoded(target, &bytes, expect);
