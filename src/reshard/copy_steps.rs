@@ -33,6 +33,7 @@ use crate::reshard::copy_child::{self, Found, Pass, Source, Walk, BATCH};
 use crate::reshard::copy_page::{self, Shared};
 use crate::reshard::copy_serialize::{Copier, Sink};
 use crate::reshard::dirty::DbKey;
+use crate::reshard::index_cursor::{self, IndexCursor};
 use crate::reshard::moved::ListWriter;
 use crate::reshard::pace::Pace;
 use crate::reshard::ship::{Shipper, Window};
@@ -103,13 +104,7 @@ const CHUNK: usize = 32;
 
 /// Where the next names come from.
 enum Cursor {
-    Index {
-        visit: Vec<bool>,
-        dbs: Vec<i32>,
-        db_at: usize,
-        bucket: usize,
-        page: usize,
-    },
+    Index(IndexCursor),
     Keys {
         keys: Vec<DbKey>,
         at: usize,
@@ -165,20 +160,18 @@ pub enum Progress {
 /// the pass's source is left in it (its keys go back to the record of written keys).
 pub fn start(ctx: &Context, pass: &mut Pass) -> Result<Steps, String> {
     let shared = copy_page::shared().ok_or("cannot map the page shared with the copy's child")?;
-    let walk = Walk::of(
-        &pass.ring,
-        &pass.self_name,
-        pass.leaving.as_deref(),
-        pass.only.as_deref(),
-    )
-    .ok_or("the cluster algo has no ring to reshard")?;
+    if pass.ring.ring.is_none() {
+        return Err("the cluster algo has no ring to reshard".into());
+    }
     // What may fail comes before the source is taken.
-    let mut dbs = Vec::new();
+    let mut index = None;
     let mut scan = None;
     match &pass.source {
         Source::Index => {
-            dbs = crate::index::with_ready(&pass.ring, |index| index.databases().collect())
-                .ok_or("the key index is no longer ready")?;
+            index = Some(
+                IndexCursor::new(&pass.ring, &pass.self_name)
+                    .ok_or("the key index is no longer ready")?,
+            );
         }
         Source::Scan => scan = Some(ScanCursor::new().ok_or("RedisModule_Scan is missing")?),
         Source::Keys(_) => {}
@@ -193,12 +186,9 @@ pub fn start(ctx: &Context, pass: &mut Pass) -> Result<Steps, String> {
     let outbox = Outbox::start(shipper, pass.targets.clone(), shared)?;
     let copier = Copier::new(shared, outbox, pass.targets.clone(), pass.replace, pass.big);
     let cursor = match std::mem::replace(&mut pass.source, Source::Keys(Vec::new())) {
-        Source::Index => Cursor::Index {
-            visit: walk.buckets_to_visit(),
-            dbs,
-            db_at: 0,
-            bucket: 0,
-            page: 0,
+        Source::Index => match index {
+            Some(cursor) => Cursor::Index(cursor),
+            None => return Err("the key index is no longer ready".into()),
         },
         Source::Keys(keys) => Cursor::Keys { keys, at: 0 },
         Source::Scan => match scan {
@@ -207,7 +197,7 @@ pub fn start(ctx: &Context, pass: &mut Pass) -> Result<Steps, String> {
         },
     };
     let list = match cursor {
-        Cursor::Index { .. } => pass.list.clone().and_then(ListWriter::create),
+        Cursor::Index(_) => pass.list.clone().and_then(ListWriter::create),
         _ => None,
     };
     keyspace::select_db(ctx, 0);
@@ -328,34 +318,13 @@ impl Steps {
     /// few); false when the pass ended or broke.
     fn next_names(&mut self, ctx: &Context) -> bool {
         let next = match self.cursor.as_mut() {
-            Some(Cursor::Index {
-                visit,
-                dbs,
-                db_at,
-                bucket,
-                page,
-            }) => crate::index::with_ready(&self.ring, |index| loop {
-                let Some(&db) = dbs.get(*db_at) else {
-                    return Next::End;
-                };
-                let Some(&wanted) = visit.get(*bucket) else {
-                    *db_at += 1;
-                    *bucket = 0;
-                    *page = 0;
-                    continue;
-                };
-                let b = u16::try_from(*bucket).unwrap_or(u16::MAX);
-                if !wanted || *page >= index.page_count(db, b) {
-                    *bucket += 1;
-                    *page = 0;
-                    continue;
+            Some(Cursor::Index(cursor)) => match cursor.next() {
+                index_cursor::Next::Names(db, names) => Next::Names(db, names),
+                index_cursor::Next::End => Next::End,
+                index_cursor::Next::NotReady => {
+                    Next::Broken("the key index stopped being ready during the pass")
                 }
-                *page += 1;
-                return Next::Names(db, index.page_names(db, b, *page - 1));
-            })
-            .unwrap_or(Next::Broken(
-                "the key index stopped being ready during the pass",
-            )),
+            },
             Some(Cursor::Keys { keys, at }) => match keys.get(*at) {
                 None => Next::End,
                 Some(&(db, _)) => {

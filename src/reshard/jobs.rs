@@ -95,6 +95,8 @@ pub(super) struct Runner {
     pub(super) steps: Option<crate::reshard::copy_steps::Steps>,
     /// Big keys a pass in steps left for a forked pass (they travel in pieces).
     pub(super) big: Vec<DbKey>,
+    /// A cleanup's walk of the key index in its own steps, instead of a child's.
+    pub(super) index_walk: Option<crate::reshard::index_cursor::IndexCursor>,
 }
 
 thread_local! {
@@ -161,6 +163,7 @@ pub fn start(
             pass_walked: None,
             steps: None,
             big: Vec::new(),
+            index_walk: None,
         })
     });
     match kind {

@@ -40,6 +40,7 @@ pub mod dirty;
 pub mod failover;
 pub mod fate;
 pub mod fleet;
+pub mod index_cursor;
 pub mod jobs;
 pub mod moved;
 pub mod pace;
