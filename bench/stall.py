@@ -137,9 +137,15 @@ def grow_round(keys, key_index, compact, copy_fork=None):
         if reply not in (b"OK", "OK"):
             sys.exit(f"stall: START said {reply}")
         deadline = time.monotonic() + 900
+        passes = [(0, 0)] * len(cs)
+        polled = 0.0
         while (phase := cp.fleet_phase(cs[0])) != b"done":
             if phase == b"cancelled" or time.monotonic() > deadline:
                 sys.exit(f"stall: the fleet ended {phase}")
+            if time.monotonic() - polled > 0.1:
+                # (A node's counts are its last job's: the cleanup's replace the copy's.)
+                polled = time.monotonic()
+                passes = [max(p, copy_passes(c)) for p, c in zip(passes, cs)]
             time.sleep(0.01)
         wall = time.perf_counter() - t0
         phases = wait_index(cs)
@@ -152,7 +158,7 @@ def grow_round(keys, key_index, compact, copy_fork=None):
             sys.exit(f"stall: DBSIZE {sizes}, held {held} before")
         forks = [(int(c.info("stats").get("latest_fork_usec", 0)) / 1000,
                   int(c.info("memory").get("used_memory_rss", 0)) >> 20,
-                  total_forks(c) - before, copy_passes(c)) for c, before in zip(cs, forks_before)]
+                  total_forks(c) - before, p) for c, before, p in zip(cs, forks_before, passes)]
         events = {}
         for name, c in zip(names, cs):
             for event, (_, worst) in latest(c).items():
