@@ -105,14 +105,8 @@ const CHUNK: usize = 32;
 /// Where the next names come from.
 enum Cursor {
     Index(IndexCursor),
-    Keys {
-        keys: Vec<DbKey>,
-        at: usize,
-    },
-    Scan {
-        db: i32,
-        cursor: ScanCursor,
-    },
+    Keys { keys: Vec<DbKey>, at: usize },
+    Scan { db: i32, cursor: ScanCursor },
 }
 
 /// A pass under way in steps.

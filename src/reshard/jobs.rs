@@ -4,11 +4,13 @@
 //! - A copy (`copy_job`) runs pass after pass in a forked child (`copy_child`): the first walks
 //!   the whole keyspace, each next one the keys written here during the one before (`dirty`),
 //!   until a pass had none. The main thread only forks, polls the child's counts for `STATUS`
-//!   and starts the next pass.
+//!   and starts the next pass. A pass may instead run in steps on the main thread, without a
+//!   fork (`copy_steps`, `shard.copy-fork`), its commands shipped by a thread (`ship_thread`).
 //! - A cleanup (`cleanup_job`) deletes on the main thread in steps that stop once their time
 //!   budget is spent. A forked child (`cleanup_child`) walks the keyspace and sends the steps
 //!   the names of the keys this node no longer owns; the keys written meanwhile are checked
-//!   after it. Without a child (another one runs), the steps walk the keyspace themselves.
+//!   after it. Without a child (another one runs), the steps walk the keyspace themselves; with
+//!   the key index ready they take its names themselves, without a fork (`index_cursor`).
 //!
 //! Both are driven by module timers, so that the server keeps serving; the running job's
 //! bookkeeping (`Runner`) and its child's end live here, its counters in `current`.

@@ -12,6 +12,9 @@
 //!   (start, stop, throttle, pause); `copy_job` and `cleanup_job` drive each kind on the main
 //!   thread with module timers.
 //! - `copy_child`: one pass of a copy, in a forked child (the walk of the keyspace);
+//!   `copy_steps`: one pass in steps on the main thread instead (no fork: `shard.copy-fork`),
+//!   its commands shipped by `ship_thread`; `index_cursor`: a walk of the key index in steps
+//!   (the copy's steps, a cleanup without a fork);
 //!   `copy_serialize` serializes what it found and hands it to `ship`, which pipelines the
 //!   `SET`s and `RESTORE`s to their owners; `pieces` copies big keys piece by piece;
 //!   `copy_page` is the page the child and the main
