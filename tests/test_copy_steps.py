@@ -170,3 +170,25 @@ def test_a_swapdb_mid_step_pass_fails_the_job_rather_than_miss_keys(server_facto
     a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
     st = wait_job(a)
     assert st["state"] == b"failed" and b"replaced" in st["last_error"], st
+
+
+def test_a_destination_killed_mid_step_pass_gets_every_key_from_a_second_copy(server_factory):
+    servers, a, b, moving = resharding(server_factory)
+    assert a.execute_command("SHARD.RESHARD", "COPY", "TIMEOUT", 500, "MAXRATE", 5000) == b"OK"
+    until(lambda: status(a)["copied"] > 0, "the first keys to land")
+    port = servers["b"].port
+    servers["b"].stop(sig=9)
+    a.execute_command("SHARD.RESHARD", "THROTTLE", 0)
+    st = wait_job(a)
+    assert st["state"] == b"failed" and st["failed"] > 0 and st["passes_forked"] == 0, st
+    assert f"127.0.0.1:{port}".encode() in st["last_error"], st
+    assert a.dbsize() == N, "the source keeps every key"
+    servers["b"].port = port
+    servers["b"].start()
+    b = servers["b"].client()
+    assert b.dbsize() == 0
+    assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
+    st = wait_job(a)
+    assert st["state"] == b"done" and st["failed"] == 0 and st["passes_stepped"] >= 1, st
+    assert b.dbsize() == len(moving) == st["copied"]
+    assert b.mget(moving) == a.mget(moving)
