@@ -386,7 +386,7 @@ fn index_batch(runner: &mut Runner) -> bool {
     let Some(cursor) = runner.index_walk.as_mut() else {
         return true;
     };
-    let next = cursor.next();
+    let next = cursor.next_page();
     let self_name = runner.self_name.as_str();
     match next {
         index_cursor::Next::Names(db, names) => {

@@ -312,7 +312,7 @@ impl Steps {
     /// few); false when the pass ended or broke.
     fn next_names(&mut self, ctx: &Context) -> bool {
         let next = match self.cursor.as_mut() {
-            Some(Cursor::Index(cursor)) => match cursor.next() {
+            Some(Cursor::Index(cursor)) => match cursor.next_page() {
                 index_cursor::Next::Names(db, names) => Next::Names(db, names),
                 index_cursor::Next::End => Next::End,
                 index_cursor::Next::NotReady => {

@@ -57,7 +57,7 @@ impl IndexCursor {
     }
 
     /// The next page's names.
-    pub fn next(&mut self) -> Next {
+    pub fn next_page(&mut self) -> Next {
         let (visit, dbs) = (&self.visit, &self.dbs);
         let (db_at, bucket, page) = (&mut self.db_at, &mut self.bucket, &mut self.page);
         crate::index::with_ready(&self.ring, |index| loop {
