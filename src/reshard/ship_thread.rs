@@ -175,6 +175,21 @@ impl Sink for Outbox {
     }
 }
 
+/// Puts the calling thread under Linux's `SCHED_IDLE` policy, as a copy's child is
+/// (`host::fork`): it runs on a CPU nothing else wants, so that it never delays the main thread
+/// (on a 2-core machine a shipping thread at the server's priority took the CPU from it). Falls
+/// back to nice 19 where the policy is refused.
+fn lower_priority() {
+    // SAFETY: changes the calling thread's own scheduling (on Linux the policy and the nice
+    // value of pid 0 are the calling thread's); `param` is a valid sched_param.
+    unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+        }
+    }
+}
+
 /// The thread: ships what comes, reads the replies between messages, publishes the counts.
 fn run(
     rx: Receiver<Msg>,
@@ -183,6 +198,7 @@ fn run(
     shared: &'static Shared,
     link: &Link,
 ) {
+    lower_priority();
     let publish = |shipper: &Shipper, done: bool| {
         let Ok(_held) = link.publishing.lock() else {
             return false;
