@@ -42,7 +42,7 @@ SECTION = "## No stall: the main thread during a grow (issue 44)"
 THRESHOLD_MS = 5
 
 
-def start(name, key_index):
+def start(name, key_index, copy_fork=None):
     port = base.free_port()
     log = base.TMP / f"stall-{name}.log"
     rdb = f"stall-{name}.rdb"  # its own, for DEBUG RELOAD (and none left from a run before)
@@ -53,6 +53,8 @@ def start(name, key_index):
             "--loadmodule", str(base.MODULE), "self", name]
     if key_index:
         argv += ["key-index", "yes"]
+    if copy_fork:
+        argv += ["copy-fork", copy_fork]
     return fleet.Proc(argv, port, None, log)
 
 
@@ -91,12 +93,22 @@ def wait_index(cs, timeout=300):
     return phases
 
 
-def grow_round(keys, key_index, compact):
+def total_forks(c):
+    return int(c.info("stats").get("total_forks", 0))
+
+
+def copy_passes(c):
+    """(passes forked, passes in steps) of the node's last copy (INFO shard)."""
+    info = {k.removeprefix("shard_"): v for k, v in c.info("shard").items()}
+    return (int(info.get("reshard_passes_forked", 0)), int(info.get("reshard_passes_stepped", 0)))
+
+
+def grow_round(keys, key_index, compact, copy_fork=None):
     names = ("n0", "n1", "n2", "n3")
     procs = []
     try:
         for n in names:
-            procs.append(start(n, key_index))
+            procs.append(start(n, key_index, copy_fork))
         cs = [p.client() for p in procs]
         nodes = list(zip(names, procs))
         for c in cs:
@@ -114,6 +126,7 @@ def grow_round(keys, key_index, compact):
         for c in cs:
             c.call("CONFIG", "SET", "latency-monitor-threshold", THRESHOLD_MS)
             c.call("LATENCY", "RESET")
+        forks_before = [total_forks(c) for c in cs]
         pingers = [cp.Pinger(p.port) for p in procs]
         for p in pingers:
             p.start()
@@ -124,9 +137,15 @@ def grow_round(keys, key_index, compact):
         if reply not in (b"OK", "OK"):
             sys.exit(f"stall: START said {reply}")
         deadline = time.monotonic() + 900
+        passes = [(0, 0)] * len(cs)
+        polled = 0.0
         while (phase := cp.fleet_phase(cs[0])) != b"done":
             if phase == b"cancelled" or time.monotonic() > deadline:
                 sys.exit(f"stall: the fleet ended {phase}")
+            if time.monotonic() - polled > 0.1:
+                # (A node's counts are its last job's: the cleanup's replace the copy's.)
+                polled = time.monotonic()
+                passes = [max(p, copy_passes(c)) for p, c in zip(passes, cs)]
             time.sleep(0.01)
         wall = time.perf_counter() - t0
         phases = wait_index(cs)
@@ -138,7 +157,8 @@ def grow_round(keys, key_index, compact):
         if sum(sizes) != sum(held):
             sys.exit(f"stall: DBSIZE {sizes}, held {held} before")
         forks = [(int(c.info("stats").get("latest_fork_usec", 0)) / 1000,
-                  int(c.info("memory").get("used_memory_rss", 0)) >> 20) for c in cs]
+                  int(c.info("memory").get("used_memory_rss", 0)) >> 20,
+                  total_forks(c) - before, p) for c, before, p in zip(cs, forks_before, passes)]
         events = {}
         for name, c in zip(names, cs):
             for event, (_, worst) in latest(c).items():
@@ -162,10 +182,12 @@ def report(r, names=("n0", "n1", "n2", "n3")):
         lines.append(f"| {name} | {event} | {worst} | {count} |")
     if not r["events"]:
         lines.append("| all | (none over 5 ms) | | |")
-    lines += ["", "| server | PING p99 ms | PING worst ms | last fork ms | RSS MB |",
-              "|---|---|---|---|---|"]
-    for name, (p99, worst), (fork_ms, rss) in zip(names, r["pings"], r["forks"]):
-        lines.append(f"| {name} | {p99:.2f} | {worst:.2f} | {fork_ms:.1f} | {rss} |")
+    lines += ["", "| server | PING p99 ms | PING worst ms | forks during the grow | last fork ms "
+              "| copy passes forked / in steps | RSS MB |", "|---|---|---|---|---|---|---|"]
+    for name, (p99, worst), (fork_ms, rss, n, (forked, stepped)) in zip(names, r["pings"],
+                                                                        r["forks"]):
+        lines.append(f"| {name} | {p99:.2f} | {worst:.2f} | {n} | {fork_ms:.1f} | "
+                     f"{forked} / {stepped} | {rss} |")
     return lines
 
 
@@ -188,6 +210,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--no-key-index", action="store_true")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--copy-fork", choices=("yes", "no", "auto"),
+                    help="shard.copy-fork on every server (default: the module's, auto)")
     ap.add_argument("--no-compact", action="store_true",
                     help="no DEBUG RELOAD of the old nodes after the fill (their memory stays "
                          "that of 3 x grow-keys keys)")
@@ -195,12 +219,13 @@ def main():
     base.TMP.mkdir(parents=True, exist_ok=True)
     out = [f"`python3 bench/stall.py --grow-keys {opts.grow_keys}` on "
            f"{base.first_line([base.REDIS_SERVER, '--version'])}, key index "
-           f"{'off' if opts.no_key_index else 'on'}: `SHARD.RESHARD START` 3 -> 4 with "
+           f"{'off' if opts.no_key_index else 'on'}, `shard.copy-fork "
+           f"{opts.copy_fork or 'auto'}`: `SHARD.RESHARD START` 3 -> 4 with "
            f"`latency-monitor-threshold {THRESHOLD_MS}` on every server; `LATENCY LATEST` per "
            "server and event (the module's own events are `shard-...`), and a PING every ms."]
     for i in range(opts.rounds):
         print(f"round {i + 1} ...", flush=True)
-        r = grow_round(opts.grow_keys, not opts.no_key_index, not opts.no_compact)
+        r = grow_round(opts.grow_keys, not opts.no_key_index, not opts.no_compact, opts.copy_fork)
         lines = report(r)
         print("\n".join(lines), flush=True)
         out += ["", f"Round {i + 1}:", ""] + lines

@@ -28,6 +28,7 @@ fn change_in(st: &mut ModuleState, change: impl FnOnce(&mut Config)) -> Result<(
     check_key_index(&next)?;
     crate::route::plain::check(&next.route_plain)?;
     check_yes_no("atomic-mset", &next.atomic_mset)?;
+    check_copy_fork(&next.copy_fork)?;
     check_tls(&st.config, &next)?;
     let tls = tls_update(st, &next)?;
     crate::cluster::protocol::check_config(&next, st.rings.current.as_deref())?;
@@ -114,6 +115,7 @@ fn finish_load_in(st: &mut ModuleState) -> Result<(), String> {
     check_key_index(&st.config)?;
     crate::route::plain::check(&st.config.route_plain)?;
     check_yes_no("atomic-mset", &st.config.atomic_mset)?;
+    check_copy_fork(&st.config.copy_fork)?;
     check_tls(&Config::default(), &st.config)?;
     check_shardjs_config(&st.config, &keys)?;
     let ring = crate::state::ring_from_file(&st.config)?;
@@ -180,6 +182,10 @@ fn apply(config: &Config) {
     crate::index::set_wanted(config.key_index == "yes");
     crate::route::plain::set_enabled(config.route_plain == "yes");
     crate::route::split::set_atomic_mset(config.atomic_mset == "yes");
+    // Checked before: the mode parses.
+    crate::reshard::copy_steps::Mode::parse(&config.copy_fork)
+        .unwrap_or(crate::reshard::copy_steps::Mode::Auto)
+        .set();
     // Checked before: the mode parses.
     crate::topology::nodes::set_read_from(
         crate::topology::nodes::ReadFrom::parse(&config.read_from)
@@ -280,6 +286,7 @@ config_field!(CLUSTER_PROTOCOL: TextConfig => cluster_protocol);
 config_field!(KEY_INDEX: TextConfig => key_index);
 config_field!(ROUTE_PLAIN: TextConfig => route_plain);
 config_field!(ATOMIC_MSET: TextConfig => atomic_mset);
+config_field!(COPY_FORK: TextConfig => copy_fork);
 config_field!(SPECIAL_KEYS: TextConfig => special_keys);
 config_field!(FIELDS: TextConfig => fields);
 config_field!(SENTINELS: TextConfig => sentinels);
@@ -320,6 +327,7 @@ pub const NAMES: &[&str] = &[
     "key-index",
     "route-plain",
     "atomic-mset",
+    "copy-fork",
     "special-keys",
     "fields",
     "sentinels",
@@ -343,6 +351,14 @@ fn check_yes_no(name: &str, value: &str) -> Result<(), String> {
     match value {
         "yes" | "no" => Ok(()),
         other => Err(format!("{name} is yes or no, not '{other}'")),
+    }
+}
+
+/// `copy-fork` is `yes`, `no` or `auto`.
+fn check_copy_fork(value: &str) -> Result<(), String> {
+    match crate::reshard::copy_steps::Mode::parse(value) {
+        Some(_) => Ok(()),
+        None => Err(format!("copy-fork is yes, no or auto, not '{value}'")),
     }
 }
 

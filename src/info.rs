@@ -79,6 +79,8 @@ fn shard_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     section.str("reshard_paused", if job.paused { "yes" } else { "no" });
     section.int("reshard_max_step_us", int(job.max_step_us));
     section.str("reshard_keys_from", job.keys_from);
+    section.int("reshard_passes_forked", int(job.passes_forked));
+    section.int("reshard_passes_stepped", int(job.passes_stepped));
     let (applied, applied_skipped) = crate::host::strings::applied();
     section.int("applied_strings", int(applied));
     section.int("applied_skipped", int(applied_skipped));

@@ -128,6 +128,7 @@ unsafe fn follow_the_server(ctx: *mut redis_module::raw::RedisModuleCtx) -> Resu
             KeyspaceChange::LoadStarted | KeyspaceChange::Swapped(..)
         ) {
             reshard::moved::forget();
+            reshard::copy_steps::keyspace_replaced();
         }
         index::on_keyspace_change(change);
         txn::owner::on_keyspace_change(change);
@@ -304,6 +305,7 @@ redis_module! {
             ["key-index", &config::KEY_INDEX, "no", ConfigurationFlags::DEFAULT, None],
             ["route-plain", &config::ROUTE_PLAIN, "no", ConfigurationFlags::DEFAULT, None],
             ["atomic-mset", &config::ATOMIC_MSET, "no", ConfigurationFlags::DEFAULT, None],
+            ["copy-fork", &config::COPY_FORK, "auto", ConfigurationFlags::DEFAULT, None],
             ["special-keys", &config::SPECIAL_KEYS, "", ConfigurationFlags::DEFAULT, None],
             ["fields", &config::FIELDS, "", ConfigurationFlags::DEFAULT, None],
             ["sentinels", &config::SENTINELS, "", ConfigurationFlags::DEFAULT, None],

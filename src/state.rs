@@ -44,6 +44,8 @@ pub struct Config {
     pub route_plain: String,
     /// `atomic-mset`: `yes` gathers an MSET over several owners as one transaction.
     pub atomic_mset: String,
+    /// `copy-fork`: whether a copy pass forks (`yes`, `no`, `auto`: `reshard::copy_steps`).
+    pub copy_fork: String,
     /// Shardjs's special keys: `name:offset:type ...` (`SHARD.SPECIALKEY name`).
     pub special_keys: String,
     /// Shardjs's field-name dictionary: `long:short ...` (hash commands through SHARD.CALL).
@@ -82,6 +84,7 @@ impl Default for Config {
             key_index: "no".into(),
             route_plain: "no".into(),
             atomic_mset: "no".into(),
+            copy_fork: "auto".into(),
             special_keys: String::new(),
             fields: String::new(),
             sentinels: String::new(),

@@ -16,7 +16,7 @@ def test_defaults_are_visible_in_config_get(r):
         "shard.ring-algo": "ketama", "shard.ring-hashtag": "", "shard.self": "",
         "shard.auth-user": "", "shard.auth-password": "", "shard.call-timeout-ms": "1000",
         "shard.cluster-protocol": "no", "shard.key-index": "no", "shard.route-plain": "no",
-        "shard.atomic-mset": "no", "shard.special-keys": "",
+        "shard.atomic-mset": "no", "shard.copy-fork": "auto", "shard.special-keys": "",
         "shard.fields": "",
         "shard.big-key-bytes": "1048576", "shard.big-key-elements": "4096",
         "shard.sentinels": "", "shard.sentinel-user": "", "shard.sentinel-password": "",

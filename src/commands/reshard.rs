@@ -200,7 +200,7 @@ pub fn status(call: &Call) -> CmdResult {
     let job = &current.job;
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let reply = &call.reply;
-    reply.map(22);
+    reply.map(24);
     reply.field_bulk("state", job.state.name().as_bytes());
     reply.field_opt(
         "job",
@@ -219,6 +219,8 @@ pub fn status(call: &Call) -> CmdResult {
     reply.field_int("elapsed_ms", int(job.elapsed_ms));
     reply.field_int("max_step_us", int(job.max_step_us));
     reply.field_bulk("keys_from", job.keys_from.as_bytes());
+    reply.field_int("passes_forked", int(job.passes_forked));
+    reply.field_int("passes_stepped", int(job.passes_stepped));
     reply.field_int("keys_total", int(job.keys_total));
     reply.field_int("percent", int(job.percent()));
     reply.field_int("keys_per_sec", int(job.keys_per_sec));

@@ -5,6 +5,9 @@
 //! it is not added back (past a million of them, each name that arrives is looked up instead,
 //! so that a build ends however fast the server deletes).
 //!
+//! An empty keyspace (a node that joins a fleet) needs no walk: the index is ready at once,
+//! without a fork.
+//!
 //! Redis runs one child at a time: while another one runs (a `BGSAVE`, a copy's pass), the
 //! build waits and tries again.
 
@@ -87,6 +90,22 @@ pub fn start(ctx: &Context) {
     if TRACKER.with(|t| t.borrow().child.is_some()) {
         return;
     }
+    if keyspace_empty(ctx) {
+        // Nothing to walk (a node joining a fleet): ready at once, without a fork.
+        TRACKER.with(|t| {
+            let mut t = t.borrow_mut();
+            let index = std::mem::take(&mut t.index);
+            let gone = std::mem::take(&mut t.gone);
+            super::free_later((index, gone));
+            t.check_arrivals = false;
+            t.buckets = Some(Arc::clone(&ring));
+            t.generation += 1;
+            t.phase = Phase::Ready;
+            t.builds += 1;
+        });
+        FOLLOWING.store(true, Ordering::Relaxed);
+        return;
+    }
     CHILD_DONE.with(|d| d.set(None));
     // Every name: the test runs in the child.
     match crate::host::walk::start(ctx, |_| true, on_child_done) {
@@ -111,6 +130,22 @@ pub fn start(ctx: &Context) {
             later(RETRY, start);
         }
     }
+}
+
+/// Whether every database is empty (then a build has nothing to walk).
+fn keyspace_empty(ctx: &Context) -> bool {
+    let mut empty = true;
+    for db in 0.. {
+        if !crate::host::keyspace::select_db(ctx, db) {
+            break;
+        }
+        if crate::host::keyspace::db_size(ctx) > 0 {
+            empty = false;
+            break;
+        }
+    }
+    crate::host::keyspace::select_db(ctx, 0);
+    empty
 }
 
 /// Stops a build (its child is killed, its timers do nothing more); the index is left as it is.

@@ -147,6 +147,24 @@ impl KeyIndex {
         }
     }
 
+    /// Number of pages of `bucket` of `db` (0 when it holds no name). A page's index stays
+    /// that page's while names come and go: a page that splits keeps its index and its other
+    /// half is added at the end, and pages never merge (`bucket.rs`). So a walk in steps that
+    /// visits the pages by index, each page's names taken at once, sees every name that stays
+    /// in the bucket throughout (some twice, after a split), at a cost a step bounded by a
+    /// page's `PAGE_MAX` names.
+    pub fn page_count(&self, db: i32, bucket: u16) -> usize {
+        self.bucket(db, bucket).map_or(0, |b| b.pages().len())
+    }
+
+    /// The names of page `page` of `bucket` of `db`, copied (none past the last page).
+    pub fn page_names(&self, db: i32, bucket: u16, page: usize) -> Vec<Vec<u8>> {
+        self.bucket(db, bucket)
+            .and_then(|b| b.pages().get(page))
+            .map(|p| p.names().map(<[u8]>::to_vec).collect())
+            .unwrap_or_default()
+    }
+
     /// The buckets of `db` that hold names, ascending, with their counts.
     pub fn buckets(&self, db: i32) -> impl Iterator<Item = (u16, usize)> + '_ {
         let buckets = self.dbs.get(&db).map_or(&[][..], |d| &d.buckets[..]);

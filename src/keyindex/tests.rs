@@ -316,3 +316,47 @@ fn size_classes_are_jemallocs() {
     }
     assert_eq!(super::page::allocated(0), 0);
 }
+
+/// A walk of a bucket page by page (`page_count`, `page_names`, as a copy in steps takes it)
+/// while names are added and removed between pages: every name present from the walk's start
+/// to its end is seen (the pages split as the bucket grows past `PAGE_MAX`).
+#[test]
+fn a_walk_by_pages_sees_every_name_that_stays() {
+    let mut rng = Rng::new(44);
+    let mut split = 0;
+    for round in 0..20 {
+        let mut index = KeyIndex::new();
+        let start = 500 + round * 300;
+        let stays: Vec<Vec<u8>> = (0..start).map(|i| format!("s:{i}").into_bytes()).collect();
+        for n in &stays {
+            index.insert(0, 7, n);
+        }
+        let mut churn: Vec<Vec<u8>> = Vec::new();
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut page = 0;
+        let mut made = 0;
+        while page < index.page_count(0, 7) {
+            seen.extend(index.page_names(0, 7, page));
+            page += 1;
+            // Between two steps: new names (splitting pages), and some of them gone again.
+            for _ in 0..rng.below(600) {
+                let n = format!("new:{made}").into_bytes();
+                made += 1;
+                index.insert(0, 7, &n);
+                churn.push(n);
+            }
+            for _ in 0..rng.below(300) {
+                if churn.is_empty() {
+                    break;
+                }
+                let i = rng.below(churn.len() as u64) as usize;
+                let n = churn.swap_remove(i);
+                index.remove(0, 7, &n);
+            }
+        }
+        split += usize::from(index.page_count(0, 7) > 1);
+        let missed = stays.iter().filter(|n| !seen.contains(*n)).count();
+        assert_eq!(missed, 0, "round {round}: names that stayed were not seen");
+    }
+    assert!(split > 10, "pages split during the walks ({split} rounds)");
+}

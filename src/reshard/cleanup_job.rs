@@ -1,9 +1,10 @@
 //! A cleanup job's driver, on the main thread: steps on module timers, each deleting keys
 //! until its time budget (`STEP_BUDGET`) is spent, so that the server keeps serving. The names
-//! come from the copy's list when it left one for this ring (`moved`); else a forked child
-//! (`host::walk`) sends the steps the names of the keys this node no longer owns, from the key
-//! index's buckets that the ring does not give wholly to this node when the index is ready
-//! (`keys_from: index`), else from a walk of the whole keyspace; while it walks, a step with nothing to delete waits in the event loop
+//! come from the copy's list when it left one for this ring (`moved`); else, when the key index
+//! is ready, the steps take its names of the buckets the ring does not give wholly to this node
+//! themselves, a page at a time (`index_cursor`, `keys_from: index`; a forked child sends them
+//! under `shard.copy-fork yes`); else a forked child (`host::walk`) sends the steps the names of
+//! the keys this node no longer owns from a walk of the whole keyspace; while it walks, a step with nothing to delete waits in the event loop
 //! for its next names. The keys written meanwhile (`dirty`) are checked after it. Without a
 //! child (another one runs), the steps walk the keyspace themselves. What the copy and the
 //! cleanup share (the running job, its child, its rate) is `jobs`.
@@ -18,6 +19,7 @@ use crate::host::keyspace;
 use crate::host::names::Names;
 use crate::host::walk::Emit;
 use crate::reshard::dirty::{self, DbKey};
+use crate::reshard::index_cursor::{self, IndexCursor};
 use crate::reshard::jobs::{
     child_outcome, fail_job, finish, forget_child_outcome, on_child_done, Runner, RUNNER,
 };
@@ -64,6 +66,15 @@ fn fork_cleanup_walk(ctx: &Context) {
         let placement = Arc::clone(&runner.ring);
         let self_name = runner.self_name.clone();
         if crate::index::complete_for(ctx, &placement) {
+            // Without a fork (`shard.copy-fork` other than yes): the steps take the index's
+            // names themselves, a page at a time, and check the keys written meanwhile after.
+            if crate::reshard::copy_steps::Mode::now() != crate::reshard::copy_steps::Mode::Yes {
+                if let Some(cursor) = IndexCursor::new(&placement, &self_name) {
+                    crate::reshard::current::lock().job.keys_from = "index";
+                    runner.index_walk = Some(cursor);
+                    return;
+                }
+            }
             // The key index names the keys by bucket: the child sends those of the buckets
             // the ring does not give wholly to this node, and looks at no other key.
             let produce = move |emit: &mut Emit| names_from_index(&placement, &self_name, emit);
@@ -321,6 +332,9 @@ fn step(ctx: &Context) -> Next {
 /// is over (true): the last database's scan is. The scan only collects names: keys are
 /// deleted after it.
 fn scan_batch(ctx: &Context, runner: &mut Runner) -> bool {
+    if runner.index_walk.is_some() {
+        return index_batch(runner);
+    }
     let placement = Arc::clone(&runner.ring);
     let Some(ring) = placement.ring.as_ref() else {
         return true;
@@ -358,6 +372,63 @@ fn scan_batch(ctx: &Context, runner: &mut Runner) -> bool {
         return false;
     }
     over
+}
+
+/// Takes the next page of the key index's names (`IndexCursor`), keeping those this node no
+/// longer owns; true when the pass is over. At the walk's end the keys written since it began
+/// that go elsewhere (`dirty`) are added; too many of them, or the index no longer ready, and
+/// the steps walk the keyspace with their own scan instead.
+fn index_batch(runner: &mut Runner) -> bool {
+    let placement = Arc::clone(&runner.ring);
+    let Some(ring) = placement.ring.as_ref() else {
+        return true;
+    };
+    let Some(cursor) = runner.index_walk.as_mut() else {
+        return true;
+    };
+    let next = cursor.next_page();
+    let self_name = runner.self_name.as_str();
+    match next {
+        index_cursor::Next::Names(db, names) => {
+            crate::reshard::current::lock()
+                .job
+                .record_many(names.len() as u64, 0, 0);
+            runner.pending.extend(
+                names
+                    .into_iter()
+                    .filter(|name| crate::reshard::cleanup_deletes(ring, self_name, name))
+                    .map(|name| (db, name)),
+            );
+            false
+        }
+        index_cursor::Next::End => {
+            runner.index_walk = None;
+            match dirty::take() {
+                Some(written) => {
+                    runner.pending.extend(written);
+                    dirty::end();
+                    true
+                }
+                None => {
+                    dirty::end();
+                    walk_instead(runner)
+                }
+            }
+        }
+        index_cursor::Next::NotReady => {
+            runner.index_walk = None;
+            dirty::end();
+            walk_instead(runner)
+        }
+    }
+}
+
+/// The steps walk the whole keyspace with their own scan (false: the pass goes on).
+fn walk_instead(runner: &mut Runner) -> bool {
+    crate::reshard::current::lock().job.keys_from = "walk";
+    runner.db = 0;
+    runner.restart_scan();
+    false
 }
 
 /// Unlinks the keys that are still there, replicating one `UNLINK` per database; how many

@@ -10,8 +10,10 @@
 //! it about 2 µs, so steps that must leave the server 70% of its time cap a copy near 100 000
 //! keys/s and tax every client; the child serializes at its own core's pace and the
 //! destination's `RESTORE` rate becomes the limit. What the fork costs the server is the fork
-//! itself (page tables: about 1 ms per 100 MB of dataset here) and copy-on-write of the pages
-//! written while the child runs.
+//! itself (page tables: about 1 ms per 100 MB of dataset here, 5-16 ms of the main thread at 1-3
+//! M keys) and copy-on-write of the pages written while the child runs. Where that stall matters
+//! more than the main thread's share, `copy_steps` runs a pass without a fork
+//! (`shard.copy-fork`, by default whenever the key index is ready).
 //!
 //! Keys written here after the fork are not in the snapshot: `dirty` records them (keyspace
 //! events) and the next pass copies just those, until a pass has nothing to copy.
@@ -150,10 +152,10 @@ pub struct Found {
 }
 
 /// Keys are serialized and shipped this many at a time.
-const BATCH: usize = 256;
+pub(super) const BATCH: usize = 256;
 
-/// What the walk has seen and found.
-struct Walk<'a> {
+/// What the walk has seen and found (a child's, or a pass in steps', `copy_steps`).
+pub(super) struct Walk<'a> {
     ring: &'a crate::ring::Ring,
     self_index: Option<usize>,
     /// The ring the keys leave (the previous ring: the old one in a resharding, the one being
@@ -162,13 +164,46 @@ struct Walk<'a> {
     leaving: Option<(&'a crate::ring::Ring, Option<usize>)>,
     /// The destinations shipped to, by node index (`Pass::only`).
     only: Option<&'a [bool]>,
-    scanned: u64,
-    found: Vec<Found>,
+    pub(super) scanned: u64,
+    pub(super) found: Vec<Found>,
 }
 
-impl Walk<'_> {
-    /// The owner of `name` when it is another node.
-    #[inline]
+impl<'a> Walk<'a> {
+    /// A walk of `pass`'s ring for `pass`'s node (`None` when the ring has none).
+    pub(super) fn of(
+        ring: &'a Placement,
+        self_name: &str,
+        leaving: Option<&'a Placement>,
+        only: Option<&'a [bool]>,
+    ) -> Option<Walk<'a>> {
+        let ring = ring.ring.as_ref()?;
+        let leaving = leaving
+            .and_then(|p| p.ring.as_ref())
+            .map(|left| (left, left.spec().node_index(self_name)));
+        Some(Walk {
+            ring,
+            self_index: ring.spec().node_index(self_name),
+            leaving,
+            only,
+            scanned: 0,
+            found: Vec::with_capacity(BATCH * 2),
+        })
+    }
+
+    /// Every bucket the ring does not give wholly to this node (all of them when it is no
+    /// node): those whose keys a pass from the key index looks at.
+    pub(super) fn buckets_to_visit(&self) -> Vec<bool> {
+        match self.self_index {
+            Some(me) => self
+                .ring
+                .bucket_shares(me)
+                .into_iter()
+                .map(|share| share != crate::ring::Share::Whole)
+                .collect(),
+            None => vec![true; crate::ring::BUCKETS],
+        }
+    }
+
     /// The owner of `name` when it is another node, and whether the key travels there.
     fn moving(&self, name: &[u8]) -> Option<(usize, bool)> {
         let owner = self.ring.owner(name);
@@ -189,24 +224,16 @@ impl Walk<'_> {
 
 /// The child's work.
 fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
-    let Some(ring) = pass.ring.ring.as_ref() else {
+    let Some(mut walk) = Walk::of(
+        &pass.ring,
+        &pass.self_name,
+        pass.leaving.as_deref(),
+        pass.only.as_deref(),
+    ) else {
         shared.set_error("the cluster algo has no ring to reshard");
         return;
     };
     let targets = pass.targets.clone();
-    let leaving = pass
-        .leaving
-        .as_ref()
-        .and_then(|p| p.ring.as_ref())
-        .map(|left| (left, left.spec().node_index(&pass.self_name)));
-    let mut walk = Walk {
-        ring,
-        self_index: ring.spec().node_index(&pass.self_name),
-        leaving,
-        only: pass.only.as_deref(),
-        scanned: 0,
-        found: Vec::with_capacity(BATCH * 2),
-    };
     // The TLS configuration in force at the fork (the child's copy of the main thread's).
     let shipper = Shipper::new(
         Window::default(),
@@ -214,7 +241,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
         pass.auth.clone(),
         crate::net::tls::current(),
     );
-    let mut copier = Copier::new(ctx, shared, shipper, targets, pass.replace, pass.big);
+    let mut copier = Copier::new(shared, shipper, targets, pass.replace, pass.big);
     match &pass.source {
         Source::Scan => {
             let mut list = pass.list.clone().and_then(ListWriter::create);
@@ -249,7 +276,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
             for chunk in keys.chunks(BATCH) {
                 for (key_db, name) in chunk {
                     if *key_db != db {
-                        copier.ship(&mut walk.found);
+                        copier.ship(ctx, &mut walk.found);
                         db = *key_db;
                         keyspace::select_db(ctx, db);
                         copier.shipper.select(db);
@@ -259,7 +286,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
                         walk.found.push(found);
                     }
                 }
-                copier.ship(&mut walk.found);
+                copier.ship(ctx, &mut walk.found);
                 shared.publish(
                     walk.scanned,
                     &copier.shipper.tally,
@@ -304,7 +331,7 @@ fn scan_db(
             }
         });
         if walk.found.len() >= BATCH || !more {
-            ship_found(db, walk, copier, shared, list.as_deref_mut());
+            ship_found(ctx, db, walk, copier, shared, list.as_deref_mut());
         }
         if !more {
             break;
@@ -322,16 +349,7 @@ fn by_index(
     shared: &Shared,
     mut list: Option<&mut ListWriter>,
 ) {
-    // Every bucket the ring does not give wholly to this node (all of them when it is no node).
-    let visit: Vec<bool> = match walk.self_index {
-        Some(me) => walk
-            .ring
-            .bucket_shares(me)
-            .into_iter()
-            .map(|share| share != crate::ring::Share::Whole)
-            .collect(),
-        None => vec![true; crate::ring::BUCKETS],
-    };
+    let visit = walk.buckets_to_visit();
     crate::index::in_child(|index| {
         for db in index.databases() {
             if !keyspace::select_db(ctx, db) {
@@ -349,11 +367,11 @@ fn by_index(
                     }
                     // (Within the bucket: one bucket may hold a hash tag's million keys.)
                     if walk.found.len() >= BATCH {
-                        ship_found(db, walk, copier, shared, list.as_deref_mut());
+                        ship_found(ctx, db, walk, copier, shared, list.as_deref_mut());
                     }
                 }
             }
-            ship_found(db, walk, copier, shared, list.as_deref_mut());
+            ship_found(ctx, db, walk, copier, shared, list.as_deref_mut());
         }
     });
 }
@@ -361,6 +379,7 @@ fn by_index(
 /// Ships what the walk found in database `db` (adding the names to the cleanup's list, when
 /// the pass writes one) and publishes the counts.
 fn ship_found(
+    ctx: &Context,
     db: i32,
     walk: &mut Walk,
     copier: &mut Copier,
@@ -372,7 +391,7 @@ fn ship_found(
             list.add(db, &f.name);
         }
     }
-    copier.ship(&mut walk.found);
+    copier.ship(ctx, &mut walk.found);
     shared.publish(
         walk.scanned,
         &copier.shipper.tally,
@@ -382,7 +401,7 @@ fn ship_found(
 
 /// A key the scan did not hand over (a pass over written keys), if it goes elsewhere and is
 /// still there.
-fn look_up(ctx: &Context, walk: &Walk, name: &[u8]) -> Option<Found> {
+pub(super) fn look_up(ctx: &Context, walk: &Walk, name: &[u8]) -> Option<Found> {
     let (owner, travels) = walk.moving(name)?;
     let info = keyspace::look_up(ctx, name)?;
     Some(Found {

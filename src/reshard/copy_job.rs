@@ -16,6 +16,7 @@ use redis_module::Context;
 
 use crate::reshard::copy_child::{self, Pass, Source};
 use crate::reshard::copy_page::{self, Shared};
+use crate::reshard::copy_steps::{self, Mode, Progress};
 use crate::reshard::jobs::{
     child_outcome, fail_job, finish, forget_child_outcome, on_child_done, Runner, RUNNER,
 };
@@ -50,55 +51,40 @@ fn on_copy_timer(ctx: &Context) {
         .job
         .record_step(micros.max(1));
     match outcome {
-        Ok(true) => {
-            crate::host::timers::after_on(
-                ctx,
-                POLL_INTERVAL,
-                |ctx: &Context, ()| on_copy_timer(ctx),
-                (),
-            );
+        Ok(Some(next)) => {
+            crate::host::timers::after_on(ctx, next, |ctx: &Context, ()| on_copy_timer(ctx), ());
         }
-        Ok(false) => {}
+        Ok(None) => {}
         Err(_) => fail_job(),
     }
 }
 
-/// One look at a copy: starts a pass, follows the running one, or ends the job. True while
-/// the job goes on.
-fn copy_tick(ctx: &Context) -> bool {
+/// One look at a copy: starts a pass, runs a step of the pass in steps or follows the child,
+/// or ends the job. While the job goes on, when to look again.
+fn copy_tick(ctx: &Context) -> Option<Duration> {
     RUNNER.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let Some(runner) = slot.as_mut() else {
-            return false;
-        };
-        let Some(shared) = copy_page::shared() else {
-            return false;
-        };
+        let runner = slot.as_mut()?;
+        let shared = copy_page::shared()?;
         if crate::reshard::current::lock().job.stop_requested() {
             runner.end_child();
             // A walk cut short leaves no list to trust.
             moved::forget();
             finish(runner);
             *slot = None;
-            return false;
+            return None;
         }
-        if runner.child.is_some() {
-            let Some((code, signalled)) = child_outcome(runner) else {
-                runner.follow(shared);
-                return true;
+        if runner.child.is_some() || runner.steps.is_some() {
+            let (broken, error) = match pass_outcome(ctx, runner, shared) {
+                Ok(ended) => ended,
+                Err(next) => return Some(next),
             };
-            runner.child = None;
-            let broken =
-                signalled || code != 0 || shared.finished.load(Ordering::Acquire) != 1;
-            let mut error = shared.error();
-            if broken && error.is_empty() {
-                error = format!("the copy's child ended before its pass was done (exit code {code}, signal {signalled})");
-            }
             if runner.walking {
                 moved::walk_ended(!broken, runner.list.as_deref());
                 runner.walking = false;
             }
-            let written = dirty::count();
+            // (Big keys left by a pass in steps make one more pass, forked.)
+            let written = dirty::count().map(|w| w + runner.big.len());
             let now = Instant::now();
             let walked = runner.pass_walked.take();
             let recovered = runner.followed.pass_ended(
@@ -148,7 +134,7 @@ fn copy_tick(ctx: &Context) -> bool {
                 dirty::end();
                 finish(runner);
                 *slot = None;
-                return false;
+                return None;
             }
         }
         // Start the next pass: the whole keyspace first (or what the key index names in the
@@ -173,10 +159,10 @@ fn copy_tick(ctx: &Context) -> bool {
                 crate::reshard::current::lock().job.finish();
                 finish(runner);
                 *slot = None;
-                return false;
+                return None;
             }
             count_given_up(&mut crate::reshard::current::lock().job, given_up);
-            return true;
+            return Some(POLL_INTERVAL);
         }
         // The keys written meanwhile, kept through a pass that walks for lost destinations.
         let mut kept = None;
@@ -212,7 +198,19 @@ fn copy_tick(ctx: &Context) -> bool {
             let st = crate::reshard::current::lock();
             (st.job.max_rate, st.job.paused)
         };
-        let pass = Pass {
+        // Big keys a pass in steps left travel in pieces from a forked pass.
+        let big = std::mem::take(&mut runner.big);
+        let (source, fork_for_big) = match source {
+            Source::Keys(mut keys) if !big.is_empty() => {
+                keys.extend(big);
+                keys.sort_by_key(|(db, _)| *db);
+                (Source::Keys(keys), true)
+            }
+            // (A walk finds them again.)
+            other => (other, false),
+        };
+        let by_steps = !fork_for_big && Mode::now().by_steps(&source);
+        let mut pass = Pass {
             list: if walking { runner.list.clone() } else { None },
             leaving: runner.options.leaving.clone(),
             ring: Arc::clone(&runner.ring),
@@ -232,9 +230,21 @@ fn copy_tick(ctx: &Context) -> bool {
             dirty::restore(keys);
         }
         forget_child_outcome();
-        match copy_child::start(ctx, &pass, on_child_done) {
-            Ok(pid) => {
-                runner.child = Some(pid);
+        let started = if by_steps {
+            copy_steps::start(ctx, &mut pass).map(|steps| runner.steps = Some(steps))
+        } else {
+            copy_child::start(ctx, &pass, on_child_done).map(|pid| runner.child = Some(pid))
+        };
+        match started {
+            Ok(()) => {
+                {
+                    let mut st = crate::reshard::current::lock();
+                    if by_steps {
+                        st.job.passes_stepped += 1;
+                    } else {
+                        st.job.passes_forked += 1;
+                    }
+                }
                 runner.walking = walking;
                 runner.scan_over = true;
                 runner.replace_now = false;
@@ -246,11 +256,62 @@ fn copy_tick(ctx: &Context) -> bool {
                 if let Source::Keys(keys) = pass.source {
                     dirty::restore(keys);
                 }
-                crate::reshard::current::lock().job.last_error = format!("waiting to fork: {why}");
+                crate::reshard::current::lock().job.last_error = if by_steps {
+                    format!("waiting to start a pass in steps: {why}")
+                } else {
+                    format!("waiting to fork: {why}")
+                };
             }
         }
-        true
+        Some(if by_steps { Duration::ZERO } else { POLL_INTERVAL })
     })
+}
+
+/// How long one step of a pass in steps may run before it yields back to the event loop.
+const STEP_BUDGET: Duration = Duration::from_millis(1);
+
+/// The running pass's end, once it ended: (broken, its error); else when to look again (a
+/// step of a pass in steps runs here).
+fn pass_outcome(
+    ctx: &Context,
+    runner: &mut Runner,
+    shared: &Shared,
+) -> Result<(bool, String), Duration> {
+    if let Some(steps) = runner.steps.as_mut() {
+        let (rate, paused) = {
+            let st = crate::reshard::current::lock();
+            (st.job.max_rate, st.job.paused)
+        };
+        let next = match steps.step(ctx, STEP_BUDGET, rate, paused) {
+            Progress::More => Some(Duration::ZERO),
+            Progress::Wait(next) => Some(next),
+            Progress::Done => None,
+        };
+        if let Some(next) = next {
+            runner.follow(shared);
+            return Err(next);
+        }
+        let mut steps = runner.steps.take().ok_or(POLL_INTERVAL)?;
+        runner.big.extend(steps.take_big());
+        let broken = steps.broken.is_some() || shared.finished.load(Ordering::Acquire) != 1;
+        let error = match steps.broken.take() {
+            Some(why) => why,
+            None if broken => "the copy's shipping thread ended before its pass was done".into(),
+            None => shared.error(),
+        };
+        return Ok((broken, error));
+    }
+    let Some((code, signalled)) = child_outcome(runner) else {
+        runner.follow(shared);
+        return Err(POLL_INTERVAL);
+    };
+    runner.child = None;
+    let broken = signalled || code != 0 || shared.finished.load(Ordering::Acquire) != 1;
+    let mut error = shared.error();
+    if broken && error.is_empty() {
+        error = format!("the copy's child ended before its pass was done (exit code {code}, signal {signalled})");
+    }
+    Ok((broken, error))
 }
 
 /// A pass's end in the server log, with where it sent the keys: so that a key's travels can be
@@ -295,7 +356,10 @@ impl Runner {
             let mut st = crate::reshard::current::lock();
             st.job.live = live;
             st.job.live_by_db = shared.copied_by_db();
-            st.job.in_flight = shared.in_flight.load(Ordering::Relaxed);
+            st.job.in_flight = match &self.steps {
+                Some(steps) => steps.in_flight(),
+                None => shared.in_flight.load(Ordering::Relaxed),
+            };
         }
         self.update_rate();
     }
@@ -305,6 +369,18 @@ impl Runner {
 /// (the child marks a batch in flight before it looks at the pause, so a PAUSE followed by a
 /// read of 0 means nothing more will be sent); else the last count followed.
 pub fn in_flight_now(job: &crate::reshard::Job) -> u64 {
+    // A pass in steps: what its thread has not had answered (counted live, so that a read
+    // of 0 after a PAUSE means nothing more will be sent: the steps queue nothing while
+    // paused).
+    let in_steps = super::jobs::RUNNER.with(|r| {
+        r.try_borrow().ok().and_then(|r| {
+            r.as_ref()
+                .and_then(|r| r.steps.as_ref().map(|s| s.in_flight()))
+        })
+    });
+    if let Some(in_flight) = in_steps {
+        return in_flight;
+    }
     let child_runs = super::jobs::RUNNER.with(|r| {
         r.try_borrow()
             .ok()

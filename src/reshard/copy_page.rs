@@ -41,8 +41,9 @@ pub struct Shared {
     error: UnsafeCell<[u8; ERROR_BYTES]>,
 }
 
-// SAFETY: the error bytes are written by the child only before it sets `error_len` and exits,
-// and read by the parent only after the child exited.
+// SAFETY: the error bytes are written by the child (or by the shipping thread of a pass in
+// steps, `ship_thread`) only before it sets `error_len` and exits, and read by the parent only
+// after the child exited (the thread was joined).
 unsafe impl Sync for Shared {}
 
 static SHARED: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
@@ -121,6 +122,12 @@ impl Shared {
 
     pub(super) fn publish(&self, scanned: u64, tally: &Tally, in_flight: usize) {
         self.scanned.store(scanned, Ordering::Relaxed);
+        self.publish_tally(tally, in_flight);
+    }
+
+    /// Publishes what the replies came to (a pass in steps: its shipping thread's part; the
+    /// main thread publishes the keys it scanned).
+    pub(super) fn publish_tally(&self, tally: &Tally, in_flight: usize) {
         self.copied.store(tally.copied, Ordering::Relaxed);
         self.skipped.store(tally.skipped, Ordering::Relaxed);
         self.failed.store(tally.failed, Ordering::Relaxed);
@@ -136,7 +143,8 @@ impl Shared {
 
     pub(super) fn set_error(&self, text: &str) {
         let bytes = &text.as_bytes()[..text.len().min(ERROR_BYTES)];
-        // SAFETY: only the child writes, before it exits (see the Sync impl).
+        // SAFETY: only the child (or a pass in steps' shipping thread) writes, before it
+        // exits (see the Sync impl).
         unsafe { (&mut *self.error.get())[..bytes.len()].copy_from_slice(bytes) };
         self.error_len.store(bytes.len() as u64, Ordering::Release);
     }

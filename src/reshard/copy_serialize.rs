@@ -21,28 +21,91 @@ use crate::reshard::pace::Pace;
 use crate::reshard::pieces::{self, Limits};
 use crate::reshard::ship::{Expect, Shipper, Target};
 
-/// Serializes found keys and hands them to the shipper.
-pub struct Copier<'a> {
-    ctx: &'a Context,
+/// Where a copier's writes go: the shipper itself (a forked child, which may wait on the
+/// network) or a queue to a shipping thread (a pass in steps on the main thread, which never
+/// waits: `ship_thread::Outbox`).
+pub trait Sink {
+    /// Queues one command for `target`, its reply read as `expect` says.
+    fn send_as(&mut self, target: &Target, args: &[&[u8]], expect: Expect);
+    /// The commands from now on are for database `db`.
+    fn select(&mut self, db: i32);
+    /// Waits while the job is paused or ahead of its rate for `keys` more keys (a child);
+    /// a pass in steps looks at both before each batch and never waits here.
+    fn wait_turn_for(&mut self, shared: &Shared, pace: &mut Pace, keys: u64);
+    /// Ships a big key in pieces (which waits for the destination's answers mid-key), or
+    /// leaves it for a forked pass (`name` in the current database).
+    fn in_pieces(&mut self, ctx: &Context, target: &Target, f: &Found, replace: bool);
+}
+
+impl Sink for Shipper {
+    fn send_as(&mut self, target: &Target, args: &[&[u8]], expect: Expect) {
+        Shipper::send_as(self, target, args, expect);
+    }
+
+    fn select(&mut self, db: i32) {
+        Shipper::select(self, db);
+    }
+
+    fn wait_turn_for(&mut self, shared: &Shared, pace: &mut Pace, keys: u64) {
+        loop {
+            if shared.paused.load(Ordering::SeqCst) != 0 {
+                self.finish();
+                self.close();
+                shared.in_flight.store(0, Ordering::SeqCst);
+                pace.restart();
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            let rate = shared.max_rate.load(Ordering::Relaxed);
+            let now = Instant::now();
+            if pace.allowance(rate, now) > 0 {
+                pace.spend(keys);
+                // What is about to go out counts as in flight before the pause is looked at
+                // again: whoever pauses the job and then reads 0 in flight knows that nothing
+                // more will be sent.
+                let in_flight = self.in_flight() as u64 + keys;
+                shared.in_flight.store(in_flight, Ordering::SeqCst);
+                if shared.paused.load(Ordering::SeqCst) != 0 {
+                    continue;
+                }
+                return;
+            }
+            std::thread::sleep(pace.wait(now).min(Duration::from_millis(50)));
+        }
+    }
+
+    fn in_pieces(&mut self, ctx: &Context, target: &Target, f: &Found, replace: bool) {
+        pieces::copy(
+            ctx,
+            self,
+            target,
+            &f.name,
+            f.info.kind,
+            f.info.expires_at,
+            replace,
+        );
+    }
+}
+
+/// Serializes found keys and hands them to the sink (`Sink`).
+pub struct Copier<'a, S: Sink = Shipper> {
     shared: &'a Shared,
     pace: Pace,
-    pub shipper: Shipper,
+    pub shipper: S,
     targets: Vec<Target>,
     replace: bool,
     big: Limits,
 }
 
-impl<'a> Copier<'a> {
+impl<'a, S: Sink> Copier<'a, S> {
     pub fn new(
-        ctx: &'a Context,
         shared: &'a Shared,
-        shipper: Shipper,
+        shipper: S,
         targets: Vec<Target>,
         replace: bool,
         big: Limits,
-    ) -> Copier<'a> {
+    ) -> Copier<'a, S> {
         Copier {
-            ctx,
             shared,
             pace: Pace::default(),
             shipper,
@@ -53,14 +116,14 @@ impl<'a> Copier<'a> {
     }
 
     /// Ships the keys of `found` that travel (and empties it).
-    pub fn ship(&mut self, found: &mut Vec<Found>) {
+    pub fn ship(&mut self, ctx: &Context, found: &mut Vec<Found>) {
         found.retain(|f| f.travels);
         let options = CallOptionsBuilder::new().build();
         // Big keys: in pieces.
         let big = self.big;
         let is_big = |f: &Found| big.big_by_length(f.info.kind, f.info.len);
         for f in found.iter().filter(|f| is_big(f)) {
-            self.in_pieces(f);
+            self.in_pieces(ctx, f);
         }
         found.retain(|f| !is_big(f));
         // Strings: their values in one MGET, shipped in one `SHARD.APPLY` per destination.
@@ -70,7 +133,7 @@ impl<'a> Copier<'a> {
             .collect();
         if !strings.is_empty() {
             let names: Vec<&[u8]> = strings.iter().map(|f| f.name.as_slice()).collect();
-            let reply: CallResult = self.ctx.call_ext("MGET", &options, names.as_slice());
+            let reply: CallResult = ctx.call_ext("MGET", &options, names.as_slice());
             if let Ok(CallReply::Array(values)) = reply {
                 let values: Vec<_> = values.iter().collect();
                 let mut by_owner: Vec<Vec<(&Found, &[u8])>> = vec![Vec::new(); self.targets.len()];
@@ -88,22 +151,22 @@ impl<'a> Copier<'a> {
             }
         }
         for f in found.iter().filter(|f| f.info.kind != KeyType::String) {
-            self.dump_and_restore(f);
+            self.dump_and_restore(ctx, f);
         }
         found.clear();
     }
 
     /// Ships the server's own `DUMP` of the key, or the key in
     /// pieces when the payload is too big.
-    fn dump_and_restore(&mut self, f: &Found) {
+    fn dump_and_restore(&mut self, ctx: &Context, f: &Found) {
         let options = CallOptionsBuilder::new().build();
-        let dump: CallResult = self.ctx.call_ext("DUMP", &options, &[f.name.as_slice()]);
+        let dump: CallResult = ctx.call_ext("DUMP", &options, &[f.name.as_slice()]);
         if let Ok(CallReply::String(payload)) = dump {
             if self
                 .big
                 .big_by_payload(f.info.kind, payload.as_bytes().len())
             {
-                self.in_pieces(f);
+                self.in_pieces(ctx, f);
             } else {
                 self.restore(f, payload.as_bytes());
             }
@@ -111,20 +174,12 @@ impl<'a> Copier<'a> {
     }
 
     /// Ships a big key in pieces.
-    fn in_pieces(&mut self, f: &Found) {
+    fn in_pieces(&mut self, ctx: &Context, f: &Found) {
         self.wait_turn();
         let Some(target) = self.targets.get(f.owner) else {
             return;
         };
-        pieces::copy(
-            self.ctx,
-            &mut self.shipper,
-            target,
-            &f.name,
-            f.info.kind,
-            f.info.expires_at,
-            self.replace,
-        );
+        self.shipper.in_pieces(ctx, target, f, self.replace);
     }
 
     /// Waits while the job is paused (its connections closed) or ahead of its rate.
@@ -135,31 +190,8 @@ impl<'a> Copier<'a> {
     /// Waits while the job is paused (its connections closed) or ahead of its rate for `keys`
     /// more keys.
     fn wait_turn_for(&mut self, keys: u64) {
-        loop {
-            if self.shared.paused.load(Ordering::SeqCst) != 0 {
-                self.shipper.finish();
-                self.shipper.close();
-                self.shared.in_flight.store(0, Ordering::SeqCst);
-                self.pace.restart();
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-            let rate = self.shared.max_rate.load(Ordering::Relaxed);
-            let now = Instant::now();
-            if self.pace.allowance(rate, now) > 0 {
-                self.pace.spend(keys);
-                // What is about to go out counts as in flight before the pause is looked at
-                // again: whoever pauses the job and then reads 0 in flight knows that nothing
-                // more will be sent.
-                let in_flight = self.shipper.in_flight() as u64 + keys;
-                self.shared.in_flight.store(in_flight, Ordering::SeqCst);
-                if self.shared.paused.load(Ordering::SeqCst) != 0 {
-                    continue;
-                }
-                return;
-            }
-            std::thread::sleep(self.pace.wait(now).min(Duration::from_millis(50)));
-        }
+        self.shipper
+            .wait_turn_for(self.shared, &mut self.pace, keys);
     }
 
     /// Ships strings (all for destination `owner`) in one `SHARD.APPLY NX|REPLACE key value
@@ -207,6 +239,6 @@ impl<'a> Copier<'a> {
         if self.replace {
             args.push(b"REPLACE");
         }
-        self.shipper.send(target, &args);
+        self.shipper.send_as(target, &args, Expect::Key);
     }
 }

@@ -4,11 +4,13 @@
 //! - A copy (`copy_job`) runs pass after pass in a forked child (`copy_child`): the first walks
 //!   the whole keyspace, each next one the keys written here during the one before (`dirty`),
 //!   until a pass had none. The main thread only forks, polls the child's counts for `STATUS`
-//!   and starts the next pass.
+//!   and starts the next pass. A pass may instead run in steps on the main thread, without a
+//!   fork (`copy_steps`, `shard.copy-fork`), its commands shipped by a thread (`ship_thread`).
 //! - A cleanup (`cleanup_job`) deletes on the main thread in steps that stop once their time
 //!   budget is spent. A forked child (`cleanup_child`) walks the keyspace and sends the steps
 //!   the names of the keys this node no longer owns; the keys written meanwhile are checked
-//!   after it. Without a child (another one runs), the steps walk the keyspace themselves.
+//!   after it. Without a child (another one runs), the steps walk the keyspace themselves; with
+//!   the key index ready they take its names themselves, without a fork (`index_cursor`).
 //!
 //! Both are driven by module timers, so that the server keeps serving; the running job's
 //! bookkeeping (`Runner`) and its child's end live here, its counters in `current`.
@@ -91,6 +93,12 @@ pub(super) struct Runner {
     pub(super) followed: Followed,
     pub(super) pass_targets: Vec<Target>,
     pub(super) pass_walked: Option<Vec<bool>>,
+    /// A copy's pass under way in steps on the main thread (`copy_steps`), instead of a child.
+    pub(super) steps: Option<crate::reshard::copy_steps::Steps>,
+    /// Big keys a pass in steps left for a forked pass (they travel in pieces).
+    pub(super) big: Vec<DbKey>,
+    /// A cleanup's walk of the key index in its own steps, instead of a child's.
+    pub(super) index_walk: Option<crate::reshard::index_cursor::IndexCursor>,
 }
 
 thread_local! {
@@ -155,6 +163,9 @@ pub fn start(
             followed: Followed::default(),
             pass_targets: Vec::new(),
             pass_walked: None,
+            steps: None,
+            big: Vec::new(),
+            index_walk: None,
         })
     });
     match kind {
@@ -291,11 +302,13 @@ pub(super) fn finish(runner: &Runner) {
 }
 
 impl Runner {
-    /// Kills the job's child, if one runs, and stops recording written keys.
+    /// Kills the job's child, if one runs (or gives up its pass in steps, whose thread stops
+    /// at once), and stops recording written keys.
     pub(super) fn end_child(&mut self) {
         if let Some(pid) = self.child.take() {
             fork::kill_child(pid);
         }
+        self.steps = None;
         self.names = None;
         dirty::end();
     }

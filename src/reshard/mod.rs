@@ -12,6 +12,9 @@
 //!   (start, stop, throttle, pause); `copy_job` and `cleanup_job` drive each kind on the main
 //!   thread with module timers.
 //! - `copy_child`: one pass of a copy, in a forked child (the walk of the keyspace);
+//!   `copy_steps`: one pass in steps on the main thread instead (no fork: `shard.copy-fork`),
+//!   its commands shipped by `ship_thread`; `index_cursor`: a walk of the key index in steps
+//!   (the copy's steps, a cleanup without a fork);
 //!   `copy_serialize` serializes what it found and hands it to `ship`, which pipelines the
 //!   `SET`s and `RESTORE`s to their owners; `pieces` copies big keys piece by piece;
 //!   `copy_page` is the page the child and the main
@@ -34,17 +37,20 @@ pub mod copy_child;
 pub mod copy_job;
 pub mod copy_page;
 pub mod copy_serialize;
+pub mod copy_steps;
 pub mod current;
 pub mod dirty;
 pub mod failover;
 pub mod fate;
 pub mod fleet;
+pub mod index_cursor;
 pub mod jobs;
 pub mod moved;
 pub mod pace;
 pub mod pieces;
 pub mod progress;
 pub mod ship;
+pub mod ship_thread;
 
 pub use fate::{cleanup_deletes, copy_target, is_member};
 pub use progress::{Job, JobKind, JobState, Outcome};

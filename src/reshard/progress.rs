@@ -78,6 +78,10 @@ pub struct Job {
     pub keys_from: &'static str,
     /// Keys in the database when the job started.
     pub keys_total: u64,
+    /// A copy's passes run in a forked child, and run in steps on the main thread
+    /// (`shard.copy-fork`).
+    pub passes_forked: u64,
+    pub passes_stepped: u64,
     /// Bytes of `RESTORE` commands sent, and those not answered yet.
     pub bytes_sent: u64,
     pub in_flight: u64,

@@ -101,7 +101,7 @@ pub enum Expect {
 
 impl Expect {
     /// How many keys the request carries (0 for a piece).
-    fn keys(self) -> u64 {
+    pub fn keys(self) -> u64 {
         match self {
             Expect::Piece => 0,
             Expect::Key | Expect::Set | Expect::Rename => 1,
@@ -202,6 +202,32 @@ impl Shipper {
 
     /// Queues `args` (one command) for `target`, its reply read as `expect` says.
     pub fn send_as(&mut self, target: &Target, args: &[&[u8]], expect: Expect) {
+        self.queue(target, expect, |out| encode_command_into(out, args));
+    }
+
+    /// Queues one command already encoded in RESP (`ship_thread`: the main thread encodes).
+    pub fn send_encoded(&mut self, target: &Target, command: &[u8], expect: Expect) {
+        self.queue(target, expect, |out| {
+            out.extend_from_slice(command);
+            command.len()
+        });
+    }
+
+    /// Sends and reads what the sockets allow now, without waiting (a thread that ships
+    /// between its queue's messages).
+    pub fn pump_all(&mut self) {
+        for dest in self.dests.values_mut() {
+            pump(dest, &mut self.tally, false, self.timeout);
+        }
+    }
+
+    /// Queues a command that `encode` appends to the output (returning its length).
+    fn queue(
+        &mut self,
+        target: &Target,
+        expect: Expect,
+        encode: impl FnOnce(&mut Vec<u8>) -> usize,
+    ) {
         let at = (target.address.clone(), self.db);
         if !self.dests.contains_key(&at) {
             let dest = self.open(target);
@@ -220,7 +246,7 @@ impl Shipper {
             dest.out.clear();
             dest.out_pos = 0;
         }
-        let len = encode_command_into(&mut dest.out, args);
+        let len = encode(&mut dest.out);
         dest.in_flight.push_back((len, expect));
         dest.in_flight_bytes += len;
         dest.in_flight_keys += expect.weight();
