@@ -57,7 +57,7 @@ import time
 import pytest
 
 from helpers.nemesis import (Fleet, History, Nemesis, Workload, check, fill, finish_resharding,
-                             fleet_report, tally, txn_open_losses)
+                             fleet_report, latency_report, tally, txn_open_losses)
 from helpers.nemesis_partitions import FLEET_LEASE_MS, TXN_LOCK_MS
 from helpers.nemesis_report import Observer, Report
 from helpers.partition import Addresses, NftUnavailable, Partition
@@ -75,6 +75,17 @@ RING_SHARDS = int(os.environ.get("NEMESIS_SHARDS", "3"))
 # on what the long runs hunt (`make nemesis`: random seeds).
 SHORT_SEED = 425629789
 FILL_KEYS = 20_000  # string keys for the copies to move
+
+
+def key_index_for(seed):
+    """`NEMESIS_KEY_INDEX` (yes|no), else drawn from the seed (on in the short schedule): with
+    the key index on, a grow's copies and cleanups run in steps from it (`shard.copy-fork
+    auto`); off, they fork. Drawn apart from the schedule's own draws, which it leaves as
+    they were."""
+    chosen = os.environ.get("NEMESIS_KEY_INDEX")
+    if chosen:
+        return chosen
+    return "yes" if SHORT else random.Random(seed ^ 0x5EED).choice(["yes", "no"])
 MAXRATE = 2000  # START's MAXRATE (keys/s at each node): a grow's copy lasts a few seconds
 
 
@@ -96,8 +107,9 @@ def short_opening(nemesis):
 @pytest.mark.slow
 def test_nemesis(server_factory, sentinel_factory, clockshim, tmp_path):
     seed = int(os.environ.get("NEMESIS_SEED", SHORT_SEED if SHORT else random.randrange(1 << 31)))
-    print(f"nemesis seed {seed} ({SECONDS:.0f} s, {RING_SHARDS} shards): NEMESIS_SEED={seed} "
-          f"replays the schedule")
+    key_index = key_index_for(seed)
+    print(f"nemesis seed {seed} ({SECONDS:.0f} s, {RING_SHARDS} shards, key index {key_index}): "
+          f"NEMESIS_SEED={seed} NEMESIS_KEY_INDEX={key_index} replays the schedule")
     rng = random.Random(seed)
     try:
         partition = Partition().__enter__()
@@ -107,19 +119,21 @@ def test_nemesis(server_factory, sentinel_factory, clockshim, tmp_path):
         partition = addresses = None
     try:
         run(seed, rng, partition, addresses, server_factory, sentinel_factory, clockshim,
-            tmp_path)
+            tmp_path, key_index)
     finally:
         if partition is not None:
             partition.close()
 
 
-def run(seed, rng, partition, addresses, server_factory, sentinel_factory, clockshim, tmp_path):
+def run(seed, rng, partition, addresses, server_factory, sentinel_factory, clockshim, tmp_path,
+        key_index):
     shards = [f"n{i}" for i in range(RING_SHARDS + 1)]
     started = time.monotonic()
     fleet = Fleet(server_factory, sentinel_factory, clockshim, tmp_path, shards=shards,
                   addresses=addresses,
                   config=[("shard.fleet-lease-ms", FLEET_LEASE_MS),
-                          ("shard.txn-lock-ms", TXN_LOCK_MS)])
+                          ("shard.txn-lock-ms", TXN_LOCK_MS),
+                          ("shard.key-index", key_index)])
     fill(fleet, FILL_KEYS)
     print(f"fleet of {len(shards)} shards up and filled in {time.monotonic() - started:.1f} s")
     history = History()
@@ -154,6 +168,7 @@ def run(seed, rng, partition, addresses, server_factory, sentinel_factory, clock
                f"writes, {len(workload.txns)} transactions, {len(workload.ids)} IDs; "
                f"faults: {dict(nemesis.counts)}\ncounters: {counters}")
     print(summary)
+    print(latency_report(fleet))
     print(history.text(who=("nemesis", "heal")))
     lost = ""
     if problems:

@@ -174,6 +174,8 @@ class Fleet:
                   ("shard.topology-refresh-ms", 200), ("shard.call-timeout-ms", 1000),
                   ("shard.max-drift-ms", 60000), ("repl-diskless-sync-delay", 0),
                   ("enable-debug-command", "yes"), *AOF,
+                  # Every main-thread hold of 5 ms or more, by event (`latency_report`).
+                  ("latency-monitor-threshold", 5),
                   *config]
 
         def make(n, i, role, primary=None):
@@ -988,6 +990,30 @@ def check_rest(fleet, workload, windows, primaries, via):
                  for k, p, t, via, _ in workload.read_errors
                  if not excused((k, p, t, via, _), windows)]
     return problems
+
+
+def latency_report(fleet):
+    """The server's own latency monitor (`latency-monitor-threshold 5`) on every server at the
+    end of the run: per event, the servers that recorded it and the longest hold in ms (since
+    each server's last start: a restart clears its record). The module's main-thread steps
+    report under `shard-*`, and their CPU time under `shard-*-cpu` (docs/development.md): a wall
+    event without its `-cpu` twin waited for the CPU (the nemesis loads a 2-core machine with
+    two dozen processes). Printed, not asserted: `make bench` measures it (bench/stall.py)."""
+    events = {}
+    for s in fleet.servers():
+        try:
+            latest = s.client(socket_timeout=2).execute_command("LATENCY", "LATEST")
+        except (redis.RedisError, OSError):
+            continue
+        for name, _at, _last, worst, *_ in latest:
+            name = name.decode() if isinstance(name, bytes) else name
+            events.setdefault(name, []).append((int(worst), s.port))
+    lines = []
+    for name in sorted(events, key=lambda n: (not n.startswith("shard-"), n)):
+        seen = sorted(events[name], reverse=True)
+        lines.append(f"  {name}: worst {seen[0][0]} ms at :{seen[0][1]}, on {len(seen)} servers")
+    return "latency events of 5 ms or more (LATENCY LATEST, every server):\n" + (
+        "\n".join(lines) if lines else "  none")
 
 
 def fleet_report(fleet):
