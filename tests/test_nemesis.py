@@ -57,7 +57,8 @@ import time
 import pytest
 
 from helpers.nemesis import (Fleet, History, Nemesis, Workload, check, fill, finish_resharding,
-                             fleet_report, tally, txn_open_losses)
+                             fleet_report, tally, txn_classes,
+                             txn_open_losses)
 from helpers.nemesis_partitions import FLEET_LEASE_MS, TXN_LOCK_MS
 from helpers.nemesis_report import Observer, Report
 from helpers.partition import Addresses, NftUnavailable, Partition
@@ -164,9 +165,14 @@ def run(seed, rng, partition, addresses, server_factory, sentinel_factory, clock
                           + "\n".join(problems[:40]) + "\n--- the servers ---\n"
                           + fleet_report(fleet) + "\n--- what went wrong, element by element ---\n" + lost
                           + "\n--- history ---\n" + history.text())
-    open_losses = txn_open_losses(workload, {
-        k: [e.decode() for e in fleet.primary("n0").client().execute_command(
-            "SHARD.CALL", "LRANGE", k, 0, -1)] for k in workload.tx_lists})
+    tx = {k: [e.decode() for e in fleet.primary("n0").client().execute_command(
+        "SHARD.CALL", "LRANGE", k, 0, -1)] for k in workload.tx_lists}
+    open_losses = txn_open_losses(workload, tx)
+    classes, faults = txn_classes(workload, tx, history)
+    for (cls, outcome, owners, answer), count in sorted(classes.items()):
+        print(f"txn class: {cls}, {outcome}, {owners}, answered {answer!r}: {count}")
+    for (cls, owners, kinds), count in sorted(faults.items()):
+        print(f"txn faults: {cls}, {owners}, owners' events near it: {kinds or '-'}: {count}")
     if open_losses:
         print("transactions lost or applied in part (open: docs/transactions.md, a failover of "
               "an owner without a write pause):\n" + "\n".join(open_losses[:20]))

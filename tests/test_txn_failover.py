@@ -255,3 +255,42 @@ def test_a_part_no_replica_acknowledged_is_sent_again_to_the_promoted_replica(
     assert new.get(a) == b"70" and old.client().get(a) == b"70", "applied once"
     assert ha.primaries["n2"].client().get(b) == b"130"
     assert info_shard(new)["txn_locks_held"] == "0"
+
+
+@pytest.mark.parametrize("via", ["n0", "n1"])
+def test_a_single_owner_block_no_replica_has_is_not_acknowledged(
+        server_factory, sentinel_factory, via):
+    """The nemesis's "acknowledged, lost" (Redis seed 818825495: 119 in 600 s, each of one
+    owner, answered within a few ms): a transaction whose keys are all n1's runs as one block
+    at n1 (`APPLY` from n0, or inside `SHARD.EXEC` at n1 itself). n1's replica stopped and its
+    link dropped: n1 has no replica linked while Sentinel lists one it may promote. Before, n1
+    applied the block and answered its replies at once (acknowledged); its primary killed,
+    Sentinel promoted the stale replica, and the acknowledged transfer was gone. Now the reply
+    is `NOREPLICAS the transaction is applied at node n1 ...`: applied at n1, at no replica, a failover may lose it (as a write whose
+    `WAIT 1` answered 0), which the promotion then shows."""
+    ha = start_sentinel_fleet(server_factory, sentinel_factory, extra=list(AOF))
+    c = ha.primaries["n0"].client()
+    a, b = ha.keys_of(c, "n1", 2, prefix="acct")
+    call(c, "MSET", a, 100, b, 100)
+    old, replica = ha.primaries["n1"], ha.replicas["n1"]
+    wait_in_sync(old.client(), replica.client())
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert old.client().execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+        until(lambda: old.client().info("replication")["connected_slaves"] == 0,
+              "n1's replica link dropped")
+        t = ha.primaries[via].client()
+        assert t.execute_command("SHARD.MULTI") == b"OK"
+        assert call(t, "DECRBY", a, 30) == b"QUEUED" and call(t, "INCRBY", b, 30) == b"QUEUED"
+        with pytest.raises(redis.ResponseError) as e:
+            t.execute_command("SHARD.EXEC")
+        assert str(e.value).startswith("NOREPLICAS the transaction is applied at node n1"), e
+        assert "no replica linked while Sentinel lists one" in str(e.value), e
+        assert old.client().mget(a, b) == [b"70", b"130"], "applied at n1's primary"
+        assert int(info_shard(old.client())["txn_unacked"]) >= 1
+        old.stop(signal.SIGKILL)
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    new = promoted(ha, "n1", c)
+    # What the error warned of: the promoted replica never had the block.
+    assert new.mget(a, b) == [b"100", b"100"]

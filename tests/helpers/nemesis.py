@@ -369,6 +369,11 @@ class Workload(Clients):
         # lists `tx:<i>`; id -> (the two keys, outcome), the outcome as for appends.
         self.tx_lists = [f"tx:{i}" for i in range(txn_lists)]
         self.txns = {}
+        # id -> (the owners of its two keys at send time by SHARD.WHEREIS at the node it was
+        # sent through, or None; how SHARD.EXEC answered: "reply", "committed" (the error
+        # "the transaction committed ..."), or the error's first words): what
+        # `txn_classes` sorts the lost and the applied-in-part ones by.
+        self.tx_info = {}
         self.seeds = [rng.randrange(1 << 30) for _ in range(call_writers + 5)]
         for w in range(call_writers):
             self.spawn(self._call_writer, w)
@@ -523,6 +528,14 @@ class Workload(Clients):
         before SHARD.EXEC (nothing sent to apply)."""
         a, b = keys or rng.sample(self.tx_lists, 2)
         try:
+            p = c.pipeline(transaction=False)
+            p.execute_command("SHARD.WHEREIS", a)
+            p.execute_command("SHARD.WHEREIS", b)
+            owned = tuple(o.decode() for o in p.execute())
+        except (redis.RedisError, OSError):
+            owned = None
+        answer = "reply"
+        try:
             c.execute_command("SHARD.MULTI")
             for k in (a, b):
                 if c.execute_command("SHARD.CALL", "RPUSH", k, tid) != b"QUEUED":
@@ -535,6 +548,8 @@ class Workload(Clients):
             outcome = FAIL if got is None else OK
         except redis.ResponseError as e:
             text = str(e)
+            answer = "committed" if "the transaction committed" in text else \
+                " ".join(text.split()[:4])
             if "the transaction committed" in text:
                 outcome = OK  # decided: applied, only an owner's reply is missing
             elif text.startswith(("TRYAGAIN", "EXECABORT")):
@@ -544,10 +559,12 @@ class Workload(Clients):
             self.history.add("txn", f"{tid} {a} {b}", outcome, e)
         except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
             outcome = INFO
+            answer = type(e).__name__
             self.history.add("txn", f"{tid} {a} {b}", outcome, e)
         port = c.connection_pool.connection_kwargs.get("port")
         with self.lock:
             self.txns[tid] = ((a, b), outcome, began, self._now(), port)
+            self.tx_info[tid] = (owned, answer)
         return outcome
 
     def _genkey(self, _):
@@ -920,13 +937,44 @@ def txn_open_losses(workload, tx):
     out = []
     for tid, ((a, b), outcome, began, answered, port) in sorted(workload.txns.items()):
         at = [k for k in (a, b) if tid in tx[k]]
-        story = f"(sent at {began:.3f} through :{port}, answered {answered:.3f})"
+        owned, answer = workload.tx_info.get(tid, (None, "?"))
+        story = (f"(sent at {began:.3f} through :{port}, answered {answered:.3f}: {answer}; "
+                 f"owners {owned})")
         if len(at) == 1:
             out.append(f"transaction {tid} applied at {at[0]} only, not at "
                        f"{({a, b} - set(at)).pop()}: {outcome} {story}")
         elif outcome == OK and not at:
             out.append(f"transaction {tid} acknowledged but not applied {story}")
     return out
+
+
+def txn_classes(workload, tx, history):
+    """The lost and applied-in-part transactions sorted into classes: one owner or several (by
+    SHARD.WHEREIS at send time), how SHARD.EXEC answered, and the kinds of nemesis events that
+    named an owner (its shard name) from 10 s before the transaction to 20 s after its answer;
+    returns (Counter of (class, outcome, owners, answer), Counter of fault kinds per class)."""
+    classes, faults = Counter(), Counter()
+    with history.lock:
+        events = [e for e in history.events if e[1] == "nemesis"]
+    for tid, ((a, b), outcome, began, answered, _port) in workload.txns.items():
+        at = (tid in tx[a]) + (tid in tx[b])
+        if at == 1:
+            cls = "applied in part"
+        elif outcome == OK and at == 0:
+            cls = "acknowledged, lost"
+        else:
+            continue
+        owned, answer = workload.tx_info.get(tid, (None, "?"))
+        n = "?" if owned is None else ("one owner" if owned[0] == owned[1] else "two owners")
+        classes[(cls, outcome, n, answer)] += 1
+        names = set(owned or ())
+        kinds = sorted({what.split()[0].rstrip(":") + ("-coordinator" if "the coordinator" in what
+                                                         else "")
+                        for t, _, what, _, _ in events
+                        if began - 10 <= t <= answered + 20
+                        and any(f"{x}:" in what or what.endswith(f" {x}") for x in names)})
+        faults[(cls, n, " ".join(kinds))] += 1
+    return classes, faults
 
 
 def check_rest(fleet, workload, windows, primaries, via):
