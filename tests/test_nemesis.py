@@ -176,7 +176,8 @@ def run(seed, rng, partition, addresses, server_factory, sentinel_factory, clock
     if open_losses:
         print("transactions lost or applied in part (open: docs/transactions.md, a failover of "
               "an owner without a write pause):\n" + "\n".join(open_losses[:20]))
-    for name in ("lost", "duplicates", "stale reads otherwise", "IDs issued twice"):
+    for name in ("lost", "duplicates", "stale reads otherwise", "IDs issued twice",
+                 "transactions acknowledged, lost"):
         assert counters.get(name, 0) == 0, (name, summary)
     assert ok >= 100, f"too few acknowledged appends to judge: {summary}\n{history.text()}"
     if SHORT and nemesis.parts is not None:

@@ -147,3 +147,29 @@ def test_a_single_owner_block_no_replica_acknowledged_is_unconfirmed(fleet, path
     wait_in_sync(n1, fleet.replica.client())
     assert fleet.replica.client().mget(a, b) == [b"70", b"130"], "applied once"
     assert run_queued(c, [("DECRBY", a, 1), ("INCRBY", b, 1)]) == [69, 131]
+
+
+def test_a_decision_no_replica_acknowledged_waits_for_one(fleet):
+    """The coordinator's decision no replica acknowledged within the bound: n1 coordinates a
+    transfer over n0 and n2 while its replica is stopped (link kept). SHARD.EXEC replies that
+    the commit is recorded but not acknowledged; the decision is then answered `pending` to the
+    owners in doubt and not carried out (before: `commit`, so owners applied a decision a
+    failover of n1 to that replica would lose, and the others asked the promoted one, which
+    answered abort). Once the replica is back and has it, the commit is carried out at both
+    owners."""
+    c = fleet.client("n1")
+    a, b = fleet.key_of("n0", prefix="from"), fleet.key_of("n2", prefix="to")
+    c.execute_command("SHARD.CALL", "MSET", a, 100, b, 100)
+    fleet.replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(redis.ResponseError, match="is recorded, but no replica") as e:
+            run_queued(c, [("DECRBY", a, 30), ("INCRBY", b, 30)])
+        txid = str(e.value).split("the commit of transaction ")[1].split()[0]
+        assert c.execute_command("SHARD.TXN", "STATUS", txid) == b"pending"
+        assert info_shard(c)["txn_decisions_held"] == "1"
+    finally:
+        fleet.replica.proc.send_signal(signal.SIGCONT)
+    until(lambda: info_shard(c)["txn_decisions_held"] == "0", "the commit carried out",
+          timeout=30)
+    assert c.execute_command("SHARD.TXN", "STATUS", txid) == b"commit"
+    assert fleet.client("n0").get(a) == b"70" and fleet.client("n2").get(b) == b"130"

@@ -30,6 +30,7 @@
 
 pub mod book;
 pub mod clients;
+pub mod confirm;
 pub mod exec;
 pub mod fleet;
 pub mod gather;
