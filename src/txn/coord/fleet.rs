@@ -70,6 +70,14 @@ impl NetFleet {
         let me = crate::txn::coord::queue::this_node().ok_or_else(|| {
             "ERR this node is not in the ring: it cannot record a decision".to_string()
         })?;
+        if !me.is_self {
+            // Sentinel names another server this node's primary: this one will be demoted and
+            // lose what only it holds.
+            return Err(format!(
+                "ERR shard.txn: this server is not node {}'s primary now: it makes no commit decision, nothing is applied; try again",
+                me.name
+            ));
+        }
         let replicas = crate::host::context::connected_replicas();
         if replicas == 0 && crate::txn::owner::acked::replica_expected(&me.name) {
             // A decision only this server holds, while Sentinel may promote a replica that
