@@ -18,8 +18,12 @@ outcome unknown, as Jepsen's histories have it):
 - IDs: `SHARD.GENKEY COUNT 10` on random primaries; one of them has its wall clock stepped back
   by the nemesis (tests/clockshim.c);
 - transactions: `SHARD.MULTI`, `RPUSH` of one id to two lists `tx:<i>`, `SHARD.EXEC`, through a
-  random primary; checked at the end: no id applied twice, none applied that EXEC refused; those
-  lost or applied at one list only are counted (docs/transactions.md's open case).
+  random primary; checked at the end: no id applied twice, none applied that EXEC refused, none
+  at one list only (all or nothing), none acknowledged (EXEC's replies, or "the transaction
+  committed ...") and applied nowhere: an acknowledgement is durable, as `SHARD.CALL WAIT 1`'s
+  (a single owner's block no replica has is answered `NOREPLICAS the transaction is applied
+  ...`, not acknowledged: counted in "transactions not acknowledged, applied", as Redis's own
+  `WAIT` leaves such a write to chance).
 
 The nemesis, every 0.5-2 s: `kill -9` (restarted later from its AOF) or `SIGSTOP` (then `SIGCONT`)
 of a primary, a replica or a sentinel; a Sentinel failover; a grow to the last shard and a
@@ -892,7 +896,7 @@ def tally(fleet, workload, windows=()):
         t["transactions acknowledged"] += outcome == OK
         t["transactions acknowledged, lost"] += outcome == OK and at == 0
         t["transactions not acknowledged, applied"] += outcome != OK and at == 2
-        t["transactions applied in part (open)"] += at == 1
+        t["transactions applied in part"] += at == 1
     t["duplicates"] = sum(c - 1 for es in lists.values() for c in Counter(es).values() if c > 1)
     bad = workload.read_errors
     t["stale reads in a partition's window (allowed)"] = sum(1 for r in bad if excused(r, windows))
@@ -924,6 +928,11 @@ def check(fleet, workload, windows=()):
     for tid, ((a, b), outcome, began, answered, port) in sorted(workload.txns.items()):
         at = [k for k in (a, b) if tid in tx[k]]
         story = f"(sent at {began:.3f} through :{port}, answered {answered:.3f})"
+        # All or nothing, whatever the answer: its owners' parts are applied by one durable
+        # decision (txn::coord::fleet, confirm) or as one block at one owner.
+        if len(at) == 1:
+            problems.append(f"transaction {tid} applied at {at[0]} only, not at "
+                            f"{({a, b} - set(at)).pop()}: {outcome} {story}")
         if outcome == FAIL and at:
             problems.append(f"transaction {tid} applied, but its EXEC said it was not {story}")
         # Acknowledged: its replies (each owner's replica had its part: txn::owner::acked, or
@@ -936,53 +945,6 @@ def check(fleet, workload, windows=()):
             problems.append(f"transaction {tid} acknowledged ({answer}), applied nowhere "
                             f"{story}, owners {owned}")
     return problems + check_rest(fleet, workload, windows, primaries, via)
-
-
-def txn_open_losses(workload, tx):
-    """The transactions applied at one list only, and those acknowledged and lost (which
-    `check` fails on): what docs/transactions.md ("What is still open") leaves open is
-    counted and printed, not failed on."""
-    out = []
-    for tid, ((a, b), outcome, began, answered, port) in sorted(workload.txns.items()):
-        at = [k for k in (a, b) if tid in tx[k]]
-        owned, answer = workload.tx_info.get(tid, (None, "?"))
-        story = (f"(sent at {began:.3f} through :{port}, answered {answered:.3f}: {answer}; "
-                 f"owners {owned})")
-        if len(at) == 1:
-            out.append(f"transaction {tid} applied at {at[0]} only, not at "
-                       f"{({a, b} - set(at)).pop()}: {outcome} {story}")
-        elif outcome == OK and not at:
-            out.append(f"transaction {tid} acknowledged but not applied {story}")
-    return out
-
-
-def txn_classes(workload, tx, history):
-    """The lost and applied-in-part transactions sorted into classes: one owner or several (by
-    SHARD.WHEREIS at send time), how SHARD.EXEC answered, and the kinds of nemesis events that
-    named an owner (its shard name) from 10 s before the transaction to 20 s after its answer;
-    returns (Counter of (class, outcome, owners, answer), Counter of fault kinds per class)."""
-    classes, faults = Counter(), Counter()
-    with history.lock:
-        events = [e for e in history.events if e[1] == "nemesis"]
-    for tid, ((a, b), outcome, began, answered, _port) in workload.txns.items():
-        at = (tid in tx[a]) + (tid in tx[b])
-        if at == 1:
-            cls = "applied in part"
-        elif outcome == OK and at == 0:
-            cls = "acknowledged, lost"
-        else:
-            continue
-        owned, answer = workload.tx_info.get(tid, (None, "?"))
-        n = "?" if owned is None else ("one owner" if owned[0] == owned[1] else "two owners")
-        classes[(cls, outcome, n, answer)] += 1
-        names = set(owned or ())
-        kinds = sorted({what.split()[0].rstrip(":") + ("-coordinator" if "the coordinator" in what
-                                                         else "")
-                        for t, _, what, _, _ in events
-                        if began - 10 <= t <= answered + 20
-                        and any(f"{x}:" in what or what.endswith(f" {x}") for x in names)})
-        faults[(cls, n, " ".join(kinds))] += 1
-    return classes, faults
 
 
 def check_rest(fleet, workload, windows, primaries, via):
