@@ -947,6 +947,35 @@ def check(fleet, workload, windows=()):
     return problems + check_rest(fleet, workload, windows, primaries, via)
 
 
+def txn_classes(workload, tx, history):
+    """The lost and applied-in-part transactions sorted into classes: one owner or several (by
+    SHARD.WHEREIS at send time), how SHARD.EXEC answered, and the kinds of nemesis events that
+    named an owner (its shard name) from 10 s before the transaction to 20 s after its answer;
+    returns (Counter of (class, outcome, owners, answer), Counter of fault kinds per class)."""
+    classes, faults = Counter(), Counter()
+    with history.lock:
+        events = [e for e in history.events if e[1] == "nemesis"]
+    for tid, ((a, b), outcome, began, answered, _port) in workload.txns.items():
+        at = (tid in tx[a]) + (tid in tx[b])
+        if at == 1:
+            cls = "applied in part"
+        elif outcome == OK and at == 0:
+            cls = "acknowledged, lost"
+        else:
+            continue
+        owned, answer = workload.tx_info.get(tid, (None, "?"))
+        n = "?" if owned is None else ("one owner" if owned[0] == owned[1] else "two owners")
+        classes[(cls, outcome, n, answer)] += 1
+        names = set(owned or ())
+        kinds = sorted({what.split()[0].rstrip(":") + ("-coordinator" if "the coordinator" in what
+                                                         else "")
+                        for t, _, what, _, _ in events
+                        if began - 10 <= t <= answered + 20
+                        and any(f"{x}:" in what or what.endswith(f" {x}") for x in names)})
+        faults[(cls, n, " ".join(kinds))] += 1
+    return classes, faults
+
+
 def check_rest(fleet, workload, windows, primaries, via):
     problems = []
     # Lists: each acknowledged element exactly once, each writer's elements in its order, no
