@@ -5,7 +5,9 @@ owner itself wait until one replica has the block (`WAIT 1` at the owner), so th
 replica promoted right after the reply holds the transaction's writes. A replica that does not
 acknowledge a COMMIT within the bound (stopped): the part stays applied, counted in `INFO
 shard`'s `txn_unacked`, and the owner answers `APPLIED` (not confirmed): the coordinator keeps
-its decision and sends the COMMIT again until the replica has it.
+its decision and sends the COMMIT again until the replica has it. A single owner's block
+(APPLY, or local) not acknowledged in time is answered `NOREPLICAS the transaction is applied
+...` (before: its replies, as if a replica had it).
 
 n1 has a replica; n0 and n2 have none.
 """
@@ -118,3 +120,56 @@ def test_a_replica_that_does_not_acknowledge_leaves_the_commit_unconfirmed(fleet
     assert run_queued(c, [("DECRBY", a, 1), ("INCRBY", b, 1)]) == [69, 131]
     assert info_shard(n1)["txn_unacked"] == unacked
     assert fleet.replica.client().get(a) == b"69"
+
+
+@pytest.mark.parametrize("path", ["apply", "local"])
+def test_a_single_owner_block_no_replica_acknowledged_is_unconfirmed(fleet, path):
+    """One owner's block (`APPLY` from n0, or run inside `SHARD.EXEC` at n1) while n1's replica
+    is stopped, its link kept: n1 waits for it in vain, then (before: replied the commands'
+    replies, acknowledged as if a replica had the block) replies `NOREPLICAS the transaction is applied at node n1 ...`: applied at
+    n1, counted in `txn_unacked`, not confirmed by a replica; nothing sends it again, so it is
+    applied once. With the replica back, the next block is acknowledged as before."""
+    via, owners = PATHS[path]
+    a, b = transfer_keys(fleet, owners)
+    n1 = fleet["n1"].client()
+    c = fleet.client(via)
+    unacked = int(info_shard(n1)["txn_unacked"])
+    fleet.replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(redis.ResponseError) as e:
+            run_queued(c, [("DECRBY", a, 30), ("INCRBY", b, 30)])
+        assert str(e.value).startswith("NOREPLICAS the transaction is applied at node n1"), e
+        assert "no replica acknowledged it within 2000 ms" in str(e.value), e
+        assert n1.mget(a, b) == [b"70", b"130"]
+        assert int(info_shard(n1)["txn_unacked"]) == unacked + 1
+    finally:
+        fleet.replica.proc.send_signal(signal.SIGCONT)
+    wait_in_sync(n1, fleet.replica.client())
+    assert fleet.replica.client().mget(a, b) == [b"70", b"130"], "applied once"
+    assert run_queued(c, [("DECRBY", a, 1), ("INCRBY", b, 1)]) == [69, 131]
+
+
+def test_a_decision_no_replica_acknowledged_waits_for_one(fleet):
+    """The coordinator's decision no replica acknowledged within the bound: n1 coordinates a
+    transfer over n0 and n2 while its replica is stopped (link kept). SHARD.EXEC replies that
+    the commit is recorded but not acknowledged; the decision is then answered `pending` to the
+    owners in doubt and not carried out (before: `commit`, so owners applied a decision a
+    failover of n1 to that replica would lose, and the others asked the promoted one, which
+    answered abort). Once the replica is back and has it, the commit is carried out at both
+    owners."""
+    c = fleet.client("n1")
+    a, b = fleet.key_of("n0", prefix="from"), fleet.key_of("n2", prefix="to")
+    c.execute_command("SHARD.CALL", "MSET", a, 100, b, 100)
+    fleet.replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(redis.ResponseError, match="is recorded, but no replica") as e:
+            run_queued(c, [("DECRBY", a, 30), ("INCRBY", b, 30)])
+        txid = str(e.value).split("the commit of transaction ")[1].split()[0]
+        assert c.execute_command("SHARD.TXN", "STATUS", txid) == b"pending"
+        assert info_shard(c)["txn_decisions_held"] == "1"
+    finally:
+        fleet.replica.proc.send_signal(signal.SIGCONT)
+    until(lambda: info_shard(c)["txn_decisions_held"] == "0", "the commit carried out",
+          timeout=30)
+    assert c.execute_command("SHARD.TXN", "STATUS", txid) == b"commit"
+    assert fleet.client("n0").get(a) == b"70" and fleet.client("n2").get(b) == b"130"

@@ -255,3 +255,84 @@ def test_a_part_no_replica_acknowledged_is_sent_again_to_the_promoted_replica(
     assert new.get(a) == b"70" and old.client().get(a) == b"70", "applied once"
     assert ha.primaries["n2"].client().get(b) == b"130"
     assert info_shard(new)["txn_locks_held"] == "0"
+
+
+@pytest.mark.parametrize("via", ["n0", "n1"])
+def test_a_single_owner_block_no_replica_has_is_not_acknowledged(
+        server_factory, sentinel_factory, via):
+    """The nemesis's "acknowledged, lost" (Redis seed 818825495: 119 in 600 s, each of one
+    owner, answered within a few ms): a transaction whose keys are all n1's runs as one block
+    at n1 (`APPLY` from n0, or inside `SHARD.EXEC` at n1 itself). n1's replica stopped and its
+    link dropped: n1 has no replica linked while Sentinel lists one it may promote. Before, n1
+    applied the block and answered its replies at once (acknowledged); its primary killed,
+    Sentinel promoted the stale replica, and the acknowledged transfer was gone. Now the reply
+    is `NOREPLICAS the transaction is applied at node n1 ...`: applied at n1, at no replica, a failover may lose it (as a write whose
+    `WAIT 1` answered 0), which the promotion then shows."""
+    ha = start_sentinel_fleet(server_factory, sentinel_factory, extra=list(AOF))
+    c = ha.primaries["n0"].client()
+    a, b = ha.keys_of(c, "n1", 2, prefix="acct")
+    call(c, "MSET", a, 100, b, 100)
+    old, replica = ha.primaries["n1"], ha.replicas["n1"]
+    wait_in_sync(old.client(), replica.client())
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert old.client().execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+        until(lambda: old.client().info("replication")["connected_slaves"] == 0,
+              "n1's replica link dropped")
+        t = ha.primaries[via].client()
+        assert t.execute_command("SHARD.MULTI") == b"OK"
+        assert call(t, "DECRBY", a, 30) == b"QUEUED" and call(t, "INCRBY", b, 30) == b"QUEUED"
+        with pytest.raises(redis.ResponseError) as e:
+            t.execute_command("SHARD.EXEC")
+        assert str(e.value).startswith("NOREPLICAS the transaction is applied at node n1"), e
+        assert "no replica linked while Sentinel lists one" in str(e.value), e
+        assert old.client().mget(a, b) == [b"70", b"130"], "applied at n1's primary"
+        assert int(info_shard(old.client())["txn_unacked"]) >= 1
+        old.stop(signal.SIGKILL)
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    new = promoted(ha, "n1", c)
+    # What the error warned of: the promoted replica never had the block.
+    assert new.mget(a, b) == [b"100", b"100"]
+
+
+def test_a_coordinator_with_no_replica_linked_decides_nothing(server_factory, sentinel_factory):
+    """A commit decision only the coordinator's primary holds: n0's replica stopped and its
+    link dropped (Sentinel still lists it), a transfer over n1 and n2 through n0, held once the
+    first owner's COMMIT went out (`TXN-HOLD committed-one`); n0's primary killed and Sentinel
+    promotes the stale replica, which never had the decision. Before, the first owner had
+    applied its part while the other, still prepared, asked the promoted n0, which answered
+    abort: the transfer stood at one owner only (the nemesis's "applied in part"). Now a
+    coordinator with no replica linked while one is expected records no commit: the
+    transaction is refused before any owner applies, and aborted at both."""
+    ha = start_sentinel_fleet(server_factory, sentinel_factory,
+                              extra=[("enable-debug-command", "yes"),
+                                     ("shard.txn-lock-ms", 2000), *AOF])
+    c = ha.primaries["n0"].client()
+    a = ha.keys_of(c, "n1", 1, prefix="acct")[0]
+    b = ha.keys_of(c, "n2", 1, prefix="acct")[0]
+    call(c, "MSET", a, 100, b, 100)
+    old, replica = ha.primaries["n0"], ha.replicas["n0"]
+    wait_in_sync(old.client(), replica.client())
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert c.execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+        until(lambda: c.info("replication")["connected_slaves"] == 0,
+              "n0's replica link dropped")
+        hold(c, "committed-one")
+        ex = Exec(old, [("DECRBY", a, 30), ("INCRBY", b, 30)])
+        until(lambda: held(c) == 1 or not ex.thread.is_alive(),
+              "the first COMMIT out, or the transaction refused")
+        old.stop(signal.SIGKILL)
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    result = ex.join()
+    n1, n2 = ha.primaries["n1"].client(), ha.primaries["n2"].client()
+    promoted(ha, "n0", n1)
+    until(lambda: all(info_shard(o)["txn_locks_held"] == "0" for o in (n1, n2)),
+          "no part left prepared at n1 or n2", timeout=30)
+    got = (n1.get(a), n2.get(b))
+    assert got in ((b"70", b"130"), (b"100", b"100")), f"applied in part: {got} ({result})"
+    assert got == (b"100", b"100"), result
+    assert isinstance(result, redis.ResponseError), result
+    assert "has no replica linked while Sentinel lists one" in str(result), result

@@ -18,8 +18,12 @@ outcome unknown, as Jepsen's histories have it):
 - IDs: `SHARD.GENKEY COUNT 10` on random primaries; one of them has its wall clock stepped back
   by the nemesis (tests/clockshim.c);
 - transactions: `SHARD.MULTI`, `RPUSH` of one id to two lists `tx:<i>`, `SHARD.EXEC`, through a
-  random primary; checked at the end: no id applied twice, none applied that EXEC refused; those
-  lost or applied at one list only are counted (docs/transactions.md's open case).
+  random primary; checked at the end: no id applied twice, none applied that EXEC refused, none
+  at one list only (all or nothing), none acknowledged (EXEC's replies, or "the transaction
+  committed ...") and applied nowhere: an acknowledgement is durable, as `SHARD.CALL WAIT 1`'s
+  (a single owner's block no replica has is answered `NOREPLICAS the transaction is applied
+  ...`, not acknowledged: counted in "transactions not acknowledged, applied", as Redis's own
+  `WAIT` leaves such a write to chance).
 
 The nemesis, every 0.5-2 s: `kill -9` (restarted later from its AOF) or `SIGSTOP` (then `SIGCONT`)
 of a primary, a replica or a sentinel; a Sentinel failover; a grow to the last shard and a
@@ -371,6 +375,11 @@ class Workload(Clients):
         # lists `tx:<i>`; id -> (the two keys, outcome), the outcome as for appends.
         self.tx_lists = [f"tx:{i}" for i in range(txn_lists)]
         self.txns = {}
+        # id -> (the owners of its two keys at send time by SHARD.WHEREIS at the node it was
+        # sent through, or None; how SHARD.EXEC answered: "reply", "committed" (the error
+        # "the transaction committed ..."), or the error's first words): what
+        # `txn_classes` sorts the lost and the applied-in-part ones by.
+        self.tx_info = {}
         self.seeds = [rng.randrange(1 << 30) for _ in range(call_writers + 5)]
         for w in range(call_writers):
             self.spawn(self._call_writer, w)
@@ -525,6 +534,14 @@ class Workload(Clients):
         before SHARD.EXEC (nothing sent to apply)."""
         a, b = keys or rng.sample(self.tx_lists, 2)
         try:
+            p = c.pipeline(transaction=False)
+            p.execute_command("SHARD.WHEREIS", a)
+            p.execute_command("SHARD.WHEREIS", b)
+            owned = tuple(o.decode() for o in p.execute())
+        except (redis.RedisError, OSError):
+            owned = None
+        answer = "reply"
+        try:
             c.execute_command("SHARD.MULTI")
             for k in (a, b):
                 if c.execute_command("SHARD.CALL", "RPUSH", k, tid) != b"QUEUED":
@@ -537,6 +554,8 @@ class Workload(Clients):
             outcome = FAIL if got is None else OK
         except redis.ResponseError as e:
             text = str(e)
+            answer = "committed" if "the transaction committed" in text else \
+                " ".join(text.split()[:4])
             if "the transaction committed" in text:
                 outcome = OK  # decided: applied, only an owner's reply is missing
             elif text.startswith(("TRYAGAIN", "EXECABORT")):
@@ -546,10 +565,12 @@ class Workload(Clients):
             self.history.add("txn", f"{tid} {a} {b}", outcome, e)
         except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
             outcome = INFO
+            answer = type(e).__name__
             self.history.add("txn", f"{tid} {a} {b}", outcome, e)
         port = c.connection_pool.connection_kwargs.get("port")
         with self.lock:
             self.txns[tid] = ((a, b), outcome, began, self._now(), port)
+            self.tx_info[tid] = (owned, answer)
         return outcome
 
     def _genkey(self, _):
@@ -875,9 +896,9 @@ def tally(fleet, workload, windows=()):
     for tid, ((a, b), outcome, *_rest) in workload.txns.items():
         at = (tid in lists[a]) + (tid in lists[b])
         t["transactions acknowledged"] += outcome == OK
-        t["transactions acknowledged, lost (open)"] += outcome == OK and at == 0
+        t["transactions acknowledged, lost"] += outcome == OK and at == 0
         t["transactions not acknowledged, applied"] += outcome != OK and at == 2
-        t["transactions applied in part (open)"] += at == 1
+        t["transactions applied in part"] += at == 1
     t["duplicates"] = sum(c - 1 for es in lists.values() for c in Counter(es).values() if c > 1)
     bad = workload.read_errors
     t["stale reads in a partition's window (allowed)"] = sum(1 for r in bad if excused(r, windows))
@@ -909,26 +930,52 @@ def check(fleet, workload, windows=()):
     for tid, ((a, b), outcome, began, answered, port) in sorted(workload.txns.items()):
         at = [k for k in (a, b) if tid in tx[k]]
         story = f"(sent at {began:.3f} through :{port}, answered {answered:.3f})"
+        # All or nothing, whatever the answer: its owners' parts are applied by one durable
+        # decision (txn::coord::fleet, confirm) or as one block at one owner.
+        if len(at) == 1:
+            problems.append(f"transaction {tid} applied at {at[0]} only, not at "
+                            f"{({a, b} - set(at)).pop()}: {outcome} {story}")
         if outcome == FAIL and at:
             problems.append(f"transaction {tid} applied, but its EXEC said it was not {story}")
+        # Acknowledged: its replies (each owner's replica had its part: txn::owner::acked, or
+        # no replica expected), or "the transaction committed ..." (the decision durable at a
+        # replica of the coordinator, its COMMIT sent again until each owner's replica has
+        # the part). Either survives a failover, as a SHARD.CALL WAIT 1 write does. A part at
+        # no replica is answered NOREPLICAS ... (not acknowledged).
+        if outcome == OK and not at:
+            owned, answer = workload.tx_info.get(tid, (None, "?"))
+            problems.append(f"transaction {tid} acknowledged ({answer}), applied nowhere "
+                            f"{story}, owners {owned}")
     return problems + check_rest(fleet, workload, windows, primaries, via)
 
 
-def txn_open_losses(workload, tx):
-    """The transactions lost or applied at one list only: what docs/transactions.md ("What is
-    still open") says an owner that lost its replica (a failover without a write pause, a
-    partition between it and its replica) may lose of what it acknowledged; counted, printed,
-    not failed on."""
-    out = []
-    for tid, ((a, b), outcome, began, answered, port) in sorted(workload.txns.items()):
-        at = [k for k in (a, b) if tid in tx[k]]
-        story = f"(sent at {began:.3f} through :{port}, answered {answered:.3f})"
-        if len(at) == 1:
-            out.append(f"transaction {tid} applied at {at[0]} only, not at "
-                       f"{({a, b} - set(at)).pop()}: {outcome} {story}")
-        elif outcome == OK and not at:
-            out.append(f"transaction {tid} acknowledged but not applied {story}")
-    return out
+def txn_classes(workload, tx, history):
+    """The lost and applied-in-part transactions sorted into classes: one owner or several (by
+    SHARD.WHEREIS at send time), how SHARD.EXEC answered, and the kinds of nemesis events that
+    named an owner (its shard name) from 10 s before the transaction to 20 s after its answer;
+    returns (Counter of (class, outcome, owners, answer), Counter of fault kinds per class)."""
+    classes, faults = Counter(), Counter()
+    with history.lock:
+        events = [e for e in history.events if e[1] == "nemesis"]
+    for tid, ((a, b), outcome, began, answered, _port) in workload.txns.items():
+        at = (tid in tx[a]) + (tid in tx[b])
+        if at == 1:
+            cls = "applied in part"
+        elif outcome == OK and at == 0:
+            cls = "acknowledged, lost"
+        else:
+            continue
+        owned, answer = workload.tx_info.get(tid, (None, "?"))
+        n = "?" if owned is None else ("one owner" if owned[0] == owned[1] else "two owners")
+        classes[(cls, outcome, n, answer)] += 1
+        names = set(owned or ())
+        kinds = sorted({what.split()[0].rstrip(":") + ("-coordinator" if "the coordinator" in what
+                                                         else "")
+                        for t, _, what, _, _ in events
+                        if began - 10 <= t <= answered + 20
+                        and any(f"{x}:" in what or what.endswith(f" {x}") for x in names)})
+        faults[(cls, n, " ".join(kinds))] += 1
+    return classes, faults
 
 
 def check_rest(fleet, workload, windows, primaries, via):

@@ -194,6 +194,8 @@ class Partitions:
                 st = fleet_status(c.client(socket_timeout=2))
             except (redis.RedisError, OSError):
                 return None, None
+            if st is None:  # no plan there (the START refused, or already forgotten)
+                return None, None
         return c, st
 
     def cut_coordinator(self, long=None):

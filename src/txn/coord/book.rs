@@ -57,6 +57,10 @@ pub struct Book {
     /// `DONE_KEPT`), and as a set, for the look-up of each decision and question.
     done: VecDeque<String>,
     done_set: HashSet<String>,
+    /// Commits recorded here that no replica of this node acknowledged in time while one may
+    /// be promoted (`txn::coord::confirm`): answered `pending`, not carried out, until one
+    /// does. Not saved: a server loaded from its files holds what a replica syncs from it.
+    unsure: HashSet<String>,
 }
 
 impl Book {
@@ -92,6 +96,23 @@ impl Book {
         Ok(())
     }
 
+    /// The commit of `txid` recorded here is not known to be at a replica (`unsure`).
+    pub fn unsure(&mut self, txid: &str) {
+        if matches!(self.records.get(txid), Some(Record::Commit(_))) {
+            self.unsure.insert(txid.to_string());
+        }
+    }
+
+    /// Whether some commit is not known to be at a replica.
+    pub fn any_unsure(&self) -> bool {
+        !self.unsure.is_empty()
+    }
+
+    /// A replica acknowledged everything replicated so far: every commit is known there.
+    pub fn confirm_all(&mut self) {
+        self.unsure.clear();
+    }
+
     /// Forgets the decision of `txid` (every owner applied it).
     pub fn forget(&mut self, txid: &str) {
         match self.records.remove(txid) {
@@ -110,6 +131,7 @@ impl Book {
             None => {}
         }
         self.preparing.remove(txid);
+        self.unsure.remove(txid);
     }
 
     pub fn preparing(&mut self, txid: &str, deadline_ms: u64) {
@@ -125,6 +147,10 @@ impl Book {
     /// recorded by this very question (to be made durable by the caller).
     pub fn status(&mut self, txid: &str, now_ms: u64) -> (Status, bool) {
         match self.records.get(txid) {
+            // Not at a replica yet: a failover now would answer abort (`unsure`).
+            Some(Record::Commit(_)) if self.unsure.contains(txid) => {
+                return (Status::Pending, false)
+            }
             Some(Record::Commit(_)) => return (Status::Commit, false),
             Some(Record::Abort) => return (Status::Abort, false),
             None => {}
@@ -143,12 +169,13 @@ impl Book {
         self.records.get(txid)
     }
 
-    /// Every commit still to carry out: (txid, parts).
+    /// Every commit still to carry out: (txid, parts); not one `unsure`.
     pub fn commits(&self) -> Vec<(String, Decision)> {
         let mut out: Vec<_> = self
             .records
             .iter()
             .filter_map(|(t, r)| match r {
+                Record::Commit(_) if self.unsure.contains(t) => None,
                 Record::Commit(d) => Some((t.clone(), d.clone())),
                 Record::Abort => None,
             })
@@ -284,6 +311,24 @@ mod tests {
         assert_eq!(book.status("a/1", 500), (Status::Commit, false));
         assert!(book.decide("a/1", Record::Abort).is_err());
         assert_eq!(book.counts(), (0, 2));
+    }
+
+    #[test]
+    fn a_commit_no_replica_has_is_pending_until_one_does() {
+        let mut book = Book::default();
+        assert_eq!(book.decide("a/1", Record::Commit(parts())), Ok(()));
+        book.unsure("a/1");
+        book.unsure("a/9"); // no commit recorded: nothing to hold
+        assert!(book.any_unsure());
+        // Neither answered commit nor carried out: a failover now would answer abort.
+        assert_eq!(book.status("a/1", 10_000), (Status::Pending, false));
+        assert!(book.commits().is_empty());
+        book.confirm_all();
+        assert_eq!(book.status("a/1", 10_000), (Status::Commit, false));
+        assert_eq!(book.commits().len(), 1);
+        book.unsure("a/1");
+        book.forget("a/1");
+        assert!(!book.any_unsure());
     }
 
     #[test]

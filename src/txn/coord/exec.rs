@@ -365,24 +365,37 @@ fn run_here(call: &Call, txn: &Txn) -> Option<Outcome> {
 
 /// The client's reply to a block run here (`run_here`): once a replica of this server has it,
 /// when it wrote and the server has one (`txn::owner::acked`, as `APPLY`'s reply at another
-/// owner waits), else at once.
+/// owner waits), else at once; the `NOREPLICAS` error instead when no replica has it though
+/// one may be promoted here (`acked::single`).
 fn reply_here(call: &Call, txn: &Txn, outcome: Outcome) {
-    let me = match (&outcome, txn.parts.as_slice()) {
-        (Outcome::Committed(Ok(_)), [one]) => acked::needed(call, &one.commands),
-        _ => None,
+    let ack = match (&outcome, txn.parts.as_slice()) {
+        (Outcome::Committed(Ok(_)), [one]) => acked::single(call, &one.commands),
+        _ => acked::Ack::AtOnce,
     };
-    let Some(me) = me else {
-        crate::host::blocked::BlockedReply::write(&reply(outcome), &call.reply);
-        return;
+    let me = match ack {
+        acked::Ack::AtOnce => {
+            crate::host::blocked::BlockedReply::write(&reply(outcome), &call.reply);
+            return;
+        }
+        acked::Ack::Unconfirmed(line) => {
+            let outcome = Outcome::Committed(Err(line));
+            crate::host::blocked::BlockedReply::write(&reply(outcome), &call.reply);
+            return;
+        }
+        acked::Ack::Wait(me) => me,
     };
-    let at_once = outcome.clone();
+    let name = me.name.clone();
     let blocked = forward::run(call, acked::link(), move |steps| async move {
-        acked::replica_has_it(&steps, &me).await;
-        reply(outcome)
+        match acked::confirmed(&steps, &me).await {
+            Ok(()) => reply(outcome),
+            Err(line) => reply(Outcome::Committed(Err(line))),
+        }
     });
     if blocked.is_err() {
-        // Not blocked, nothing sent: the block is applied; its reply at once.
-        crate::host::blocked::BlockedReply::write(&reply(at_once), &call.reply);
+        // Not blocked, nothing sent: the block is applied, no replica known to have it.
+        let line = acked::unconfirmed(&name, "the wait for a replica could not start");
+        let outcome = Outcome::Committed(Err(line));
+        crate::host::blocked::BlockedReply::write(&reply(outcome), &call.reply);
     }
 }
 

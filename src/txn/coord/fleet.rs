@@ -8,7 +8,10 @@
 //! of the turn too (`turn::forget`: not waited for; one lost leaves the decision to be carried
 //! out again, which the owners answer `DONE`). Whether this node has a replica is
 //! `host::context::connected_replicas`, kept from the server's replica events (not read from
-//! `INFO` per decision). The phases run in the background, with no command's context: this
+//! `INFO` per decision). A node with no replica linked while Sentinel lists one it may promote
+//! (`txn::owner::acked::replica_expected`) records no commit: the transaction is aborted
+//! before any owner applies (a promoted replica would lack the decision, and answer the owners
+//! still prepared abort). The phases run in the background, with no command's context: this
 //! node's own parts of several owners go over the network too (`local` runs one owner's block
 //! inside the client's `SHARD.EXEC`).
 
@@ -67,7 +70,21 @@ impl NetFleet {
         let me = crate::txn::coord::queue::this_node().ok_or_else(|| {
             "ERR this node is not in the ring: it cannot record a decision".to_string()
         })?;
+        if !me.is_self {
+            // Sentinel names another server this node's primary: this one will be demoted and
+            // lose what only it holds.
+            return Err(format!(
+                "ERR shard.txn: this server is not node {}'s primary now: it makes no commit decision, nothing is applied; try again",
+                me.name
+            ));
+        }
         let replicas = crate::host::context::connected_replicas();
+        if replicas == 0 && crate::txn::owner::acked::replica_expected(&me.name) {
+            // A decision only this server holds, while Sentinel may promote a replica that
+            // lacks it: the owners still prepared would ask the promoted one, which answers
+            // abort, after others applied their parts. Nothing decided: aborted everywhere.
+            return Err(no_replica(&me.name));
+        }
         if replicas == 0 && !crate::host::context::writes_paused() {
             // At the end of this turn, in this process (`turn`); nil: over the connection.
             let (waiter, told) = self.steps.expect();
@@ -99,10 +116,18 @@ impl NetFleet {
         match waited.await {
             Ok(Resp::Int(n)) if n >= 1 => Ok(reply),
             other => Err(format!(
-                "ERR shard.txn: the commit of transaction {txid} is recorded, but no replica of this node acknowledged it within {REPLICA_WAIT_MS} ms ({other:?}); it is carried out once one does, or when an owner asks"
+                "ERR shard.txn: the commit of transaction {txid} is recorded, but no replica of this node acknowledged it within {REPLICA_WAIT_MS} ms ({other:?}); it is carried out once one does (the owners wait meanwhile)"
             )),
         }
     }
+}
+
+/// Why a decision is not recorded at a coordinator (`name`) with no replica linked while one
+/// is expected (`txn::owner::acked::replica_expected`).
+fn no_replica(name: &str) -> String {
+    format!(
+        "ERR shard.txn: node {name}, the transaction's coordinator, has no replica linked while Sentinel lists one it may promote: its commit decision would not survive a failover, so none is made and nothing is applied; try again"
+    )
 }
 
 /// Whether a control request is a `COMMIT`.
@@ -174,6 +199,9 @@ impl Fleet for NetFleet {
                     if aborted {
                         Decided::Refused(line)
                     } else {
+                        // A commit here, not known at a replica: held (`pending` to the
+                        // owners, not carried out) until one has it.
+                        crate::txn::coord::confirm::later(&txid);
                         Decided::Unsure(line)
                     }
                 }

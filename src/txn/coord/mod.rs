@@ -30,6 +30,7 @@
 
 pub mod book;
 pub mod clients;
+pub mod confirm;
 pub mod exec;
 pub mod fleet;
 pub mod gather;
@@ -65,5 +66,10 @@ pub fn status(txid: &str) -> (Status, bool) {
     if crate::txn::owner::status(txid) == crate::txn::Decision::Commit {
         return (Status::Commit, false);
     }
-    book::with(|b| b.status(txid, crate::clock::monotonic_ms()))
+    let answer = book::with(|b| b.status(txid, crate::clock::monotonic_ms()));
+    if answer.0 == Status::Pending {
+        // Perhaps a commit held for a replica (`confirm`): its loop, should none run.
+        confirm::kick();
+    }
+    answer
 }

@@ -148,6 +148,11 @@ async fn apply<F: Fleet>(txn: &Txn, part: &Part, fleet: &F) -> Attempt {
     let txid = if txn.txid.is_empty() { "-" } else { &txn.txid };
     let request = wire::apply(txid, &part.watched, &part.commands);
     match fleet.control(&part.owner, request).await {
+        // Applied at the owner, at no replica of it (`txn::owner::acked::single`): committed,
+        // the error relayed.
+        Ok(Resp::Error(line)) if wire::unconfirmed(&line) => Attempt::Done(Outcome::Committed(
+            Err(String::from_utf8_lossy(&line).into_owned()),
+        )),
         Ok(Resp::Error(line)) => match wire::refusal(&line) {
             Prepared::Locked => Attempt::Locked(String::from_utf8_lossy(&line).into_owned()),
             Prepared::Watched => Attempt::Done(Outcome::Watched),

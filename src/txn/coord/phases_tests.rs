@@ -388,6 +388,26 @@ fn an_owner_applied_but_not_at_a_replica_is_kept_not_retried_at_once() {
 }
 
 #[test]
+fn a_single_owner_block_at_no_replica_is_committed_but_not_confirmed() {
+    // `NOREPLICAS the transaction is applied ...`: the one owner applied the block, no replica of it has it; committed
+    // (not an abort, not sent again: no decision to keep), the owner's line relayed.
+    let fake = Fake::new(|node, args, before| match (node, sub(args)) {
+        ("n1", b"APPLY") => Ok(Resp::Error(
+            b"NOREPLICAS the transaction is applied at node n1, but ...".to_vec(),
+        )),
+        _ => willing(node, args, before),
+    });
+    match block_on(run(&txn(1, false), &fake, 100)) {
+        Outcome::Committed(Err(line)) => assert!(
+            line.starts_with("NOREPLICAS the transaction is applied"),
+            "{line}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fake.log(), vec!["n1 APPLY".to_string()]);
+}
+
+#[test]
 fn split_commands_merge_across_owners() {
     let how = splittable(b"DEL").unwrap();
     let args: Vec<&[u8]> = vec![b"DEL", b"x", b"y"];

@@ -95,6 +95,13 @@ pub fn commit(txid: &str, commands: &[Command]) -> Vec<Vec<u8>> {
     out
 }
 
+/// Whether an `APPLY`'s error reply is the owner's `NOREPLICAS the transaction is applied
+/// ...`: its block applied there, at no replica of it (`txn::owner::acked::single`); not
+/// Redis's own `NOREPLICAS` (refused by `min-replicas-to-write`, not applied).
+pub fn unconfirmed(line: &[u8]) -> bool {
+    line.starts_with(crate::txn::owner::acked::UNCONFIRMED.as_bytes())
+}
+
 /// Whether a `COMMIT`'s error reply is the owner's `APPLIED ...`: its part applied there, not
 /// yet at a replica (`txn::owner::acked::commit_reply`).
 pub fn applied(line: &[u8]) -> bool {

@@ -12,10 +12,13 @@
 //! `WAIT` itself). The client is blocked meanwhile, never the main thread.
 //!
 //! A block of read-only commands wrote nothing to wait for (as `WAIT` after a read returns at
-//! once). A client that cannot be blocked (inside `MULTI`, a script), or a server that is not
-//! its node's primary now, is answered at once. No replica within `REPLICA_WAIT_MS`: the block
-//! stays applied (as with `WAIT`), the reply is the same, and `INFO shard` counts it
-//! (`txn_unacked`).
+//! once). A client that cannot be blocked (inside `MULTI`, a script) is answered at once. No
+//! replica within `REPLICA_WAIT_MS`: the block
+//! stays applied (as with `WAIT`), and the reply is the error `NOREPLICAS the transaction is applied ...` (`single`,
+//! `unconfirmed`), counted in `INFO shard`'s `txn_unacked`, as it is at once when no replica is
+//! linked while Sentinel lists one, or when this server is not its node's primary now: a
+//! client never takes a block a failover may lose for one a replica has (a `COMMIT` of several
+//! owners answers `APPLIED` in these cases, and its coordinator sends it again: `commit_reply`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -50,24 +53,86 @@ pub fn writes(cmds: &[Command]) -> bool {
     })
 }
 
-/// Where to wait for a replica of this server after a block of `cmds` ran in the command of
-/// `call`: this server's own address when the block may have written, the server has a
-/// replica online and acts as its node, and the client can be blocked; else `None` (reply at
-/// once).
-pub fn needed(call: &Call, cmds: &[Command]) -> Option<Endpoint> {
-    if !writes(cmds) || crate::host::context::connected_replicas() == 0 {
-        return None;
-    }
+/// What the reply to a single owner's block waits for (`single`).
+pub enum Ack {
+    /// Nothing: the reply at once.
+    AtOnce,
+    /// No replica can have the block now, though one may be promoted in this server's place:
+    /// the `NOREPLICAS` error (`unconfirmed`) at once, counted.
+    Unconfirmed(String),
+    /// One replica of this server (its own address, to send `WAIT` to).
+    Wait(Endpoint),
+}
+
+/// Whether the client of `call` cannot be blocked (inside `MULTI`, a script).
+fn unblockable(call: &Call) -> bool {
     let flags = call.ctx.get_flags();
-    if flags.contains(ContextFlags::MULTI)
+    flags.contains(ContextFlags::MULTI)
         || flags.contains(ContextFlags::LUA)
         || flags.contains(ContextFlags::DENY_BLOCKING)
-    {
-        return None;
+}
+
+/// What the reply to a block of `cmds` just run in the command of `call` waits for (`APPLY`,
+/// or a client's `SHARD.EXEC` whose only part ran here): nothing when the block wrote nothing,
+/// no ring names this node, or no replica is linked and none expected (a node with no replica
+/// configured); `Unconfirmed` when this server is not its node's primary now, or no replica is
+/// linked while one may be promoted (`replica_expected`, the rule of a `COMMIT`'s `APPLIED`);
+/// else a replica of this server, when the client can be blocked (one that cannot is
+/// answered at once, as before).
+pub fn single(call: &Call, cmds: &[Command]) -> Ack {
+    if !writes(cmds) {
+        return Ack::AtOnce;
     }
     // This server as its node (Sentinel's address, `acts_as`): a server no longer its node's
     // primary would count another server's replicas.
-    crate::txn::coord::queue::this_node().filter(|me| me.is_self)
+    let Some(me) = crate::txn::coord::queue::this_node() else {
+        return Ack::AtOnce;
+    };
+    if !me.is_self {
+        UNACKED.fetch_add(1, Ordering::Relaxed);
+        return Ack::Unconfirmed(unconfirmed(&me.name, "this server is not its primary now"));
+    }
+    if crate::host::context::connected_replicas() == 0 {
+        if !replica_expected(&me.name) {
+            return Ack::AtOnce;
+        }
+        UNACKED.fetch_add(1, Ordering::Relaxed);
+        return Ack::Unconfirmed(unconfirmed(
+            &me.name,
+            "it has no replica linked while Sentinel lists one it may promote",
+        ));
+    }
+    if unblockable(call) {
+        return Ack::AtOnce;
+    }
+    Ack::Wait(me)
+}
+
+/// The start of the error of a single owner's block applied but at no replica
+/// (docs/errors.md): `SHARD.CALL WAIT`'s code for a write applied that too few replicas
+/// acknowledged, so that a client tells it from a refusal (`ERR`, `TRYAGAIN`) and from an
+/// acknowledgement; the words after it tell it from Redis's own `NOREPLICAS` (a write refused
+/// by `min-replicas-to-write`, not applied).
+pub const UNCONFIRMED: &str = "NOREPLICAS the transaction is applied at node ";
+
+/// The `NOREPLICAS` error of a block applied at `node`, at no replica of it because `why`.
+pub fn unconfirmed(node: &str, why: &str) -> String {
+    format!(
+        "{UNCONFIRMED}{node}, but {why}: it stays applied, as after WAIT, but a failover of {node} now may lose it"
+    )
+}
+
+/// Waits for a replica of `me` (`replica_has_it`): `Err` with the `NOREPLICAS` line when
+/// none acknowledged the block within `REPLICA_WAIT_MS`.
+pub async fn confirmed(steps: &NetSteps, me: &Endpoint) -> Result<(), String> {
+    if replica_has_it(steps, me).await {
+        Ok(())
+    } else {
+        Err(unconfirmed(
+            &me.name,
+            &format!("no replica acknowledged it within {REPLICA_WAIT_MS} ms"),
+        ))
+    }
 }
 
 /// The link of the wait (its own connection to this server, database 0).
@@ -99,21 +164,31 @@ pub async fn replica_has_it(steps: &NetSteps, me: &Endpoint) -> bool {
 }
 
 /// Replies `reply` to the client of `call` once a replica has the block of `cmds` just run
-/// (at once when there is nothing to wait for).
+/// (at once when there is nothing to wait for), or the `NOREPLICAS` error (`single`).
 pub fn reply(call: &Call, cmds: &[Command], reply: Resp) -> CmdResult {
-    let Some(me) = needed(call, cmds) else {
-        call.reply.resp(&reply);
-        return Ok(());
+    let me = match single(call, cmds) {
+        Ack::AtOnce => {
+            call.reply.resp(&reply);
+            return Ok(());
+        }
+        Ack::Unconfirmed(line) => {
+            call.reply.resp(&Resp::Error(line.into_bytes()));
+            return Ok(());
+        }
+        Ack::Wait(me) => me,
     };
-    let at_once = reply.clone();
+    let name = me.name.clone();
     let blocked = forward::run(call, link(), move |steps| async move {
-        replica_has_it(&steps, &me).await;
-        CallReply::Reply(reply)
+        match confirmed(&steps, &me).await {
+            Ok(()) => CallReply::Reply(reply),
+            Err(line) => CallReply::Error(line),
+        }
     });
     if blocked.is_err() {
-        // Not blocked (nothing was sent): the block is applied, so its reply, at once.
+        // Not blocked (nothing was sent): the block is applied, no replica known to have it.
         UNACKED.fetch_add(1, Ordering::Relaxed);
-        call.reply.resp(&at_once);
+        let line = unconfirmed(&name, "the wait for a replica could not start");
+        call.reply.resp(&Resp::Error(line.into_bytes()));
     }
     Ok(())
 }
@@ -125,7 +200,7 @@ pub const APPLIED: &str = "APPLIED";
 /// Whether this node (`name`) should have a replica that could be promoted in its place
 /// though none is linked now (`topology::nodes::replica_expected`, the fleet steps' rule for
 /// data only a primary holds), looking up whether the rings name it a `sentinel` node.
-fn replica_expected(name: &str) -> bool {
+pub fn replica_expected(name: &str) -> bool {
     let sentinel = {
         let st = crate::state::lock();
         let found = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
@@ -156,13 +231,9 @@ fn not_at_a_replica(txid: &str, why: &str) -> String {
 /// primary now (Sentinel names another) answers `APPLIED` too. Without a replica, online or
 /// expected, `ok` at once.
 pub fn commit_reply(call: &Call, writes: bool, txid: &str, ok: Resp) -> CmdResult {
-    let flags = call.ctx.get_flags();
-    let unblockable = flags.contains(ContextFlags::MULTI)
-        || flags.contains(ContextFlags::LUA)
-        || flags.contains(ContextFlags::DENY_BLOCKING);
     let me = crate::txn::coord::queue::this_node();
     let me = match me {
-        Some(me) if writes && !unblockable => me,
+        Some(me) if writes && !unblockable(call) => me,
         // Nothing written, a client that cannot wait, or a server no ring of which names
         // this node (it left): as before, at once.
         _ => {
