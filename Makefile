@@ -48,7 +48,9 @@ $(VENV)/.installed: tests/requirements.txt
 run: build ## Start a server (REDIS_SERVER, default redis-server) on port 6379 with the module
 	$(or $(REDIS_SERVER),redis-server) redis.conf.example
 
-test: build $(VENV)/.installed ## Unit tests, then the integration tests on Redis 7.0 and on Valkey 9.1
+# The unit tests first: `cargo test` builds the crate with its test features, after which the
+# module's own build must run again; built before them it was built twice.
+test: deps $(VENV)/.installed ## Unit tests, then the integration tests on Redis 7.0 and on Valkey 9.1
 	$(CARGO) test --release
 	$(CARGO) test --profile cli -p shard-cli
 	@$(MAKE) --no-print-directory integration

@@ -216,8 +216,10 @@ def test_primary_cut_off_with_its_clients_keeps_every_write_acknowledged_by_its_
     majority = None
     try:
         until(lambda: len(minority.acked("wait")) > 20, "acknowledged writes before the cut")
-        cut_at = time.monotonic()
         partition.cut(primary, [replica, *sentinels])
+        # Once the rules are in place (nft may take 100 ms on a loaded machine: a write sent
+        # while it ran was acknowledged, rightly).
+        cut_at = time.monotonic()
         # Sentinel promotes the replica; a client on its side writes through it.
         until(lambda: all(master_of(s)[0].decode() == replica.host for s in sentinels),
               "the sentinels promote the replica", timeout=30)

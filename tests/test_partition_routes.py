@@ -120,6 +120,7 @@ def test_keyless_commands_through_a_node_cut_off_from_another_name_it_and_answer
     assert set(c0.keys("k:*")) == keys
 
 
+@pytest.mark.partitions  # waits out repl-timeout: make partitions
 def test_replica_cut_off_from_its_primary_refuses_keyed_calls_until_it_is_linked_again(
         server_factory, partition):
     """n1's replica, cut off from n1, counts its link down after `repl-timeout` (2 s here): its

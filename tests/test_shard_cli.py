@@ -33,7 +33,7 @@ import pytest
 
 from helpers.fleet import ring_get
 from helpers.reshard import fleet_status
-from helpers.server import REDIS_SERVER, ServerFailed, until
+from helpers.server import REDIS_SERVER, ServerFailed, as_map, until
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a server built without TLS says when asked for a TLS port (as tests/test_tls.py).
@@ -490,8 +490,10 @@ def test_rebalance_top_fix_and_a_cleanup_run_by_hand(server_factory):
 
     # Faults: n1 given another ring; a key of n0's on n2 alone; a key of n1's on n3 as well.
     c1 = s[1].client()
+    # (By hand after the rebalance's term: TERM names it, as SHARD.RING STATE gives it.)
+    term = as_map(c1.execute_command("SHARD.RING", "STATE"))["term"]
     c1.execute_command("SHARD.RING", "SET", "slots", "n0", addr(s[0]), 1, "n1", addr(s[1]), 2,
-                       "n2", addr(s[2]), 1, "n3", addr(s[3]), 1)
+                       "n2", addr(s[2]), 1, "n3", addr(s[3]), 1, "TERM", term)
     other = ring_get(c1)["digest"].decode()
     digest = ring_get(s[0].client())["digest"].decode()
     owner = lambda k: s[0].client().execute_command("SHARD.WHEREIS", k)  # noqa: E731
