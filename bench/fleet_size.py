@@ -24,13 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as base  # noqa: E402
-import importlib.util  # noqa: E402
 
 # bench/copy.py (its start, client, pipelined, fleet_phase), under a name of its own: `copy` is
 # the standard library's.
-_spec = importlib.util.spec_from_file_location("bench_copy", Path(__file__).parent / "copy.py")
-cp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cp)
+cp = base.bench_copy()
 
 RESULTS = base.ROOT / "bench" / "results.md"
 SECTION = "## Fleet operations against the number of nodes (issue 44)"

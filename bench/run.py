@@ -41,6 +41,16 @@ TMP = ROOT / "bench" / "tmp"
 FINDINGS = ROOT / "bench" / "findings.md"
 HZ = os.sysconf("SC_CLK_TCK")
 
+
+def bench_copy():
+    """bench/copy.py (a grow's helpers), loaded under another name than the standard library's
+    `copy`, for the benches that grow fleets (stall, copy_steps, fleet_size)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_copy", ROOT / "bench" / "copy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 # The snowflake script as Redis users write it (run as EVALSHA sha 0 after SET node_id 1).
 LUA_SNOWFLAKE = """\
 local epoch = 1288834974657

@@ -30,12 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as base  # noqa: E402
 import fleet  # noqa: E402
-import importlib.util  # noqa: E402
 
-# bench/copy.py (its grow's helpers), under another name than the standard library's `copy`.
-_spec = importlib.util.spec_from_file_location("bench_copy", Path(__file__).resolve().parent / "copy.py")
-cp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cp)
+cp = base.bench_copy()
 
 RESULTS = base.ROOT / "bench" / "results.md"
 SECTION = "## No stall: the main thread during a grow (issue 44)"
