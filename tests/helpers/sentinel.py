@@ -148,7 +148,7 @@ class Writer(threading.Thread):
         super().__init__(daemon=True)
         self.client = server.client(socket_timeout=5)
         self.keys, self.tag = keys, tag
-        self.acked = []  # (time, key, value)
+        self.acked = []  # (time it was sent, key, value)
         self.errors = []  # (time, message)
         self.slowest = 0.0
         self.stop = threading.Event()
@@ -161,7 +161,9 @@ class Writer(threading.Thread):
             started = time.monotonic()
             try:
                 self.client.execute_command("SHARD.CALL", "SET", key, value)
-                self.acked.append((time.monotonic(), key, value))
+                # The time it was sent: one sent before the old primary died may be acknowledged
+                # by it (and lost) however late its reply is read on a loaded machine.
+                self.acked.append((started, key, value))
             except redis.ResponseError as e:
                 self.errors.append((time.monotonic(), str(e)))
                 time.sleep(0.01)
@@ -203,11 +205,13 @@ class Failover:
             w.start()
         try:
             until(lambda: all(len(w.acked) > 20 for w in self.writers), "writers running")
-            self.killed_at = time.monotonic()
             if how == signal.SIGKILL:
                 self.old.stop(signal.SIGKILL)
             else:
                 self.old.proc.send_signal(signal.SIGSTOP)
+            # Once the signal is sent (and a killed server gone): a write sent later cannot reach
+            # the old primary's keyspace.
+            self.killed_at = time.monotonic()
             until(lambda: switches, "+switch-master for n0", timeout=30)
             self.switched = switches[0]
             # Every node that is a primary now serves n0's keys again within `serve_within`
