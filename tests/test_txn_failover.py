@@ -188,6 +188,60 @@ def test_a_coordinator_failed_over_then_shrunk_out_is_asked_at_the_primary_its_o
 
 
 
+@pytest.mark.slow
+def test_a_coordinator_no_ring_names_is_found_through_sentinel(server_factory, sentinel_factory):
+    """The nemesis's parts in doubt for ever (seed 2054124654): a shrink takes n0 out of the
+    ring, and n0's primary, which clients still use, coordinates a transfer between n1 and n2,
+    held once both owners prepared. No ring at n0 names it, so its PREPAREs give no address
+    (`FROM`); n1's primary restarts from its AOF (the sentinels paused: no failover), so no
+    ring nor Sentinel's table there names n0 either (its AOF rewritten after the shrink, it
+    restarts from the shrunk ring). n0's primary restarts too, its transaction gone (no ABORT
+    comes from it: it answers abort, presumed, to whoever asks). Once its lock is over, n1's
+    part in doubt has Sentinel asked for n0 by name and asks the primary it gives, which answers abort
+    (presumed). Before, n1 asked nobody and the part stayed locked and in doubt for ever.
+    (A second fleet operation, between n1 and n2, leaves no plan naming n0 at n1, as in the
+    nemesis.)"""
+    fleet = start_sentinel_fleet(server_factory, sentinel_factory,
+                                 extra=[("enable-debug-command", "yes"),
+                                        ("shard.txn-lock-ms", 8000), *AOF])
+    n1 = fleet.primaries["n1"].client()
+    shrunk = ["ketama", *[x for m in ("n1", "n2") for x in (m, "sentinel", 1)]]
+    assert n1.execute_command("SHARD.RESHARD", "START", *shrunk) == b"OK"
+    wait_fleet(n1, "done", timeout=60)
+    c = fleet.primaries["n0"].client()
+    until(lambda: info_shard(c)["ring_digest"] == info_shard(n1)["ring_digest"],
+          "n0 holds the ring without it", timeout=30)
+    # Another fleet operation, between n1 and n2 only: the plan the servers keep names n0 no
+    # more (the watcher watches a plan's rings too).
+    reweighted = ["ketama", "n1", "sentinel", 1, "n2", "sentinel", 2]
+    assert n1.execute_command("SHARD.RESHARD", "START", *reweighted) == b"OK"
+    wait_fleet(n1, "done", timeout=60)
+    # n1's AOF rewritten: it restarts from the shrunk ring, never having watched n0 since.
+    assert n1.execute_command("BGREWRITEAOF")
+    until(lambda: all(n1.info("persistence")[k] == 0 for k in
+                      ("aof_rewrite_in_progress", "aof_rewrite_scheduled")), "n1's AOF rewritten")
+    c, a, b, ex = start_transfer(fleet, "prepared")
+    n2 = fleet.primaries["n2"].client()
+    assert [info_shard(x)["txn_locks_held"] for x in (n1, n2)] == ["1", "1"]
+    for s in fleet.sentinels:
+        s.proc.send_signal(signal.SIGSTOP)
+    try:
+        for n in ("n0", "n1"):
+            fleet.primaries[n].stop(signal.SIGKILL)
+            fleet.primaries[n].start()
+    finally:
+        for s in fleet.sentinels:
+            s.proc.send_signal(signal.SIGCONT)
+    n1 = fleet.primaries["n1"].client()
+    for n in ("n0", "n1"):
+        fleet.primaries[n].client().config_set(
+            "shard.sentinels", " ".join(s.address for s in fleet.sentinels))
+    assert info_shard(n1)["txn_locks_held"] == "1"
+    until(lambda: info_shard(n1)["txn_locks_held"] == "0" and info_shard(n2)["txn_locks_held"]
+          == "0", "both parts ended", timeout=40)
+    assert n1.get(a) == b"100" and n2.get(b) == b"100", "aborted: nothing applied"
+
+
 @pytest.mark.parametrize("how", ["link-dropped", "stopped"])
 def test_a_part_no_replica_acknowledged_is_sent_again_to_the_promoted_replica(
         server_factory, sentinel_factory, how):

@@ -201,6 +201,14 @@ pub fn tick() {
 /// no ring names it yet (a fleet operation asks the nodes of its new ring before it installs
 /// it), for a minute after the last ask.
 pub fn wake_for(name: &str) {
+    keep_watching(name);
+    wake();
+}
+
+/// Keeps Sentinel node `name` watched as `wake_for` does, for a minute from now, without a
+/// look now (its address is known: the watcher's refreshes and Sentinel's pushes keep it
+/// current).
+pub fn keep_watching(name: &str) {
     let now = Instant::now();
     ASKED.with(|a| {
         let mut a = a.borrow_mut();
@@ -211,7 +219,6 @@ pub fn wake_for(name: &str) {
             a.push((name.to_owned(), now));
         }
     });
-    wake();
 }
 
 /// Asks for a look now (a node's address is needed and not known); the next `tick` also
