@@ -333,3 +333,49 @@ def test_resume_in_commit_goes_back_to_settle_for_a_node_that_lost_it(server_fac
     servers["n1"].start()
     c1 = servers.client("n1")
     resume_to_the_end(servers, c1, expected)
+
+
+def test_resume_in_cancel_cleanup_goes_back_to_revert_for_a_node_that_lost_it(server_factory):
+    """A grow cancelled after writes at the joining node, held in `cancel-cleanup`; n0 then
+    holds the cancel's return again (the old ring over the new one, returning), as when its
+    primary and replica were both killed before the revert reached their files (the nemesis,
+    Redis seed 2054124654), and the coordinator is killed. RESUME drives the plan back to
+    `cancel-revert` and cleans up again: the cancel ends on the old ring everywhere and every
+    write made at n2 is at its old owner. (On the build before, RESUME refused: n0's rings did
+    not fit phase cancel-cleanup, and the fleet stayed split.)"""
+    servers = grow_fleet(server_factory, config=AOF)
+    c1 = servers.client("n1")
+    assert c1.execute_command("SHARD.DEBUG", "FLEET-HOLD", "begin", 3) == b"OK"
+    assert c1.execute_command("SHARD.RESHARD", "START", "ketama", *ring_args(servers, NEW)) == b"OK"
+    servers.new_digest = fleet_status(c1)["new_digest"]
+    until(lambda: fleet_status(c1)["phase"] == b"begin"
+          and all(as_map(servers.client(n).execute_command("SHARD.RING", "STATE"))["digest"]
+                  == servers.new_digest for n in NEW), "the begin rings on every node")
+    moving = moving_keys(servers, "n0") + moving_keys(servers, "n1")
+    assert len(moving) >= 16
+    for k in moving:
+        assert call(servers, "n2", "SET", k, "during") == b"OK"
+    expected = {k: "during" for k in moving}
+    begun = as_map(servers.client("n0").execute_command("SHARD.RING", "GET"))
+    new, old = canonical(begun), canonical(begun["previous"])
+
+    assert c1.execute_command("SHARD.DEBUG", "FLEET-HOLD", "cancel-cleanup", 3) == b"OK"
+    assert c1.execute_command("SHARD.RESHARD", "CANCEL") == b"OK"
+    until(lambda: fleet_status(c1)["phase"] == b"cancel-cleanup", "the cancel in cancel-cleanup")
+    assert_one_ring(servers, OLD, on=NEW)
+    c0 = servers.client("n0")
+    st = as_map(c0.execute_command("SHARD.RING", "STATE"))
+    assert c0.execute_command("SHARD.RING", "INSTALL", old, new, "RETURNING", "TERM", st["term"],
+                              10_000, st["term_holder"], st["term_address"],
+                              st["term_run_id"]) == b"OK", "n0 back on the cancel's return"
+    back = as_map(c0.execute_command("SHARD.RING", "STATE"))
+    assert back["returning"] == b"yes" and back["previous_digest"] == servers.new_digest, back
+
+    servers["n1"].stop(signal.SIGKILL)
+    servers["n1"].start()
+    c1 = servers.client("n1")
+    assert c1.execute_command("SHARD.RESHARD", "RESUME") == b"OK"
+    st = wait_fleet(c1, "cancelled")
+    assert st["error"] == b"", st
+    assert_one_ring(servers, OLD, on=NEW)
+    check_final(servers, expected)

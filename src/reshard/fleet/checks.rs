@@ -184,8 +184,22 @@ fn rings_of(plan: &FleetPlan, st: &NodeState) -> Rings {
 ///   disk), or rings from before (an adopted plan, `adopt`, whose node came back from an older
 ///   file): the plan goes back to `settle`, so that every node is settled again before any
 ///   other commits (a committed node settled again only reads and writes as it did; nothing is
-///   cleaned up before `cleanup`).
+///   cleaned up before `cleanup`);
+/// - a `cancel-cleanup` in which a node, under the plan's term or an older one, holds the
+///   cancel's return (the old ring over the new one, returning) or no ring: its primary and
+///   replica were both killed before the revert reached their files (the nemesis, Redis seed
+///   2054124654), so it came back from an older AOF. The plan goes back to `cancel-revert`,
+///   which installs the old ring alone everywhere again; the cleanup then runs again (it only
+///   deletes what the old ring gives another node, so a node cleaned already loses nothing).
 pub fn resume_phase(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> Phase {
+    if plan.phase == Phase::CancelCleanup {
+        let unreverted = answers.iter().flatten().any(|st| {
+            st.term <= plan.term && matches!(rings_of(plan, st), Rings::Fenced | Rings::Empty)
+        });
+        if unreverted {
+            return Phase::CancelRevert;
+        }
+    }
     let unsettled = answers.iter().flatten().any(|st| {
         matches!(
             rings_of(plan, st),
@@ -245,7 +259,7 @@ pub fn check_resume(plan: &FleetPlan, answers: &[Result<NodeState, String>]) -> 
         Phase::Commit => &[Settled, New],
         Phase::Cleanup => &[New],
         Phase::CancelStop | Phase::CancelReturn => &[Empty, Old, Fenced, Begun],
-        Phase::CancelRevert => &[Fenced, Old],
+        Phase::CancelRevert => &[Empty, Fenced, Old],
         Phase::CancelCleanup => &[Old],
         Phase::Done | Phase::Cancelled => return Vec::new(),
     };

@@ -590,3 +590,43 @@ mod lease {
         );
     }
 }
+
+#[test]
+fn resume_goes_back_to_revert_when_a_node_lost_the_revert() {
+    let mut p = grow();
+    let (old, new) = (p.old.digest(), p.new.digest());
+    p.enter(Phase::CancelCleanup);
+    p.term = 5;
+    let at = |name: &str, digest: &str, previous: &str, returning: bool, term: u64| {
+        state(name, digest, previous, 5).map(|st| NodeState {
+            term,
+            returning,
+            ..st
+        })
+    };
+    // The nemesis, Redis seed 2054124654: node a's primary and replica were both killed after
+    // the revert, and came back from files that held the cancel's return.
+    let mut answers = vec![
+        at("a", &old, &new, true, 5),
+        at("b", &old, "", false, 5),
+        at("c", &old, "", false, 5),
+        at("d", &old, "", false, 5),
+    ];
+    assert!(!check_resume(&p, &answers).is_empty(), "the return does not fit cancel-cleanup");
+    assert_eq!(resume_phase(&p, &answers), Phase::CancelRevert);
+    p.enter(Phase::CancelRevert);
+    assert!(check_resume(&p, &answers).is_empty());
+    // A joining node back with no ring at all goes back to the revert too.
+    p.enter(Phase::CancelCleanup);
+    answers[0] = at("a", &old, "", false, 5);
+    answers[3] = at("d", "", "", false, 0);
+    assert_eq!(resume_phase(&p, &answers), Phase::CancelRevert);
+    // Every node reverted: the cleanup goes on.
+    answers[3] = at("d", &old, "", false, 5);
+    assert_eq!(resume_phase(&p, &answers), Phase::CancelCleanup);
+    assert!(check_resume(&p, &answers).is_empty());
+    // A return under a newer term is another operation's: the plan here is older than the fleet.
+    answers[0] = at("a", &old, &new, true, 6);
+    assert_eq!(resume_phase(&p, &answers), Phase::CancelCleanup);
+    assert!(!check_resume(&p, &answers).is_empty());
+}
