@@ -79,6 +79,17 @@ pub const RESHARDING_OPEN: &str =
 pub const NO_RESHARDING: &str = "no resharding is open: start one with SHARD.RING BEGIN";
 
 impl RingState {
+    /// Whether either ring names the node `name` a `sentinel` node (its address followed
+    /// through Sentinel, so a replica may be promoted in its primary's place).
+    pub fn via_sentinel(&self, name: &str) -> bool {
+        [self.current.as_ref(), self.previous.as_ref()]
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p.spec.nodes.iter())
+            .find(|n| n.name == name)
+            .is_some_and(|n| n.via_sentinel())
+    }
+
     /// Replaces the current ring; refused while a resharding is open.
     pub fn set(&mut self, placement: Placement) -> Result<(), &'static str> {
         if self.previous.is_some() {

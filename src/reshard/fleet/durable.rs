@@ -36,16 +36,7 @@ pub async fn send(steps: &NetSteps, at: &Endpoint, args: &[Vec<u8>]) -> Result<R
 /// lists none: one for a `sentinel` node whose replicas Sentinel could promote (or whose
 /// replicas are not looked up yet), none for another node.
 pub fn least_for(name: &str) -> i64 {
-    let sentinel = {
-        let st = crate::state::lock();
-        let found = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
-            .into_iter()
-            .flatten()
-            .flat_map(|p| p.spec.nodes.iter())
-            .find(|n| n.name == name)
-            .is_some_and(|n| n.via_sentinel());
-        found
-    };
+    let sentinel = crate::state::lock().rings.via_sentinel(name);
     least(name, sentinel)
 }
 

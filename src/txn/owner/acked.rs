@@ -201,16 +201,7 @@ pub const APPLIED: &str = "APPLIED";
 /// though none is linked now (`topology::nodes::replica_expected`, the fleet steps' rule for
 /// data only a primary holds), looking up whether the rings name it a `sentinel` node.
 pub fn replica_expected(name: &str) -> bool {
-    let sentinel = {
-        let st = crate::state::lock();
-        let found = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
-            .into_iter()
-            .flatten()
-            .flat_map(|p| p.spec.nodes.iter())
-            .find(|n| n.name == name)
-            .is_some_and(|n| n.via_sentinel());
-        found
-    };
+    let sentinel = crate::state::lock().rings.via_sentinel(name);
     crate::topology::nodes::replica_expected(name, sentinel)
 }
 
