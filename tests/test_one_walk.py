@@ -11,7 +11,7 @@ import pytest
 
 from helpers.fleet import owners, start_fleet
 from helpers.reshard import status, wait_job
-from helpers.server import pipelined, until, wait_in_sync
+from helpers.server import info_shard, pipelined, until, wait_in_sync
 
 KEYS = 20_000
 # How a cleanup without the copy's list finds its keys: a walk, or the key index's buckets when
@@ -58,11 +58,19 @@ def commit_and_clean(servers, a):
     return wait_job(a)
 
 
-def assert_only_owned_left(servers, a, want):
-    """a holds exactly `want` ({db: names}): what it owns, nothing else."""
+def assert_only_owned_left(servers, a, want, st=None):
+    """a holds exactly `want` ({db: names}): what it owns, nothing else. On a failure the
+    message also gives the cleanup's STATUS (`st`), a's key index and a's log lines of the
+    module's jobs: which way the cleanup found its keys, and what it did."""
     left = every_key(servers["a"])
-    assert left == want, {db: (len(left.get(db, ())), len(want.get(db, ())))
-                          for db in set(left) | set(want)}
+    if left == want:
+        return
+    counts = {db: (len(left.get(db, ())), len(want.get(db, ()))) for db in set(left) | set(want)}
+    index = {k: v for k, v in info_shard(a).items() if k.startswith("key_index")}
+    log = [line for line in servers["a"].log().splitlines()
+           if "shard:" in line or "fork" in line.lower() or "Loading" in line]
+    raise AssertionError(f"(left, wanted) by db: {counts}; status: {st}; index: {index}; "
+                         "log:\n" + "\n".join(log[-30:]))
 
 
 def test_a_cleanup_after_a_copy_reads_its_list_and_deletes_what_was_written_since(
@@ -161,7 +169,7 @@ def test_a_keyspace_replaced_between_copy_and_cleanup_makes_the_cleanup_walk(
             want[db] = mine
     st = commit_and_clean(servers, a)
     assert st["state"] == b"done" and st["keys_from"] in WALKED, st
-    assert_only_owned_left(servers, a, want)
+    assert_only_owned_left(servers, a, want, st)
 
 
 def test_a_replica_holds_what_its_primary_holds_after_a_cleanup_from_the_list(server_factory):
