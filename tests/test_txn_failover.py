@@ -191,16 +191,16 @@ def test_a_coordinator_failed_over_then_shrunk_out_is_asked_at_the_primary_its_o
 @pytest.mark.slow
 def test_a_coordinator_no_ring_names_is_found_through_sentinel(server_factory, sentinel_factory):
     """The nemesis's parts in doubt for ever (seed 2054124654): a shrink takes n0 out of the
-    ring, and n0's primary, which clients still use, coordinates a transfer between n1 and n2,
-    held once both owners prepared. No ring at n0 names it, so its PREPAREs give no address
-    (`FROM`); n1's primary restarts from its AOF (the sentinels paused: no failover), so no
-    ring nor Sentinel's table there names n0 either (its AOF rewritten after the shrink, it
-    restarts from the shrunk ring). n0's primary restarts too, its transaction gone (no ABORT
-    comes from it: it answers abort, presumed, to whoever asks). Once its lock is over, n1's
-    part in doubt has Sentinel asked for n0 by name and asks the primary it gives, which answers abort
-    (presumed). Before, n1 asked nobody and the part stayed locked and in doubt for ever.
-    (A second fleet operation, between n1 and n2, leaves no plan naming n0 at n1, as in the
-    nemesis.)"""
+    ring, and n0's primary, which clients still used, coordinated a transfer between n1 and n2.
+    No ring at n0 named it, so its PREPAREs gave no address (`FROM`). n0 now refuses to
+    coordinate out of the ring (checked here too); the PREPAREs it sent then (as a coordinator
+    of an older build still sends them) are sent by hand, n0's txid, no `FROM`. n1's primary
+    restarts from its AOF (the sentinels paused: no failover), so no ring nor Sentinel's table
+    there names n0 either (its AOF rewritten after the shrink, it restarts from the shrunk
+    ring). Once its lock is over, n1's part in doubt has Sentinel asked for n0 by name and asks
+    the primary it gives, which answers abort (presumed: it holds no such transaction). Before,
+    n1 asked nobody and the part stayed locked and in doubt for ever. (A second fleet
+    operation, between n1 and n2, leaves no plan naming n0 at n1, as in the nemesis.)"""
     fleet = start_sentinel_fleet(server_factory, sentinel_factory,
                                  extra=[("enable-debug-command", "yes"),
                                         ("shard.txn-lock-ms", 8000), *AOF])
@@ -220,22 +220,30 @@ def test_a_coordinator_no_ring_names_is_found_through_sentinel(server_factory, s
     assert n1.execute_command("BGREWRITEAOF")
     until(lambda: all(n1.info("persistence")[k] == 0 for k in
                       ("aof_rewrite_in_progress", "aof_rewrite_scheduled")), "n1's AOF rewritten")
-    c, a, b, ex = start_transfer(fleet, "prepared")
+    a = fleet.keys_of(n1, "n1", 1, prefix="acct")[0]
+    b = fleet.keys_of(n1, "n2", 1, prefix="acct")[0]
+    call(n1, "MSET", a, 100, b, 100)
+    # n0, out of the ring, coordinates no transfer now: refused before any PREPARE.
+    assert c.execute_command("SHARD.MULTI") == b"OK"
+    assert call(c, "DECRBY", a, 30) == b"QUEUED" and call(c, "INCRBY", b, 30) == b"QUEUED"
+    with pytest.raises(redis.ResponseError, match="^shard.txn: node n0 is not in the ring"):
+        c.execute_command("SHARD.EXEC")
     n2 = fleet.primaries["n2"].client()
+    txid = "n0/7f00000001"
+    for owner, part in ((n1, ("DECRBY", a, 30)), (n2, ("INCRBY", b, 30))):
+        assert owner.execute_command("SHARD.TXN", "PREPARE", txid, 8000, 0, 1, len(part),
+                                     *part) == b"PREPARED"
     assert [info_shard(x)["txn_locks_held"] for x in (n1, n2)] == ["1", "1"]
     for s in fleet.sentinels:
         s.proc.send_signal(signal.SIGSTOP)
     try:
-        for n in ("n0", "n1"):
-            fleet.primaries[n].stop(signal.SIGKILL)
-            fleet.primaries[n].start()
+        fleet.primaries["n1"].stop(signal.SIGKILL)
+        fleet.primaries["n1"].start()
     finally:
         for s in fleet.sentinels:
             s.proc.send_signal(signal.SIGCONT)
     n1 = fleet.primaries["n1"].client()
-    for n in ("n0", "n1"):
-        fleet.primaries[n].client().config_set(
-            "shard.sentinels", " ".join(s.address for s in fleet.sentinels))
+    n1.config_set("shard.sentinels", " ".join(s.address for s in fleet.sentinels))
     assert info_shard(n1)["txn_locks_held"] == "1"
     until(lambda: info_shard(n1)["txn_locks_held"] == "0" and info_shard(n2)["txn_locks_held"]
           == "0", "both parts ended", timeout=40)

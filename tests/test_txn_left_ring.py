@@ -15,11 +15,16 @@ names it any more):
 - held at `decided`, let go or killed: n0 carries the commit out (after the restart, from its
   book) though no ring names it: both parts applied once.
 
+A node no current ring names (shrunk out, or leaving in a shrink under way) refuses to coordinate
+a transaction across nodes, before anything is prepared: it could record no decision.
+
 The parts' locks end within a few times `shard.txn-lock-ms`. A STATUS asked of a node that is
 not the txid's is refused (`WRONGNODE`): an address may be another server's by then.
 """
 
+import re
 import signal
+from pathlib import Path
 
 import pytest
 import redis
@@ -164,3 +169,63 @@ def test_an_owner_shrunk_out_before_its_confirmation_is_asked_where_it_was(fleet
         "each part applied exactly once"
     # n1 applied nothing again: the shrink's cleanup left it no key, and it has none now.
     assert fleet.client("n1").dbsize() == 0
+
+
+def prepares_of(server, coordinator):
+    """The txids of `coordinator`'s PREPAREs in `server`'s AOF."""
+    found = set()
+    pattern = rb"PREPARE\r\n\$\d+\r\n(" + coordinator.encode() + rb"/[0-9a-f]+)\r\n"
+    for f in Path(server.workdir).rglob("*.aof"):
+        found |= set(re.findall(pattern, f.read_bytes()))
+    return found
+
+
+@pytest.mark.parametrize("how", ["shrunk out", "leaving"])
+def test_a_node_no_current_ring_names_refuses_to_coordinate_and_prepares_nothing(fleet, how):
+    """The nemesis's coordinator out of the ring (seed 2054124654): a shrink took n0 out (or is
+    taking it out: `leaving`, only the previous ring of a resharding under way names it), and a
+    client still sends n0 a transfer between n1 and n2, with a watched key. n0 could record no
+    decision (no current ring names it), so it refuses at once, naming why, and prepares
+    nothing: no PREPARE reaches n1's or n2's AOF, no key is locked, the hold at `prepared` is
+    never reached. Before, n0 prepared at both owners (no `FROM` when no ring named it), then
+    aborted (`ERR this node is not in the ring: it cannot record a decision`); killed in
+    between, it left both parts locked and in doubt. A node of the ring (n1) then coordinates
+    the same transfer: committed."""
+    n0 = fleet.client("n0")
+    a, b = fleet.key_of("n1", prefix="acct"), fleet.key_of("n2", prefix="acct")
+    call(n0, "MSET", a, 100, b, 100)
+    if how == "shrunk out":
+        n1 = fleet.client("n1")
+        assert start_resharding(n1, fleet, ["n1", "n2"]) is not None
+        wait_fleet(n1)
+        until(lambda: ring_get(n0).get("previous") is None and sorted(
+            node["name"] for node in ring_get(n0)["nodes"]) == [b"n1", b"n2"],
+            "n0 holds the ring without it")
+    else:
+        fleet.ring(["n1", "n2"], verb="BEGIN")
+        assert ring_get(n0).get("previous") is not None
+    # Were n0 to prepare, the transaction would wait at this hold, both parts locked.
+    hold(n0, "prepared")
+    raw = fleet.raw("n0", timeout=10)
+    replies = raw.pipeline([("SHARD.WATCH", a), ("SHARD.MULTI",),
+                            ("SHARD.CALL", "DECRBY", a, 30), ("SHARD.CALL", "INCRBY", b, 30),
+                            ("SHARD.EXEC",)])
+    raw.close()
+    assert replies[:4] == [b"+OK\r\n", b"+OK\r\n", b"+QUEUED\r\n", b"+QUEUED\r\n"], replies
+    refused = replies[4].decode()
+    assert refused.startswith("-ERR shard.txn: node n0 is not in the ring"), refused
+    assert "nothing was prepared" in refused, refused
+    assert held(n0) == 0
+    assert no_lock_left(fleet, ("n0", "n1", "n2"))
+    assert [prepares_of(fleet[n], "n0") for n in ("n1", "n2")] == [set(), set()], \
+        "n0 prepared nothing at the owners"
+    assert info_shard(n0)["txn_aborted_error"] == "1"
+    assert values(fleet, a, b) == [b"100", b"100"], "nothing applied"
+    # A node of the ring coordinates it: the keys are free (n0's watch dropped, nothing locked).
+    c1 = fleet.client("n1")
+    assert c1.execute_command("SHARD.WATCH", a) == b"OK"
+    assert c1.execute_command("SHARD.MULTI") == b"OK"
+    assert call(c1, "DECRBY", a, 30) == b"QUEUED"
+    assert call(c1, "INCRBY", b, 30) == b"QUEUED"
+    assert c1.execute_command("SHARD.EXEC") == [70, 130]
+    assert values(fleet, a, b) == [b"70", b"130"]

@@ -239,10 +239,14 @@ impl Fleet for NetFleet {
         })
     }
 
+    fn refuses_to_coordinate(&self) -> Option<String> {
+        crate::txn::coord::queue::refuses_to_coordinate()
+    }
+
     fn own_address(&self) -> Option<String> {
-        // By the current (or previous: a shrink under way) ring, Sentinel's address for a
-        // `sentinel` node; none when no ring names this node (the owners then find it by
-        // name only).
+        // By the current ring (a node no current ring names coordinates nothing across nodes:
+        // `refuses_to_coordinate`; the previous one all the same, should a shrink have begun
+        // since), Sentinel's address for a `sentinel` node.
         let name = crate::state::lock().config.ring.self_name.clone();
         let me = crate::txn::coord::queue::node_named(&name)?;
         (me.port != 0).then_some(me.address)

@@ -8,9 +8,11 @@
 //!   7.0 the owner can refuse a command of a locked key only when `EXEC` runs it, alone, and
 //!   the block's other commands would apply; `APPLY` checks every key first. Without watched
 //!   keys its txid is `-` (none);
-//! - several owners: `PREPARE` at each, at once. Any `WATCHED`: `ABORT` everywhere, nil. Any
-//!   `LOCKED`: `ABORT` everywhere, a short random pause, again, for at most `lock_ms`, then
-//!   `TRYAGAIN`. Any other failure (an error, no answer): `ABORT` everywhere (a `PREPARE` that
+//! - several owners: refused before anything is sent when this node may not coordinate
+//!   (`Fleet::refuses_to_coordinate`: no current ring names it, so it could record no
+//!   decision; the watches dropped). Else `PREPARE` at each, at once. Any `WATCHED`:
+//!   `ABORT` everywhere, nil. Any `LOCKED`: `ABORT` everywhere, a short random pause, again,
+//!   for at most `lock_ms`, then `TRYAGAIN`. Any other failure (an error, no answer): `ABORT` everywhere (a `PREPARE` that
 //!   timed out may have locked), the error. All `PREPARED`: the decision is recorded durably
 //!   (`Fleet::decide`), then `COMMIT` with its part at each owner (again, a few times, for
 //!   an owner that does not answer), the replies merged; the decision is forgotten once every
@@ -59,6 +61,11 @@ pub trait Fleet {
     /// This coordinator's address, given with each `PREPARE` (`FROM`): an owner in doubt asks
     /// it there once no ring it holds names this node (a shrink removed it).
     fn own_address(&self) -> Option<String> {
+        None
+    }
+    /// Why this node may not coordinate a transaction across nodes (the error line), checked
+    /// before anything is prepared: no current ring names it, so it could record no decision.
+    fn refuses_to_coordinate(&self) -> Option<String> {
         None
     }
 }
@@ -186,6 +193,18 @@ async fn abort_all<F: Fleet>(txn: &Txn, fleet: &F) {
 }
 
 async fn two_phase<F: Fleet>(txn: &Txn, fleet: &F, lock_ms: u64) -> Attempt {
+    if let Some(line) = fleet.refuses_to_coordinate() {
+        // Nothing prepared (before, its PREPAREs locked the owners' keys, then it aborted, or
+        // was killed first and left them in doubt): only the watches are dropped, as an
+        // ABORT would drop them.
+        let unwatches = txn
+            .parts
+            .iter()
+            .filter(|p| !p.watched.is_empty())
+            .map(|p| fleet.control(&p.owner, wire::unwatch(&txn.txid)));
+        let _ = join_all(unwatches).await;
+        return Attempt::Done(Outcome::Failed(line));
+    }
     fleet.preparing(&txn.txid, fleet.now_ms() + lock_ms);
     let from = fleet.own_address();
     let prepares = txn.parts.iter().map(|p| {

@@ -23,6 +23,7 @@ struct Fake {
     now: Cell<u64>,
     decided: RefCell<Decided>,
     forgotten: RefCell<Vec<String>>,
+    refuses: RefCell<Option<String>>,
 }
 
 impl Fake {
@@ -34,6 +35,7 @@ impl Fake {
             now: Cell::new(1000),
             decided: RefCell::new(Decided::Commit),
             forgotten: RefCell::default(),
+            refuses: RefCell::default(),
         }
     }
 
@@ -86,6 +88,10 @@ impl Fleet for Fake {
 
     fn random(&self, n: u64) -> u64 {
         n / 2
+    }
+
+    fn refuses_to_coordinate(&self) -> Option<String> {
+        self.refuses.borrow().clone()
     }
 }
 
@@ -429,4 +435,32 @@ fn split_commands_merge_across_owners() {
         block_on(run(&txn, &fake, 100)),
         Outcome::Committed(Ok(vec![Resp::Int(2)]))
     );
+}
+
+#[test]
+fn a_node_that_may_not_coordinate_prepares_nothing() {
+    // Several owners: refused before any PREPARE, the watches dropped, nothing decided.
+    let line = "ERR shard.txn: node me is not in the ring: ...";
+    let fake = Fake::new(willing);
+    *fake.refuses.borrow_mut() = Some(line.into());
+    assert_eq!(
+        block_on(run(&txn(2, true), &fake, 100)),
+        Outcome::Failed(line.into())
+    );
+    assert_eq!(fake.log(), vec!["n1 UNWATCH"]);
+    let fake = Fake::new(willing);
+    *fake.refuses.borrow_mut() = Some(line.into());
+    assert_eq!(
+        block_on(run(&txn(2, false), &fake, 100)),
+        Outcome::Failed(line.into())
+    );
+    assert!(fake.log().is_empty(), "{:?}", fake.log());
+    // One owner: its APPLY needs no decision of this node, sent as before.
+    let fake = Fake::new(|_, _, _| Ok(Resp::Array(vec![ok()])));
+    *fake.refuses.borrow_mut() = Some(line.into());
+    assert_eq!(
+        block_on(run(&txn(1, false), &fake, 100)),
+        Outcome::Committed(Ok(vec![ok()]))
+    );
+    assert_eq!(fake.log(), vec!["n1 APPLY"]);
 }

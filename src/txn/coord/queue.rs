@@ -177,6 +177,36 @@ pub fn this_node() -> Option<Endpoint> {
     Some(crate::topology::nodes::endpoint_of(node, self_name))
 }
 
+/// Why this node coordinates no transaction across nodes, when it does not: no current ring
+/// names it (a shrink took it out, or is taking it out, or it has not joined yet), so it could
+/// record no commit decision (`fleet::NetFleet::record` records it as this node of the current
+/// ring) and would only lock the owners' keys to abort. Refused before anything is prepared,
+/// with no ring or name at all too (a transaction across nodes has its owners from a ring).
+pub fn refuses_to_coordinate() -> Option<String> {
+    let st = state::lock();
+    let me = st.config.ring.self_name.as_str();
+    let names_me = |p: &Option<std::sync::Arc<crate::ring::placement::Placement>>| {
+        p.as_ref().is_some_and(|p| p.spec.node_index(me).is_some())
+    };
+    if !me.is_empty() && names_me(&st.rings.current) {
+        return None;
+    }
+    let why = if me.is_empty() {
+        "this server has no node name (shard.self)".to_string()
+    } else if names_me(&st.rings.previous) {
+        format!(
+            "node {me} is not in the ring: only the previous ring of the resharding under way names it (it is leaving the ring)"
+        )
+    } else {
+        format!(
+            "node {me} is not in the ring: no ring here names it (a shrink took it out, or it has not joined yet)"
+        )
+    };
+    Some(format!(
+        "ERR shard.txn: {why}; it coordinates no transaction across nodes, and nothing was prepared: send the transaction to a node of the ring"
+    ))
+}
+
 /// The node called `name` in the current (or previous) ring.
 pub fn node_named(name: &str) -> Option<Endpoint> {
     let st = state::lock();
