@@ -612,7 +612,10 @@ fn resume_goes_back_to_revert_when_a_node_lost_the_revert() {
         at("c", &old, "", false, 5),
         at("d", &old, "", false, 5),
     ];
-    assert!(!check_resume(&p, &answers).is_empty(), "the return does not fit cancel-cleanup");
+    assert!(
+        !check_resume(&p, &answers).is_empty(),
+        "the return does not fit cancel-cleanup"
+    );
     assert_eq!(resume_phase(&p, &answers), Phase::CancelRevert);
     p.enter(Phase::CancelRevert);
     assert!(check_resume(&p, &answers).is_empty());
