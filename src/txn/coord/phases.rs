@@ -12,11 +12,12 @@
 //!   (`Fleet::refuses_to_coordinate`: no current ring names it, so it could record no
 //!   decision; the watches dropped). Else `PREPARE` at each, at once. Any `WATCHED`:
 //!   `ABORT` everywhere, nil. Any `LOCKED`: `ABORT` everywhere, a short random pause, again,
-//!   for at most `lock_ms`, then `TRYAGAIN`. Any other failure (an error, no answer): `ABORT` everywhere (a `PREPARE` that
-//!   timed out may have locked), the error. All `PREPARED`: the decision is recorded durably
-//!   (`Fleet::decide`), then `COMMIT` with its part at each owner (again, a few times, for
-//!   an owner that does not answer), the replies merged; the decision is forgotten once every
-//!   owner confirmed, else kept for the coordinator to send again later.
+//!   for at most `lock_ms`, then `TRYAGAIN`. Any other failure (an error, no answer): `ABORT`
+//!   everywhere (a `PREPARE` that timed out may have locked), the error. All `PREPARED`:
+//!   the decision is recorded durably (`Fleet::decide`), then `COMMIT` with its part at each
+//!   owner (again, a few times, for an owner that does not answer), the replies merged; the
+//!   decision is forgotten once every owner confirmed, else kept for the coordinator to send
+//!   again later.
 //!
 //! A lock met by a transaction with watched keys ends in nil, never `TRYAGAIN` (a client
 //! library's optimistic loop, redis-py's `transaction()`, retries only on a nil `EXEC`): with
