@@ -65,7 +65,18 @@ one no replica acknowledged is answered `pending` until one does
 (`test_txn_failover::test_a_coordinator_with_no_replica_linked_decides_nothing`,
 `test_txn_acked::test_a_decision_no_replica_acknowledged_waits_for_one`). The ten-minute Redis
 run's keys left at n3 after an early cancel
-(`NEMESIS_SEED=1228672270`) fit the cleanup's case; not reproduced by a replay.
+(`NEMESIS_SEED=1228672270`) fit the cleanup's case; not reproduced by a replay. Redis seed
+2054124654 (600 s) left three transactions' parts in doubt, coordinated by n3 after a shrink
+removed it (no `FROM`, a name no ring held): the owners now ask Sentinel for such a name
+(`test_txn_failover::test_a_coordinator_no_ring_names_is_found_through_sentinel`) and a node
+no current ring names coordinates nothing across nodes (`test_txn_left_ring`); its 180 s replay
+left a cancel in `cancel-cleanup` with n0's primary and replica both back from AOFs without
+the revert, which RESUME refused: it now goes back to `cancel-revert`
+(`test_commit_window::test_resume_in_cancel_cleanup_goes_back_to_revert_for_a_node_that_lost_it`).
+Redis seed 673052557 lost an RPUSH a cluster client sent to n0's primary 40 ms after its
+restart, before this test turned the cluster protocol on by `CONFIG SET`: it ran as on a plain
+server, and a cancel's copy back replaced the list. Restarted servers now have the protocol on
+from their start, as redis.conf gives it (docs/cluster-clients.md).
 """
 
 import os
