@@ -80,6 +80,19 @@ def start_transfer(fleet, step):
     return c, a, b, ex
 
 
+def restart_unseen(fleet, name):
+    """Kills `name`'s primary and starts it again from its AOF while every sentinel is paused,
+    so that none fails it over meanwhile."""
+    for s in fleet.sentinels:
+        s.proc.send_signal(signal.SIGSTOP)
+    try:
+        fleet.primaries[name].stop(signal.SIGKILL)
+        fleet.primaries[name].start()
+    finally:
+        for s in fleet.sentinels:
+            s.proc.send_signal(signal.SIGCONT)
+
+
 @pytest.mark.parametrize("how", ["kill", "sentinel-failover"])
 def test_the_promoted_replica_holds_the_prepared_part(ha, how):
     c, a, b, ex = start_transfer(ha, "prepared")
@@ -172,14 +185,7 @@ def test_a_coordinator_failed_over_then_shrunk_out_is_asked_at_the_primary_its_o
     wait_fleet(n1, "done", timeout=60)
     assert info_shard(n1)["txn_locks_held"] == "1", "n1's part ended before the restart"
     # n1's primary restarts from its AOF, holding the part with the address n0 had.
-    for s in fleet.sentinels:
-        s.proc.send_signal(signal.SIGSTOP)
-    try:
-        fleet.primaries["n1"].stop(signal.SIGKILL)
-        fleet.primaries["n1"].start()
-    finally:
-        for s in fleet.sentinels:
-            s.proc.send_signal(signal.SIGCONT)
+    restart_unseen(fleet, "n1")
     n1 = fleet.primaries["n1"].client()
     assert info_shard(n1)["txn_locks_held"] == "1"
     until(lambda: info_shard(n1)["txn_locks_held"] == "0" and info_shard(n2)["txn_locks_held"]
@@ -234,14 +240,7 @@ def test_a_coordinator_no_ring_names_is_found_through_sentinel(server_factory, s
         assert owner.execute_command("SHARD.TXN", "PREPARE", txid, 8000, 0, 1, len(part),
                                      *part) == b"PREPARED"
     assert [info_shard(x)["txn_locks_held"] for x in (n1, n2)] == ["1", "1"]
-    for s in fleet.sentinels:
-        s.proc.send_signal(signal.SIGSTOP)
-    try:
-        fleet.primaries["n1"].stop(signal.SIGKILL)
-        fleet.primaries["n1"].start()
-    finally:
-        for s in fleet.sentinels:
-            s.proc.send_signal(signal.SIGCONT)
+    restart_unseen(fleet, "n1")
     n1 = fleet.primaries["n1"].client()
     n1.config_set("shard.sentinels", " ".join(s.address for s in fleet.sentinels))
     assert info_shard(n1)["txn_locks_held"] == "1"
