@@ -24,6 +24,7 @@ import signal
 import pytest
 import redis
 
+from helpers.fleet import ring_of
 from helpers.reshard import wait_fleet
 from helpers.sentinel import start_sentinel_fleet
 from helpers.server import AOF, info_shard, until, wait_in_sync
@@ -244,6 +245,10 @@ def test_a_coordinator_no_ring_names_is_found_through_sentinel(server_factory, s
     n1 = fleet.primaries["n1"].client()
     n1.config_set("shard.sentinels", " ".join(s.address for s in fleet.sentinels))
     assert info_shard(n1)["txn_locks_held"] == "1"
+    # No ring n1 holds names n0: the part can end only by asking Sentinel for it.
+    ring = ring_of(n1)
+    assert ring["previous"] is None, ring
+    assert b"n0" not in [m["name"] for m in ring["nodes"]], ring
     until(lambda: info_shard(n1)["txn_locks_held"] == "0" and info_shard(n2)["txn_locks_held"]
           == "0", "both parts ended", timeout=40)
     assert n1.get(a) == b"100" and n2.get(b) == b"100", "aborted: nothing applied"

@@ -186,7 +186,9 @@ impl<'a> Walk<'a> {
             leaving,
             only,
             scanned: 0,
-            found: Vec::with_capacity(BATCH * 2),
+            // Empty: a pass in steps makes a walk for every few names and keeps its own list
+            // (`copy_steps`); the child reserves its batches' room itself (`run`).
+            found: Vec::new(),
         })
     }
 
@@ -233,6 +235,7 @@ fn run(ctx: &Context, pass: &Pass, shared: &Shared) {
         shared.set_error("the cluster algo has no ring to reshard");
         return;
     };
+    walk.found.reserve(BATCH * 2);
     let targets = pass.targets.clone();
     // The TLS configuration in force at the fork (the child's copy of the main thread's).
     let shipper = Shipper::new(

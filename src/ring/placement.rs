@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::ring::spec::NodeSpec;
 use crate::ring::{Algo, Ring, RingError, RingSpec};
 
 /// One ring as held by the module: its spec, the built ring (none for `cluster`), its digest.
@@ -79,15 +80,19 @@ pub const RESHARDING_OPEN: &str =
 pub const NO_RESHARDING: &str = "no resharding is open: start one with SHARD.RING BEGIN";
 
 impl RingState {
-    /// Whether either ring names the node `name` a `sentinel` node (its address followed
-    /// through Sentinel, so a replica may be promoted in its primary's place).
-    pub fn via_sentinel(&self, name: &str) -> bool {
+    /// The node called `name` in the current ring, else in the previous one.
+    pub fn node(&self, name: &str) -> Option<&NodeSpec> {
         [self.current.as_ref(), self.previous.as_ref()]
             .into_iter()
             .flatten()
             .flat_map(|p| p.spec.nodes.iter())
             .find(|n| n.name == name)
-            .is_some_and(|n| n.via_sentinel())
+    }
+
+    /// Whether either ring names the node `name` a `sentinel` node (its address followed
+    /// through Sentinel, so a replica may be promoted in its primary's place).
+    pub fn via_sentinel(&self, name: &str) -> bool {
+        self.node(name).is_some_and(|n| n.via_sentinel())
     }
 
     /// Replaces the current ring; refused while a resharding is open.

@@ -211,10 +211,9 @@ pub fn refuses_to_coordinate() -> Option<String> {
 pub fn node_named(name: &str) -> Option<Endpoint> {
     let st = state::lock();
     let self_name = st.config.ring.self_name.as_str();
-    let found = [&st.rings.current, &st.rings.previous]
-        .into_iter()
-        .flatten()
-        .find_map(|p| p.spec.nodes.iter().find(|n| n.name == name))
+    let found = st
+        .rings
+        .node(name)
         .map(|node| crate::topology::nodes::endpoint_of(node, self_name));
     found
 }

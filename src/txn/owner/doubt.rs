@@ -170,12 +170,7 @@ pub fn ask(_ctx: &Context, now: u64) {
 fn endpoint_of(name: &str, self_name: &str, recorded: Option<&str>) -> Option<Endpoint> {
     let st = state::lock();
     let sentinels = !st.config.sentinels.trim().is_empty();
-    let node = [st.rings.current.as_ref(), st.rings.previous.as_ref()]
-        .into_iter()
-        .flatten()
-        .flat_map(|p| p.spec.nodes.iter())
-        .find(|n| n.name == name)
-        .cloned();
+    let node = st.rings.node(name).cloned();
     drop(st);
     if let Some(n) = node {
         return Some(crate::topology::nodes::endpoint_of(&n, self_name));
