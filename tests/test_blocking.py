@@ -142,8 +142,12 @@ def test_a_blpop_waiting_at_an_owner_that_fails_over(server_factory, sentinel_fa
         c0.blpop(q, 30)
     assert time.monotonic() - started < 10
     new_address = f"127.0.0.1:{new.port}".encode()
-    until(lambda: c0.execute_command("SHARD.LOCATE", q)[3] == new_address,
-          "n0 follows n1's failover", timeout=40)
+    # n0 waits there and n2 pushes there: both must follow (each learns from Sentinel on its
+    # own; a push from n2 before it did went to the killed server's address).
+    for via in ("n0", "n2"):
+        c = fleet.primaries[via].client()
+        until(lambda: c.execute_command("SHARD.LOCATE", q)[3] == new_address,
+              f"{via} follows n1's failover", timeout=40)
     until(lambda: new.client().info("replication")["role"] == "master", "promoted", timeout=10)
     got = {}
     waiter = threading.Thread(target=lambda: got.setdefault("v", entry.client().blpop(q, 20)))

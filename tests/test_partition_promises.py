@@ -551,7 +551,7 @@ def test_genkey_never_issues_an_id_twice_through_a_cut_and_a_failover(server_fac
         draw(r, "r", 50)
         time.sleep(0.02)
     partition.heal()
-    until(lambda: p.info("replication")["role"] == "slave", "the old primary follows", timeout=30)
+    until(lambda: p.info("replication")["role"] == "slave", "the old primary follows", timeout=60)
     with pytest.raises(redis.ResponseError):
         p.execute_command("SHARD.GENKEY")
     for _ in range(10):

@@ -63,11 +63,13 @@ def confirmed_or_not_yet(result):
 
 def back_as_replica(fleet, server):
     """`server` (a primary killed) started again, given the sentinels, until Sentinel made it a
-    replica."""
+    replica. Sentinel demotes a returned primary only once an INFO (every 10 s for a replica
+    in its view) has shown it a master for 8 s with no down time (`SENTINEL_PUBLISH_PERIOD*4`
+    in sentinel.c): up to about 30 s on an idle machine, hence 60 s here (CI timed out at 30)."""
     server.start()
     server.client().config_set("shard.sentinels", " ".join(s.address for s in fleet.sentinels))
     until(lambda: server.client().execute_command("ROLE")[0] == b"slave",
-          "the old primary demoted", timeout=30)
+          "the old primary demoted", timeout=60)
 
 
 def start_transfer(fleet, step):
