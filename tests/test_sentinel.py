@@ -17,6 +17,14 @@ from helpers.sentinel import SHARDS, Failover, start_sentinel_fleet
 from helpers.server import command_calls, info_shard, until
 
 
+def replicated(fleet, n):
+    """Waits until n's replica acknowledged every write n's primary has had (one `WAIT 1 2000`
+    may end first on a loaded machine, and a read at the replica then finds no value)."""
+    p = fleet.primaries[n].client()
+    until(lambda: p.execute_command("WAIT", 1, 2000) == 1, f"{n}'s replica acknowledged",
+          timeout=30)
+
+
 @pytest.fixture
 def fleet(server_factory, sentinel_factory):
     return start_sentinel_fleet(server_factory, sentinel_factory)
@@ -82,11 +90,11 @@ def test_reads_go_to_replicas_and_writes_to_primaries(fleet):
     for n in SHARDS:
         for k in keys[n]:
             c.execute_command("SHARD.CALL", "SET", k, f"v-{k}")
-        fleet.primaries[n].client().execute_command("WAIT", 1, 2000)
+        replicated(fleet, n)
 
     c.config_set("shard.read-from", "replica")
     until(lambda: all(ring_get(c)["nodes"][i]["replicas"] for i in range(3)),
-          "replicas known", timeout=5)
+          "replicas known", timeout=30)
     before = {n: (command_calls(fleet.primaries[n], "get"), command_calls(fleet.replicas[n], "get"))
               for n in SHARDS}
     for n in SHARDS:
@@ -186,17 +194,21 @@ def test_read_from_replica_reads_at_once(fleet, server_factory):
     after it waits for that look instead of failing ('its replicas are not known yet'), for
     Sentinel nodes (SENTINEL replicas) and plain ones (the primary's ROLE)."""
     c = fleet.primaries["n2"].client()
+    # The first read waits for the look-up up to the call timeout: 1 s is short for Sentinel's
+    # answer on a loaded machine (a read that did not wait fails at once all the same).
+    c.config_set("shard.call-timeout-ms", 10_000)
     keys = {n: fleet.keys_of(c, n, 1, prefix="now")[0] for n in SHARDS}
     for n in SHARDS:
         c.execute_command("SHARD.CALL", "SET", keys[n], f"v-{n}")
-        fleet.primaries[n].client().execute_command("WAIT", 1, 2000)
+        replicated(fleet, n)
     gets = {n: command_calls(fleet.replicas[n], "get") for n in SHARDS}
     c.config_set("shard.read-from", "replica")
     for n in SHARDS:
         assert c.execute_command("SHARD.CALL", "GET", keys[n]) == f"v-{n}".encode()
         assert command_calls(fleet.replicas[n], "get") == gets[n] + 1
     # A plain ring node: its replicas from its ROLE.
-    primary = server_factory(config=[("shard.self", "p"), ("repl-diskless-sync-delay", 0)])
+    primary = server_factory(config=[("shard.self", "p"), ("repl-diskless-sync-delay", 0),
+                                     ("shard.call-timeout-ms", 10_000)])
     replica = server_factory(config=[("replicaof", "127.0.0.1", primary.port)])
     p = primary.client()
     p.execute_command("SHARD.RING", "SET", "ketama", "p", f"127.0.0.1:{primary.port}", 1)
