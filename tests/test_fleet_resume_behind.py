@@ -127,6 +127,12 @@ def test_resume_goes_on_from_what_the_nodes_committed(server_factory, sentinel_f
     # The old primary back, as an operator restarts a server that crashed: Sentinel makes it a
     # replica of the promoted one (a cleanup counts done at n0 once a replica has it).
     fleet.restart(primary)
+    # Until Sentinel has demoted it (INFO every 10 s, then 8 s: 10 s or more after the switch,
+    # up to ~30 s on a loaded machine) and it is linked, n0 has no replica to acknowledge a
+    # step: a coordinator that ran out of tries meanwhile (5 x 2 s for its plan) gives up, and
+    # wait_fleet below failed on it. The RESUME is the test's, after that.
+    until(fleet.settled, "n0's old primary linked as the promoted one's replica", timeout=60,
+          every=0.2)
 
     def resolved(server):
         ring = as_map(server.client().execute_command("SHARD.RING", "GET"))
