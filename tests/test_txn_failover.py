@@ -28,7 +28,7 @@ from helpers.fleet import ring_of
 from helpers.reshard import wait_fleet
 from helpers.sentinel import start_sentinel_fleet
 from helpers.server import AOF, info_shard, until, wait_in_sync
-from helpers.txn import Exec, call, held, hold
+from helpers.txn import Exec, call, held, hold, prepares_of
 from test_txn_faults import LONG_MS
 
 
@@ -392,8 +392,10 @@ def test_a_coordinator_with_no_replica_linked_decides_nothing(server_factory, se
     promotes the stale replica, which never had the decision. Before, the first owner had
     applied its part while the other, still prepared, asked the promoted n0, which answered
     abort: the transfer stood at one owner only (the nemesis's "applied in part"). Now a
-    coordinator with no replica linked while one is expected records no commit: the
-    transaction is refused before any owner applies, and aborted at both."""
+    coordinator with no replica linked while one is expected records no commit, and refuses
+    the transaction before it prepares anything: no PREPARE reaches n1's or n2's AOF (before,
+    both owners prepared and locked their keys, then the decision was refused; a coordinator
+    killed in between left them in doubt)."""
     ha = start_sentinel_fleet(server_factory, sentinel_factory,
                               extra=[("enable-debug-command", "yes"),
                                      ("shard.txn-lock-ms", 2000), *AOF])
@@ -425,3 +427,42 @@ def test_a_coordinator_with_no_replica_linked_decides_nothing(server_factory, se
     assert got == (b"100", b"100"), result
     assert isinstance(result, redis.ResponseError), result
     assert "has no replica linked while Sentinel lists one" in str(result), result
+    assert [prepares_of(ha.primaries[n]) for n in ("n1", "n2")] == [set(), set()], \
+        "n0 prepared nothing at the owners"
+
+
+def test_a_server_sentinel_no_longer_names_primary_refuses_to_coordinate(
+        server_factory, sentinel_factory):
+    """The nemesis's most common refusal: n0's primary stopped (SIGSTOP) until Sentinel
+    promoted its replica, then continued; until Sentinel demotes it (seconds), it still runs
+    as a master, and learns from Sentinel that another server is n0's primary now. A transfer
+    over n1 and n2 sent to it then is refused before anything is prepared (`not node n0's
+    primary now`): no PREPARE reaches n1's or n2's AOF, no key is locked. Before, both owners
+    prepared and locked their keys first, and the decision was refused after."""
+    ha = start_sentinel_fleet(server_factory, sentinel_factory, extra=list(AOF))
+    old = ha.primaries["n0"]
+    c = old.client()
+    a = ha.keys_of(c, "n1", 1, prefix="acct")[0]
+    b = ha.keys_of(c, "n2", 1, prefix="acct")[0]
+    mine = ha.keys_of(c, "n0", 1, prefix="probe")[0]
+    call(c, "MSET", a, 100, b, 100)
+    new_address = f"127.0.0.1:{ha.replicas['n0'].port}".encode()
+    old.proc.send_signal(signal.SIGSTOP)
+    try:
+        sentinel = ha.sentinels[0].client()
+        until(lambda: int(sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                                                   "n0")[1]) == ha.replicas["n0"].port,
+              "Sentinel promoted n0's replica", timeout=30)
+    finally:
+        old.proc.send_signal(signal.SIGCONT)
+    until(lambda: c.execute_command("SHARD.LOCATE", mine)[3] == new_address,
+          "n0's old primary learns that Sentinel names its replica", timeout=20)
+    assert c.execute_command("ROLE")[0] == b"master", "demoted already: the window is gone"
+    result = Exec(old, [("DECRBY", a, 30), ("INCRBY", b, 30)]).join()
+    assert isinstance(result, redis.ResponseError), result
+    assert "is not node n0's primary now" in str(result), result
+    assert [prepares_of(ha.primaries[n]) for n in ("n1", "n2")] == [set(), set()], \
+        "the old primary prepared nothing at the owners"
+    n1, n2 = ha.primaries["n1"].client(), ha.primaries["n2"].client()
+    assert (n1.get(a), n2.get(b)) == (b"100", b"100")
+    assert [info_shard(o)["txn_locks_held"] for o in (n1, n2)] == ["0", "0"]

@@ -21,17 +21,15 @@ always):
 The Sentinel failovers of an owner after PREPARE are in test_txn_failover.py.
 """
 
-import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 import redis
 
 from helpers.fleet import make_fleet
 from helpers.server import AOF, command_calls, until
-from helpers.txn import Exec, call, counter, held, hold, no_lock_left
+from helpers.txn import Exec, call, counter, held, hold, no_lock_left, prepares_of
 
 # The owners' waits for a lock, and the lock of a transaction the test lets expire.
 LOCK_MS = 3000
@@ -60,9 +58,7 @@ def long_locks(fleet):
 
 def prepared_txid(server):
     """The txid of the PREPARE in `server`'s AOF."""
-    found = set()
-    for f in Path(server.workdir).rglob("*.aof"):
-        found |= set(re.findall(rb"PREPARE\r\n\$\d+\r\n(n0/[0-9a-f]+)\r\n", f.read_bytes()))
+    found = prepares_of(server)
     assert len(found) == 1, found
     return found.pop().decode()
 

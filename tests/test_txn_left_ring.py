@@ -22,9 +22,7 @@ The parts' locks end within a few times `shard.txn-lock-ms`. A STATUS asked of a
 not the txid's is refused (`WRONGNODE`): an address may be another server's by then.
 """
 
-import re
 import signal
-from pathlib import Path
 
 import pytest
 import redis
@@ -32,7 +30,7 @@ import redis
 from helpers.fleet import ring_get
 from helpers.reshard import start_resharding, wait_fleet
 from helpers.server import info_shard, until
-from helpers.txn import Exec, call, held, hold, no_lock_left
+from helpers.txn import Exec, call, held, hold, no_lock_left, prepares_of
 from test_txn_faults import txn_fleet
 
 LOCK_MS = 2000
@@ -169,15 +167,6 @@ def test_an_owner_shrunk_out_before_its_confirmation_is_asked_where_it_was(fleet
         "each part applied exactly once"
     # n1 applied nothing again: the shrink's cleanup left it no key, and it has none now.
     assert fleet.client("n1").dbsize() == 0
-
-
-def prepares_of(server, coordinator):
-    """The txids of `coordinator`'s PREPAREs in `server`'s AOF."""
-    found = set()
-    pattern = rb"PREPARE\r\n\$\d+\r\n(" + coordinator.encode() + rb"/[0-9a-f]+)\r\n"
-    for f in Path(server.workdir).rglob("*.aof"):
-        found |= set(re.findall(pattern, f.read_bytes()))
-    return found
 
 
 @pytest.mark.parametrize("how", ["shrunk out", "leaving"])

@@ -4,8 +4,10 @@ test_gather_multi, test_partition_promises): a call through SHARD.CALL, a counte
 the two-phase commit (`SHARD.DEBUG TXN-HOLD`), and a SHARD.EXEC that runs in a thread while
 the test acts at that step."""
 
+import re
 import threading
 import time
+from pathlib import Path
 
 import redis
 
@@ -66,3 +68,12 @@ class Exec:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "SHARD.EXEC did not reply"
         return self.result
+
+
+def prepares_of(server, coordinator="n0"):
+    """The txids of `coordinator`'s PREPAREs in `server`'s AOF."""
+    found = set()
+    pattern = rb"PREPARE\r\n\$\d+\r\n(" + coordinator.encode() + rb"/[0-9a-f]+)\r\n"
+    for f in Path(server.workdir).rglob("*.aof"):
+        found |= set(re.findall(pattern, f.read_bytes()))
+    return found

@@ -67,24 +67,10 @@ impl NetFleet {
     }
 
     async fn record(&self, txid: &str, decision: Decision) -> Result<Resp, String> {
-        let me = crate::txn::coord::queue::this_node().ok_or_else(|| {
-            "ERR this node is not in the ring: it cannot record a decision".to_string()
-        })?;
-        if !me.is_self {
-            // Sentinel names another server this node's primary: this one will be demoted and
-            // lose what only it holds.
-            return Err(format!(
-                "ERR shard.txn: this server is not node {}'s primary now: it makes no commit decision, nothing is applied; try again",
-                me.name
-            ));
-        }
+        // Checked before the PREPAREs too (`refuses_to_coordinate`); again here, as the
+        // prepares took a while: a failover or a replica's link lost meanwhile.
+        let me = coordinator()?;
         let replicas = crate::host::context::connected_replicas();
-        if replicas == 0 && crate::txn::owner::acked::replica_expected(&me.name) {
-            // A decision only this server holds, while Sentinel may promote a replica that
-            // lacks it: the owners still prepared would ask the promoted one, which answers
-            // abort, after others applied their parts. Nothing decided: aborted everywhere.
-            return Err(no_replica(&me.name));
-        }
         if replicas == 0 && !crate::host::context::writes_paused() {
             // At the end of this turn, in this process (`turn`); nil: over the connection.
             let (waiter, told) = self.steps.expect();
@@ -120,6 +106,37 @@ impl NetFleet {
             )),
         }
     }
+}
+
+/// This node as the coordinator that records a commit decision, or the error line that says
+/// why it may not be one now. Checked before any owner is asked to prepare (`Fleet::
+/// refuses_to_coordinate`: nothing locked, nothing left in doubt should this node die) and
+/// again when the decision is recorded:
+/// - a current ring names it (`queue::refuses_to_coordinate`: else it could record nothing);
+/// - Sentinel names no other server its node's primary (this one will be demoted and lose
+///   what only it holds);
+/// - it has a replica linked, when Sentinel lists one it may promote: a decision only this
+///   server holds would be lost to a promotion, and the owners still prepared would ask the
+///   promoted one, which answers abort, after others applied their parts.
+fn coordinator() -> Result<Endpoint, String> {
+    if let Some(line) = crate::txn::coord::queue::refuses_to_coordinate() {
+        return Err(line);
+    }
+    let me = crate::txn::coord::queue::this_node().ok_or_else(|| {
+        "ERR shard.txn: this node is not in the ring: it cannot record a decision".to_string()
+    })?;
+    if !me.is_self {
+        return Err(format!(
+            "ERR shard.txn: this server is not node {}'s primary now: it makes no commit decision, nothing is applied; try again",
+            me.name
+        ));
+    }
+    if crate::host::context::connected_replicas() == 0
+        && crate::txn::owner::acked::replica_expected(&me.name)
+    {
+        return Err(no_replica(&me.name));
+    }
+    Ok(me)
 }
 
 /// Why a decision is not recorded at a coordinator (`name`) with no replica linked while one
@@ -240,15 +257,13 @@ impl Fleet for NetFleet {
     }
 
     fn refuses_to_coordinate(&self) -> Option<String> {
-        crate::txn::coord::queue::refuses_to_coordinate()
+        coordinator().err()
     }
 
     fn own_address(&self) -> Option<String> {
-        // By the current ring (a node no current ring names coordinates nothing across nodes:
-        // `refuses_to_coordinate`; the previous one all the same, should a shrink have begun
-        // since), Sentinel's address for a `sentinel` node.
-        let name = crate::state::lock().config.ring.self_name.clone();
-        let me = crate::txn::coord::queue::node_named(&name)?;
+        // By the current ring (`refuses_to_coordinate` found this node there), Sentinel's
+        // address for a `sentinel` node.
+        let me = crate::txn::coord::queue::this_node()?;
         (me.port != 0).then_some(me.address)
     }
 }

@@ -9,8 +9,9 @@
 //!   the block's other commands would apply; `APPLY` checks every key first. Without watched
 //!   keys its txid is `-` (none);
 //! - several owners: refused before anything is sent when this node may not coordinate
-//!   (`Fleet::refuses_to_coordinate`: no current ring names it, so it could record no
-//!   decision; the watches dropped). Else `PREPARE` at each, at once. Any `WATCHED`:
+//!   (`Fleet::refuses_to_coordinate`: it could record no decision now, as no current ring
+//!   names it, Sentinel names another server its primary or it has no replica linked while
+//!   one is expected; the watches dropped). Else `PREPARE` at each, at once. Any `WATCHED`:
 //!   `ABORT` everywhere, nil. Any `LOCKED`: `ABORT` everywhere, a short random pause, again,
 //!   for at most `lock_ms`, then `TRYAGAIN`. Any other failure (an error, no answer): `ABORT`
 //!   everywhere (a `PREPARE` that timed out may have locked), the error. All `PREPARED`:
@@ -65,7 +66,9 @@ pub trait Fleet {
         None
     }
     /// Why this node may not coordinate a transaction across nodes (the error line), checked
-    /// before anything is prepared: no current ring names it, so it could record no decision.
+    /// before anything is prepared: it could record no decision now (no current ring names it,
+    /// Sentinel names another server its primary, or it has no replica linked while one is
+    /// expected).
     fn refuses_to_coordinate(&self) -> Option<String> {
         None
     }
