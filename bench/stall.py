@@ -23,6 +23,7 @@ library only.
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -45,7 +46,7 @@ def start(name, key_index, copy_fork=None):
     (base.TMP / rdb).unlink(missing_ok=True)
     argv = [base.REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", str(base.TMP), "--logfile", str(log),
-            "--dbfilename", rdb, "--enable-debug-command", "yes",
+            "--dbfilename", rdb, "--enable-debug-command", "yes", "--loglevel", "verbose",
             "--loadmodule", str(base.MODULE), "self", name]
     if key_index:
         argv += ["key-index", "yes"]
@@ -61,6 +62,25 @@ def cpu_pressure():
         return dict(f.split("=") for f in line.split()[1:])["avg10"] + "%"
     except (OSError, KeyError, IndexError, ValueError):
         return "?"
+
+
+EXPLAINED = re.compile(r"shard: step (\S+) took (\d+) ms: ([\d.]+) ms on the CPU, preempted (\d+) "
+                       r"times, slept (\d+) times")
+
+
+def explained(name, since):
+    """The module's steps at or over the threshold that `name`'s log explains (`host::latency`,
+    at the verbose level) from byte `since`: [(event, wall ms, CPU ms, preempted, slept)]."""
+    with open(base.TMP / f"stall-{name}.log", "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
+    return [(m[1], int(m[2]), float(m[3]), int(m[4]), int(m[5]))
+            for m in EXPLAINED.finditer(text)]
+
+
+def log_size(name):
+    p = base.TMP / f"stall-{name}.log"
+    return p.stat().st_size if p.exists() else 0
 
 
 def latest(c):
@@ -123,6 +143,7 @@ def grow_round(keys, key_index, compact, copy_fork=None):
             c.call("CONFIG", "SET", "latency-monitor-threshold", THRESHOLD_MS)
             c.call("LATENCY", "RESET")
         forks_before = [total_forks(c) for c in cs]
+        logs_from = [log_size(n) for n in names]
         pingers = [cp.Pinger(p.port) for p in procs]
         for p in pingers:
             p.start()
@@ -156,10 +177,14 @@ def grow_round(keys, key_index, compact, copy_fork=None):
                   int(c.info("memory").get("used_memory_rss", 0)) >> 20,
                   total_forks(c) - before, p) for c, before, p in zip(cs, forks_before, passes)]
         events = {}
+        steps = {name: explained(name, since) for name, since in zip(names, logs_from)}
         for name, c in zip(names, cs):
             for event, (_, worst) in latest(c).items():
-                events[(name, event)] = (worst, history_count(c, event))
+                why = [s for s in steps[name] if s[0] == event]
+                events[(name, event)] = (worst, history_count(c, event),
+                                         max(why, key=lambda s: (s[1], s[2])) if why else None)
         return dict(wall_s=wall, sizes=sizes, pings=pings, events=events, phases=phases, forks=forks,
+                    steps=[s for n in names for s in steps[n]],
                     load=(load_before[0], load_after[0]), psi=(psi_before, psi_after))
     finally:
         for p in procs:
@@ -173,11 +198,20 @@ def report(r, names=("n0", "n1", "n2", "n3")):
              f"load average {r['load'][0]:.1f} before, {r['load'][1]:.1f} after (2 cores); "
              f"CPU pressure (some avg10, /proc/pressure/cpu) {r['psi'][0]} before, "
              f"{r['psi'][1]} after", "",
-             "| server | event | worst ms | seconds over 5 ms |", "|---|---|---|---|"]
-    for (name, event), (worst, count) in sorted(r["events"].items()):
-        lines.append(f"| {name} | {event} | {worst} | {count} |")
+             "| server | event | worst ms | seconds over 5 ms | the worst step: CPU ms, times "
+             "preempted, times slept |", "|---|---|---|---|---|"]
+    for (name, event), (worst, count, why) in sorted(r["events"].items()):
+        how = f"{why[2]:.2f}, {why[3]}, {why[4]}" if why else ""
+        lines.append(f"| {name} | {event} | {worst} | {count} | {how} |")
     if not r["events"]:
-        lines.append("| all | (none over 5 ms) | | |")
+        lines.append("| all | (none over 5 ms) | | | |")
+    steps = [s for s in r["steps"] if s[0] != "shard-timer"]
+    if steps:
+        lines += ["", f"The module's steps at or over 5 ms (its log; `shard-timer`, which wraps "
+                  f"the others, left out): {len(steps)}, the longest {max(s[1] for s in steps)} "
+                  f"ms; on the CPU at most {max(s[2] for s in steps):.2f} ms; preempted in "
+                  f"{sum(1 for s in steps if s[3])}, asleep (a lock, a blocking call) in "
+                  f"{sum(1 for s in steps if s[4])}."]
     lines += ["", "| server | PING p99 ms | PING worst ms | forks during the grow | last fork ms "
               "| copy passes forked / in steps | RSS MB |", "|---|---|---|---|---|---|---|"]
     for name, (p99, worst), (fork_ms, rss, n, (forked, stepped)) in zip(names, r["pings"],

@@ -357,3 +357,22 @@ def test_a_copy_ends_when_the_server_reaps_its_child_while_a_build_waits_to_fork
     assert st["copied"] == servers["b"].client().dbsize() > 0
     a.execute_command("SHARD.DEBUG", "COPY-CHILD-END", 0)
     indexed(a)
+
+
+def test_an_index_turned_off_gives_its_memory_back_in_steps(server_factory):
+    """An index dropped (`shard.key-index no`) is freed in steps on the main thread
+    (`index::free`: before, on a thread of its own, whose frees made the main thread wait for
+    the allocator's locks): all of its memory comes back, over as many turns of the event loop
+    as it takes, while the server serves its keys."""
+    s = node(server_factory, config=DEBUG)
+    c = s.client()
+    pipelined(c, [("SET", f"k:{i}", i) for i in range(200_000)])
+    until(lambda: info_shard(c)["key_index"] == "ready", "the index built", timeout=60)
+    index_bytes = int(info_shard(c)["key_index_bytes"])
+    assert index_bytes > 2_000_000
+    with_index = c.info("memory")["used_memory"]
+    c.config_set("shard.key-index", "no")
+    until(lambda: with_index - c.info("memory")["used_memory"] > 0.9 * index_bytes,
+          "the index's memory given back", timeout=30)
+    assert info_shard(c)["key_index"] == "off"
+    assert c.dbsize() == 200_000 and c.get("k:199999") == b"199999"

@@ -13,11 +13,18 @@
 //! is reported a second time under its `...-cpu` event: a step with a wall event and no `-cpu`
 //! event waited for the CPU (another process ran), one with both worked that long.
 //!
+//! Such a step (one of the jobs' at or over the threshold) is also logged at the `verbose` level
+//! with where its wall time went: its CPU time, how often the kernel preempted the thread
+//! (`ru_nivcsw`: another process took the CPU) and how often it slept within the step
+//! (`ru_nvcsw`: a lock, a blocking call). `bench/stall.py` reads these lines. At most
+//! `MAX_EXPLAINED` a second.
+//!
 //! The threshold is kept here: read at load and again after each `CONFIG SET` of it
 //! (`events::on_config_change`). The server's `RedisModule_LatencyAddSample` compares with the
 //! threshold but not with 0, so without this check every step would be recorded while the
 //! monitor is off.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -52,8 +59,20 @@ pub fn over(ms: u64, threshold: u64) -> bool {
 pub struct Step {
     event: &'static CStr,
     started: Option<Instant>,
-    /// The `-cpu` event and the thread's CPU time (ns) at the start, for `step_with_cpu`.
-    cpu: Option<(&'static CStr, u64)>,
+    /// For `step_with_cpu`: the `-cpu` event and the thread's CPU time (ns) and context
+    /// switches at the start.
+    cpu: Option<(&'static CStr, u64, Switches)>,
+}
+
+/// The calling thread's context switches so far: (slept, preempted).
+type Switches = (i64, i64);
+
+/// Over-threshold steps logged a second, at most.
+const MAX_EXPLAINED: u32 = 10;
+
+thread_local! {
+    /// (The second, steps logged in it.)
+    static EXPLAINED: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
 }
 
 /// Starts timing a step of kind `event` (a name of the form `shard-...`).
@@ -73,9 +92,20 @@ pub fn step(event: &'static CStr) -> Step {
 pub fn step_with_cpu(event: &'static CStr, cpu_event: &'static CStr) -> Step {
     let mut step = step(event);
     if step.started.is_some() {
-        step.cpu = Some((cpu_event, thread_cpu_ns()));
+        step.cpu = Some((cpu_event, thread_cpu_ns(), switches()));
     }
     step
+}
+
+/// The calling thread's context switches so far (zeros if they cannot be read).
+fn switches() -> Switches {
+    // SAFETY: `rusage` is plain data, valid zeroed; RUSAGE_THREAD fills the calling thread's.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid rusage to write.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return (0, 0);
+    }
+    (ru.ru_nvcsw, ru.ru_nivcsw)
 }
 
 /// The calling thread's CPU time in ns (0 if it cannot be read).
@@ -110,13 +140,41 @@ impl Drop for Step {
         if over(ms, threshold) {
             add_sample(self.event, ms);
         }
-        if let Some((cpu_event, at)) = self.cpu {
-            let cpu_ms = thread_cpu_ns().saturating_sub(at) / 1_000_000;
-            if over(cpu_ms, threshold) {
-                add_sample(cpu_event, cpu_ms);
+        if let Some((cpu_event, at, switched)) = self.cpu {
+            let cpu_us = thread_cpu_ns().saturating_sub(at) / 1000;
+            if over(cpu_us / 1000, threshold) {
+                add_sample(cpu_event, cpu_us / 1000);
+            }
+            if over(ms, threshold) {
+                explain(self.event, ms, cpu_us, switched);
             }
         }
     }
+}
+
+/// Logs where an over-threshold step's `ms` went (`cpu_us` on the CPU; `at_start`: the
+/// thread's switches when it began), at most `MAX_EXPLAINED` a second.
+#[cold]
+fn explain(event: &'static CStr, ms: u64, cpu_us: u64, at_start: Switches) {
+    let second = crate::clock::monotonic_ms() / 1000;
+    let logged = EXPLAINED.with(|e| {
+        let (at, n) = e.get();
+        let n = if at == second { n + 1 } else { 1 };
+        e.set((second, n));
+        n
+    });
+    if logged > MAX_EXPLAINED {
+        return;
+    }
+    let (slept, preempted) = switches();
+    redis_module::logging::log_verbose(format!(
+        "shard: step {} took {ms} ms: {}.{:03} ms on the CPU, preempted {} times, slept {} times",
+        event.to_string_lossy(),
+        cpu_us / 1000,
+        cpu_us % 1000,
+        preempted - at_start.1,
+        slept - at_start.0,
+    ));
 }
 
 /// Records `ms` under `event` in the server's latency monitor (a server without the call:

@@ -96,7 +96,7 @@ pub fn start(ctx: &Context) {
             let mut t = t.borrow_mut();
             let index = std::mem::take(&mut t.index);
             let gone = std::mem::take(&mut t.gone);
-            super::free_later((index, gone));
+            super::free_later((index.into_drain(), gone.into_drain()));
             t.check_arrivals = false;
             t.buckets = Some(Arc::clone(&ring));
             t.generation += 1;
@@ -115,7 +115,7 @@ pub fn start(ctx: &Context) {
                 t.phase = Phase::Building;
                 let index = std::mem::take(&mut t.index);
                 let gone = std::mem::take(&mut t.gone);
-                super::free_later((index, gone));
+                super::free_later((index.into_drain(), gone.into_drain()));
                 t.check_arrivals = false;
                 t.buckets = Some(Arc::clone(&ring));
                 t.child = Some((pid, names));
@@ -273,7 +273,7 @@ fn finish() {
         let mut t = t.borrow_mut();
         t.phase = Phase::Ready;
         t.check_arrivals = false;
-        super::free_later(std::mem::take(&mut t.gone));
+        super::free_later(std::mem::take(&mut t.gone).into_drain());
         t.builds += 1;
     });
 }

@@ -41,7 +41,7 @@ pub(crate) fn on_key_event(event: &KeyspaceEvent) {
             t.gone.insert((db, key.to_vec()));
             if t.gone.len() > MAX_GONE.load(Ordering::Relaxed) {
                 t.check_arrivals = true;
-                super::free_later(std::mem::take(&mut t.gone));
+                super::free_later(std::mem::take(&mut t.gone).into_drain());
             }
         }
     });
@@ -62,7 +62,7 @@ pub fn on_keyspace_change(change: KeyspaceChange) {
             let mut t = t.borrow_mut();
             match db {
                 Some(db) => t.index.clear_db(db),
-                None => super::free_later(std::mem::take(&mut t.index)),
+                None => super::free_later(std::mem::take(&mut t.index).into_drain()),
             }
         }),
         KeyspaceChange::Swapped(a, b) => TRACKER.with(|t| t.borrow_mut().index.swap_dbs(a, b)),

@@ -21,6 +21,7 @@
 
 pub mod build;
 mod follow;
+pub mod free;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,18 +96,11 @@ static WANTED: AtomicBool = AtomicBool::new(false);
 /// handler, so that a write costs one load while the index is off.
 pub(crate) static FOLLOWING: AtomicBool = AtomicBool::new(false);
 
-/// Frees what an index held (its names, a build's `gone` names) on a thread of its own: a
-/// million names take tens of milliseconds to free, which the main thread must not spend in one
-/// step (Redis frees big values the same way, `lazyfree`).
-pub(crate) fn free_later<T: Send + 'static>(held: T) {
-    let spawned = std::thread::Builder::new()
-        .name("shard-free".into())
-        .spawn(move || drop(held));
-    // No thread to be had: freed here, as before.
-    if let Err(e) = spawned {
-        redis_module::logging::log_warning(format!("shard: no thread to free the key index: {e}"));
-    }
-}
+/// Frees what an index held (its names, a build's `gone` names) in steps on the main thread
+/// (`free`): a million names take tens of milliseconds to free, which the main thread must not
+/// spend in one step (Redis frees big values on a thread, `lazyfree`; here another thread's
+/// frees made the main thread wait for the allocator's locks).
+pub(crate) use free::free_later;
 
 /// `shard.key-index` was set: the index is built (on the main thread's next turn) or dropped.
 pub fn set_wanted(on: bool) {
@@ -134,7 +128,7 @@ pub fn set_wanted(on: bool) {
                     ..Tracker::default()
                 },
             );
-            free_later((old.index, old.gone));
+            free_later((old.index.into_drain(), old.gone.into_drain()));
         });
     }
 }

@@ -37,6 +37,13 @@ fn next_size(last: Option<usize>) -> usize {
     last.map_or(FIRST_CHUNK, |n| (n * 2).min(MAX_CHUNK))
 }
 
+impl<T> ChunkedSet<T> {
+    /// Its tables (for `free::ChunkedDrain`).
+    pub(super) fn into_chunks(self) -> Vec<FxHashSet<T>> {
+        self.chunks
+    }
+}
+
 impl<T: Hash + Eq> ChunkedSet<T> {
     pub fn len(&self) -> usize {
         self.len

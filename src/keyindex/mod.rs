@@ -23,6 +23,7 @@
 
 mod bucket;
 pub mod chunked;
+pub mod free;
 mod page;
 
 use std::collections::hash_map::RandomState;

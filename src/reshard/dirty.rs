@@ -252,31 +252,49 @@ pub fn end() {
     DIRTY.with(|d| free_later(d.borrow_mut().replace(Written::default())));
 }
 
-/// Frees a record on a thread of its own when it is large (a million keys take tens of ms to
-/// free); a small one here.
-fn free_later<T: RecordLen + Send + 'static>(record: Option<T>) {
+/// Frees a record in steps on the main thread when it is large (`index::free`: a million
+/// keys take tens of ms to free); a small one here.
+fn free_later<T: Record>(record: Option<T>) {
     match record {
-        Some(r) if r.keys() >= FREE_ELSEWHERE => crate::index::free_later(r),
+        Some(r) if r.keys() >= FREE_IN_STEPS => {
+            let sets: Vec<_> = r
+                .into_sets()
+                .into_iter()
+                .map(ChunkedSet::into_drain)
+                .collect();
+            crate::index::free_later(sets);
+        }
         other => drop(other),
     }
 }
 
-/// Records of at least this many keys are freed on a thread of their own.
-const FREE_ELSEWHERE: usize = 10_000;
+/// Records of at least this many keys are freed in steps.
+const FREE_IN_STEPS: usize = 10_000;
 
-/// How many keys a record holds.
-trait RecordLen {
+/// A record of keys.
+trait Record {
+    /// How many keys it holds.
     fn keys(&self) -> usize;
+    /// Its sets of keys (the rest dropped).
+    fn into_sets(self) -> Vec<ChunkedSet<Vec<u8>>>;
 }
 
-impl RecordLen for Written {
+impl Record for Written {
     fn keys(&self) -> usize {
         self.len
     }
+
+    fn into_sets(self) -> Vec<ChunkedSet<Vec<u8>>> {
+        self.by_db.into_values().collect()
+    }
 }
 
-impl RecordLen for Since {
+impl Record for Since {
     fn keys(&self) -> usize {
         self.written.as_ref().map_or(0, |w| w.len)
+    }
+
+    fn into_sets(self) -> Vec<ChunkedSet<Vec<u8>>> {
+        self.written.map(Written::into_sets).unwrap_or_default()
     }
 }

@@ -50,6 +50,7 @@ pub mod pace;
 pub mod pieces;
 pub mod progress;
 pub mod ship;
+pub mod ship_queue;
 pub mod ship_thread;
 
 pub use fate::{cleanup_deletes, copy_target, is_member};

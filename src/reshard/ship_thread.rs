@@ -8,9 +8,14 @@
 //! Bounded: the main thread stops serializing while more than `MAX_QUEUED_BYTES` wait in the
 //! queue (the thread, its window full, waits for the destination), so memory stays bounded
 //! however slow a destination is.
+//!
+//! The queue (`ship_queue`) takes no lock and leaves every buffer to be allocated and freed by
+//! the main thread: a thread under `SCHED_IDLE` that held a lock the main thread wants (the
+//! allocator's, on each free of a buffer the main thread allocated) kept the main thread
+//! waiting until it ran again. The thread sleeps in `park_timeout` while the queue is empty;
+//! the main thread wakes it with each message.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -24,6 +29,7 @@ use crate::reshard::copy_serialize::Sink;
 use crate::reshard::dirty::DbKey;
 use crate::reshard::pace::Pace;
 use crate::reshard::ship::{Expect, Shipper, Target};
+use crate::reshard::ship_queue::{self, Msg, Reader, Writer};
 
 /// The main thread serializes no more while this many bytes wait for the thread.
 pub const MAX_QUEUED_BYTES: usize = 8 << 20;
@@ -31,20 +37,8 @@ pub const MAX_QUEUED_BYTES: usize = 8 << 20;
 /// How long the thread waits for a message before it reads the replies that came.
 const IDLE_WAIT: Duration = Duration::from_millis(1);
 
-enum Msg {
-    Select(i32),
-    Send(usize, Vec<u8>, Expect),
-    /// The job is paused: wait for the replies and close every connection (the next command
-    /// opens them again), as a paused child does.
-    Close,
-    /// Every command is queued: wait for their replies, publish, and exit.
-    End,
-}
-
 /// What the main thread and the shipping thread share.
 struct Link {
-    /// Bytes queued and not yet taken by the thread.
-    queued_bytes: AtomicUsize,
     /// Keys whose reply was counted (copied, skipped, failed or lost).
     answered: AtomicU64,
     /// Set when the pass is given up (STOP, a failed job): the thread stops at once.
@@ -56,7 +50,10 @@ struct Link {
 
 /// The main thread's end: a `Sink` that queues commands for the thread.
 pub struct Outbox {
-    tx: Option<Sender<Msg>>,
+    /// `None` once the `End` is queued.
+    tx: Option<Writer>,
+    /// The `End` queued, held until the thread has read everything.
+    ended: Option<Writer>,
     link: Arc<Link>,
     thread: Option<JoinHandle<()>>,
     /// Keys queued so far (their replies `answered` or still to come).
@@ -74,9 +71,8 @@ impl Outbox {
         targets: Vec<Target>,
         shared: &'static Shared,
     ) -> Result<Outbox, String> {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = ship_queue::queue();
         let link = Arc::new(Link {
-            queued_bytes: AtomicUsize::new(0),
             answered: AtomicU64::new(0),
             abort: AtomicBool::new(false),
             publishing: Mutex::new(()),
@@ -88,6 +84,7 @@ impl Outbox {
             .map_err(|e| format!("cannot start the copy's shipping thread: {e}"))?;
         Ok(Outbox {
             tx: Some(tx),
+            ended: None,
             link,
             thread: Some(thread),
             queued_keys: 0,
@@ -97,8 +94,11 @@ impl Outbox {
     }
 
     /// Whether the thread is behind: the main thread serializes no more for now.
-    pub fn full(&self) -> bool {
-        self.link.queued_bytes.load(Ordering::Acquire) > MAX_QUEUED_BYTES
+    pub fn full(&mut self) -> bool {
+        let Some(tx) = self.tx.as_mut() else {
+            return false;
+        };
+        !tx.flush() || tx.at_capacity() || tx.queued_bytes() > MAX_QUEUED_BYTES
     }
 
     /// Keys queued and not answered yet (the queue's and the connections').
@@ -114,13 +114,21 @@ impl Outbox {
 
     /// Every command is queued: the thread waits for the replies and exits.
     pub fn end(&mut self) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.send(Msg::End);
+        if let Some(mut tx) = self.tx.take() {
+            tx.put(Msg::End);
+            self.wake();
+            self.ended = Some(tx);
         }
     }
 
     /// Whether the thread has exited (after `end`), joined if so.
     pub fn ended(&mut self) -> bool {
+        if let Some(tx) = self.ended.as_mut() {
+            // What waited for room in the queue, the `End` among it.
+            if !tx.flush() {
+                self.wake();
+            }
+        }
         if self.thread.as_ref().is_some_and(JoinHandle::is_finished) {
             if let Some(thread) = self.thread.take() {
                 // (A panic in the thread leaves `finished` unset: the pass counts as broken.)
@@ -131,17 +139,22 @@ impl Outbox {
     }
 
     fn queue(&mut self, msg: Msg) {
-        let Some(tx) = self.tx.as_ref() else {
+        let Some(tx) = self.tx.as_mut() else {
             return;
         };
-        if let Msg::Send(_, bytes, expect) = &msg {
-            self.link
-                .queued_bytes
-                .fetch_add(bytes.len(), Ordering::AcqRel);
+        if let Msg::Send(_, _, expect) = &msg {
             self.queued_keys += expect.keys();
         }
         // (A thread gone, by a panic: the pass ends broken when it is looked at.)
-        let _ = tx.send(msg);
+        tx.put(msg);
+        self.wake();
+    }
+
+    /// Wakes the thread if it sleeps (no system call when it does not).
+    fn wake(&self) {
+        if let Some(thread) = self.thread.as_ref() {
+            thread.thread().unpark();
+        }
     }
 }
 
@@ -153,12 +166,17 @@ impl Drop for Outbox {
             self.link.abort.store(true, Ordering::Release);
         }
         self.tx = None;
+        self.ended = None;
+        self.wake();
     }
 }
 
 impl Sink for Outbox {
     fn send_as(&mut self, target: &Target, args: &[&[u8]], expect: Expect) {
-        let mut bytes = Vec::new();
+        let Some(tx) = self.tx.as_mut() else {
+            return;
+        };
+        let mut bytes = tx.buffer();
         encode_command_into(&mut bytes, args);
         self.queue(Msg::Send(target.index, bytes, expect));
     }
@@ -192,7 +210,7 @@ fn lower_priority() {
 
 /// The thread: ships what comes, reads the replies between messages, publishes the counts.
 fn run(
-    rx: Receiver<Msg>,
+    mut rx: Reader,
     mut shipper: Shipper,
     targets: Vec<Target>,
     shared: &'static Shared,
@@ -224,26 +242,29 @@ fn run(
         if link.abort.load(Ordering::Acquire) {
             return;
         }
-        match rx.recv_timeout(IDLE_WAIT) {
-            Ok(Msg::Select(db)) => shipper.select(db),
-            Ok(Msg::Close) => {
+        match rx.take() {
+            Some(Msg::Select(db)) => shipper.select(db),
+            Some(Msg::Close) => {
                 shipper.finish();
                 shipper.close();
             }
-            Ok(Msg::Send(index, bytes, expect)) => {
+            Some(Msg::Send(index, bytes, expect)) => {
                 if let Some(target) = targets.get(index) {
                     shipper.send_encoded(target, &bytes, expect);
                 }
-                link.queued_bytes.fetch_sub(bytes.len(), Ordering::AcqRel);
+                rx.give_back(bytes);
             }
-            // (Dropped without its end: the pass was given up.)
-            Err(RecvTimeoutError::Disconnected) => return,
-            Ok(Msg::End) => {
+            Some(Msg::End) => {
                 shipper.finish();
                 publish(&shipper, true);
                 return;
             }
-            Err(RecvTimeoutError::Timeout) => shipper.pump_all(),
+            // (Dropped without its end: the pass was given up.)
+            None if rx.abandoned() => return,
+            None => {
+                shipper.pump_all();
+                std::thread::park_timeout(IDLE_WAIT);
+            }
         }
         if !publish(&shipper, false) {
             return;
