@@ -313,11 +313,10 @@ fn parse_start(call: &Call) -> Result<(RingSpec, u64, bool), CmdError> {
         max_rate = int_in(args[args.len() - 1], "MAXRATE", 0, 1_000_000_000)?.unsigned_abs();
         args.truncate(args.len() - 2);
     }
-    let mut spec = crate::commands::ring::parse_spec(args.as_slice(), "shard.reshard|start")?;
-    let hashtag_given = args.len() > 3 && is(args[3], "HASHTAG");
-    if !hashtag_given && state::lock().keys.layout.kind == crate::keys::LayoutKind::Shardjs {
-        spec = spec.with_shardjs_default().map_err(CmdError::err)?;
-    }
+    let (spec, hashtag_given) = crate::commands::ring_args::parse_spec_with_default_tag(
+        args.as_slice(),
+        "shard.reshard|start",
+    )?;
     operation::check_target(&spec)?;
     let first_node = if hashtag_given { 5 } else { 3 };
     let given = RingSpec::fields_give_slots(args.get(first_node..).unwrap_or_default());

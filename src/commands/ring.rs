@@ -102,20 +102,21 @@ pub fn commit(call: &Call) -> CmdResult {
 
 /// `SHARD.RING ABORT [TERM n]`: puts the previous ring back as current.
 pub fn abort(call: &Call) -> CmdResult {
-    let (n, term) = unstepped::split_term(&call.args, 2)?;
-    if n != 2 {
-        return Err(CmdError::wrong_arity("shard.ring|abort"));
-    }
-    unstepped::check_by_hand(call.ctx, term)?;
+    by_hand(call, "shard.ring|abort")?;
     let previous = state::lock().rings.previous.clone();
     if let Some(previous) = previous {
         crate::cluster::protocol::check_ring_change(call, &previous)?;
     }
-    change(
-        call,
-        "shard.ring|abort",
-        crate::ring::placement::RingState::abort,
-    )
+    apply_change(call, crate::ring::placement::RingState::abort)
+}
+
+/// A change by hand without a ring (`SHARD.RING <verb> [TERM n]`), its term checked.
+fn by_hand(call: &Call, command: &str) -> CmdResult {
+    let (n, term) = unstepped::split_hand_term(&call.args, 2)?;
+    if n != 2 {
+        return Err(CmdError::wrong_arity(command));
+    }
+    unstepped::check_by_hand(call.ctx, term)
 }
 
 fn change(
@@ -123,13 +124,17 @@ fn change(
     command: &str,
     apply: fn(&mut crate::ring::placement::RingState) -> Result<(), &'static str>,
 ) -> CmdResult {
+    by_hand(call, command)?;
+    apply_change(call, apply)
+}
+
+/// Applies a change by hand (its arguments checked) to the rings, and replicates it.
+fn apply_change(
+    call: &Call,
+    apply: fn(&mut crate::ring::placement::RingState) -> Result<(), &'static str>,
+) -> CmdResult {
     let _step =
         crate::host::latency::step_with_cpu(c"shard-ring-install", c"shard-ring-install-cpu");
-    let (n, term) = unstepped::split_term(&call.args, 2)?;
-    if n != 2 {
-        return Err(CmdError::wrong_arity(command));
-    }
-    unstepped::check_by_hand(call.ctx, term)?;
     if jobs::running() {
         return Err(CmdError::err(
             "a resharding job is running: wait for it or SHARD.RESHARD STOP it first",

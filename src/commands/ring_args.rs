@@ -43,17 +43,28 @@ pub fn parse_spec<A: ArgList + ?Sized>(args: &A, command: &str) -> Result<RingSp
     Ok(spec)
 }
 
-/// Reads and builds the ring of a SET or BEGIN (its arguments before `TERM n`), and the term
-/// it names (0: none); the cluster algo needs cluster mode.
-pub fn parse_ring(call: &Call, command: &str) -> Result<(Placement, u64), CmdError> {
-    let (n, term) = crate::reshard::fleet::unstepped::split_term(&call.args, 3)?;
-    let args: Vec<&[u8]> = (0..n).map(|i| call.args.get(i)).collect();
-    let mut spec = parse_spec(args.as_slice(), command)?;
-    let hashtag_given = n > 3 && is(args[3], "HASHTAG");
+/// `parse_spec`, with the shardjs layout's hash tag rule when the ring names none (its IDs
+/// are placed by their shard bits); and whether a rule was given (`HASHTAG` as the fourth
+/// argument: the nodes then start at the sixth).
+pub fn parse_spec_with_default_tag(
+    args: &[&[u8]],
+    command: &str,
+) -> Result<(RingSpec, bool), CmdError> {
+    let mut spec = parse_spec(args, command)?;
+    let hashtag_given = args.len() > 3 && is(args[3], "HASHTAG");
     let shardjs = state::lock().keys.layout.kind == crate::keys::LayoutKind::Shardjs;
     if !hashtag_given && shardjs {
         spec = spec.with_shardjs_default().map_err(CmdError::err)?;
     }
+    Ok((spec, hashtag_given))
+}
+
+/// Reads and builds the ring of a SET or BEGIN (its arguments before `TERM n`), and the term
+/// it names (0: none); the cluster algo needs cluster mode.
+pub fn parse_ring(call: &Call, command: &str) -> Result<(Placement, u64), CmdError> {
+    let (n, term) = crate::reshard::fleet::unstepped::split_hand_term(&call.args, 3)?;
+    let args: Vec<&[u8]> = (0..n).map(|i| call.args.get(i)).collect();
+    let (spec, _) = parse_spec_with_default_tag(args.as_slice(), command)?;
     if spec.algo == Algo::Cluster && !call.ctx.get_flags().contains(ContextFlags::CLUSTER) {
         return Err(CmdError::err(
             "the cluster algo needs a server started with cluster-enabled yes",

@@ -93,7 +93,10 @@ pub fn check_push(ctx: &Context, pushed: Option<&Record>) -> Result<Option<Recor
 
 /// Splits a change by hand's `TERM n` off its arguments (at least `min` before it): how many
 /// come before it, and the term it names (0: none).
-pub fn split_term<A: ArgList + ?Sized>(args: &A, min: usize) -> Result<(usize, u64), CmdError> {
+pub fn split_hand_term<A: ArgList + ?Sized>(
+    args: &A,
+    min: usize,
+) -> Result<(usize, u64), CmdError> {
     let n = args.count();
     if n >= min + 2 && is(args.arg(n - 2), "TERM") {
         let term = int_in(args.arg(n - 1), "term", 0, i64::MAX)?.unsigned_abs();
@@ -162,11 +165,11 @@ mod tests {
     #[test]
     fn a_change_by_hand_reads_its_term_off_the_end() {
         let set: Vec<&[u8]> = vec![b"SHARD.RING", b"SET", b"ketama", b"a", b"h:1", b"1"];
-        assert_eq!(split_term(set.as_slice(), 3).unwrap(), (6, 0));
+        assert_eq!(split_hand_term(set.as_slice(), 3).unwrap(), (6, 0));
         let mut with = set.clone();
         with.extend([b"TERM".as_slice(), b"4"]);
-        assert_eq!(split_term(with.as_slice(), 3).unwrap(), (6, 4));
+        assert_eq!(split_hand_term(with.as_slice(), 3).unwrap(), (6, 4));
         let commit: Vec<&[u8]> = vec![b"SHARD.RING", b"COMMIT", b"TERM", b"x"];
-        assert!(split_term(commit.as_slice(), 2).is_err());
+        assert!(split_hand_term(commit.as_slice(), 2).is_err());
     }
 }
