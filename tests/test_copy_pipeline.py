@@ -141,18 +141,28 @@ def copied_over(client, seconds):
     return status(client)["copied"] - first
 
 
+def rates(client, low, tries=4):
+    """Keys a second copied over 2 s windows, until one reaches `low` (at most `tries`): the
+    copy's child runs under SCHED_IDLE, and on a loaded machine (CI) it may get no CPU for a
+    while (one window copied nothing there); no window may go over the rate."""
+    seen = []
+    while len(seen) < tries and not (seen and seen[-1] >= low):
+        seen.append(copied_over(client, 2.0) / 2.0)
+    return seen
+
+
 @pytest.mark.serial
 def test_throttle_holds_the_rate_and_maxrate_starts_with_it(server_factory):
     servers, a, b = two_nodes(server_factory)
     assert a.execute_command("SHARD.RESHARD", "COPY", "MAXRATE", 5000) == b"OK"
     time.sleep(0.5)
     assert status(a)["max_rate"] == 5000
-    rate = copied_over(a, 2.0) / 2.0
-    assert 4000 <= rate <= 6000, rate
+    seen = rates(a, 4000)
+    assert max(seen) <= 6000 and max(seen) >= 4000, seen
     assert a.execute_command("SHARD.RESHARD", "THROTTLE", 20000) == b"OK"
     time.sleep(0.3)
-    rate = copied_over(a, 2.0) / 2.0
-    assert 16000 <= rate <= 24000, rate
+    seen = rates(a, 16000)
+    assert max(seen) <= 24000 and max(seen) >= 16000, seen
     assert a.execute_command("SHARD.RESHARD", "THROTTLE", 0) == b"OK"  # no limit
     st = wait_job(a)
     assert st["state"] == b"done" and st["copied"] == b.dbsize() == len(moving_keys(a)), st

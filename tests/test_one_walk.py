@@ -22,9 +22,14 @@ WALKED = (b"walk", b"index") if os.environ.get("SHARD_KEY_INDEX") == "yes" else 
 def two_nodes(server_factory, persist=False):
     """a holds KEYS keys in db 0 and a few in db 3; a resharding to a:1 b:3 is open on both."""
     config = [("enable-debug-command", "yes")]
+    module_args = []
     if persist:
         config += [("appendonly", "yes"), ("appendfsync", "always")]
-    servers = start_fleet(server_factory, ["a", "b"], ring=["a"], config=config)
+        # b fsyncs every write: on a loaded machine (CI, a build writing beside) an fsync can
+        # take over a second, and the copy gave b up ("did not answer within 1000 ms").
+        module_args = ["call-timeout-ms", 10_000]
+    servers = start_fleet(server_factory, ["a", "b"], ring=["a"], config=config,
+                          module_args=module_args)
     a, b = servers["a"].client(), servers["b"].client()
     pipelined(a, [("SET", f"k:{i}", i) for i in range(KEYS)])
     a3 = servers["a"].client(db=3)

@@ -26,7 +26,6 @@ use crate::reshard::jobs::{
 use crate::reshard::moved;
 use crate::reshard::progress::AfterPass;
 use crate::ring::placement::Placement;
-use crate::ring::{Share, BUCKETS};
 
 /// How long one step may run before it yields back to the event loop.
 const STEP_BUDGET: Duration = Duration::from_millis(2);
@@ -111,15 +110,12 @@ fn names_from_index(placement: &Placement, self_name: &str, emit: &mut Emit) {
     let Some(ring) = placement.ring.as_ref() else {
         return;
     };
-    let shares = match ring.spec().node_index(self_name) {
-        Some(me) => ring.bucket_shares(me),
-        None => vec![Share::Nothing; BUCKETS],
-    };
+    let visit = ring.buckets_not_wholly_of(ring.spec().node_index(self_name));
     crate::index::in_child(|index| {
         for db in index.databases() {
             emit.database(db);
             for (bucket, _) in index.buckets(db) {
-                if shares.get(usize::from(bucket)) == Some(&Share::Whole) {
+                if !visit.get(usize::from(bucket)).copied().unwrap_or(true) {
                     continue;
                 }
                 for name in index.names(db, bucket) {

@@ -195,15 +195,7 @@ impl<'a> Walk<'a> {
     /// Every bucket the ring does not give wholly to this node (all of them when it is no
     /// node): those whose keys a pass from the key index looks at.
     pub(super) fn buckets_to_visit(&self) -> Vec<bool> {
-        match self.self_index {
-            Some(me) => self
-                .ring
-                .bucket_shares(me)
-                .into_iter()
-                .map(|share| share != crate::ring::Share::Whole)
-                .collect(),
-            None => vec![true; crate::ring::BUCKETS],
-        }
+        self.ring.buckets_not_wholly_of(self.self_index)
     }
 
     /// The owner of `name` when it is another node, and whether the key travels there.

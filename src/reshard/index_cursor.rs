@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use crate::ring::placement::Placement;
-use crate::ring::{Share, BUCKETS};
 
 /// What the cursor gives next.
 pub enum Next {
@@ -37,14 +36,7 @@ impl IndexCursor {
     /// ready for `ring`.
     pub fn new(ring: &Arc<Placement>, self_name: &str) -> Option<IndexCursor> {
         let r = ring.ring.as_ref()?;
-        let visit = match r.spec().node_index(self_name) {
-            Some(me) => r
-                .bucket_shares(me)
-                .into_iter()
-                .map(|share| share != Share::Whole)
-                .collect(),
-            None => vec![true; BUCKETS],
-        };
+        let visit = r.buckets_not_wholly_of(r.spec().node_index(self_name));
         let dbs = crate::index::with_ready(ring, |index| index.databases().collect())?;
         Some(IndexCursor {
             ring: Arc::clone(ring),

@@ -77,6 +77,20 @@ pub enum Share {
 }
 
 impl Ring {
+    /// Per bucket, whether the ring gives it other than wholly to node `node` (every bucket
+    /// when `node` is `None`, no node of the ring): the buckets a resharding's walk of the key
+    /// index looks at (its copy, its cleanup), those of another node's keys, some or all.
+    pub fn buckets_not_wholly_of(&self, node: Option<usize>) -> Vec<bool> {
+        match node {
+            Some(me) => self
+                .bucket_shares(me)
+                .into_iter()
+                .map(|share| share != Share::Whole)
+                .collect(),
+            None => vec![true; BUCKETS],
+        }
+    }
+
     /// What node `node` (an index in `spec().nodes`) owns of each bucket, in bucket order: one
     /// sweep of the ring (as `changing_buckets`).
     pub fn bucket_shares(&self, node: usize) -> Vec<Share> {

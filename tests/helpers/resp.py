@@ -4,6 +4,7 @@ what a client library makes of it), SHARD.CALL's wrapping of commands, and the c
 fleet's replies with a plain server's.
 """
 
+import time
 import socket
 
 from helpers.tls import client_context
@@ -101,8 +102,10 @@ def differences(ops, got, want, ttl_slack=2):
     return bad
 
 
-def assert_same_replies(ops, got, want, what):
-    bad = differences(ops, got, want)
+def assert_same_replies(ops, got, want, what, ttl_slack=2):
+    """`ttl_slack`: what a TTL may differ by (s); more than 2 when a run took seconds (a TTL
+    read in one run can be that much later after its EXPIRE than in the other)."""
+    bad = differences(ops, got, want, ttl_slack)
     assert not bad, f"{what}: {len(bad)} of {len(ops)} replies differ from the plain server's, " \
                     f"first (op, shard.call, plain): {bad[:5]}"
 
@@ -116,3 +119,10 @@ def raw_reply(client, *args):
         return conn.read_response()
     finally:
         client.connection_pool.release(conn)
+
+
+def timed_pipeline(raw, ops):
+    """`raw.pipeline(ops)` and the seconds it took."""
+    started = time.monotonic()
+    replies = raw.pipeline(ops)
+    return replies, time.monotonic() - started
