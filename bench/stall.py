@@ -252,7 +252,11 @@ def main():
            f"{'off' if opts.no_key_index else 'on'}, `shard.copy-fork "
            f"{opts.copy_fork or 'auto'}`: `SHARD.RESHARD START` 3 -> 4 with "
            f"`latency-monitor-threshold {THRESHOLD_MS}` on every server; `LATENCY LATEST` per "
-           "server and event (the module's own events are `shard-...`), and a PING every ms."]
+           "server and event (the module's own events are `shard-...`), and a PING every ms. "
+           "The last column: where the worst step of the event went, from the module's own log "
+           "line (`host::latency`, at `loglevel verbose`): its CPU time, the times the kernel "
+           "preempted it, the times it slept (bench/findings.md, \"No stall\"). Earlier runs "
+           "are in git history."]
     for i in range(opts.rounds):
         print(f"round {i + 1} ...", flush=True)
         r = grow_round(opts.grow_keys, not opts.no_key_index, not opts.no_compact, opts.copy_fork)
