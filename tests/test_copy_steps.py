@@ -89,7 +89,8 @@ def test_keys_made_during_a_step_pass_are_sent_by_the_next(server_factory):
     assert first["passes"] == 1 and first["state"] == b"copying", first
     pipelined(a, [("SET", k, f"late-{k}") for k in late])
     # And some that expire while it runs, and some deleted before they were sent.
-    pipelined(a, [("SET", f"brief:{i}", i, "PX", 300) for i in range(2000)])
+    brief = [f"brief:{i}" for i in range(2000)]
+    pipelined(a, [("SET", k, 1, "PX", 1500) for k in brief])
     gone = moving[-2000:]
     a.delete(*gone)
     assert status(a)["state"] == b"copying", "the writes were made during the first pass"
@@ -100,8 +101,13 @@ def test_keys_made_during_a_step_pass_are_sent_by_the_next(server_factory):
     assert b.mget(late) == [f"late-{k}".encode() for k in late]
     kept = moving[:-2000]
     assert b.mget(kept) == a.mget(kept)
-    # What arrived of the brief keys keeps its deadline: none is left once it has passed.
-    time.sleep(0.4)
+    # What arrived of the brief keys keeps its deadline (the source's own, to the ms): none is
+    # left once it has passed.
+    arrived = [(k, at) for k, at in zip(brief, pipelined(b, [("PEXPIRETIME", k) for k in brief]))
+               if at > 0]
+    for k, at in arrived[:200]:
+        assert a.pexpiretime(k) in (at, -2), k  # (-2: gone at the source meanwhile)
+    time.sleep(max([at / 1000 - time.time() for _, at in arrived], default=0) + 0.2)
     assert not [k for k in b.scan_iter("brief:*", count=1000) if b.exists(k)]
     assert all(b.pttl(k) == -1 for k in kept[:200])
 

@@ -268,8 +268,9 @@ def test_ring_check_counts_each_nodes_keys_per_range_of_buckets_it_owns(server_f
 
 def test_a_cleanup_without_the_copys_list_visits_only_the_buckets_that_move(server_factory):
     """After a reload the copy's list is gone, but the key index (built again after the load)
-    names the keys by bucket: the cleanup's child sends those of the buckets the ring does not
-    give wholly to this node and looks at no other key (`keys_from: index`)."""
+    names the keys by bucket: the cleanup visits those of the buckets the ring does not give
+    wholly to this node and looks at no other key (`keys_from: index`), in steps on the main
+    thread without a fork (`shard.copy-fork auto`, the default)."""
     servers, a, moving = indexed_resharding(server_factory, 30_000, {"a": 3, "b": 1})
     assert a.execute_command("SHARD.RESHARD", "COPY") == b"OK"
     assert wait_job(a)["failed"] == 0
@@ -282,9 +283,11 @@ def test_a_cleanup_without_the_copys_list_visits_only_the_buckets_that_move(serv
     late_moving = [k for k, o in zip(late, owners(a, late)) if o == "b"]
     for n in ("a", "b"):
         servers[n].client().execute_command("SHARD.RING", "COMMIT")
+    forks = a.info("stats")["total_forks"]
     assert a.execute_command("SHARD.RESHARD", "CLEANUP") == b"OK"
     st = wait_job(a)
     assert st["state"] == b"done" and st["keys_from"] == b"index", st
+    assert a.info("stats")["total_forks"] == forks, "the cleanup walked the index in a child"
     assert st["deleted"] == len(moving) + len(late_moving), st
     assert len(moving) <= st["scanned"] < 32_000 / 2, st["scanned"]
     assert a.dbsize() == 32_000 - st["deleted"]
