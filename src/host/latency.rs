@@ -5,7 +5,9 @@
 //!
 //! What it costs: while the monitor is off (`latency-monitor-threshold 0`, the default) an
 //! atomic load per step; while it is on, a clock read at the start and at the end of each step,
-//! and a call into the server only for a step at or over the threshold. No allocation.
+//! and a call into the server only for a step at or over the threshold; a job's step
+//! (`step_with_cpu`) also reads the thread's CPU clock at both ends and its context switches
+//! (`getrusage`, a system call) at the start. No allocation but a logged line's.
 //!
 //! On a machine shared with other processes a step can wait for the CPU in the middle: its wall
 //! time is then longer than its work. The steps of the jobs (`step_with_cpu`) also read the

@@ -35,8 +35,8 @@ pub fn free_later(item: impl FreeInSteps + 'static) {
     arm(Duration::ZERO);
 }
 
-/// Items waiting to be freed (a figure for the tests).
-pub fn pending() -> usize {
+/// Items waiting to be freed.
+fn pending() -> usize {
     PENDING.with(|p| p.borrow().len())
 }
 

@@ -12,10 +12,12 @@
 //! (bench/findings.md, "No stall": main threads in `__lll_lock_wait` for 2-7 ms during a grow,
 //! each woken right after a shipping thread ran).
 //!
-//! Bounded: at most `CAPACITY` commands are out (in the ring, at the thread, or on their way
-//! back), so the ring back always has room for them; a message that finds the ring to the
-//! thread full waits in the main thread's own overflow, in order, until the next `flush`. What
-//! the main thread counts as queued (`queued_bytes`) is the bytes of the commands out.
+//! Bounded: the main thread stops serializing once `CAPACITY` commands are out (in the ring, at
+//! the thread, or on their way back: `full`), past which a step adds at most one batch's
+//! commands; the ring back holds twice as many, so it has room for every command out. A
+//! message that finds the ring to the thread full waits in the main thread's own overflow, in
+//! order, until the next `flush`. What the main thread counts as queued (`queued_bytes`) is
+//! the bytes of the commands out.
 
 use std::collections::VecDeque;
 
@@ -23,7 +25,7 @@ use rtrb::{Consumer, Producer, RingBuffer};
 
 use crate::reshard::ship::Expect;
 
-/// Commands out at once, at most (and the rings' sizes).
+/// Commands out at which the main thread stops serializing (the ring to the thread's size).
 pub const CAPACITY: usize = 4096;
 
 /// A buffer that comes back bigger than this is freed rather than used again.
@@ -66,7 +68,7 @@ pub struct Reader {
 /// A new queue.
 pub fn queue() -> (Writer, Reader) {
     let (to_thread, from_main) = RingBuffer::new(CAPACITY);
-    let (back_in, back_out) = RingBuffer::new(CAPACITY);
+    let (back_in, back_out) = RingBuffer::new(2 * CAPACITY);
     (
         Writer {
             to_thread,
@@ -119,10 +121,10 @@ impl Writer {
         true
     }
 
-    /// Whether `CAPACITY` commands are out: no more until some come back.
-    pub fn at_capacity(&mut self) -> bool {
-        self.take_back();
-        self.out >= CAPACITY
+    /// Whether the main thread should serialize no more for now: a message still waits for
+    /// room in the ring, `CAPACITY` commands are out, or more than `max_bytes` of them.
+    pub fn full(&mut self, max_bytes: usize) -> bool {
+        !self.flush() || self.out >= CAPACITY || self.out_bytes > max_bytes
     }
 
     /// Bytes of the commands out.
@@ -151,7 +153,7 @@ impl Reader {
 
     /// Sends a command's buffer back to the main thread, which frees or reuses it. (The ring
     /// back has room for every command out; were it full all the same, the buffer would be
-    /// freed here, as every buffer was before.)
+    /// freed here.)
     pub fn give_back(&mut self, bytes: Vec<u8>) {
         let _ = self.back.push(bytes);
     }
@@ -197,7 +199,7 @@ mod tests {
             send(&mut w, i, b'x', 1);
         }
         w.put(Msg::End);
-        assert!(w.at_capacity());
+        assert!(w.full(usize::MAX));
         assert!(!w.flush(), "11 messages wait for room");
         let mut seen = Vec::new();
         for _ in 0..3 * CAPACITY {
@@ -215,7 +217,7 @@ mod tests {
         }
         assert_eq!(seen, (0..CAPACITY + 10).collect::<Vec<_>>());
         assert!(w.flush());
-        assert!(!w.at_capacity());
+        assert!(!w.full(usize::MAX));
         assert_eq!(w.queued_bytes(), 0);
     }
 

@@ -50,10 +50,9 @@ struct Link {
 
 /// The main thread's end: a `Sink` that queues commands for the thread.
 pub struct Outbox {
-    /// `None` once the `End` is queued.
-    tx: Option<Writer>,
-    /// The `End` queued, held until the thread has read everything.
-    ended: Option<Writer>,
+    tx: Writer,
+    /// Whether the `End` is queued (nothing more is).
+    ended: bool,
     link: Arc<Link>,
     thread: Option<JoinHandle<()>>,
     /// Keys queued so far (their replies `answered` or still to come).
@@ -83,8 +82,8 @@ impl Outbox {
             .spawn(move || run(rx, shipper, targets, shared, &theirs))
             .map_err(|e| format!("cannot start the copy's shipping thread: {e}"))?;
         Ok(Outbox {
-            tx: Some(tx),
-            ended: None,
+            tx,
+            ended: false,
             link,
             thread: Some(thread),
             queued_keys: 0,
@@ -95,10 +94,7 @@ impl Outbox {
 
     /// Whether the thread is behind: the main thread serializes no more for now.
     pub fn full(&mut self) -> bool {
-        let Some(tx) = self.tx.as_mut() else {
-            return false;
-        };
-        !tx.flush() || tx.at_capacity() || tx.queued_bytes() > MAX_QUEUED_BYTES
+        !self.ended && self.tx.full(MAX_QUEUED_BYTES)
     }
 
     /// Keys queued and not answered yet (the queue's and the connections').
@@ -114,20 +110,18 @@ impl Outbox {
 
     /// Every command is queued: the thread waits for the replies and exits.
     pub fn end(&mut self) {
-        if let Some(mut tx) = self.tx.take() {
-            tx.put(Msg::End);
+        if !self.ended {
+            self.tx.put(Msg::End);
             self.wake();
-            self.ended = Some(tx);
+            self.ended = true;
         }
     }
 
     /// Whether the thread has exited (after `end`), joined if so.
     pub fn ended(&mut self) -> bool {
-        if let Some(tx) = self.ended.as_mut() {
-            // What waited for room in the queue, the `End` among it.
-            if !tx.flush() {
-                self.wake();
-            }
+        // What waited for room in the queue, the `End` among it.
+        if self.ended && !self.tx.flush() {
+            self.wake();
         }
         if self.thread.as_ref().is_some_and(JoinHandle::is_finished) {
             if let Some(thread) = self.thread.take() {
@@ -139,14 +133,14 @@ impl Outbox {
     }
 
     fn queue(&mut self, msg: Msg) {
-        let Some(tx) = self.tx.as_mut() else {
+        if self.ended {
             return;
-        };
+        }
         if let Msg::Send(_, _, expect) = &msg {
             self.queued_keys += expect.keys();
         }
         // (A thread gone, by a panic: the pass ends broken when it is looked at.)
-        tx.put(msg);
+        self.tx.put(msg);
         self.wake();
     }
 
@@ -165,18 +159,16 @@ impl Drop for Outbox {
             let _held = self.link.publishing.lock();
             self.link.abort.store(true, Ordering::Release);
         }
-        self.tx = None;
-        self.ended = None;
         self.wake();
     }
 }
 
 impl Sink for Outbox {
     fn send_as(&mut self, target: &Target, args: &[&[u8]], expect: Expect) {
-        let Some(tx) = self.tx.as_mut() else {
+        if self.ended {
             return;
-        };
-        let mut bytes = tx.buffer();
+        }
+        let mut bytes = self.tx.buffer();
         encode_command_into(&mut bytes, args);
         self.queue(Msg::Send(target.index, bytes, expect));
     }

@@ -4,8 +4,8 @@ what a client library makes of it), SHARD.CALL's wrapping of commands, and the c
 fleet's replies with a plain server's.
 """
 
-import time
 import socket
+import time
 
 from helpers.tls import client_context
 
